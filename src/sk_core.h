@@ -1,0 +1,55 @@
+/* sk_core.h — shared pieces of skirr's byte-level core: error codes and the growable byte buffer.
+ *
+ * Owns: the SK_E* error table (negative ints, one list, sk_strerror()) and sk_buf_t.
+ * Never: includes Python.h, performs I/O, or keeps global mutable state. Every function here is
+ * safe to drive from a fuzzer.
+ */
+#ifndef SK_CORE_H
+#define SK_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Error codes: always negative, so functions return >= 0 on success. */
+#define SK_ERRORS(X)                                                                 \
+    X(SK_ENOMEM, -1, "out of memory")                                                \
+    X(SK_EHDRNAME, -2, "response header name is not a token (RFC 9110 §5.1)")       \
+    X(SK_EHDRVALUE, -3, "response header value contains CR, LF or NUL (RFC 9110 §5.5)") \
+    X(SK_ESTATUS, -4, "response status is not an integer in 100..599")               \
+    X(SK_ECL, -5, "response content-length is not a single decimal integer")         \
+    X(SK_ETE, -6, "response transfer-encoding other than chunked, or with content-length") \
+    X(SK_ETOOLONG, -7, "response body longer than its content-length")               \
+    X(SK_ETOOSHORT, -8, "response body shorter than its content-length")             \
+    X(SK_ESTATE, -9, "operation not valid in the current state")
+
+enum sk_error {
+#define SK_ERR_ENUM(name, value, text) name = (value),
+    SK_ERRORS(SK_ERR_ENUM)
+#undef SK_ERR_ENUM
+};
+
+/* Text for an SK_E* code; "unknown error" for anything else. Static storage, never NULL. */
+const char *sk_strerror(int err);
+
+/* A growable byte buffer. data[start..end) is the unconsumed content; cap is data's size.
+ * All sizes in bytes. A zeroed sk_buf_t is a valid empty buffer. */
+typedef struct {
+    char *data;
+    size_t start;
+    size_t end;
+    size_t cap;
+} sk_buf_t;
+
+static inline size_t sk_buf_len(const sk_buf_t *b) { return b->end - b->start; }
+static inline char *sk_buf_head(const sk_buf_t *b) { return b->data + b->start; }
+
+/* Makes room for `extra` more bytes after end (compacting or growing). 0 or SK_ENOMEM. */
+int sk_buf_reserve(sk_buf_t *b, size_t extra);
+/* Appends n bytes. 0 or SK_ENOMEM. */
+int sk_buf_append(sk_buf_t *b, const void *p, size_t n);
+/* Drops n bytes from the front (n <= sk_buf_len). Resets start/end to 0 when empty. */
+void sk_buf_consume(sk_buf_t *b, size_t n);
+/* Frees the storage; the buffer is empty and reusable afterwards. */
+void sk_buf_free(sk_buf_t *b);
+
+#endif

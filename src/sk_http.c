@@ -1,0 +1,784 @@
+/* sk_http.c — sans-I/O HTTP/1.1 request parser: llhttp (strict, HTTP_REQUEST) turned into pull events.
+ *
+ * Owns: the llhttp callbacks, the copy of the request head (request-target, field names and values in
+ * one block, spans into it), every request limit (414, 431, 413), the checks llhttp leaves to its
+ * user (HTTP version 505, unknown method 501 vs 400, Host 400, Transfer-Encoding codings 400/501,
+ * strict request-line spacing), and the mapping of every refusal to one HTTP status.
+ * Never: includes Python.h, performs I/O, calls back into the embedder, keeps global mutable state,
+ * sets an llhttp lenient flag, or returns an event for bytes it has not validated.
+ *
+ * How the pull API works: every callback that produces an event (on_headers_complete, on_body,
+ * on_message_complete) records it in p->pending and returns HPE_PAUSED. llhttp then stops with
+ * error_pos just after the bytes that belong to the event, and with its resume state already saved
+ * (for span callbacks such as on_body too: the generated span-end code stores the next state before
+ * it returns the error, and the end-of-buffer span call happens after the state is stored), so
+ * llhttp_resume() continues exactly there on the next call. One execute call returns one event.
+ *
+ * Upgrade and CONNECT: skirr does not switch protocols. llhttp pauses with HPE_PAUSED_UPGRADE after
+ * an Upgrade request (after its content, read by its framing) and after CONNECT (right after the
+ * head: llhttp treats CONNECT as a tunnel and never reads its content). We resume with
+ * llhttp_resume_after_upgrade() and go on parsing the next request, so both are ordinary requests.
+ * Because llhttp would end a CONNECT request at its head even when it declares content, a CONNECT
+ * with Content-Length > 0 or Transfer-Encoding is refused with 400: its content would otherwise be
+ * parsed as the next request (request smuggling).
+ */
+#include "sk_http.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HEAD_MIN_CAP 512
+#define FIELDS_MIN_CAP 16
+
+enum { RL_LEAD = 0, RL_METHOD, RL_REST, RL_DONE };
+enum { RL_SP_AFTER_METHOD = 1, RL_SP_AFTER_TARGET = 2 };
+
+/* An empty input for calls without bytes: llhttp must never see a NULL data pointer, because a
+ * NULL start would drop a span that is open across calls. */
+static const char empty_input[1] = {0};
+
+/* RFC 9110 §5.6.2 tchar. */
+static int is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return 1;
+    switch (c) {
+    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
+    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static unsigned char lower(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
+}
+
+/* Case-insensitive comparison of n bytes with a lower-case literal of length n. */
+static int ieq(const char *s, size_t n, const char *lit, size_t litlen)
+{
+    if (n != litlen)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (lower((unsigned char)s[i]) != (unsigned char)lit[i])
+            return 0;
+    return 1;
+}
+
+#define IEQ(s, n, lit) ieq((s), (n), lit, sizeof(lit) - 1)
+
+static sk_parser_t *from_llh(llhttp_t *llh)
+{
+    return (sk_parser_t *)(void *)((char *)llh - offsetof(sk_parser_t, llh));
+}
+
+/* Records a refusal. Returns HPE_USER so span callbacks can `return fail(...)`; non-span callbacks
+ * return it too (llhttp turns any other value into its HPE_CB_* error), and execute() reads the
+ * recorded status either way. */
+static int fail(sk_parser_t *p, int status, const char *reason)
+{
+    if (p->err_status == 0) {
+        p->err_status = status;
+        p->err_reason = reason;
+    }
+    return HPE_USER;
+}
+
+/* Appends bytes to the head block. Spans are offsets, so moving the block is safe. */
+static int head_append(sk_parser_t *p, const char *at, size_t len)
+{
+    size_t need;
+    size_t cap;
+    char *head;
+
+    if (len == 0)
+        return 0;
+    if (len > (size_t)UINT32_MAX - p->head_len)
+        return -1;
+    need = p->head_len + len;
+    if (need > p->head_cap) {
+        cap = p->head_cap < HEAD_MIN_CAP ? HEAD_MIN_CAP : p->head_cap;
+        while (cap < need)
+            cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+        head = realloc(p->head, cap);
+        if (head == NULL)
+            return -1;
+        p->head = head;
+        p->head_cap = cap;
+    }
+    memcpy(p->head + p->head_len, at, len);
+    p->head_len += len;
+    return 0;
+}
+
+/* Makes room for fields[nfields] (the field-line being received). */
+static int fields_grow(sk_parser_t *p)
+{
+    uint32_t cap;
+    sk_field_t *fields;
+
+    if (p->nfields < p->fields_cap)
+        return 0;
+    if (p->fields_cap > UINT32_MAX / 2)
+        return -1;
+    cap = p->fields_cap < FIELDS_MIN_CAP ? FIELDS_MIN_CAP : p->fields_cap * 2;
+    fields = realloc(p->fields, (size_t)cap * sizeof(*fields));
+    if (fields == NULL)
+        return -1;
+    p->fields = fields;
+    p->fields_cap = cap;
+    return 0;
+}
+
+/* ---- request-line pre-scan ------------------------------------------------------------------
+ * llhttp reports an unknown method at its first unexpected byte, and accepts several SP between
+ * the request-line parts. This scan runs over each call's input before llhttp sees it (so it has
+ * always seen at least the bytes llhttp has), from the first byte of a request to the end of its
+ * request-line, and records: whether the method is a token followed by SP (501 vs 400), and
+ * whether SP SP appears after the method or after the target (RFC 9112 §3: exactly one SP). */
+static void rl_scan(sk_parser_t *p, const char *data, size_t len)
+{
+    for (size_t i = 0; i < len && p->rl_state != RL_DONE; i++) {
+        unsigned char c = (unsigned char)data[i];
+
+        if (p->rl_state == RL_LEAD) {
+            /* RFC 9112 §2.2: empty lines before the request-line are skipped */
+            if (c == '\r' || c == '\n')
+                continue;
+            p->rl_state = RL_METHOD;
+        }
+        switch (p->rl_state) {
+        case RL_METHOD:
+            if (is_tchar(c) && p->method_len < p->limits.max_request_line) {
+                p->method_len++;
+            } else if (c == ' ' && p->method_len > 0) {
+                p->rl_method = 1;
+                p->rl_sp = 1;
+                p->rl_prev_sp = 1;
+                p->rl_state = RL_REST;
+            } else {
+                p->rl_method = 2;
+                p->rl_state = RL_DONE;
+            }
+            break;
+        case RL_REST:
+            if (c == ' ') {
+                if (p->rl_prev_sp) {
+                    p->rl_double_sp |= p->rl_sp == 1 ? RL_SP_AFTER_METHOD : RL_SP_AFTER_TARGET;
+                    p->rl_state = RL_DONE;
+                    break;
+                }
+                p->rl_prev_sp = 1;
+                if (p->rl_sp < 255)
+                    p->rl_sp++;
+            } else if (c == '\r' || c == '\n') {
+                p->rl_state = RL_DONE;
+            } else {
+                p->rl_prev_sp = 0;
+            }
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+static void rl_reset(sk_parser_t *p)
+{
+    p->rl_state = RL_LEAD;
+    p->rl_method = 0;
+    p->rl_sp = 0;
+    p->rl_prev_sp = 0;
+    p->rl_double_sp = 0;
+    p->method_len = 0;
+}
+
+/* ---- llhttp callbacks ------------------------------------------------------------------------ */
+
+static int on_message_begin(llhttp_t *llh)
+{
+    sk_parser_t *p = from_llh(llh);
+
+    p->head_len = 0;
+    p->target.off = 0;
+    p->target.len = 0;
+    p->nfields = 0;
+    p->method = 0;
+    p->http_major = 0;
+    p->http_minor = 0;
+    p->keep_alive = 0;
+    p->expect_continue = 0;
+    p->chunked = 0;
+    p->has_content_length = 0;
+    p->content_length = 0;
+    p->body_received = 0;
+    p->field_section_bytes = 0;
+    p->field_lines = 0;
+    p->chunk_ext_bytes = 0;
+    p->chunk_total = 0;
+    p->host_count = 0;
+    p->in_name = 0;
+    p->in_value = 0;
+    p->in_trailers = 0;
+    p->version_len = 0;
+    p->protocol_len = 0;
+    p->in_message = 1;
+    p->head_done = 0;
+    return 0;
+}
+
+static int on_method_complete(llhttp_t *llh)
+{
+    sk_parser_t *p = from_llh(llh);
+    uint8_t m = llh->method;
+
+    p->method = m; /* known from here on, so a refusal of a HEAD request can omit its body */
+    /* llhttp also knows RTSP/ICE methods and PRI; only HTTP_METHOD_MAP methods are HTTP methods.
+     * PRI is left to on_version_complete, so the HTTP/2 preface gets 505. */
+    switch (m) {
+#define SK_HTTP_METHOD_OK(num, name, string) case HTTP_##name:
+    HTTP_METHOD_MAP(SK_HTTP_METHOD_OK)
+#undef SK_HTTP_METHOD_OK
+    case HTTP_PRI:
+        return 0;
+    default:
+        return fail(p, 501, "method not implemented");
+    }
+}
+
+static int on_url(llhttp_t *llh, const char *at, size_t len)
+{
+    sk_parser_t *p = from_llh(llh);
+
+    if (p->rl_double_sp & RL_SP_AFTER_METHOD)
+        return fail(p, 400, "more than one SP after the method");
+    if (len > p->limits.max_request_line - p->target.len)
+        return fail(p, 414, "request-target too long");
+    if (head_append(p, at, len) < 0)
+        return fail(p, 503, "out of memory");
+    p->target.len += (uint32_t)len;
+    return 0;
+}
+
+static int on_url_complete(llhttp_t *llh)
+{
+    /* llhttp takes "GET /" CRLF as an HTTP/0.9 request (and sets the version to 0.9 here). */
+    if (llh->http_major == 0 && llh->http_minor == 9)
+        return fail(from_llh(llh), 400, "request-line without HTTP-version");
+    return 0;
+}
+
+static int on_protocol(llhttp_t *llh, const char *at, size_t len)
+{
+    sk_parser_t *p = from_llh(llh);
+
+    for (size_t i = 0; i < len; i++) {
+        if (p->protocol_len < sizeof(p->protocol))
+            p->protocol[p->protocol_len] = at[i];
+        if (p->protocol_len < 255)
+            p->protocol_len++;
+    }
+    return 0;
+}
+
+static int on_protocol_complete(llhttp_t *llh)
+{
+    sk_parser_t *p = from_llh(llh);
+
+    if (p->rl_double_sp)
+        return fail(p, 400, "more than one SP in the request-line");
+    /* llhttp's HTTP_REQUEST mode also accepts RTSP/x.y. */
+    if (p->protocol_len != 4 || memcmp(p->protocol, "HTTP", 4) != 0)
+        return fail(p, 400, "protocol is not HTTP");
+    return 0;
+}
+
+static int on_version(llhttp_t *llh, const char *at, size_t len)
+{
+    sk_parser_t *p = from_llh(llh);
+
+    for (size_t i = 0; i < len; i++) {
+        if (p->version_len < sizeof(p->version))
+            p->version[p->version_len] = at[i];
+        if (p->version_len < 255)
+            p->version_len++;
+    }
+    return 0;
+}
+
+static int on_version_complete(llhttp_t *llh)
+{
+    sk_parser_t *p = from_llh(llh);
+
+    /* llhttp accepts 0.9, 1.0, 1.1 and 2.0. */
+    if (llh->http_major != 1 || llh->http_minor > 1)
+        return fail(p, 505, "HTTP version not supported");
+    if (llh->method == HTTP_PRI)
+        return fail(p, 501, "method not implemented");
+    p->http_major = llh->http_major;
+    p->http_minor = llh->http_minor;
+    return 0;
+}
+
+/* Counts bytes of the current field section against max_field_section. */
+static int count_field_bytes(sk_parser_t *p, size_t len)
+{
+    if (len > p->limits.max_field_section - p->field_section_bytes)
+        return -1;
+    p->field_section_bytes += (uint32_t)len;
+    return 0;
+}
+
+/* A new field-line starts: counted against max_fields (head and trailers alike). */
+static int field_begin(sk_parser_t *p)
+{
+    p->in_name = 1;
+    p->in_value = 0;
+    if (p->field_lines >= p->limits.max_fields)
+        return fail(p, 431, "too many header fields");
+    p->field_lines++;
+    if (p->in_trailers)
+        return 0;
+    if (fields_grow(p) < 0)
+        return fail(p, 503, "out of memory");
+    p->fields[p->nfields].name.off = (uint32_t)p->head_len;
+    p->fields[p->nfields].name.len = 0;
+    p->fields[p->nfields].value.off = (uint32_t)p->head_len;
+    p->fields[p->nfields].value.len = 0;
+    return 0;
+}
+
+static int on_header_field(llhttp_t *llh, const char *at, size_t len)
+{
+    sk_parser_t *p = from_llh(llh);
+    int rc;
+
+    if (!p->in_name) {
+        rc = field_begin(p);
+        if (rc != 0)
+            return rc;
+    }
+    if (count_field_bytes(p, len) < 0)
+        return fail(p, 431, "header fields too large");
+    if (p->in_trailers)
+        return 0;
+    if (head_append(p, at, len) < 0)
+        return fail(p, 503, "out of memory");
+    p->fields[p->nfields].name.len += (uint32_t)len;
+    return 0;
+}
+
+static int on_header_field_complete(llhttp_t *llh)
+{
+    sk_parser_t *p = from_llh(llh);
+    int rc;
+
+    if (!p->in_name) { /* defensive: llhttp refuses empty field names */
+        rc = field_begin(p);
+        if (rc != 0)
+            return rc;
+    }
+    p->in_name = 0;
+    p->in_value = 1;
+    if (!p->in_trailers)
+        p->fields[p->nfields].value.off = (uint32_t)p->head_len;
+    return 0;
+}
+
+static int on_header_value(llhttp_t *llh, const char *at, size_t len)
+{
+    sk_parser_t *p = from_llh(llh);
+
+    if (count_field_bytes(p, len) < 0)
+        return fail(p, 431, "header fields too large");
+    if (p->in_trailers || !p->in_value)
+        return 0;
+    if (head_append(p, at, len) < 0)
+        return fail(p, 503, "out of memory");
+    p->fields[p->nfields].value.len += (uint32_t)len;
+    return 0;
+}
+
+static int on_header_value_complete(llhttp_t *llh)
+{
+    sk_parser_t *p = from_llh(llh);
+    sk_field_t *f;
+    const char *v;
+
+    if (!p->in_value)
+        return 0;
+    p->in_value = 0;
+    if (p->in_trailers)
+        return 0; /* trailer fields are validated and counted, never stored */
+    f = &p->fields[p->nfields];
+    v = p->head + f->value.off;
+    /* RFC 9110 §5.5: leading and trailing whitespace is not part of the field value. */
+    while (f->value.len > 0 && (v[0] == ' ' || v[0] == '\t')) {
+        v++;
+        f->value.off++;
+        f->value.len--;
+    }
+    while (f->value.len > 0 && (v[f->value.len - 1] == ' ' || v[f->value.len - 1] == '\t'))
+        f->value.len--;
+    p->nfields++;
+    return 0;
+}
+
+/* RFC 3986 characters of uri-host [ ":" port ]. */
+static int is_host_char(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return 1;
+    return strchr("-._~%!$&'()*+,;=:[]", c) != NULL && c != '\0';
+}
+
+/* Parses every Transfer-Encoding field-line as one list (RFC 9112 §6.1). Returns 0, 400 or 501. */
+static int check_transfer_encoding(const sk_parser_t *p)
+{
+    int codings = 0;
+    int chunked_seen = 0;
+    int unknown = 0;
+
+    for (uint32_t i = 0; i < p->nfields; i++) {
+        const sk_field_t *f = &p->fields[i];
+        const char *s;
+        size_t n;
+        size_t pos = 0;
+
+        if (!IEQ(sk_parser_ptr(p, f->name), f->name.len, "transfer-encoding"))
+            continue;
+        s = sk_parser_ptr(p, f->value);
+        n = f->value.len;
+        while (pos <= n) {
+            size_t b = pos;
+            size_t e;
+            size_t tok_end;
+
+            while (pos < n && s[pos] != ',')
+                pos++;
+            e = pos;
+            pos++; /* skip the comma (or step past the end) */
+            while (b < e && (s[b] == ' ' || s[b] == '\t'))
+                b++;
+            while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t'))
+                e--;
+            if (b == e)
+                continue; /* empty list element (RFC 9110 §5.6.1) */
+            tok_end = b;
+            while (tok_end < e && is_tchar((unsigned char)s[tok_end]))
+                tok_end++;
+            if (tok_end == b)
+                return 400;
+            codings++;
+            if (chunked_seen)
+                return 400; /* chunked is not the final coding, or is repeated */
+            if (IEQ(s + b, tok_end - b, "chunked")) {
+                if (tok_end != e)
+                    return 400; /* chunked takes no parameters */
+                chunked_seen = 1;
+            } else {
+                unknown = 1;
+            }
+        }
+    }
+    if (codings == 0)
+        return 400;
+    return unknown ? 501 : 0;
+}
+
+static int on_headers_complete(llhttp_t *llh)
+{
+    sk_parser_t *p = from_llh(llh);
+    int has_te = 0;
+    int rc;
+
+    p->host_count = 0;
+    p->expect_continue = 0;
+    for (uint32_t i = 0; i < p->nfields; i++) {
+        const sk_field_t *f = &p->fields[i];
+        const char *name = sk_parser_ptr(p, f->name);
+        const char *value = sk_parser_ptr(p, f->value);
+
+        if (IEQ(name, f->name.len, "host")) {
+            p->host_count++;
+            for (uint32_t k = 0; k < f->value.len; k++)
+                if (!is_host_char((unsigned char)value[k]))
+                    return fail(p, 400, "invalid Host");
+        } else if (IEQ(name, f->name.len, "transfer-encoding")) {
+            has_te = 1;
+        } else if (IEQ(name, f->name.len, "expect")) {
+            if (p->http_minor == 1 && IEQ(value, f->value.len, "100-continue"))
+                p->expect_continue = 1;
+        }
+    }
+    /* RFC 9112 §3.2 */
+    if (p->host_count > 1)
+        return fail(p, 400, "more than one Host");
+    if (p->http_minor == 1 && p->host_count == 0)
+        return fail(p, 400, "HTTP/1.1 request without Host");
+    if (has_te) {
+        if (p->http_minor == 0)
+            return fail(p, 400, "Transfer-Encoding in an HTTP/1.0 request");
+        if (llh->flags & F_CONTENT_LENGTH) /* llhttp strict refuses this first; kept as a guard */
+            return fail(p, 400, "Transfer-Encoding with Content-Length");
+        rc = check_transfer_encoding(p);
+        if (rc == 400)
+            return fail(p, 400, "invalid Transfer-Encoding");
+        if (rc == 501)
+            return fail(p, 501, "transfer coding not implemented");
+    }
+    p->chunked = (llh->flags & F_CHUNKED) ? 1 : 0;
+    p->has_content_length = (llh->flags & F_CONTENT_LENGTH) ? 1 : 0;
+    p->content_length = p->has_content_length ? llh->content_length : 0;
+    if (llh->method == HTTP_CONNECT && (has_te || p->content_length > 0))
+        return fail(p, 400, "CONNECT with content");
+    if (p->limits.max_body != 0 && p->content_length > p->limits.max_body)
+        return fail(p, 413, "content too large");
+    p->method = llh->method;
+    p->keep_alive = llhttp_should_keep_alive(llh) ? 1 : 0;
+    p->field_lines = 0;
+    p->field_section_bytes = 0;
+    p->head_done = 1;
+    p->pending = SK_EV_HEAD;
+    return HPE_PAUSED;
+}
+
+static int on_body(llhttp_t *llh, const char *at, size_t len)
+{
+    sk_parser_t *p = from_llh(llh);
+
+    if (len == 0)
+        return 0; /* llhttp calls an open span with no bytes when a call brings none */
+    p->body_at = at;
+    p->body_len = len;
+    p->body_received += len;
+    p->pending = SK_EV_BODY;
+    return HPE_PAUSED;
+}
+
+static int on_chunk_extension(llhttp_t *llh, const char *at, size_t len)
+{
+    sk_parser_t *p = from_llh(llh);
+
+    (void)at;
+    if (len > p->limits.max_chunk_ext - p->chunk_ext_bytes)
+        return fail(p, 400, "chunk extensions too large");
+    p->chunk_ext_bytes += (uint32_t)len;
+    return 0;
+}
+
+static int on_chunk_header(llhttp_t *llh)
+{
+    sk_parser_t *p = from_llh(llh);
+    uint64_t size = llh->content_length;
+
+    p->chunk_ext_bytes = 0;
+    if (size == 0) {
+        /* last-chunk: a trailer section follows, a field section of its own for the limits */
+        p->in_trailers = 1;
+        p->field_lines = 0;
+        p->field_section_bytes = 0;
+        p->in_name = 0;
+        p->in_value = 0;
+        return 0;
+    }
+    if (p->limits.max_body != 0 && size > p->limits.max_body - p->chunk_total)
+        return fail(p, 413, "content too large");
+    p->chunk_total += size;
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *llh)
+{
+    sk_parser_t *p = from_llh(llh);
+
+    p->in_message = 0;
+    p->pending = SK_EV_END;
+    return HPE_PAUSED;
+}
+
+static const llhttp_settings_t settings = {
+    .on_message_begin = on_message_begin,
+    .on_protocol = on_protocol,
+    .on_url = on_url,
+    .on_version = on_version,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_chunk_extension_name = on_chunk_extension,
+    .on_chunk_extension_value = on_chunk_extension,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+    .on_url_complete = on_url_complete,
+    .on_protocol_complete = on_protocol_complete,
+    .on_method_complete = on_method_complete,
+    .on_version_complete = on_version_complete,
+    .on_header_field_complete = on_header_field_complete,
+    .on_header_value_complete = on_header_value_complete,
+    .on_chunk_header = on_chunk_header,
+};
+
+/* ---- public API ------------------------------------------------------------------------------ */
+
+void sk_limits_default(sk_limits_t *l)
+{
+    l->max_request_line = 8190;
+    l->max_field_section = 65536;
+    l->max_fields = 100;
+    l->max_body = 0;
+    l->max_chunk_ext = 4096;
+}
+
+int sk_parser_init(sk_parser_t *p, const sk_limits_t *limits)
+{
+    memset(p, 0, sizeof(*p));
+    p->limits = *limits;
+    if (p->limits.max_field_section > UINT32_MAX)
+        p->limits.max_field_section = UINT32_MAX;
+    if (p->limits.max_request_line > UINT32_MAX)
+        p->limits.max_request_line = UINT32_MAX;
+    if (p->limits.max_chunk_ext > UINT32_MAX)
+        p->limits.max_chunk_ext = UINT32_MAX;
+    llhttp_init(&p->llh, HTTP_REQUEST, &settings);
+    rl_reset(p);
+    return 0;
+}
+
+void sk_parser_free(sk_parser_t *p)
+{
+    free(p->head);
+    free(p->fields);
+    p->head = NULL;
+    p->fields = NULL;
+    p->head_len = 0;
+    p->head_cap = 0;
+    p->nfields = 0;
+    p->fields_cap = 0;
+}
+
+/* Status for an llhttp error that no callback recorded. */
+static int map_llhttp_error(const sk_parser_t *p, llhttp_errno_t err, const char **reason)
+{
+    *reason = llhttp_get_error_reason(&p->llh);
+    if (*reason == NULL)
+        *reason = "malformed request";
+    if (err == HPE_INVALID_METHOD)
+        return p->rl_method == 1 ? 501 : 400;
+    if (err == HPE_INVALID_VERSION && !p->rl_double_sp && p->version_len == 3 &&
+        p->version[0] >= '0' && p->version[0] <= '9' && p->version[1] == '.' &&
+        p->version[2] >= '0' && p->version[2] <= '9' &&
+        !(p->version[0] == '1' && (p->version[2] == '0' || p->version[2] == '1'))) {
+        *reason = "HTTP version not supported";
+        return 505;
+    }
+    return 400;
+}
+
+static size_t refuse(sk_parser_t *p, int status, const char *reason, size_t consumed, sk_event_t *ev)
+{
+    if (!p->dead) {
+        p->dead = 1;
+        p->method_pending = 0;
+        p->err_status = status;
+        p->err_reason = reason;
+    }
+    ev->type = SK_EV_ERROR;
+    ev->status = p->err_status;
+    ev->reason = p->err_reason;
+    return consumed;
+}
+
+size_t sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev)
+{
+    size_t off = 0;
+
+    memset(ev, 0, sizeof(*ev));
+    if (p->dead)
+        return refuse(p, p->err_status, p->err_reason, 0, ev);
+    if (data == NULL) {
+        data = empty_input;
+        len = 0;
+    }
+    if (p->rl_state != RL_DONE)
+        rl_scan(p, data, len);
+    if (p->method_pending) {
+        if (p->rl_method == 0)
+            return len; /* SK_EV_NONE: the method token goes on */
+        return refuse(p, p->rl_method == 1 ? 501 : 400, "unknown method", len, ev);
+    }
+
+    for (;;) {
+        llhttp_errno_t err = llhttp_execute(&p->llh, data + off, len - off);
+        const char *pos;
+        const char *reason;
+        int status;
+
+        if (err == HPE_OK)
+            return len; /* SK_EV_NONE: everything consumed */
+        pos = llhttp_get_error_pos(&p->llh);
+        if (err == HPE_PAUSED) {
+            size_t consumed = (size_t)(pos - data);
+
+            llhttp_resume(&p->llh);
+            if (p->pending == SK_EV_NONE) { /* defensive: only our callbacks pause */
+                off = consumed;
+                continue;
+            }
+            ev->type = p->pending;
+            if (p->pending == SK_EV_BODY) {
+                ev->data = p->body_at;
+                ev->len = p->body_len;
+                p->body_at = NULL;
+                p->body_len = 0;
+            } else if (p->pending == SK_EV_END) {
+                rl_reset(p);
+            }
+            p->pending = SK_EV_NONE;
+            return consumed;
+        }
+        if (err == HPE_PAUSED_UPGRADE) {
+            /* Not a protocol switch for skirr: the message is complete (END was already
+             * returned), go on with the next request. */
+            llhttp_resume_after_upgrade(&p->llh);
+            off = (size_t)(pos - data);
+            continue;
+        }
+        if (p->err_status != 0)
+            return refuse(p, p->err_status, p->err_reason, len, ev);
+        status = map_llhttp_error(p, err, &reason);
+        if (err == HPE_INVALID_METHOD && p->rl_method == 0) {
+            /* llhttp stops at the first byte no method starts with; whether the token goes on
+             * to SP (501) or not (400) is in bytes not received yet. */
+            p->method_pending = 1;
+            return len;
+        }
+        return refuse(p, status, reason, len, ev);
+    }
+}
+
+int sk_parser_eof_mid_message(const sk_parser_t *p)
+{
+    if (p->dead)
+        return 0;
+    if (p->method_pending)
+        return 1;
+    if (!p->in_message)
+        return 0;
+    if (!p->head_done || p->chunked)
+        return 1;
+    return p->body_received < p->content_length;
+}
+
+int sk_parser_idle(const sk_parser_t *p)
+{
+    return !p->dead && !p->method_pending && !p->in_message;
+}
+
+const char *sk_parser_method_name(const sk_parser_t *p)
+{
+    return llhttp_method_name((llhttp_method_t)p->method);
+}

@@ -1,0 +1,132 @@
+/* sk_http.h — sans-I/O HTTP/1.1 request parser over llhttp (strict: no lenient flags).
+ *
+ * Owns: turning request bytes into pull-style events (head, body piece, end, error with the HTTP
+ * status to refuse with), the request-head copy (one block of bytes, spans into it), and every
+ * request limit. Never: includes Python.h, performs I/O, or calls back into the embedder.
+ *
+ * Usage: the embedder calls sk_parser_execute() with the bytes it has; it returns how many bytes it
+ * consumed and fills one event. After SK_EV_HEAD, SK_EV_BODY or SK_EV_END the embedder handles the
+ * event and calls again with the unconsumed rest (which may be empty). Partial input is normal:
+ * SK_EV_NONE means every byte was consumed and more are needed. After SK_EV_END the parser is
+ * ready for the next request on the connection (pipelining: the embedder decides when to go on).
+ * After SK_EV_ERROR the parser is dead: the embedder refuses with ev.status and closes.
+ */
+#ifndef SK_HTTP_H
+#define SK_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "sk_core.h"
+#include "llhttp.h"
+
+typedef struct {
+    uint32_t off; /* offset into sk_parser_t.head, bytes */
+    uint32_t len; /* bytes */
+} sk_span_t;
+
+typedef struct {
+    sk_span_t name;  /* as received; the embedder lower-cases for ASGI */
+    sk_span_t value; /* leading and trailing SP/HTAB removed (RFC 9110 §5.5) */
+} sk_field_t;
+
+typedef struct {
+    size_t max_request_line;   /* bytes of the request-target; over -> 414 (RFC 9112 §3) */
+    size_t max_field_section;  /* bytes of all field-lines, names plus values; over -> 431 (RFC 6585 §5) */
+    uint32_t max_fields;       /* field-lines per request; more -> 431. Exactly max_fields is accepted */
+    uint64_t max_body;         /* bytes of request content; 0 = unlimited; over -> 413 (RFC 9110 §15.5.14) */
+    size_t max_chunk_ext;      /* bytes of chunk extensions per chunk; over -> 400 */
+} sk_limits_t;
+
+/* Defaults used by skirr's CLI: 8190, 65536, 100, 0 (unlimited), 4096. */
+void sk_limits_default(sk_limits_t *l);
+
+enum sk_event_type {
+    SK_EV_NONE = 0,  /* all bytes consumed, need more input */
+    SK_EV_HEAD = 1,  /* request head complete: read it from the parser (see accessors) */
+    SK_EV_BODY = 2,  /* ev.data/ev.len: a piece of request content (de-chunked), inside the input */
+    SK_EV_END = 3,   /* request message complete */
+    SK_EV_ERROR = 4, /* ev.status: 400, 413, 414, 431, 501 or 505; ev.reason: static text */
+};
+
+typedef struct {
+    int type;           /* enum sk_event_type */
+    const char *data;   /* SK_EV_BODY: points into the caller's input buffer */
+    size_t len;         /* SK_EV_BODY: bytes */
+    int status;         /* SK_EV_ERROR: HTTP status to refuse with */
+    const char *reason; /* SK_EV_ERROR: static, human-readable cause (not sent on the wire) */
+} sk_event_t;
+
+typedef struct {
+    llhttp_t llh;
+    sk_limits_t limits;
+
+    /* The current request head, valid from SK_EV_HEAD until the next request begins. */
+    char *head;             /* owned block: target bytes then field names/values */
+    size_t head_len;        /* bytes used */
+    size_t head_cap;        /* bytes allocated */
+    sk_span_t target;       /* request-target as received */
+    sk_field_t *fields;     /* owned array, nfields used */
+    uint32_t nfields;
+    uint32_t fields_cap;
+    uint8_t method;         /* llhttp_method_t; name from llhttp_method_name(); set as soon as the
+                             * method is parsed (also valid on SK_EV_ERROR after the request-line) */
+    uint8_t http_major;     /* 1 */
+    uint8_t http_minor;     /* 0 or 1 */
+    uint8_t keep_alive;     /* 1 if the request allows a persistent connection (RFC 9112 §9.3) */
+    uint8_t expect_continue;/* 1 if "Expect: 100-continue" was received on HTTP/1.1 */
+    uint8_t chunked;        /* 1 if the content is chunked */
+    uint8_t has_content_length;
+    uint64_t content_length;/* bytes, when has_content_length */
+    uint64_t body_received; /* bytes of content delivered so far for this request */
+
+    /* Internal parsing state (private to sk_http.c). */
+    uint32_t field_section_bytes;
+    uint32_t chunk_ext_bytes;
+    uint32_t host_count;
+    uint8_t in_value;
+    uint8_t in_trailers;
+    uint8_t pending;        /* event recorded by a callback, returned after llhttp pauses */
+    const char *body_at;
+    size_t body_len;
+    int err_status;
+    const char *err_reason;
+    uint32_t field_lines;   /* field-lines in the current field section (head or trailers) */
+    uint64_t chunk_total;   /* bytes of chunk-size declared so far (max_body accounting) */
+    uint8_t in_name;
+    uint8_t in_message;     /* on_message_begin seen, END not yet returned */
+    uint8_t head_done;      /* SK_EV_HEAD returned for the current request */
+    uint8_t dead;           /* SK_EV_ERROR returned; err_status holds the status */
+    uint8_t method_pending; /* llhttp refused the method; waiting for bytes to tell 400 from 501 */
+    uint8_t rl_state;       /* request-line pre-scan: lead, method, rest, done */
+    uint8_t rl_method;      /* 0 undecided, 1 token followed by SP, 2 anything else */
+    uint8_t rl_sp;          /* SP bytes seen after the method */
+    uint8_t rl_prev_sp;
+    uint8_t rl_double_sp;   /* bit 1: SP SP after the method, bit 2: SP SP after the target */
+    uint8_t version_len;    /* bytes of the HTTP-version digits seen (saturating) */
+    uint8_t protocol_len;   /* bytes of the protocol name seen (saturating) */
+    char version[4];
+    char protocol[4];
+    uint32_t method_len;
+} sk_parser_t;
+
+/* Initialises p for requests with the given limits (copied). Returns 0. */
+int sk_parser_init(sk_parser_t *p, const sk_limits_t *limits);
+/* Releases p's storage. p may be re-initialised afterwards. */
+void sk_parser_free(sk_parser_t *p);
+
+/* Parses up to len bytes of data. Returns the bytes consumed (<= len) and fills *ev.
+ * On SK_EV_ERROR the return value is unspecified (<= len) and p must not be executed again. */
+size_t sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev);
+
+/* The peer closed its side. Returns 1 if a request was in progress (head or content incomplete),
+ * 0 if the parser was between requests. */
+int sk_parser_eof_mid_message(const sk_parser_t *p);
+
+/* 1 while between requests (no byte of the next request seen yet). */
+int sk_parser_idle(const sk_parser_t *p);
+
+/* Helpers for the embedder. */
+static inline const char *sk_parser_ptr(const sk_parser_t *p, sk_span_t s) { return p->head + s.off; }
+const char *sk_parser_method_name(const sk_parser_t *p); /* static string, e.g. "GET" */
+
+#endif

@@ -1,0 +1,344 @@
+/* sk_module.c — the skirr._native module: multi-phase init, module state, ClientDisconnected and
+ * the ready awaitable.
+ *
+ * Owns: creating and clearing every heap type, exception type and interned string in sk_state,
+ * and the Ready type (an awaitable whose result is already known: `am_send` returns PYGEN_RETURN,
+ * so a ready receive()/send() costs no StopIteration and no Future).
+ * Never: touches sockets or parses HTTP; keeps no global mutable state (the PyModuleDef and
+ * PyType_Spec tables below are constant after load).
+ */
+#include "sk_native.h"
+
+extern PyType_Spec sk_server_spec;  /* sk_server.c */
+extern PyType_Spec sk_request_spec; /* sk_request.c */
+
+static struct PyModuleDef sk_module_def;
+
+sk_state *
+sk_get_state_by_type(PyTypeObject *tp)
+{
+    /* Borrowed: the module state lives as long as the module, which the type keeps alive. */
+    PyObject *mod = PyType_GetModuleByDef(tp, &sk_module_def);
+    return mod ? (sk_state *)PyModule_GetState(mod) : NULL;
+}
+
+/* ---- Ready: an already-completed awaitable ---------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *value;      /* result; NULL means None */
+    int yield_first;      /* yield once to the loop before returning (fairness quota) */
+} ReadyObject;
+
+PyObject *
+sk_ready_new(sk_state *st, PyObject *value, int yield_first)
+{
+    /* New reference. Steals value (may be NULL for None). */
+    ReadyObject *self = PyObject_GC_New(ReadyObject, st->ready_type);
+    if (self == NULL) {
+        Py_XDECREF(value);
+        return NULL;
+    }
+    self->value = value;
+    self->yield_first = yield_first;
+    PyObject_GC_Track(self);
+    return (PyObject *)self;
+}
+
+static PyObject *
+ready_await(PyObject *self)
+{
+    /* New reference: the awaitable is its own iterator. */
+    return Py_NewRef(self);
+}
+
+static PySendResult
+ready_send(PyObject *op, PyObject *Py_UNUSED(arg), PyObject **result)
+{
+    ReadyObject *self = (ReadyObject *)op;
+    if (self->yield_first) {
+        self->yield_first = 0;
+        *result = Py_NewRef(Py_None); /* a bare yield: the task reschedules itself */
+        return PYGEN_NEXT;
+    }
+    /* The value is handed over once; the shared None instance has value == NULL forever. */
+    *result = self->value ? self->value : Py_NewRef(Py_None);
+    self->value = NULL;
+    return PYGEN_RETURN;
+}
+
+static PyObject *
+ready_iternext(PyObject *op)
+{
+    /* New reference (on yield), or NULL with StopIteration carrying the value. */
+    PyObject *res = NULL;
+    PySendResult r = ready_send(op, Py_None, &res);
+    if (r == PYGEN_NEXT) {
+        return res;
+    }
+    if (res == Py_None) {
+        Py_DECREF(res);
+        PyErr_SetNone(PyExc_StopIteration);
+        return NULL;
+    }
+    /* Wrap in a 1-tuple so a tuple or exception value is not unpacked as constructor args. */
+    PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, res);
+    Py_DECREF(res);
+    if (exc != NULL) {
+        PyErr_SetObject(PyExc_StopIteration, exc);
+        Py_DECREF(exc);
+    }
+    return NULL;
+}
+
+static PyObject *
+ready_send_method(PyObject *op, PyObject *arg)
+{
+    /* New reference; generator protocol `send(value)` for code that drives awaitables by hand. */
+    (void)arg;
+    return ready_iternext(op);
+}
+
+static PyObject *
+ready_throw(PyObject *Py_UNUSED(op), PyObject *const *args, Py_ssize_t nargs)
+{
+    /* Always NULL: re-raises what was thrown in (nothing to clean up). */
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument");
+        return NULL;
+    }
+    PyObject *typ = args[0];
+    if (PyExceptionInstance_Check(typ)) {
+        PyErr_SetObject((PyObject *)Py_TYPE(typ), typ);
+    }
+    else if (nargs > 1 && args[1] != Py_None) {
+        PyErr_SetObject(typ, args[1]);
+    }
+    else {
+        PyErr_SetNone(typ);
+    }
+    return NULL;
+}
+
+static PyObject *
+ready_close(PyObject *Py_UNUSED(op), PyObject *Py_UNUSED(arg))
+{
+    /* New reference to None. */
+    Py_RETURN_NONE;
+}
+
+static int
+ready_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    ReadyObject *self = (ReadyObject *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(self->value);
+    return 0;
+}
+
+static int
+ready_clear(PyObject *op)
+{
+    Py_CLEAR(((ReadyObject *)op)->value);
+    return 0;
+}
+
+static void
+ready_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    ready_clear(op);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef ready_methods[] = {
+    {"send", (PyCFunction)ready_send_method, METH_O, NULL},
+    {"throw", (PyCFunction)(void (*)(void))ready_throw, METH_FASTCALL, NULL},
+    {"close", ready_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot ready_slots[] = {
+    {Py_am_await, ready_await},
+    {Py_am_send, ready_send},
+    {Py_tp_iter, ready_await},
+    {Py_tp_iternext, ready_iternext},
+    {Py_tp_methods, ready_methods},
+    {Py_tp_traverse, ready_traverse},
+    {Py_tp_clear, ready_clear},
+    {Py_tp_dealloc, ready_dealloc},
+    {Py_tp_doc, (void *)"An awaitable whose result is already known (internal)."},
+    {0, NULL},
+};
+
+static PyType_Spec ready_spec = {
+    .name = "skirr._native.Ready",
+    .basicsize = sizeof(ReadyObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = ready_slots,
+};
+
+/* ---- module ----------------------------------------------------------------------------------- */
+
+#define SK_INTERNED(X)                                                                      \
+    X(s_type, "type") X(s_asgi, "asgi") X(s_http_version, "http_version")                   \
+    X(s_method, "method") X(s_scheme, "scheme") X(s_path, "path") X(s_raw_path, "raw_path") \
+    X(s_query_string, "query_string") X(s_root_path, "root_path") X(s_headers, "headers")   \
+    X(s_client, "client") X(s_server, "server") X(s_state, "state") X(s_body, "body")       \
+    X(s_more_body, "more_body") X(s_status, "status") X(s_http, "http") X(s_1_0, "1.0")     \
+    X(s_1_1, "1.1") X(s_http_request, "http.request") X(s_http_disconnect, "http.disconnect") \
+    X(s_http_response_start, "http.response.start")                                        \
+    X(s_http_response_body, "http.response.body") X(s_create_task, "create_task")           \
+    X(s_create_future, "create_future") X(s_add_done_callback, "add_done_callback")         \
+    X(s_set_result, "set_result") X(s_set_exception, "set_exception") X(s_done, "done")     \
+    X(s_cancelled, "cancelled") X(s_exception, "exception") X(s_add_reader, "add_reader")   \
+    X(s_remove_reader, "remove_reader") X(s_call_soon, "call_soon") X(s_error, "error")     \
+    X(s_copy, "copy")
+
+static int
+sk_exec(PyObject *module)
+{
+    sk_state *st = PyModule_GetState(module);
+    PyObject *v = NULL;
+
+#define SK_INTERN(field, text)                         \
+    if ((st->field = PyUnicode_InternFromString(text)) == NULL) \
+        goto error;
+    SK_INTERNED(SK_INTERN)
+#undef SK_INTERN
+
+    st->ready_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &ready_spec, NULL);
+    if (st->ready_type == NULL) {
+        goto error;
+    }
+    st->server_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &sk_server_spec, NULL);
+    if (st->server_type == NULL || PyModule_AddType(module, st->server_type) < 0) {
+        goto error;
+    }
+    st->request_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &sk_request_spec, NULL);
+    if (st->request_type == NULL) {
+        goto error;
+    }
+    st->ClientDisconnected = PyErr_NewExceptionWithDoc(
+        "skirr._native.ClientDisconnected",
+        "send() was called after the client disconnected (ASGI www 2.5 \"Disconnected Client - "
+        "send exception\"). A subclass of OSError.",
+        PyExc_OSError, NULL);
+    if (st->ClientDisconnected == NULL ||
+        PyModule_AddObjectRef(module, "ClientDisconnected", st->ClientDisconnected) < 0) {
+        goto error;
+    }
+    st->send_done = sk_ready_new(st, NULL, 0);
+    if (st->send_done == NULL) {
+        goto error;
+    }
+    st->empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+    if (st->empty_bytes == NULL) {
+        goto error;
+    }
+    st->asgi_proto = Py_BuildValue("{s:s,s:s}", "version", "3.0", "spec_version", "2.5");
+    if (st->asgi_proto == NULL) {
+        goto error;
+    }
+    st->disconnect_msg = PyDict_New();
+    if (st->disconnect_msg == NULL ||
+        PyDict_SetItem(st->disconnect_msg, st->s_type, st->s_http_disconnect) < 0) {
+        goto error;
+    }
+    /* Immutable values common to most requests; per-request values replace them. */
+    st->scope_proto = PyDict_New();
+    if (st->scope_proto == NULL ||
+        PyDict_SetItem(st->scope_proto, st->s_type, st->s_http) < 0 ||
+        PyDict_SetItem(st->scope_proto, st->s_http_version, st->s_1_1) < 0 ||
+        PyDict_SetItemString(st->scope_proto, "scheme", st->s_http) < 0) {
+        goto error;
+    }
+    /* llhttp_method_name() aborts on ids outside its table, so walk llhttp's own method map. */
+#define SK_METHOD(num, name, string)                                             \
+    if ((num) < SK_METHOD_CACHE &&                                               \
+        (st->methods[(num)] = PyUnicode_InternFromString(#string)) == NULL) { \
+        goto error;                                                              \
+    }
+    HTTP_METHOD_MAP(SK_METHOD)
+#undef SK_METHOD
+    v = PyUnicode_FromString("0.1.0");
+    if (v == NULL || PyModule_AddObjectRef(module, "__version__", v) < 0) {
+        goto error;
+    }
+    Py_DECREF(v);
+    return 0;
+
+error:
+    Py_XDECREF(v);
+    return -1;
+}
+
+static int
+sk_traverse(PyObject *module, visitproc visit, void *arg)
+{
+    sk_state *st = PyModule_GetState(module);
+    Py_VISIT(st->server_type);
+    Py_VISIT(st->request_type);
+    Py_VISIT(st->ready_type);
+    Py_VISIT(st->ClientDisconnected);
+    Py_VISIT(st->send_done);
+    Py_VISIT(st->asgi_proto);
+    Py_VISIT(st->scope_proto);
+    Py_VISIT(st->disconnect_msg);
+    Py_VISIT(st->empty_bytes);
+    return 0;
+}
+
+static int
+sk_clear(PyObject *module)
+{
+    sk_state *st = PyModule_GetState(module);
+    Py_CLEAR(st->server_type);
+    Py_CLEAR(st->request_type);
+    Py_CLEAR(st->ready_type);
+    Py_CLEAR(st->ClientDisconnected);
+    Py_CLEAR(st->send_done);
+    Py_CLEAR(st->asgi_proto);
+    Py_CLEAR(st->scope_proto);
+    Py_CLEAR(st->disconnect_msg);
+    Py_CLEAR(st->empty_bytes);
+    for (int m = 0; m < SK_METHOD_CACHE; m++) {
+        Py_CLEAR(st->methods[m]);
+    }
+#define SK_UNINTERN(field, text) Py_CLEAR(st->field);
+    SK_INTERNED(SK_UNINTERN)
+#undef SK_UNINTERN
+    return 0;
+}
+
+static void
+sk_free(void *module)
+{
+    sk_clear((PyObject *)module);
+}
+
+static PyModuleDef_Slot sk_slots[] = {
+    {Py_mod_exec, sk_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef sk_module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "skirr._native",
+    .m_doc = "skirr's native HTTP/1.1 reactor and ASGI glue.",
+    .m_size = sizeof(sk_state),
+    .m_slots = sk_slots,
+    .m_traverse = sk_traverse,
+    .m_clear = sk_clear,
+    .m_free = sk_free,
+};
+
+PyMODINIT_FUNC
+PyInit__native(void)
+{
+    /* New reference: the module definition (multi-phase init). */
+    return PyModuleDef_Init(&sk_module_def);
+}

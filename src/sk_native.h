@@ -1,0 +1,163 @@
+/* sk_native.h — private declarations shared by the files of the skirr._native extension.
+ *
+ * Owns: the module state (every heap type, exception type and interned string), the connection
+ * struct of the native reactor, and the Server and Request object layouts.
+ * Never: exposes anything to other extensions; no global mutable state (everything hangs off the
+ * module state, reached through the defining type).
+ *
+ * Files: sk_module.c (module init, state, the ready awaitable), sk_server.c (the reactor: epoll,
+ * sockets, timers, connection lifetime), sk_request.c (ASGI: scope, receive, send, app task).
+ */
+#ifndef SK_NATIVE_H
+#define SK_NATIVE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "sk_core.h"
+#include "sk_http.h"
+#include "sk_resp.h"
+
+/* Tuning constants (bytes unless said otherwise). */
+#define SK_READ_SIZE (64 * 1024)          /* one recv() into the server's shared read buffer */
+#define SK_MAX_EVENTS 16                  /* ready descriptors handled per reactor callback */
+#define SK_MAX_ACCEPTS 16                 /* accept4() calls per listening-socket readiness */
+#define SK_WRITE_HIGH_WATER (64 * 1024)   /* send(more_body=True) waits while unsent output exceeds this */
+#define SK_BODY_HIGH_WATER (64 * 1024)    /* stop reading while this much request body is unconsumed */
+#define SK_INPUT_HIGH_WATER (64 * 1024)   /* stop reading while this much unparsed input is buffered */
+#define SK_FAIRNESS_QUOTA 128             /* ready receive/send operations per request before one yield */
+#define SK_METHOD_CACHE 64                /* llhttp method ids cached as interned str */
+
+typedef struct ServerObject ServerObject;
+typedef struct RequestObject RequestObject;
+typedef struct sk_conn sk_conn_t;
+
+typedef struct {
+    PyTypeObject *server_type;
+    PyTypeObject *request_type;
+    PyTypeObject *ready_type;
+    PyObject *ClientDisconnected;
+    PyObject *send_done;      /* a Ready holding None, shared: stateless, so safe to reuse */
+    PyObject *asgi_proto;     /* {"version": "3.0", "spec_version": "2.5"}, copied per request */
+    PyObject *scope_proto;    /* fixed scope items, copied per request */
+    PyObject *disconnect_msg; /* {"type": "http.disconnect"} prototype, copied per use */
+    PyObject *empty_bytes;
+    PyObject *methods[SK_METHOD_CACHE];
+    /* interned strings */
+    PyObject *s_type, *s_asgi, *s_http_version, *s_method, *s_scheme, *s_path, *s_raw_path;
+    PyObject *s_query_string, *s_root_path, *s_headers, *s_client, *s_server, *s_state;
+    PyObject *s_body, *s_more_body, *s_status, *s_http, *s_1_0, *s_1_1;
+    PyObject *s_http_request, *s_http_disconnect, *s_http_response_start, *s_http_response_body;
+    PyObject *s_create_task, *s_create_future, *s_add_done_callback, *s_set_result;
+    PyObject *s_set_exception, *s_done, *s_cancelled, *s_exception, *s_add_reader;
+    PyObject *s_remove_reader, *s_call_soon, *s_error, *s_copy;
+} sk_state;
+
+/* The module state for any object whose type was defined by this module. Borrowed pointer. */
+sk_state *sk_get_state_by_type(PyTypeObject *tp);
+
+/* One client connection of the native reactor. Plain C: Python sees it only through the Request
+ * that is currently attached to it. Freed by the server's reap step once closed (never while a
+ * stack frame may still use it: see server_reap in sk_server.c). */
+struct sk_conn {
+    int fd;
+    ServerObject *server;   /* borrowed: the server closes every connection before it goes */
+    sk_parser_t parser;
+    sk_buf_t in;            /* received bytes not yet parsed (pipelining, flow control) */
+    sk_buf_t out;           /* serialized bytes not yet accepted by the kernel */
+    RequestObject *current; /* strong: the request being received/answered, NULL between requests */
+    PyObject *client;       /* strong: scope "client", cached per connection (None for UDS) */
+    PyObject *local;        /* strong: scope "server", cached per connection */
+    uint32_t epoll_events;  /* mask currently registered */
+    uint8_t closed;         /* fd closed, waiting to be reaped */
+    uint8_t close_after_write; /* close once out is flushed */
+    uint8_t pending;        /* on the server's pending list */
+    uint8_t in_idle;        /* on the server's idle (keep-alive timer) list */
+    uint8_t lingering;      /* half-closed by us: reading and discarding until EOF or timeout */
+    double deadline;        /* monotonic seconds, while in_idle */
+    sk_conn_t *idle_prev, *idle_next;
+    sk_conn_t *all_prev, *all_next;
+    sk_conn_t *pending_next;
+    sk_conn_t *reap_next;
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+};
+
+struct ServerObject {
+    PyObject_HEAD
+    sk_state *st;            /* borrowed from the module (the type keeps the module alive) */
+    PyObject *app;
+    PyObject *loop;
+    PyObject *logger;
+    PyObject *state;         /* lifespan state or None */
+    PyObject *root_path;     /* str */
+    PyObject *root_path_b;   /* bytes, UTF-8 */
+    PyObject *unix_path;     /* str or None */
+    PyObject *on_ready;      /* bound reactor callback given to loop.add_reader */
+    PyObject *run_pending;   /* bound callback given to loop.call_soon */
+    int listen_fd;
+    int epfd;
+    int timerfd;
+    uint8_t started, accepting, shutting_down, closed, pending_scheduled, accept_paused;
+    sk_limits_t limits;
+    double keep_alive;       /* seconds */
+    Py_ssize_t connections;
+    Py_ssize_t active_requests;
+    sk_conn_t *all_head;
+    sk_conn_t *idle_head, *idle_tail;
+    sk_conn_t *pending_head, *pending_tail;
+    sk_conn_t *reap_head;
+    int64_t date_sec;
+    char date[30];
+    char readbuf[SK_READ_SIZE];
+};
+
+struct RequestObject {
+    PyObject_HEAD
+    sk_state *st;
+    ServerObject *server;    /* strong */
+    sk_conn_t *conn;         /* NULL once detached (connection closed or moved on) */
+    PyObject *task;          /* strong while running */
+    PyObject *receive_waiter;/* future resolved with the next receive() event */
+    PyObject *drain_waiter;  /* future resolved when unsent output drops below the high-water mark */
+    PyObject *body;          /* list of bytes not yet delivered by receive() */
+    size_t body_buffered;    /* bytes in body */
+    unsigned ops;            /* ready operations since the last yield (fairness quota) */
+    uint8_t body_complete;   /* the request message ended */
+    uint8_t disconnected;    /* the client went away before the exchange ended */
+    uint8_t expect_continue, continue_sent;
+    uint8_t response_complete;
+    uint8_t final_delivered;  /* receive() returned the event with more_body False */
+    uint8_t keep_alive;       /* the request allows a persistent connection */
+    uint8_t http_minor;       /* 0 or 1 */
+    uint8_t is_head;          /* method HEAD */
+    uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app */
+    uint8_t failed;          /* the response cannot be completed (abort after app error) */
+    sk_resp_t resp;
+};
+
+/* sk_module.c */
+/* A ready awaitable returning value (stolen) after yielding to the loop first if yield_first.
+ * New reference, or NULL with an exception. */
+PyObject *sk_ready_new(sk_state *st, PyObject *value, int yield_first);
+
+/* sk_server.c (used by sk_request.c) */
+int sk_conn_write(sk_conn_t *c);                 /* flush out; -1 if the peer is gone (conn closed) */
+void sk_conn_close(sk_conn_t *c);                /* close now; detaches the current request */
+void sk_conn_request_done(sk_conn_t *c, int keep_alive); /* the current response completed */
+void sk_conn_update_events(sk_conn_t *c);         /* re-derive the epoll mask (flow control) */
+void sk_conn_schedule(sk_conn_t *c);              /* parse buffered input soon (loop.call_soon) */
+const char *sk_server_date(ServerObject *s);      /* IMF-fixdate for now, cached per second */
+void sk_server_abort_response(sk_conn_t *c);      /* app failed mid-response: close without completing */
+
+/* sk_request.c (used by sk_server.c) */
+/* Builds the scope and starts the app for the head just parsed. New reference, or NULL with an
+ * exception set (the caller refuses with 500). */
+RequestObject *sk_request_start(ServerObject *s, sk_conn_t *c);
+int sk_request_body(RequestObject *r, const char *data, size_t len); /* 0, -1 with exception */
+void sk_request_end(RequestObject *r);
+void sk_request_disconnect(RequestObject *r); /* connection closed: wake waiters, detach */
+
+#endif

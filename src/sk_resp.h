@@ -1,0 +1,87 @@
+/* sk_resp.h — sans-I/O HTTP/1.1 response serializer.
+ *
+ * Owns: the status-line, response header validation (RFC 9110 §5), the message framing choice
+ * (RFC 9112 §6: Content-Length, chunked, or close-delimited), Content-Length accounting, the
+ * bodyless rules (HEAD, 1xx, 204, 304: RFC 9110 §6.4.1), the server's own date/server/connection
+ * fields, and the complete refusal responses (400/413/414/431/500/501/505/503/408).
+ * Never: includes Python.h or performs I/O. Output goes into a caller's sk_buf_t.
+ */
+#ifndef SK_RESP_H
+#define SK_RESP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "sk_core.h"
+
+typedef struct {
+    const char *name;  /* not NUL-terminated */
+    size_t name_len;   /* bytes */
+    const char *value; /* not NUL-terminated */
+    size_t value_len;  /* bytes */
+} sk_header_t;
+
+/* What the serializer needs to know about the request being answered. */
+typedef struct {
+    uint8_t http_minor;  /* 0 or 1 (HTTP/1.0 or HTTP/1.1) */
+    uint8_t head;        /* 1 if the method was HEAD */
+    uint8_t keep_alive;  /* 1 if the request allows a persistent connection */
+    uint8_t force_close; /* 1 if the server wants to close after this response (shutdown, unread body) */
+} sk_req_info_t;
+
+enum sk_framing {
+    SK_FRAME_NONE = 0,  /* bodyless: HEAD, 1xx, 204, 304; body bytes are dropped */
+    SK_FRAME_LENGTH,    /* Content-Length (the app's, or computed from a single final body event) */
+    SK_FRAME_CHUNKED,   /* chunked transfer coding (HTTP/1.1 only) */
+    SK_FRAME_CLOSE,     /* close-delimited (HTTP/1.0 without a length) */
+};
+
+typedef struct {
+    sk_buf_t head;        /* status-line and validated fields, without framing fields or final CRLF */
+    int status;
+    uint8_t started;      /* sk_resp_start succeeded */
+    uint8_t head_written; /* the head went to an output buffer (with the first body event) */
+    uint8_t done;         /* final body event written */
+    uint8_t keep_alive;   /* valid after the head is written: the connection may carry another request */
+    uint8_t framing;      /* enum sk_framing, valid after the head is written */
+    uint8_t app_has_date, app_has_server, app_has_cl, app_chunked, app_conn_close;
+    uint8_t app_conn_keep_alive; /* private: the app's connection field has a keep-alive token */
+    uint64_t content_length; /* bytes, when framing is SK_FRAME_LENGTH */
+    uint64_t body_sent;      /* content bytes accepted so far */
+    sk_req_info_t req;
+} sk_resp_t;
+
+/* Zeroes r for a new response (keeps r->head's storage for reuse). */
+void sk_resp_reset(sk_resp_t *r);
+/* Frees r's storage. */
+void sk_resp_free(sk_resp_t *r);
+
+/* Validates status (100..599) and headers and records them. Writes nothing to the wire yet: the
+ * head leaves with the first sk_resp_body() call, so head and first body go out in one write.
+ * Returns 0, or SK_ESTATUS, SK_EHDRNAME, SK_EHDRVALUE, SK_ECL, SK_ETE, SK_ENOMEM; on error r is
+ * left not started. */
+int sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_header_t *headers,
+                  size_t nheaders);
+
+/* Appends the head (on the first call) and this body piece, framed, to out.
+ * date: the 29-byte IMF-fixdate to send when the app gave no date field.
+ * On the first call with more_body == 0 and no app Content-Length (and not bodyless), the framing
+ * is Content-Length = len. Returns 0, or SK_ETOOLONG (nothing appended), SK_ETOOSHORT (the
+ * final event leaves the body shorter than Content-Length; nothing appended), SK_ESTATE
+ * (not started or already done), SK_ENOMEM. */
+int sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more_body,
+                 const char *date);
+
+/* Appends a complete refusal response with "connection: close", a short text/plain body naming
+ * the status, and date/server fields. status: 400, 408, 413, 414, 431, 500, 501, 503 or 505
+ * (others get the generic reason phrase). head_request: 1 to omit the body (Content-Length kept).
+ * Returns 0 or SK_ENOMEM. This is the one error sink for server-generated responses. */
+int sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date);
+
+/* "HTTP/1.1 100 Continue\r\n\r\n" (RFC 9110 §15.2.1). */
+extern const char SK_CONTINUE_RESPONSE[];
+#define SK_CONTINUE_RESPONSE_LEN 25
+
+/* Formats the IMF-fixdate for unix time t into out (29 bytes + NUL). */
+void sk_format_date(int64_t t, char out[30]);
+
+#endif

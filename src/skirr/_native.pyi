@@ -1,0 +1,71 @@
+"""skirr._native: the C extension (reactor + ASGI glue). Type stub and API contract."""
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+class ClientDisconnected(OSError):
+    """Raised by ``send`` when the client has gone away.
+
+    ASGI www 2.5 "Disconnected Client - send exception". Server-generated instances are not
+    logged as application failures.
+    """
+
+class Server:
+    """A native HTTP/1.1 reactor serving one ASGI 3 application on one listening socket.
+
+    The reactor owns every client socket: one epoll descriptor (holding the listening socket,
+    every client socket and a timerfd) is registered with ``loop.add_reader``.
+
+    Args:
+        app: the ASGI 3 callable ``app(scope, receive, send)``.
+        loop: the running event loop (asyncio or uvloop).
+        listen_fd: a listening, non-blocking socket's descriptor. The caller keeps ownership
+            (the reactor never closes it).
+        unix_path: for a Unix-domain socket, its path (scope ``server`` = ``(path, None)``,
+            ``client`` = ``None``); else ``None``.
+        root_path: ASGI ``root_path``; prefixed to ``path`` and ``raw_path``.
+        state: lifespan state; each request scope gets a shallow copy as ``state`` (or ``None``
+            to omit the key).
+        timeout_keep_alive: seconds an idle keep-alive connection is kept.
+        limit_request_body: bytes; 0 = unlimited. Over it: 413.
+        limit_request_line: bytes of the request-target. Over it: 414.
+        limit_request_fields: field-lines per request. Over it: 431.
+        limit_request_field_size: bytes of the whole field section. Over it: 431.
+        logger: the ``logging.Logger`` for application errors (``skirr.error``).
+
+    Raises:
+        OSError: epoll/timerfd could not be created.
+    """
+    def __init__(
+        self,
+        app: Callable[..., Any],
+        loop: asyncio.AbstractEventLoop,
+        listen_fd: int,
+        *,
+        unix_path: str | None = None,
+        root_path: str = "",
+        state: Mapping[str, Any] | None = None,
+        timeout_keep_alive: float = 5.0,
+        limit_request_body: int = 0,
+        limit_request_line: int = 8190,
+        limit_request_fields: int = 100,
+        limit_request_field_size: int = 65536,
+        logger: logging.Logger | None = None,
+    ) -> None: ...
+    def start(self) -> None:
+        """Registers the reactor with the loop and starts accepting."""
+    def stop_accepting(self) -> None:
+        """Stops accepting new connections (the listening socket stays open; the caller closes it)."""
+    def shutdown(self) -> None:
+        """Graceful phase: idle connections are closed now; busy ones close after their response
+        (which carries ``connection: close``)."""
+    def close(self) -> None:
+        """Hard stop: every connection is closed, waiting sends raise ClientDisconnected, receives
+        return ``http.disconnect``; the reactor leaves the loop. Idempotent."""
+    @property
+    def connections(self) -> int:
+        """Open client connections."""
+    @property
+    def active_requests(self) -> int:
+        """Requests whose application task has not finished."""

@@ -1,0 +1,1469 @@
+/* test_core.c — plain C unit tests of skirr's byte-level core (sk_core, sk_http, sk_resp).
+ *
+ * Owns: the parser's event-log harness (every input parsed whole, byte by byte and split at every
+ * offset, each call's input ending exactly at a PROT_NONE guard page), the parser cases, the
+ * serializer cases (responses parsed back with llhttp), and the buffer/date/error-table checks.
+ * Never: includes Python.h, uses the network, or depends on the wall clock.
+ * Prints "N passed, M failed" last; exits non-zero on any failure.
+ * SK_TEST_PRINT=1 in the environment prints each parser case's event log.
+ */
+#define _DEFAULT_SOURCE
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "sk_core.h"
+#include "sk_http.h"
+#include "sk_resp.h"
+#include "llhttp.h"
+
+typedef struct {
+    int passed;
+    int failed;
+    int print;
+    /* Guarded input area: bytes [base, base + size) are readable, base + size is PROT_NONE. */
+    char *base;
+    size_t size;
+    size_t map_len;
+} T;
+
+static void check(T *t, int ok, const char *file, int line, const char *what)
+{
+    if (ok) {
+        t->passed++;
+        return;
+    }
+    t->failed++;
+    fprintf(stderr, "FAIL %s:%d: %s\n", file, line, what);
+}
+
+#define CHECK(t, cond) check((t), (cond) ? 1 : 0, __FILE__, __LINE__, #cond)
+
+static int guard_init(T *t, size_t size)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+    size = (size + page - 1) / page * page;
+    t->map_len = size + page;
+    t->base = mmap(NULL, t->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (t->base == MAP_FAILED)
+        return -1;
+    if (mprotect(t->base + size, page, PROT_NONE) != 0)
+        return -1;
+    t->size = size;
+    return 0;
+}
+
+/* Copies n bytes so that they end exactly at the guard page. */
+static char *guard_place(T *t, const char *src, size_t n)
+{
+    char *dst = t->base + t->size - n;
+
+    if (n > 0)
+        memmove(dst, src, n);
+    return dst;
+}
+
+#if defined(__GNUC__)
+static void logf_(sk_buf_t *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#endif
+
+static void logf_(sk_buf_t *log, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(tmp))
+        n = sizeof(tmp) - 1;
+    sk_buf_append(log, tmp, (size_t)n);
+}
+
+/* Appends bytes, escaping CR, LF, HTAB, backslash and non-printables, so logs stay one line each. */
+static void log_bytes(sk_buf_t *log, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c == '\r')
+            sk_buf_append(log, "\\r", 2);
+        else if (c == '\n')
+            sk_buf_append(log, "\\n", 2);
+        else if (c == '\t')
+            sk_buf_append(log, "\\t", 2);
+        else if (c == '\\')
+            sk_buf_append(log, "\\\\", 2);
+        else if (c < 0x20 || c >= 0x7f)
+            logf_(log, "\\x%02x", c);
+        else
+            sk_buf_append(log, (const char *)&c, 1);
+    }
+}
+
+/* ---- parser harness -------------------------------------------------------------------------- */
+
+typedef struct {
+    sk_buf_t log;
+    sk_buf_t body;
+    int stopped;
+    int contract_errors;
+} run_t;
+
+static void log_head(run_t *r, const sk_parser_t *p)
+{
+    logf_(&r->log, "HEAD %s ", sk_parser_method_name(p));
+    log_bytes(&r->log, sk_parser_ptr(p, p->target), p->target.len);
+    logf_(&r->log, " %d.%d ka=%d ec=%d te=%d cl=", p->http_major, p->http_minor, p->keep_alive,
+          p->expect_continue, p->chunked);
+    if (p->has_content_length)
+        logf_(&r->log, "%llu\n", (unsigned long long)p->content_length);
+    else
+        logf_(&r->log, "-\n");
+    for (uint32_t i = 0; i < p->nfields; i++) {
+        sk_buf_append(&r->log, " F ", 3);
+        log_bytes(&r->log, sk_parser_ptr(p, p->fields[i].name), p->fields[i].name.len);
+        sk_buf_append(&r->log, "=[", 2);
+        log_bytes(&r->log, sk_parser_ptr(p, p->fields[i].value), p->fields[i].value.len);
+        sk_buf_append(&r->log, "]\n", 2);
+    }
+}
+
+static void flush_body(run_t *r)
+{
+    if (sk_buf_len(&r->body) == 0)
+        return;
+    logf_(&r->log, "BODY %zu [", sk_buf_len(&r->body));
+    log_bytes(&r->log, sk_buf_head(&r->body), sk_buf_len(&r->body));
+    sk_buf_append(&r->log, "]\n", 2);
+    sk_buf_consume(&r->body, sk_buf_len(&r->body));
+}
+
+/* Feeds everything pending to the parser until it needs more bytes or refuses. */
+static void pump(T *t, sk_parser_t *p, sk_buf_t *pend, run_t *r)
+{
+    for (int iter = 0; iter < 1000000 && !r->stopped; iter++) {
+        size_t len = sk_buf_len(pend);
+        char *d = guard_place(t, sk_buf_head(pend), len);
+        sk_event_t ev;
+        size_t c = sk_parser_execute(p, d, len, &ev);
+
+        if (c > len) {
+            r->contract_errors++;
+            c = len;
+        }
+        switch (ev.type) {
+        case SK_EV_NONE:
+            if (c != len)
+                r->contract_errors++;
+            sk_buf_consume(pend, c);
+            return;
+        case SK_EV_HEAD:
+            flush_body(r);
+            log_head(r, p);
+            break;
+        case SK_EV_BODY:
+            if (ev.len == 0 || ev.data < d || ev.data + ev.len > d + c)
+                r->contract_errors++;
+            else
+                sk_buf_append(&r->body, ev.data, ev.len);
+            break;
+        case SK_EV_END:
+            flush_body(r);
+            logf_(&r->log, "END\n");
+            break;
+        case SK_EV_ERROR:
+            flush_body(r);
+            logf_(&r->log, "ERROR %d\n", ev.status);
+            if (ev.reason == NULL)
+                r->contract_errors++;
+            r->stopped = 1;
+            break;
+        default:
+            r->contract_errors++;
+            r->stopped = 1;
+            break;
+        }
+        sk_buf_consume(pend, c);
+    }
+}
+
+enum { FEED_WHOLE, FEED_SPLIT, FEED_BYTES };
+
+/* Parses in[0..n) fed as a whole, split at k, or byte by byte; the event log goes to *out. */
+static void run_parser(T *t, const sk_limits_t *lim, const char *in, size_t n, int mode, size_t k,
+                       sk_buf_t *out)
+{
+    sk_parser_t p;
+    sk_buf_t pend = {0};
+    run_t r;
+    size_t pos = 0;
+
+    memset(&r, 0, sizeof(r));
+    sk_parser_init(&p, lim);
+    while (pos < n && !r.stopped) {
+        size_t next = mode == FEED_WHOLE ? n : mode == FEED_SPLIT ? (pos < k ? k : n) : pos + 1;
+
+        sk_buf_append(&pend, in + pos, next - pos);
+        pos = next;
+        pump(t, &p, &pend, &r);
+    }
+    if (n == 0)
+        pump(t, &p, &pend, &r);
+    flush_body(&r);
+    logf_(&r.log, "EOF mid=%d idle=%d\n", sk_parser_eof_mid_message(&p), sk_parser_idle(&p));
+    if (r.contract_errors)
+        logf_(&r.log, "CONTRACT ERRORS %d\n", r.contract_errors);
+    sk_buf_append(&r.log, "", 0);
+    *out = r.log;
+    sk_buf_free(&r.body);
+    sk_buf_free(&pend);
+    sk_parser_free(&p);
+}
+
+static int log_eq(const sk_buf_t *a, const sk_buf_t *b)
+{
+    return sk_buf_len(a) == sk_buf_len(b) && memcmp(sk_buf_head(a), sk_buf_head(b), sk_buf_len(a)) == 0;
+}
+
+static void print_log(const char *label, const sk_buf_t *log)
+{
+    fprintf(stderr, "--- %s\n%.*s", label, (int)sk_buf_len(log), sk_buf_head(log));
+}
+
+/* The picohttpparser habit: whole, byte by byte, and every split must give the same events, and
+ * those events must be the expected ones. */
+static void parser_case_n(T *t, const char *name, const sk_limits_t *lim, const char *in, size_t n,
+                          const char *expect, const char *file, int line)
+{
+    sk_limits_t def;
+    sk_buf_t whole, other;
+    int same = 1;
+    char what[256];
+
+    if (lim == NULL) {
+        sk_limits_default(&def);
+        lim = &def;
+    }
+    run_parser(t, lim, in, n, FEED_WHOLE, 0, &whole);
+    if (t->print)
+        print_log(name, &whole);
+    snprintf(what, sizeof(what), "parser case '%s': expected events", name);
+    {
+        int ok = strlen(expect) == sk_buf_len(&whole) &&
+                 memcmp(expect, sk_buf_head(&whole), sk_buf_len(&whole)) == 0;
+        check(t, ok, file, line, what);
+        if (!ok) {
+            fprintf(stderr, "--- expected\n%s", expect);
+            print_log("got (whole)", &whole);
+        }
+    }
+    run_parser(t, lim, in, n, FEED_BYTES, 0, &other);
+    snprintf(what, sizeof(what), "parser case '%s': byte by byte == whole", name);
+    check(t, log_eq(&whole, &other), file, line, what);
+    if (!log_eq(&whole, &other))
+        print_log("got (byte by byte)", &other);
+    sk_buf_free(&other);
+    for (size_t k = 1; k < n && same; k++) {
+        run_parser(t, lim, in, n, FEED_SPLIT, k, &other);
+        if (!log_eq(&whole, &other)) {
+            same = 0;
+            fprintf(stderr, "split at %zu differs\n", k);
+            print_log("got (split)", &other);
+        }
+        sk_buf_free(&other);
+    }
+    snprintf(what, sizeof(what), "parser case '%s': every split == whole", name);
+    check(t, same, file, line, what);
+    sk_buf_free(&whole);
+}
+
+#define PCASE(t, name, lim, in, expect) \
+    parser_case_n((t), (name), (lim), (in), sizeof(in) - 1, (expect), __FILE__, __LINE__)
+#define PCASE_BUF(t, name, lim, buf, expect) \
+    parser_case_n((t), (name), (lim), sk_buf_head(buf), sk_buf_len(buf), (expect), __FILE__, __LINE__)
+
+static void test_parser_basic(T *t)
+{
+    PCASE(t, "simple GET", NULL,
+          "GET /a?b=1 HTTP/1.1\r\nHost: example.com\r\nUser-Agent: t\r\n\r\n",
+          "HEAD GET /a?b=1 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[example.com]\n"
+          " F User-Agent=[t]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "leading empty lines", NULL,
+          "\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD GET / 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[a]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "content-length body", NULL,
+          "POST /u HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\nhello world",
+          "HEAD POST /u 1.1 ka=1 ec=0 te=0 cl=11\n"
+          " F Host=[a]\n"
+          " F Content-Length=[11]\n"
+          "BODY 11 [hello world]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "content-length 0", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=0 cl=0\n"
+          " F Host=[a]\n"
+          " F Content-Length=[0]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "pipelined", NULL,
+          "GET /1 HTTP/1.1\r\nHost: a\r\n\r\n"
+          "POST /2 HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc"
+          "PUT /3 HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nxy\r\n0\r\n\r\n"
+          "GET /4 HTTP/1.1\r\nHost: b\r\n\r\n",
+          "HEAD GET /1 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[a]\n"
+          "END\n"
+          "HEAD POST /2 1.1 ka=1 ec=0 te=0 cl=3\n"
+          " F Host=[a]\n"
+          " F Content-Length=[3]\n"
+          "BODY 3 [abc]\n"
+          "END\n"
+          "HEAD PUT /3 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "BODY 2 [xy]\n"
+          "END\n"
+          "HEAD GET /4 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[b]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "chunked with extensions and trailers", NULL,
+          "POST /c HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+          "5;name=value;q=\"a b\"\r\nhello\r\n"
+          "1;x\r\n \r\n"
+          "A\r\n0123456789\r\n"
+          "0;last=1\r\nTrailer-One: v1\r\nTrailer-Two:  v2 \r\n\r\n",
+          "HEAD POST /c 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "BODY 16 [hello 0123456789]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "value trimming", NULL,
+          "GET / HTTP/1.1\r\nHost:a\r\nX-A:   spaced  out \t \r\nX-B:\t\ttab\r\nX-Empty:\r\n"
+          "X-Blank:    \r\nX-Inner: a \t b\r\nX-Obs: caf\xc3\xa9\r\n\r\n",
+          "HEAD GET / 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[a]\n"
+          " F X-A=[spaced  out]\n"
+          " F X-B=[tab]\n"
+          " F X-Empty=[]\n"
+          " F X-Blank=[]\n"
+          " F X-Inner=[a \\t b]\n"
+          " F X-Obs=[caf\\xc3\\xa9]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "HTTP/1.0 keep-alive then close", NULL,
+          "GET /1 HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /2 HTTP/1.0\r\n\r\n",
+          "HEAD GET /1 1.0 ka=1 ec=0 te=0 cl=-\n"
+          " F Connection=[keep-alive]\n"
+          "END\n"
+          "HEAD GET /2 1.0 ka=0 ec=0 te=0 cl=-\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "HTTP/1.1 connection close", NULL,
+          "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+          "HEAD GET / 1.1 ka=0 ec=0 te=0 cl=-\n"
+          " F Host=[a]\n"
+          " F Connection=[close]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "expect 100-continue", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 2\r\n\r\nok",
+          "HEAD POST / 1.1 ka=1 ec=1 te=0 cl=2\n"
+          " F Host=[a]\n"
+          " F Expect=[100-Continue]\n"
+          " F Content-Length=[2]\n"
+          "BODY 2 [ok]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "expect 100-continue ignored on HTTP/1.0", NULL,
+          "POST / HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok",
+          "HEAD POST / 1.0 ka=0 ec=0 te=0 cl=2\n"
+          " F Expect=[100-continue]\n"
+          " F Content-Length=[2]\n"
+          "BODY 2 [ok]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "upgrade request then another request", NULL,
+          "GET /ws HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+          "GET /next HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD GET /ws 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[a]\n"
+          " F Upgrade=[websocket]\n"
+          " F Connection=[Upgrade]\n"
+          "END\n"
+          "HEAD GET /next 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[a]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "upgrade request with content then another request", NULL,
+          "POST /u HTTP/1.1\r\nHost: a\r\nUpgrade: x\r\nConnection: upgrade\r\nContent-Length: 4\r\n\r\n"
+          "abcd"
+          "POST /c HTTP/1.1\r\nHost: a\r\nUpgrade: x\r\nConnection: upgrade\r\n"
+          "Transfer-Encoding: chunked\r\n\r\n3\r\nxyz\r\n0\r\n\r\n"
+          "GET /next HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD POST /u 1.1 ka=1 ec=0 te=0 cl=4\n"
+          " F Host=[a]\n"
+          " F Upgrade=[x]\n"
+          " F Connection=[upgrade]\n"
+          " F Content-Length=[4]\n"
+          "BODY 4 [abcd]\n"
+          "END\n"
+          "HEAD POST /c 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Upgrade=[x]\n"
+          " F Connection=[upgrade]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "BODY 3 [xyz]\n"
+          "END\n"
+          "HEAD GET /next 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[a]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "CONNECT is an ordinary bodyless request", NULL,
+          "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"
+          "GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD CONNECT example.com:443 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[example.com:443]\n"
+          "END\n"
+          "HEAD GET / 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[a]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "CONNECT with content is refused", NULL,
+          "CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\nContent-Length: 30\r\n\r\n"
+          "GET /admin HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "CONNECT with Content-Length 0", NULL,
+          "CONNECT a:1 HTTP/1.1\r\nHost: a:1\r\nContent-Length: 0\r\n\r\n",
+          "HEAD CONNECT a:1 1.1 ka=1 ec=0 te=0 cl=0\n"
+          " F Host=[a:1]\n"
+          " F Content-Length=[0]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "OPTIONS asterisk and absolute-form", NULL,
+          "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\nGET http://a/x HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD OPTIONS * 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[a]\n"
+          "END\n"
+          "HEAD GET http://a/x 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[a]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "incomplete head", NULL,
+          "GET / HTTP/1.1\r\nHost: a\r\nX-Partial: va",
+          "EOF mid=1 idle=0\n");
+    PCASE(t, "incomplete content", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc",
+          "HEAD POST / 1.1 ka=1 ec=0 te=0 cl=10\n"
+          " F Host=[a]\n"
+          " F Content-Length=[10]\n"
+          "BODY 3 [abc]\n"
+          "EOF mid=1 idle=0\n");
+    PCASE(t, "incomplete chunked", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "BODY 3 [abc]\n"
+          "EOF mid=1 idle=0\n");
+    PCASE(t, "only empty lines", NULL, "\r\n\r\n", "EOF mid=0 idle=1\n");
+    PCASE(t, "Transfer-Encoding chunked any case", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ChUnKeD\r\n\r\n0\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[ChUnKeD]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "HTTP/1.0 without Host", NULL,
+          "GET / HTTP/1.0\r\n\r\n",
+          "HEAD GET / 1.0 ka=0 ec=0 te=0 cl=-\nEND\nEOF mid=0 idle=1\n");
+    PCASE(t, "empty Host and IPv6 Host", NULL,
+          "GET / HTTP/1.1\r\nHost:\r\n\r\nGET / HTTP/1.1\r\nHost: [::1]:8000\r\n\r\n",
+          "HEAD GET / 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[]\n"
+          "END\n"
+          "HEAD GET / 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[[::1]:8000]\n"
+          "END\n"
+          "EOF mid=0 idle=1\n");
+}
+
+static void test_parser_errors(T *t)
+{
+    /* RFC 9112 §3.2 */
+    PCASE(t, "HTTP/1.1 without Host", NULL, "GET / HTTP/1.1\r\nX: y\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "two Host field-lines", NULL, "GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "two Host on HTTP/1.0", NULL, "GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "invalid Host value", NULL, "GET / HTTP/1.1\r\nHost: a/b\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    /* versions */
+    PCASE(t, "HTTP/1.2", NULL, "GET / HTTP/1.2\r\nHost: a\r\n\r\n", "ERROR 505\nEOF mid=0 idle=0\n");
+    PCASE(t, "HTTP/2.0", NULL, "GET / HTTP/2.0\r\nHost: a\r\n\r\n", "ERROR 505\nEOF mid=0 idle=0\n");
+    PCASE(t, "HTTP/0.9", NULL, "GET / HTTP/0.9\r\n\r\n", "ERROR 505\nEOF mid=0 idle=0\n");
+    PCASE(t, "HTTP/3.0", NULL, "GET / HTTP/3.0\r\n\r\n", "ERROR 505\nEOF mid=0 idle=0\n");
+    PCASE(t, "HTTP/2 preface", NULL, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "ERROR 505\nEOF mid=0 idle=0\n");
+    PCASE(t, "PRI on HTTP/1.1", NULL, "PRI * HTTP/1.1\r\nHost: a\r\n\r\n", "ERROR 501\nEOF mid=0 idle=0\n");
+    PCASE(t, "HTTP/x", NULL, "GET / HTTP/x\r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "HTTP/12.0", NULL, "GET / HTTP/12.0\r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "HTTP/1.1 trailing garbage", NULL, "GET / HTTP/1.1x\r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "HTTP/1.1 trailing space", NULL, "GET / HTTP/1.1 \r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "RTSP/1.0", NULL, "GET / RTSP/1.0\r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "no version (HTTP/0.9 form)", NULL, "GET /\r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "no version, with fields", NULL, "GET /\r\nHost: a\r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "no version after SP", NULL, "GET / \r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
+    /* methods */
+    PCASE(t, "unknown method token", NULL, "FOO / HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 501\nEOF mid=0 idle=0\n");
+    PCASE(t, "lower-case get", NULL, "get / HTTP/1.1\r\nHost: a\r\n\r\n", "ERROR 501\nEOF mid=0 idle=0\n");
+    PCASE(t, "known prefix, longer token", NULL, "GETS / HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 501\nEOF mid=0 idle=0\n");
+    PCASE(t, "RTSP method over HTTP", NULL, "DESCRIBE / HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 501\nEOF mid=0 idle=0\n");
+    PCASE(t, "method not a token", NULL, "FO@O / HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "method followed by HTAB", NULL, "GET\t/ HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "unknown method followed by HTAB", NULL, "FOO\t/ HTTP/1.1\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "unknown method, then EOF", NULL, "FOOBAR", "EOF mid=1 idle=0\n");
+    PCASE(t, "second request: unknown method", NULL,
+          "GET / HTTP/1.1\r\nHost: a\r\n\r\nFOO / HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD GET / 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\nEND\nERROR 501\nEOF mid=0 idle=0\n");
+    PCASE(t, "second request: method not a token", NULL,
+          "GET / HTTP/1.1\r\nHost: a\r\n\r\nFO@ / HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD GET / 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\nEND\nERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "second request: two SP", NULL,
+          "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET  / HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD GET / 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\nEND\nERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "second request after content: unknown method", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx\r\nBREW / HTTP/1.1\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=0 cl=1\n F Host=[a]\n F Content-Length=[1]\nBODY 1 [x]\nEND\n"
+          "ERROR 501\nEOF mid=0 idle=0\n");
+    PCASE(t, "binary garbage", NULL, "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    /* request-line spacing (RFC 9112 §3) */
+    PCASE(t, "two SP after method", NULL, "GET  / HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "two SP after target", NULL, "GET /  HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "two SP after target, bad version", NULL, "GET /  HTTP/1.2\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "space in target", NULL, "GET /a b HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "non-ASCII target", NULL, "GET /caf\xc3\xa9 HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    /* framing */
+    PCASE(t, "TE + CL", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "CL + TE", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "gzip, chunked", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+          "ERROR 501\nEOF mid=0 idle=0\n");
+    PCASE(t, "gzip then chunked on two lines", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+          "ERROR 501\nEOF mid=0 idle=0\n");
+    PCASE(t, "gzip only", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n",
+          "ERROR 501\nEOF mid=0 idle=0\n");
+    PCASE(t, "chunked, chunked", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "chunked twice on two lines", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "chunked, gzip", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, gzip\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "empty Transfer-Encoding", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "TE on HTTP/1.0", NULL,
+          "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "duplicate Content-Length", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "Content-Length list", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 1\r\n\r\nx",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "signed Content-Length", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\nx",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "Content-Length overflow", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\nx",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "bad chunk size", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "chunk data longer than chunk-size", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n0\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "BODY 2 [ab]\n"
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "space after chunk size", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3 \r\nabc\r\n0\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "Content-Length in trailers", NULL,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nContent-Length: 5\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    /* field syntax */
+    PCASE(t, "obs-fold", NULL, "GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "bare LF after request-line", NULL, "GET / HTTP/1.1\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "bare LF after field", NULL, "GET / HTTP/1.1\r\nHost: a\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "bare LF ending the head", NULL, "GET / HTTP/1.1\r\nHost: a\r\n\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "bare CR in value", NULL, "GET / HTTP/1.1\r\nHost: a\r\nX: a\rb\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "NUL in value", NULL, "GET / HTTP/1.1\r\nHost: a\r\nX: a\0b\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "NUL in name", NULL, "GET / HTTP/1.1\r\nHost: a\r\nX\0: b\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "DEL in value", NULL, "GET / HTTP/1.1\r\nHost: a\r\nX: \x7f\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "space before colon", NULL, "GET / HTTP/1.1\r\nHost : a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "empty field name", NULL, "GET / HTTP/1.1\r\nHost: a\r\n: b\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "field line without colon", NULL, "GET / HTTP/1.1\r\nHost: a\r\nNoColon\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "data after Connection: close is never parsed as a request", NULL,
+          "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD GET / 1.1 ka=0 ec=0 te=0 cl=-\n"
+          " F Host=[a]\n"
+          " F Connection=[close]\n"
+          "END\n"
+          "ERROR 400\nEOF mid=0 idle=0\n");
+}
+
+/* Appends s to b. */
+static void bput(sk_buf_t *b, const char *s)
+{
+    sk_buf_append(b, s, strlen(s));
+}
+
+static void test_parser_limits(T *t)
+{
+    sk_limits_t lim;
+    sk_buf_t in = {0};
+    sk_buf_t expect = {0};
+    char line[64];
+
+    /* request-target: exactly max_request_line is accepted, one more byte is 414 */
+    for (int over = 0; over <= 1; over++) {
+        sk_limits_default(&lim);
+        sk_buf_consume(&in, sk_buf_len(&in));
+        sk_buf_consume(&expect, sk_buf_len(&expect));
+        bput(&in, "GET /");
+        for (size_t i = 1; i < lim.max_request_line + (size_t)over; i++)
+            sk_buf_append(&in, "a", 1);
+        bput(&in, " HTTP/1.1\r\nHost: a\r\n\r\n");
+        if (over) {
+            bput(&expect, "ERROR 414\nEOF mid=0 idle=0\n");
+        } else {
+            bput(&expect, "HEAD GET /");
+            for (size_t i = 1; i < lim.max_request_line; i++)
+                sk_buf_append(&expect, "a", 1);
+            bput(&expect, " 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\nEND\nEOF mid=0 idle=1\n");
+        }
+        sk_buf_append(&expect, "", 1);
+        PCASE_BUF(t, over ? "target over limit: 414" : "target at limit", NULL, &in, sk_buf_head(&expect));
+    }
+
+    /* field-lines: exactly max_fields (100, Host included) accepted, 101 is 431 */
+    for (int over = 0; over <= 1; over++) {
+        sk_limits_default(&lim);
+        sk_buf_consume(&in, sk_buf_len(&in));
+        sk_buf_consume(&expect, sk_buf_len(&expect));
+        bput(&in, "GET / HTTP/1.1\r\nHost: a\r\n");
+        bput(&expect, "HEAD GET / 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\n");
+        for (uint32_t i = 1; i < lim.max_fields + (uint32_t)over; i++) {
+            snprintf(line, sizeof(line), "X-%u: %u\r\n", i, i);
+            bput(&in, line);
+            snprintf(line, sizeof(line), " F X-%u=[%u]\n", i, i);
+            bput(&expect, line);
+        }
+        bput(&in, "\r\n");
+        bput(&expect, "END\nEOF mid=0 idle=1\n");
+        if (over) {
+            sk_buf_consume(&expect, sk_buf_len(&expect));
+            bput(&expect, "ERROR 431\nEOF mid=0 idle=0\n");
+        }
+        sk_buf_append(&expect, "", 1);
+        PCASE_BUF(t, over ? "101 fields: 431" : "100 fields", NULL, &in, sk_buf_head(&expect));
+    }
+
+    /* field section bytes (names plus values): 16 + 16 at a limit of 32 is accepted, 33 is 431 */
+    sk_limits_default(&lim);
+    lim.max_field_section = 32;
+    PCASE(t, "field section at limit", &lim,
+          "GET / HTTP/1.1\r\nHost: 0123456789ab\r\nX-Fill:   012345678 \r\n\r\n",
+          "HEAD GET / 1.1 ka=1 ec=0 te=0 cl=-\n"
+          " F Host=[0123456789ab]\n"
+          " F X-Fill=[012345678]\n"
+          "END\nEOF mid=0 idle=1\n");
+    PCASE(t, "field section over limit: 431", &lim,
+          "GET / HTTP/1.1\r\nHost: 0123456789ab\r\nX-Fill:   0123456789 \r\n\r\n",
+          "ERROR 431\nEOF mid=0 idle=0\n");
+    /* trailers are their own field section, and never stored */
+    lim.max_field_section = 40;
+    lim.max_fields = 2;
+    PCASE(t, "trailers within limits", &lim,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nT1: v\r\nT2: w\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "END\nEOF mid=0 idle=1\n");
+    PCASE(t, "too many trailer fields: 431", &lim,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nT1: v\r\nT2: w\r\nT3: x\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "ERROR 431\nEOF mid=0 idle=0\n");
+    PCASE(t, "trailer section too large: 431", &lim,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n"
+          "Trailer: 0123456789012345678901234567890123456789\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "ERROR 431\nEOF mid=0 idle=0\n");
+
+    /* content: max_body 10 */
+    sk_limits_default(&lim);
+    lim.max_body = 10;
+    PCASE(t, "Content-Length at max_body", &lim,
+          "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\n0123456789",
+          "HEAD POST / 1.1 ka=1 ec=0 te=0 cl=10\n"
+          " F Host=[a]\n"
+          " F Content-Length=[10]\n"
+          "BODY 10 [0123456789]\n"
+          "END\nEOF mid=0 idle=1\n");
+    PCASE(t, "Content-Length over max_body: 413 at head", &lim,
+          "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\n0123456789a",
+          "ERROR 413\nEOF mid=0 idle=0\n");
+    PCASE(t, "chunked at max_body", &lim,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n0123\r\n6\r\n456789\r\n0\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "BODY 10 [0123456789]\n"
+          "END\nEOF mid=0 idle=1\n");
+    PCASE(t, "chunked over max_body: 413 when exceeded", &lim,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n4\r\n0123\r\n7\r\n456789a\r\n0\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "BODY 4 [0123]\n"
+          "ERROR 413\nEOF mid=0 idle=0\n");
+    PCASE(t, "huge chunk-size over max_body", &lim,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "ERROR 413\nEOF mid=0 idle=0\n");
+
+    /* chunk extensions: max_chunk_ext 8 bytes of names plus values per chunk */
+    sk_limits_default(&lim);
+    lim.max_chunk_ext = 8;
+    PCASE(t, "chunk extensions at limit", &lim,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+          "1;abcd=efgh\r\nx\r\n1;ab=cd;ef=gh\r\ny\r\n0;12345678\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "BODY 2 [xy]\n"
+          "END\nEOF mid=0 idle=1\n");
+    PCASE(t, "chunk extensions over limit: 400", &lim,
+          "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+          "1;abcd=efgh\r\nx\r\n1;ab=cd;ef=ghi\r\ny\r\n0\r\n\r\n",
+          "HEAD POST / 1.1 ka=1 ec=0 te=1 cl=-\n"
+          " F Host=[a]\n"
+          " F Transfer-Encoding=[chunked]\n"
+          "BODY 1 [x]\n"
+          "ERROR 400\nEOF mid=0 idle=0\n");
+
+    sk_buf_free(&in);
+    sk_buf_free(&expect);
+}
+
+/* Direct checks of the pull API that the event log does not show. */
+static void test_parser_api(T *t)
+{
+    sk_limits_t lim;
+    sk_parser_t p;
+    sk_event_t ev;
+    const char *req = "POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloGET / HTTP/1.1\r\nHost: b\r\n\r\n";
+    size_t n = strlen(req);
+    char *d = guard_place(t, req, n);
+    size_t off = 0;
+    size_t c;
+
+    sk_limits_default(&lim);
+    sk_parser_init(&p, &lim);
+    CHECK(t, sk_parser_idle(&p) == 1);
+    CHECK(t, sk_parser_eof_mid_message(&p) == 0);
+    c = sk_parser_execute(&p, d, n, &ev);
+    CHECK(t, ev.type == SK_EV_HEAD);
+    CHECK(t, c == strlen("POST /x HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n"));
+    CHECK(t, strcmp(sk_parser_method_name(&p), "POST") == 0);
+    CHECK(t, p.nfields == 2 && p.has_content_length && p.content_length == 5);
+    CHECK(t, sk_parser_idle(&p) == 0 && sk_parser_eof_mid_message(&p) == 1);
+    off += c;
+    c = sk_parser_execute(&p, d + off, n - off, &ev);
+    CHECK(t, ev.type == SK_EV_BODY && ev.len == 5 && ev.data == d + off && c == 5);
+    CHECK(t, p.body_received == 5);
+    CHECK(t, sk_parser_eof_mid_message(&p) == 0); /* all content received, END not yet returned */
+    off += c;
+    c = sk_parser_execute(&p, d + off, n - off, &ev);
+    CHECK(t, ev.type == SK_EV_END && c == 0);
+    CHECK(t, sk_parser_idle(&p) == 1);
+    /* the head stays readable after END until the next request begins */
+    CHECK(t, p.target.len == 2 && memcmp(sk_parser_ptr(&p, p.target), "/x", 2) == 0);
+    c = sk_parser_execute(&p, d + off, n - off, &ev);
+    CHECK(t, ev.type == SK_EV_HEAD && off + c == n);
+    CHECK(t, strcmp(sk_parser_method_name(&p), "GET") == 0);
+    off += c;
+    CHECK(t, sk_parser_eof_mid_message(&p) == 0); /* bodyless: complete at its head */
+    c = sk_parser_execute(&p, NULL, 0, &ev);
+    CHECK(t, ev.type == SK_EV_END && c == 0);
+    c = sk_parser_execute(&p, NULL, 0, &ev);
+    CHECK(t, ev.type == SK_EV_NONE && c == 0);
+    sk_parser_free(&p);
+
+    /* after an error the parser stays dead and repeats its status */
+    sk_parser_init(&p, &lim);
+    d = guard_place(t, "GET / HTTP/1.1\r\n\r\n", 18);
+    c = sk_parser_execute(&p, d, 18, &ev);
+    CHECK(t, ev.type == SK_EV_ERROR && ev.status == 400 && ev.reason != NULL);
+    c = sk_parser_execute(&p, d, 18, &ev);
+    CHECK(t, ev.type == SK_EV_ERROR && ev.status == 400);
+    CHECK(t, sk_parser_idle(&p) == 0 && sk_parser_eof_mid_message(&p) == 0);
+    sk_parser_free(&p);
+    /* the method is known on a refusal after the request-line (HEAD refusals omit the body) */
+    sk_parser_init(&p, &lim);
+    {
+        static const char bad[] = "HEAD / HTTP/1.1\r\nHost: x\r\nX: a\0b\r\n\r\n";
+
+        d = guard_place(t, bad, sizeof(bad) - 1);
+        c = sk_parser_execute(&p, d, sizeof(bad) - 1, &ev);
+    }
+    CHECK(t, ev.type == SK_EV_ERROR && ev.status == 400 && p.method == HTTP_HEAD);
+    sk_parser_free(&p);
+    sk_parser_free(&p); /* free twice is harmless */
+}
+
+/* ---- serializer ------------------------------------------------------------------------------ */
+
+#define DATE "Sun, 06 Nov 1994 08:49:37 GMT"
+
+typedef struct {
+    llhttp_t llh;
+    int head_request;
+    int in_value;
+    int complete;
+    sk_buf_t fields;
+    sk_buf_t body;
+} resp_parse_t;
+
+static resp_parse_t *rp_of(llhttp_t *llh)
+{
+    return (resp_parse_t *)(void *)llh;
+}
+
+static int rp_field(llhttp_t *llh, const char *at, size_t len)
+{
+    resp_parse_t *rp = rp_of(llh);
+
+    if (rp->in_value) {
+        sk_buf_append(&rp->fields, "\n", 1);
+        rp->in_value = 0;
+    }
+    sk_buf_append(&rp->fields, at, len);
+    return 0;
+}
+
+static int rp_value(llhttp_t *llh, const char *at, size_t len)
+{
+    resp_parse_t *rp = rp_of(llh);
+
+    if (!rp->in_value) {
+        sk_buf_append(&rp->fields, ": ", 2);
+        rp->in_value = 1;
+    }
+    sk_buf_append(&rp->fields, at, len);
+    return 0;
+}
+
+static int rp_value_complete(llhttp_t *llh)
+{
+    resp_parse_t *rp = rp_of(llh);
+
+    if (!rp->in_value)
+        sk_buf_append(&rp->fields, ": ", 2); /* empty value */
+    rp->in_value = 1;
+    return 0;
+}
+
+static int rp_headers_complete(llhttp_t *llh)
+{
+    resp_parse_t *rp = rp_of(llh);
+
+    if (rp->in_value)
+        sk_buf_append(&rp->fields, "\n", 1);
+    rp->in_value = 0;
+    return rp->head_request ? 1 : 0;
+}
+
+static int rp_body(llhttp_t *llh, const char *at, size_t len)
+{
+    sk_buf_append(&rp_of(llh)->body, at, len);
+    return 0;
+}
+
+static int rp_complete(llhttp_t *llh)
+{
+    rp_of(llh)->complete++;
+    return 0;
+}
+
+static const llhttp_settings_t rp_settings = {
+    .on_header_field = rp_field,
+    .on_header_value = rp_value,
+    .on_header_value_complete = rp_value_complete,
+    .on_headers_complete = rp_headers_complete,
+    .on_body = rp_body,
+    .on_message_complete = rp_complete,
+};
+
+/* Parses a serialized response back with llhttp. Returns the llhttp error (0 when fine). */
+static int parse_response(resp_parse_t *rp, const sk_buf_t *wire, int head_request, int eof)
+{
+    int err;
+
+    memset(rp, 0, sizeof(*rp));
+    rp->head_request = head_request;
+    llhttp_init(&rp->llh, HTTP_RESPONSE, &rp_settings);
+    err = llhttp_execute(&rp->llh, sk_buf_head(wire), sk_buf_len(wire));
+    if (err == 0 && eof)
+        err = llhttp_finish(&rp->llh);
+    return err;
+}
+
+static void rp_free(resp_parse_t *rp)
+{
+    sk_buf_free(&rp->fields);
+    sk_buf_free(&rp->body);
+}
+
+static int buf_is(const sk_buf_t *b, const char *s)
+{
+    return sk_buf_len(b) == strlen(s) && memcmp(sk_buf_head(b), s, sk_buf_len(b)) == 0;
+}
+
+static int starts_with(const sk_buf_t *b, const char *s)
+{
+    return sk_buf_len(b) >= strlen(s) && memcmp(sk_buf_head(b), s, strlen(s)) == 0;
+}
+
+static int ends_with(const sk_buf_t *b, const char *s)
+{
+    size_t n = strlen(s);
+
+    return sk_buf_len(b) >= n && memcmp(sk_buf_head(b) + sk_buf_len(b) - n, s, n) == 0;
+}
+
+#define H(n, v) {(n), sizeof(n) - 1, (v), sizeof(v) - 1}
+
+static const sk_req_info_t REQ11 = {1, 0, 1, 0};
+static const sk_req_info_t REQ10 = {0, 0, 0, 0};
+static const sk_req_info_t REQ10_KA = {0, 0, 1, 0};
+static const sk_req_info_t REQ11_HEAD = {1, 1, 1, 0};
+
+static void test_resp_framing(T *t)
+{
+    sk_resp_t r;
+    sk_buf_t out = {0};
+    resp_parse_t rp;
+    sk_header_t hs[] = {H("Content-Type", "text/plain"), H("X-Obs", "caf\xc3\xa9\tok")};
+
+    memset(&r, 0, sizeof(r));
+
+    /* LENGTH computed from a single final body event */
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 200, hs, 2) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "hello", 5, 0, DATE) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Obs: caf\xc3\xa9\tok\r\n"
+                          "content-length: 5\r\ndate: " DATE "\r\nserver: skirr\r\n\r\nhello"));
+    CHECK(t, r.framing == SK_FRAME_LENGTH && r.keep_alive == 1 && r.done == 1);
+    CHECK(t, sk_resp_body(&r, &out, "", 0, 0, DATE) == SK_ESTATE);
+    CHECK(t, parse_response(&rp, &out, 0, 0) == 0);
+    CHECK(t, rp.llh.status_code == 200 && rp.complete == 1 && buf_is(&rp.body, "hello"));
+    CHECK(t, buf_is(&rp.fields, "Content-Type: text/plain\nX-Obs: caf\xc3\xa9\tok\ncontent-length: 5\n"
+                                "date: " DATE "\nserver: skirr\n"));
+    rp_free(&rp);
+
+    /* empty final body: content-length: 0 */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 404, NULL, 0) == 0);
+    CHECK(t, sk_resp_body(&r, &out, NULL, 0, 0, DATE) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\ndate: " DATE
+                          "\r\nserver: skirr\r\n\r\n"));
+
+    /* CHUNKED: streaming on HTTP/1.1, empty non-final pieces write nothing */
+    {
+        sk_header_t h1[] = {H("X-A", "1")};
+        size_t before;
+
+        sk_buf_consume(&out, sk_buf_len(&out));
+        sk_resp_reset(&r);
+        CHECK(t, sk_resp_start(&r, &REQ11, 201, h1, 1) == 0);
+        CHECK(t, sk_resp_body(&r, &out, "hello ", 6, 1, DATE) == 0);
+        CHECK(t, r.framing == SK_FRAME_CHUNKED && r.keep_alive == 1);
+        before = sk_buf_len(&out);
+        CHECK(t, sk_resp_body(&r, &out, "", 0, 1, DATE) == 0);
+        CHECK(t, sk_buf_len(&out) == before);
+        {
+            char big[300];
+
+            memset(big, 'z', sizeof(big));
+            CHECK(t, sk_resp_body(&r, &out, big, sizeof(big), 1, DATE) == 0);
+        }
+        CHECK(t, sk_resp_body(&r, &out, "world", 5, 0, DATE) == 0);
+        CHECK(t, starts_with(&out, "HTTP/1.1 201 Created\r\nX-A: 1\r\ntransfer-encoding: chunked\r\n"
+                                   "date: " DATE "\r\nserver: skirr\r\n\r\n6\r\nhello \r\n12c\r\nzzz"));
+        CHECK(t, ends_with(&out, "zzz\r\n5\r\nworld\r\n0\r\n\r\n"));
+        CHECK(t, parse_response(&rp, &out, 0, 0) == 0);
+        CHECK(t, rp.llh.status_code == 201 && rp.complete == 1 && sk_buf_len(&rp.body) == 311);
+        CHECK(t, memcmp(sk_buf_head(&rp.body), "hello zzz", 9) == 0);
+        CHECK(t, buf_is(&rp.fields, "X-A: 1\ntransfer-encoding: chunked\ndate: " DATE "\nserver: skirr\n"));
+        rp_free(&rp);
+    }
+
+    /* CHUNKED where the first event is final but the app asked for chunked */
+    {
+        sk_header_t h1[] = {H("transfer-encoding", " Chunked ")};
+
+        sk_buf_consume(&out, sk_buf_len(&out));
+        sk_resp_reset(&r);
+        CHECK(t, sk_resp_start(&r, &REQ11, 200, h1, 1) == 0);
+        CHECK(t, sk_resp_body(&r, &out, "abc", 3, 0, DATE) == 0);
+        CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ndate: " DATE
+                              "\r\nserver: skirr\r\n\r\n3\r\nabc\r\n0\r\n\r\n"));
+        /* the same on HTTP/1.0: no chunked coding there, so Content-Length */
+        sk_buf_consume(&out, sk_buf_len(&out));
+        sk_resp_reset(&r);
+        CHECK(t, sk_resp_start(&r, &REQ10_KA, 200, h1, 1) == 0);
+        CHECK(t, sk_resp_body(&r, &out, "abc", 3, 0, DATE) == 0);
+        CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: keep-alive\r\ndate: " DATE
+                              "\r\nserver: skirr\r\n\r\nabc"));
+    }
+
+    /* LENGTH from the app's content-length, several pieces */
+    {
+        sk_header_t h1[] = {H("Content-Length", "10")};
+
+        sk_buf_consume(&out, sk_buf_len(&out));
+        sk_resp_reset(&r);
+        CHECK(t, sk_resp_start(&r, &REQ11, 200, h1, 1) == 0);
+        CHECK(t, sk_resp_body(&r, &out, "01234", 5, 1, DATE) == 0);
+        CHECK(t, sk_resp_body(&r, &out, "", 0, 1, DATE) == 0);
+        CHECK(t, sk_resp_body(&r, &out, "56789", 5, 0, DATE) == 0);
+        CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\ndate: " DATE
+                              "\r\nserver: skirr\r\n\r\n0123456789"));
+        CHECK(t, parse_response(&rp, &out, 0, 0) == 0);
+        CHECK(t, rp.complete == 1 && buf_is(&rp.body, "0123456789"));
+        rp_free(&rp);
+    }
+
+    /* CLOSE: streaming to HTTP/1.0 */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ10_KA, 200, NULL, 0) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "part1", 5, 1, DATE) == 0);
+    CHECK(t, r.framing == SK_FRAME_CLOSE && r.keep_alive == 0);
+    CHECK(t, sk_resp_body(&r, &out, "part2", 5, 0, DATE) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\nconnection: close\r\ndate: " DATE
+                          "\r\nserver: skirr\r\n\r\npart1part2"));
+    CHECK(t, parse_response(&rp, &out, 0, 1) == 0);
+    CHECK(t, rp.complete == 1 && buf_is(&rp.body, "part1part2"));
+    rp_free(&rp);
+
+    /* HTTP/1.0 without keep-alive, single body: LENGTH, connection: close */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ10, 200, NULL, 0) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "x", 1, 0, DATE) == 0);
+    CHECK(t, r.framing == SK_FRAME_LENGTH && r.keep_alive == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ncontent-length: 1\r\nconnection: close\r\ndate: " DATE
+                          "\r\nserver: skirr\r\n\r\nx"));
+
+    sk_resp_free(&r);
+    sk_buf_free(&out);
+}
+
+static void test_resp_bodyless(T *t)
+{
+    sk_resp_t r;
+    sk_buf_t out = {0};
+    resp_parse_t rp;
+    sk_header_t cl[] = {H("content-length", "42"), H("transfer-encoding", "chunked")};
+    sk_header_t cl_only[] = {H("content-length", "42")};
+    sk_header_t te_only[] = {H("Transfer-Encoding", "chunked")};
+
+    memset(&r, 0, sizeof(r));
+    /* HEAD: body bytes dropped, app content-length passed through */
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11_HEAD, 200, cl_only, 1) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "ignored", 7, 1, DATE) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "more", 4, 0, DATE) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ncontent-length: 42\r\ndate: " DATE "\r\nserver: skirr\r\n\r\n"));
+    CHECK(t, r.framing == SK_FRAME_NONE && r.keep_alive == 1 && r.done == 1);
+    CHECK(t, parse_response(&rp, &out, 1, 0) == 0);
+    CHECK(t, rp.complete == 1 && sk_buf_len(&rp.body) == 0);
+    rp_free(&rp);
+    /* HEAD without content-length: none is made up; a chunked app stays silent too */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11_HEAD, 200, te_only, 1) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "abc", 3, 0, DATE) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ndate: " DATE "\r\nserver: skirr\r\n\r\n"));
+    /* 304: content-length passed through, no body */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 304, cl_only, 1) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "x", 1, 0, DATE) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 304 Not Modified\r\ncontent-length: 42\r\ndate: " DATE
+                          "\r\nserver: skirr\r\n\r\n"));
+    /* 204: content-length is never sent (RFC 9110 §8.6) */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 204, cl_only, 1) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "x", 1, 0, DATE) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 204 No Content\r\ndate: " DATE "\r\nserver: skirr\r\n\r\n"));
+    CHECK(t, parse_response(&rp, &out, 0, 0) == 0 && rp.complete == 1);
+    rp_free(&rp);
+    /* 1xx as the response: bodyless */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 103, NULL, 0) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "x", 1, 0, DATE) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 103 Early Hints\r\ndate: " DATE "\r\nserver: skirr\r\n\r\n"));
+    /* content-length with transfer-encoding is refused even when bodyless */
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11_HEAD, 200, cl, 2) == SK_ETE);
+    CHECK(t, r.started == 0);
+    sk_resp_free(&r);
+    sk_buf_free(&out);
+}
+
+static void test_resp_fields(T *t)
+{
+    sk_resp_t r;
+    sk_buf_t out = {0};
+    static const struct {
+        sk_header_t h;
+        int rc;
+    } cases[] = {
+        {H("X-Ok", "a\tb \xff"), 0},
+        {H("", "v"), SK_EHDRNAME},
+        {H("Bad Name", "v"), SK_EHDRNAME},
+        {H("Bad:Name", "v"), SK_EHDRNAME},
+        {H("X\x80", "v"), SK_EHDRNAME},
+        {H("X", "a\rb"), SK_EHDRVALUE},
+        {H("X", "a\nb"), SK_EHDRVALUE},
+        {H("X", "a\0b"), SK_EHDRVALUE},
+        {H("content-length", "12"), 0},
+        {H("content-length", "0"), 0},
+        {H("content-length", "18446744073709551615"), 0},
+        {H("content-length", "18446744073709551616"), SK_ECL},
+        {H("content-length", "+12"), SK_ECL},
+        {H("content-length", "-1"), SK_ECL},
+        {H("content-length", " 12"), SK_ECL},
+        {H("content-length", "12 "), SK_ECL},
+        {H("content-length", ""), SK_ECL},
+        {H("content-length", "1,1"), SK_ECL},
+        {H("content-length", "0x10"), SK_ECL},
+        {H("Transfer-Encoding", "chunked"), 0},
+        {H("transfer-encoding", "gzip"), SK_ETE},
+        {H("transfer-encoding", "gzip, chunked"), SK_ETE},
+        {H("transfer-encoding", ""), SK_ETE},
+    };
+
+    memset(&r, 0, sizeof(r));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc;
+
+        sk_resp_reset(&r);
+        rc = sk_resp_start(&r, &REQ11, 200, &cases[i].h, 1);
+        CHECK(t, rc == cases[i].rc);
+        if (rc != cases[i].rc)
+            fprintf(stderr, "  field case %zu: got %d (%s)\n", i, rc, sk_strerror(rc));
+        CHECK(t, r.started == (rc == 0));
+    }
+    /* status range */
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 99, NULL, 0) == SK_ESTATUS);
+    CHECK(t, sk_resp_start(&r, &REQ11, 600, NULL, 0) == SK_ESTATUS);
+    CHECK(t, sk_resp_body(&r, &out, "", 0, 0, DATE) == SK_ESTATE); /* not started */
+    /* two content-length fields, two transfer-encoding fields, both together */
+    {
+        sk_header_t two_cl[] = {H("content-length", "1"), H("Content-Length", "1")};
+        sk_header_t two_te[] = {H("transfer-encoding", "chunked"), H("transfer-encoding", "chunked")};
+        sk_header_t te_cl[] = {H("transfer-encoding", "chunked"), H("content-length", "1")};
+
+        CHECK(t, sk_resp_start(&r, &REQ11, 200, two_cl, 2) == SK_ECL);
+        CHECK(t, sk_resp_start(&r, &REQ11, 200, two_te, 2) == SK_ETE);
+        CHECK(t, sk_resp_start(&r, &REQ11, 200, te_cl, 2) == SK_ETE);
+        CHECK(t, r.started == 0 && sk_buf_len(&r.head) == 0);
+    }
+    /* unknown status code: empty reason phrase */
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 599, NULL, 0) == 0);
+    CHECK(t, sk_resp_start(&r, &REQ11, 200, NULL, 0) == SK_ESTATE); /* started twice */
+    CHECK(t, sk_resp_body(&r, &out, "e", 1, 0, DATE) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 599 \r\ncontent-length: 1\r\ndate: " DATE "\r\nserver: skirr\r\n\r\ne"));
+    /* the app's date and server replace the server's; names written as given */
+    {
+        sk_header_t own[] = {H("Date", "Mon, 01 Jan 2024 00:00:00 GMT"), H("SERVER", "app/1"),
+                             H("set-cookie", "a=1"), H("set-cookie", "b=2")};
+
+        sk_buf_consume(&out, sk_buf_len(&out));
+        sk_resp_reset(&r);
+        CHECK(t, sk_resp_start(&r, &REQ11, 200, own, 4) == 0);
+        CHECK(t, sk_resp_body(&r, &out, "", 0, 0, DATE) == 0);
+        CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\nSERVER: app/1\r\n"
+                              "set-cookie: a=1\r\nset-cookie: b=2\r\ncontent-length: 0\r\n\r\n"));
+    }
+    /* the app's connection: close ends the connection, and is not repeated */
+    {
+        sk_header_t close_[] = {H("Connection", "Close")};
+
+        sk_buf_consume(&out, sk_buf_len(&out));
+        sk_resp_reset(&r);
+        CHECK(t, sk_resp_start(&r, &REQ11, 200, close_, 1) == 0);
+        CHECK(t, sk_resp_body(&r, &out, "a", 1, 0, DATE) == 0);
+        CHECK(t, r.keep_alive == 0);
+        CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\nConnection: Close\r\ncontent-length: 1\r\ndate: " DATE
+                              "\r\nserver: skirr\r\n\r\na"));
+        /* server-side force_close */
+        {
+            sk_req_info_t fc = REQ11;
+
+            fc.force_close = 1;
+            sk_buf_consume(&out, sk_buf_len(&out));
+            sk_resp_reset(&r);
+            CHECK(t, sk_resp_start(&r, &fc, 200, NULL, 0) == 0);
+            CHECK(t, sk_resp_body(&r, &out, "a", 1, 0, DATE) == 0);
+            CHECK(t, r.keep_alive == 0);
+            CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ncontent-length: 1\r\nconnection: close\r\ndate: " DATE
+                                  "\r\nserver: skirr\r\n\r\na"));
+        }
+    }
+    /* date NULL: no date field */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 200, NULL, 0) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "", 0, 0, NULL) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nserver: skirr\r\n\r\n"));
+    sk_resp_free(&r);
+    sk_buf_free(&out);
+}
+
+static void test_resp_accounting(T *t)
+{
+    sk_resp_t r;
+    sk_buf_t out = {0};
+    sk_header_t cl[] = {H("content-length", "5")};
+    size_t len;
+
+    memset(&r, 0, sizeof(r));
+    /* too long in the first piece: nothing appended, head not written */
+    sk_buf_append(&out, "prev", 4);
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 200, cl, 1) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "123456", 6, 1, DATE) == SK_ETOOLONG);
+    CHECK(t, buf_is(&out, "prev") && r.head_written == 0);
+    /* too long later */
+    CHECK(t, sk_resp_body(&r, &out, "123", 3, 1, DATE) == 0);
+    len = sk_buf_len(&out);
+    CHECK(t, sk_resp_body(&r, &out, "456", 3, 1, DATE) == SK_ETOOLONG);
+    CHECK(t, sk_buf_len(&out) == len && r.body_sent == 3);
+    /* too short at the final event */
+    CHECK(t, sk_resp_body(&r, &out, "4", 1, 0, DATE) == SK_ETOOSHORT);
+    CHECK(t, sk_buf_len(&out) == len && r.done == 0);
+    CHECK(t, sk_resp_body(&r, &out, "45", 2, 0, DATE) == 0);
+    CHECK(t, r.done == 1 && r.body_sent == 5);
+    CHECK(t, sk_buf_len(&out) == len + 2);
+    /* too short on the first and final event */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 200, cl, 1) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "1234", 4, 0, DATE) == SK_ETOOSHORT);
+    CHECK(t, sk_buf_len(&out) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "", 0, 0, DATE) == SK_ETOOSHORT);
+    sk_resp_free(&r);
+    sk_buf_free(&out);
+}
+
+static void test_resp_error(T *t)
+{
+    sk_buf_t out = {0};
+    static const struct {
+        int status;
+        const char *text;
+    } cases[] = {
+        {400, "Bad Request"}, {408, "Request Timeout"}, {413, "Content Too Large"},
+        {414, "URI Too Long"}, {431, "Request Header Fields Too Large"},
+        {500, "Internal Server Error"}, {501, "Not Implemented"}, {503, "Service Unavailable"},
+        {505, "HTTP Version Not Supported"},
+    };
+
+    CHECK(t, sk_resp_error(&out, 400, 0, DATE) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                          "content-length: 11\r\nconnection: close\r\ndate: " DATE
+                          "\r\nserver: skirr\r\n\r\nBad Request"));
+    sk_buf_consume(&out, sk_buf_len(&out));
+    CHECK(t, sk_resp_error(&out, 400, 1, DATE) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                          "content-length: 11\r\nconnection: close\r\ndate: " DATE "\r\nserver: skirr\r\n\r\n"));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        resp_parse_t rp;
+        char line[64];
+
+        sk_buf_consume(&out, sk_buf_len(&out));
+        CHECK(t, sk_resp_error(&out, cases[i].status, 0, DATE) == 0);
+        snprintf(line, sizeof(line), "HTTP/1.1 %d %s\r\n", cases[i].status, cases[i].text);
+        CHECK(t, starts_with(&out, line));
+        CHECK(t, parse_response(&rp, &out, 0, 0) == 0);
+        CHECK(t, rp.llh.status_code == cases[i].status && rp.complete == 1 && buf_is(&rp.body, cases[i].text));
+        CHECK(t, llhttp_should_keep_alive(&rp.llh) == 0);
+        rp_free(&rp);
+    }
+    /* a status without a phrase gets a generic one */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    CHECK(t, sk_resp_error(&out, 499, 0, DATE) == 0);
+    CHECK(t, starts_with(&out, "HTTP/1.1 499 Error\r\n") && ends_with(&out, "\r\n\r\nError"));
+    CHECK(t, strlen(SK_CONTINUE_RESPONSE) == SK_CONTINUE_RESPONSE_LEN);
+    CHECK(t, strcmp(SK_CONTINUE_RESPONSE, "HTTP/1.1 100 Continue\r\n\r\n") == 0);
+    sk_buf_free(&out);
+}
+
+static void test_date(T *t)
+{
+    char d[30];
+
+    sk_format_date(784111777, d);
+    CHECK(t, strcmp(d, "Sun, 06 Nov 1994 08:49:37 GMT") == 0);
+    sk_format_date(0, d);
+    CHECK(t, strcmp(d, "Thu, 01 Jan 1970 00:00:00 GMT") == 0);
+    sk_format_date(951782400, d);
+    CHECK(t, strcmp(d, "Tue, 29 Feb 2000 00:00:00 GMT") == 0);
+    sk_format_date(1735689599, d);
+    CHECK(t, strcmp(d, "Tue, 31 Dec 2024 23:59:59 GMT") == 0);
+    CHECK(t, strlen(d) == 29);
+}
+
+/* ---- core ------------------------------------------------------------------------------------ */
+
+static void test_core(T *t)
+{
+    sk_buf_t b = {0};
+    char big[1000];
+    char *data;
+
+    CHECK(t, strcmp(sk_strerror(SK_ENOMEM), "out of memory") == 0);
+    CHECK(t, strcmp(sk_strerror(SK_ESTATE), "operation not valid in the current state") == 0);
+    CHECK(t, strcmp(sk_strerror(0), "unknown error") == 0);
+    CHECK(t, strcmp(sk_strerror(-100), "unknown error") == 0);
+    for (int e = SK_ESTATE; e <= SK_ENOMEM; e++)
+        CHECK(t, strcmp(sk_strerror(e), "unknown error") != 0);
+
+    CHECK(t, sk_buf_len(&b) == 0);
+    CHECK(t, sk_buf_append(&b, "", 0) == 0 && b.data == NULL);
+    CHECK(t, sk_buf_append(&b, "hello", 5) == 0 && sk_buf_len(&b) == 5);
+    sk_buf_consume(&b, 2);
+    CHECK(t, sk_buf_len(&b) == 3 && memcmp(sk_buf_head(&b), "llo", 3) == 0 && b.start == 2);
+    sk_buf_consume(&b, 3);
+    CHECK(t, b.start == 0 && b.end == 0);
+    /* compaction without growth */
+    CHECK(t, sk_buf_append(&b, "0123456789", 10) == 0);
+    sk_buf_consume(&b, 8);
+    data = b.data;
+    memset(big, 'x', sizeof(big));
+    CHECK(t, sk_buf_reserve(&b, b.cap - 2) == 0);
+    CHECK(t, b.data == data && b.start == 0 && sk_buf_len(&b) == 2 && memcmp(sk_buf_head(&b), "89", 2) == 0);
+    /* growth keeps the content */
+    CHECK(t, sk_buf_append(&b, big, sizeof(big)) == 0);
+    CHECK(t, sk_buf_len(&b) == 1002 && memcmp(sk_buf_head(&b), "89xxx", 5) == 0 && b.cap >= 1002);
+    CHECK(t, sk_buf_reserve(&b, SIZE_MAX) == SK_ENOMEM && sk_buf_len(&b) == 1002);
+    sk_buf_free(&b);
+    CHECK(t, b.data == NULL && b.cap == 0 && sk_buf_len(&b) == 0);
+    CHECK(t, sk_buf_append(&b, "again", 5) == 0 && sk_buf_len(&b) == 5);
+    sk_buf_free(&b);
+}
+
+int main(void)
+{
+    T t;
+    const char *print = getenv("SK_TEST_PRINT");
+
+    memset(&t, 0, sizeof(t));
+    t.print = print != NULL && print[0] == '1';
+    if (guard_init(&t, (size_t)1 << 20) != 0) {
+        perror("guard page");
+        return 2;
+    }
+    test_core(&t);
+    test_parser_basic(&t);
+    test_parser_errors(&t);
+    test_parser_limits(&t);
+    test_parser_api(&t);
+    test_resp_framing(&t);
+    test_resp_bodyless(&t);
+    test_resp_fields(&t);
+    test_resp_accounting(&t);
+    test_resp_error(&t);
+    test_date(&t);
+    munmap(t.base, t.map_len);
+    printf("%d passed, %d failed\n", t.passed, t.failed);
+    return t.failed == 0 ? 0 : 1;
+}
