@@ -41,6 +41,7 @@ sk_ready_new(sk_state *st, PyObject *value, int yield_first)
     }
     self->value = value;
     self->yield_first = yield_first;
+    st->live_ready++;
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }
@@ -147,6 +148,10 @@ static void
 ready_dealloc(PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
+    sk_state *st = sk_get_state_by_type(tp);
+    if (st != NULL) {
+        st->live_ready--;
+    }
     PyObject_GC_UnTrack(op);
     ready_clear(op);
     tp->tp_free(op);
@@ -197,6 +202,23 @@ static PyType_Spec ready_spec = {
     X(s_cancelled, "cancelled") X(s_exception, "exception") X(s_add_reader, "add_reader")   \
     X(s_remove_reader, "remove_reader") X(s_call_soon, "call_soon") X(s_error, "error")     \
     X(s_copy, "copy")
+
+static PyObject *
+sk_live(PyObject *module, PyObject *Py_UNUSED(arg))
+{
+    /* New reference: {"servers", "connections", "requests", "awaitables"} -> live counts. The
+     * shared send-completion awaitable is not counted. */
+    sk_state *st = PyModule_GetState(module);
+    return Py_BuildValue("{s:n,s:n,s:n,s:n}", "servers", st->live_servers, "connections",
+                         st->live_conns, "requests", st->live_requests, "awaitables",
+                         st->live_ready - (st->send_done != NULL));
+}
+
+static PyMethodDef sk_functions[] = {
+    {"_live", sk_live, METH_NOARGS,
+     "_live() -> dict: live Server, connection, Request and ready-awaitable counts (for leak tests)."},
+    {NULL, NULL, 0, NULL},
+};
 
 static int
 sk_exec(PyObject *module)
@@ -331,6 +353,7 @@ static struct PyModuleDef sk_module_def = {
     .m_doc = "skirr's native HTTP/1.1 reactor and ASGI glue.",
     .m_size = sizeof(sk_state),
     .m_slots = sk_slots,
+    .m_methods = sk_functions,
     .m_traverse = sk_traverse,
     .m_clear = sk_clear,
     .m_free = sk_free,

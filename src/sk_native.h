@@ -53,6 +53,8 @@ typedef struct {
     PyObject *s_create_task, *s_create_future, *s_add_done_callback, *s_set_result;
     PyObject *s_set_exception, *s_done, *s_cancelled, *s_exception, *s_add_reader;
     PyObject *s_remove_reader, *s_call_soon, *s_error, *s_copy;
+    /* Live-object counters for the leak and lifetime checks (skirr._native._live()). */
+    Py_ssize_t live_servers, live_conns, live_requests, live_ready;
 } sk_state;
 
 /* The module state for any object whose type was defined by this module. Borrowed pointer. */
@@ -97,6 +99,8 @@ struct ServerObject {
     PyObject *unix_path;     /* str or None */
     PyObject *on_ready;      /* bound reactor callback given to loop.add_reader */
     PyObject *run_pending;   /* bound callback given to loop.call_soon */
+    PyObject *context;       /* contextvars.Context at start(): every app task starts from a copy */
+    PyObject *call_soon_kw;  /* ("context",): keyword names for loop.call_soon */
     int listen_fd;
     int epfd;
     int timerfd;
@@ -123,6 +127,7 @@ struct RequestObject {
     PyObject *receive_waiter;/* future resolved with the next receive() event */
     PyObject *drain_waiter;  /* future resolved when unsent output drops below the high-water mark */
     PyObject *body;          /* list of bytes not yet delivered by receive() */
+    PyObject *scope;         /* built at the head, handed to the app by sk_request_run() */
     size_t body_buffered;    /* bytes in body */
     unsigned ops;            /* ready operations since the last yield (fairness quota) */
     uint8_t body_complete;   /* the request message ended */
@@ -153,9 +158,12 @@ const char *sk_server_date(ServerObject *s);      /* IMF-fixdate for now, cached
 void sk_server_abort_response(sk_conn_t *c);      /* app failed mid-response: close without completing */
 
 /* sk_request.c (used by sk_server.c) */
-/* Builds the scope and starts the app for the head just parsed. New reference, or NULL with an
+/* Builds the request and its scope for the head just parsed. New reference, or NULL with an
  * exception set (the caller refuses with 500). */
-RequestObject *sk_request_start(ServerObject *s, sk_conn_t *c);
+RequestObject *sk_request_new(ServerObject *s, sk_conn_t *c);
+/* Calls the app and starts its task; 0, or -1 (the caller refuses with 500). Deferred until the
+ * bytes in hand are parsed, so a request refused within them never reaches the app. */
+int sk_request_run(RequestObject *r);
 int sk_request_body(RequestObject *r, const char *data, size_t len); /* 0, -1 with exception */
 void sk_request_end(RequestObject *r);
 void sk_request_disconnect(RequestObject *r); /* connection closed: wake waiters, detach */

@@ -770,26 +770,45 @@ static PyMethodDef send_def = {"send", request_send, METH_O,
 static PyMethodDef done_def = {"_task_done", request_task_done, METH_O, NULL};
 
 RequestObject *
-sk_request_start(ServerObject *s, sk_conn_t *c)
+sk_request_new(ServerObject *s, sk_conn_t *c)
 {
-    /* New reference, or NULL: with an exception set if the request could not be built, without
-     * one if the app failed to start (already logged). Either way the caller answers 500. */
+    /* New reference: the request for the head just parsed, with its scope; NULL with an
+     * exception. The app is not called yet (sk_request_run). */
     sk_state *st = s->st;
     sk_parser_t *p = &c->parser;
-    PyObject *scope = NULL, *receive = NULL, *send = NULL, *coro = NULL, *task = NULL;
-    PyObject *cb = NULL, *h = NULL;
     RequestObject *r = (RequestObject *)st->request_type->tp_alloc(st->request_type, 0);
     if (r == NULL) {
         return NULL;
     }
     r->st = st;
+    st->live_requests++;
     r->server = (ServerObject *)Py_NewRef(s);
     r->conn = c;
     r->expect_continue = p->expect_continue;
     r->keep_alive = p->keep_alive;
     r->http_minor = p->http_minor;
     r->is_head = (p->method == HTTP_HEAD);
-    scope = build_scope(s, c);
+    r->scope = build_scope(s, c);
+    if (r->scope == NULL) {
+        r->conn = NULL;
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
+}
+
+int
+sk_request_run(RequestObject *r)
+{
+    /* Calls the app and starts its task. 0, or -1: with an exception set if the task could not
+     * be set up, without one if the app failed to start (already logged). Either way the caller
+     * answers 500. */
+    sk_state *st = r->st;
+    ServerObject *s = r->server;
+    PyObject *receive = NULL, *send = NULL, *coro = NULL, *task = NULL, *cb = NULL, *h = NULL;
+    PyObject *scope = r->scope; /* moved out: the app owns the scope from now on */
+    int rc = -1;
+    r->scope = NULL;
     receive = PyCFunction_New(&receive_def, (PyObject *)r);
     send = PyCFunction_New(&send_def, (PyObject *)r);
     if (scope == NULL || receive == NULL || send == NULL) {
@@ -814,7 +833,8 @@ sk_request_start(ServerObject *s, sk_conn_t *c)
     }
     r->task = Py_NewRef(task);
     s->active_requests++;
-    goto done;
+    rc = 0;
+    goto error;
 
 app_error: {
         PyObject *typ, *exc, *tb;
@@ -834,9 +854,6 @@ app_error: {
         }
     }
 error:
-    r->conn = NULL;
-    Py_CLEAR(r);
-done:
     Py_XDECREF(scope);
     Py_XDECREF(receive);
     Py_XDECREF(send);
@@ -844,7 +861,7 @@ done:
     Py_XDECREF(task);
     Py_XDECREF(cb);
     Py_XDECREF(h);
-    return r;
+    return rc;
 }
 
 int
@@ -932,6 +949,7 @@ request_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(r->receive_waiter);
     Py_VISIT(r->drain_waiter);
     Py_VISIT(r->body);
+    Py_VISIT(r->scope);
     return 0;
 }
 
@@ -944,6 +962,7 @@ request_clear(PyObject *op)
     Py_CLEAR(r->receive_waiter);
     Py_CLEAR(r->drain_waiter);
     Py_CLEAR(r->body);
+    Py_CLEAR(r->scope);
     return 0;
 }
 
@@ -952,6 +971,9 @@ request_dealloc(PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
     PyObject_GC_UnTrack(op);
+    if (((RequestObject *)op)->st != NULL) {
+        ((RequestObject *)op)->st->live_requests--;
+    }
     request_clear(op);
     sk_resp_free(&((RequestObject *)op)->resp);
     tp->tp_free(op);

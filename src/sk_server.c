@@ -93,6 +93,7 @@ conn_free(sk_conn_t *c)
     sk_buf_free(&c->out);
     Py_CLEAR(c->client);
     Py_CLEAR(c->local);
+    c->server->st->live_conns--;
     PyMem_Free(c);
 }
 
@@ -257,7 +258,8 @@ refuse(sk_conn_t *c, int status)
     }
     if (!started) {
         /* c->out may still hold earlier pipelined responses: the refusal goes after them. */
-        if (sk_resp_error(&c->out, status, 0, sk_server_date(c->server)) < 0) {
+        int head = (c->parser.method == HTTP_HEAD); /* valid on SK_EV_ERROR too */
+        if (sk_resp_error(&c->out, status, head, sk_server_date(c->server)) < 0) {
             sk_conn_close(c);
             return;
         }
@@ -294,6 +296,7 @@ static size_t
 conn_parse(sk_conn_t *c, const char *data, size_t len)
 {
     size_t total = 0;
+    RequestObject *to_run = NULL; /* strong: a request whose app starts once these bytes are parsed */
     /* Runs until the parser says it needs more input (SK_EV_NONE): after a head or body event
      * the parser may have an event due with no bytes left (the end of a Content-Length body). */
     while (!c->closed) {
@@ -304,40 +307,45 @@ conn_parse(sk_conn_t *c, const char *data, size_t len)
         sk_event_t ev;
         size_t n = sk_parser_execute(&c->parser, data + total, len - total, &ev);
         total += n;
-        switch (ev.type) {
-        case SK_EV_NONE:
-            break;
-        case SK_EV_HEAD:
-            idle_remove(c);
-            r = sk_request_start(c->server, c);
-            if (r == NULL) {
-                if (PyErr_Occurred()) {
-                    PyErr_WriteUnraisable((PyObject *)c->server);
-                }
-                refuse(c, 500);
-                return total;
-            }
-            c->current = r; /* strong: released by detach */
-            break;
-        case SK_EV_BODY:
-            if (r != NULL && sk_request_body(r, ev.data, ev.len) < 0) {
-                PyErr_WriteUnraisable((PyObject *)c->server);
-                refuse(c, 500);
-                return total;
-            }
-            break;
-        case SK_EV_END:
-            if (r != NULL) {
-                sk_request_end(r);
-            }
-            break;
-        default: /* SK_EV_ERROR */
-            refuse(c, ev.status);
-            return total;
-        }
         if (ev.type == SK_EV_NONE) {
             break;
         }
+        if (ev.type == SK_EV_HEAD) {
+            idle_remove(c);
+            r = sk_request_new(c->server, c);
+            if (r == NULL) {
+                PyErr_WriteUnraisable((PyObject *)c->server);
+                refuse(c, 500);
+                break;
+            }
+            c->current = r; /* strong: released by detach */
+            to_run = (RequestObject *)Py_NewRef(r);
+        }
+        else if (ev.type == SK_EV_BODY) {
+            if (r != NULL && sk_request_body(r, ev.data, ev.len) < 0) {
+                PyErr_WriteUnraisable((PyObject *)c->server);
+                refuse(c, 500);
+                break;
+            }
+        }
+        else if (ev.type == SK_EV_END) {
+            if (r != NULL) {
+                sk_request_end(r);
+            }
+        }
+        else { /* SK_EV_ERROR: the one error sink */
+            refuse(c, ev.status);
+            break;
+        }
+    }
+    if (to_run != NULL) {
+        if (to_run->conn == c && !c->closed && !c->close_after_write && sk_request_run(to_run) < 0) {
+            if (PyErr_Occurred()) {
+                PyErr_WriteUnraisable((PyObject *)c->server);
+            }
+            refuse(c, 500);
+        }
+        Py_DECREF(to_run);
     }
     return total;
 }
@@ -469,7 +477,11 @@ sk_conn_schedule(sk_conn_t *c)
     }
     s->pending_tail = c;
     if (!s->pending_scheduled) {
-        PyObject *h = PyObject_CallMethodOneArg(s->loop, s->st->s_call_soon, s->run_pending);
+        /* In the server's own context: this may run inside an app task's send(), whose context
+         * must not leak into the next request's task (which copies the current context). */
+        PyObject *args[3] = {s->loop, s->run_pending, s->context};
+        PyObject *h = PyObject_VectorcallMethod(s->st->s_call_soon, args,
+                                                2 | PY_VECTORCALL_ARGUMENTS_OFFSET, s->call_soon_kw);
         if (h == NULL) {
             PyErr_WriteUnraisable((PyObject *)s);
             return;
@@ -518,14 +530,14 @@ server_accept(ServerObject *s)
         }
         c->fd = fd;
         c->server = s;
+        s->st->live_conns++;
         memcpy(&c->peer, &addr, alen);
         c->peer_len = alen;
         sk_parser_init(&c->parser, &s->limits);
         struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
         if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            sk_parser_free(&c->parser);
-            PyMem_Free(c);
             close(fd);
+            conn_free(c);
             return;
         }
         c->epoll_events = ev.events;
@@ -624,6 +636,10 @@ server_start(PyObject *op, PyObject *Py_UNUSED(arg))
         return NULL;
     }
     Py_DECREF(h);
+    Py_XSETREF(s->context, PyContext_CopyCurrent());
+    if (s->context == NULL) {
+        return NULL;
+    }
     if (listen_register(s, 1) < 0) {
         return PyErr_SetFromErrno(PyExc_OSError);
     }
@@ -755,6 +771,7 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     if (s->st == NULL) {
         goto error;
     }
+    s->st->live_servers++;
     s->app = Py_NewRef(app);
     s->loop = Py_NewRef(loop);
     s->logger = Py_NewRef(logger);
@@ -780,6 +797,11 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     }
     s->run_pending = PyObject_GetAttrString((PyObject *)s, "_run_pending");
     if (s->run_pending == NULL) {
+        goto error;
+    }
+    s->call_soon_kw = Py_BuildValue("(s)", "context");
+    s->context = PyContext_CopyCurrent();
+    if (s->call_soon_kw == NULL || s->context == NULL) {
         goto error;
     }
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -820,6 +842,8 @@ server_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(s->unix_path);
     Py_VISIT(s->on_ready);
     Py_VISIT(s->run_pending);
+    Py_VISIT(s->context);
+    Py_VISIT(s->call_soon_kw);
     for (sk_conn_t *c = s->all_head; c != NULL; c = c->all_next) {
         Py_VISIT(c->current);
     }
@@ -840,6 +864,8 @@ server_clear(PyObject *op)
     Py_CLEAR(s->unix_path);
     Py_CLEAR(s->on_ready);
     Py_CLEAR(s->run_pending);
+    Py_CLEAR(s->context);
+    Py_CLEAR(s->call_soon_kw);
     return 0;
 }
 
@@ -853,6 +879,9 @@ server_dealloc(PyObject *op)
     }
     else {
         server_close_all((ServerObject *)op);
+    }
+    if (((ServerObject *)op)->st != NULL) {
+        ((ServerObject *)op)->st->live_servers--;
     }
     tp->tp_free(op);
     Py_DECREF(tp);
