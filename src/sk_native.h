@@ -30,6 +30,15 @@
 #define SK_FAIRNESS_QUOTA 128             /* ready receive/send operations per request before one yield */
 #define SK_METHOD_CACHE 64                /* llhttp method ids cached as interned str */
 
+/* What a connection's one deadline means (RFC 9112 §9.5 leaves timeouts to the server). */
+enum sk_timer_kind {
+    SK_TIMER_NONE = 0,
+    SK_TIMER_KEEPALIVE, /* idle between requests: close quietly */
+    SK_TIMER_HEAD,      /* request head not complete: 408 if any byte arrived, then close */
+    SK_TIMER_WRITE,     /* unsent output made no progress: the peer is gone (ClientDisconnected) */
+    SK_TIMER_LINGER,    /* half-closed by us: stop discarding input and close */
+};
+
 typedef struct ServerObject ServerObject;
 typedef struct RequestObject RequestObject;
 typedef struct sk_conn sk_conn_t;
@@ -76,9 +85,11 @@ struct sk_conn {
     uint8_t closed;         /* fd closed, waiting to be reaped */
     uint8_t close_after_write; /* close once out is flushed */
     uint8_t pending;        /* on the server's pending list */
-    uint8_t in_idle;        /* on the server's idle (keep-alive timer) list */
+    uint8_t in_idle;        /* on the server's timer list (deadline and timer_kind valid) */
+    uint8_t timer_kind;     /* enum sk_timer_kind */
     uint8_t lingering;      /* half-closed by us: reading and discarding until EOF or timeout */
     double deadline;        /* monotonic seconds, while in_idle */
+    uint64_t requests;      /* requests started on this connection */
     sk_conn_t *idle_prev, *idle_next;
     sk_conn_t *all_prev, *all_next;
     sk_conn_t *pending_next;
@@ -106,7 +117,12 @@ struct ServerObject {
     int timerfd;
     uint8_t started, accepting, shutting_down, closed, pending_scheduled, accept_paused;
     sk_limits_t limits;
-    double keep_alive;       /* seconds */
+    double keep_alive;       /* seconds: --timeout-keep-alive */
+    double head_timeout;     /* seconds: --timeout-request-head */
+    double write_timeout;    /* seconds: --timeout-write */
+    Py_ssize_t limit_concurrency; /* requests in flight before 503; 0 = unlimited */
+    Py_ssize_t limit_connections; /* open connections before accepting pauses; 0 = unlimited */
+    uint64_t total_requests; /* requests started since the server was made */
     Py_ssize_t connections;
     Py_ssize_t active_requests;
     sk_conn_t *all_head;

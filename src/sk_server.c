@@ -42,10 +42,12 @@ sk_server_date(ServerObject *s)
     return s->date;
 }
 
+static int listen_register(ServerObject *s, int add);
+
 /* ---- connection lists ------------------------------------------------------------------------- */
 
 static void
-idle_remove(sk_conn_t *c)
+timer_disarm(sk_conn_t *c)
 {
     ServerObject *s = c->server;
     if (!c->in_idle) {
@@ -65,13 +67,15 @@ idle_remove(sk_conn_t *c)
     }
     c->idle_prev = c->idle_next = NULL;
     c->in_idle = 0;
+    c->timer_kind = SK_TIMER_NONE;
 }
 
 static void
-idle_add(sk_conn_t *c, double seconds)
+timer_arm(sk_conn_t *c, int kind, double seconds)
 {
     ServerObject *s = c->server;
-    idle_remove(c);
+    timer_disarm(c);
+    c->timer_kind = (uint8_t)kind;
     c->deadline = monotonic() + seconds;
     c->idle_prev = s->idle_tail;
     c->idle_next = NULL;
@@ -83,6 +87,21 @@ idle_add(sk_conn_t *c, double seconds)
     }
     s->idle_tail = c;
     c->in_idle = 1;
+}
+
+/* Between requests: the keep-alive timer, or the head timer if the next request has begun. */
+static void
+conn_arm_idle(sk_conn_t *c)
+{
+    ServerObject *s = c->server;
+    if (sk_buf_len(&c->in) > 0 || !sk_parser_idle(&c->parser)) {
+        if (c->timer_kind != SK_TIMER_HEAD) {
+            timer_arm(c, SK_TIMER_HEAD, s->head_timeout);
+        }
+    }
+    else {
+        timer_arm(c, SK_TIMER_KEEPALIVE, s->keep_alive);
+    }
 }
 
 static void
@@ -161,7 +180,7 @@ sk_conn_close(sk_conn_t *c)
     if (c->current) {
         sk_request_disconnect(c->current); /* detaches: c->current becomes NULL */
     }
-    idle_remove(c);
+    timer_disarm(c);
     (void)epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
     close(c->fd);
     c->fd = -1;
@@ -175,6 +194,10 @@ sk_conn_close(sk_conn_t *c)
         c->all_next->all_prev = c->all_prev;
     }
     s->connections--;
+    if (s->accept_paused && s->accepting && s->limit_connections > 0 &&
+        s->connections < s->limit_connections && listen_register(s, 1) == 0) {
+        s->accept_paused = 0;
+    }
     c->reap_next = s->reap_head;
     s->reap_head = c;
 }
@@ -192,7 +215,7 @@ conn_linger(sk_conn_t *c)
         return;
     }
     c->lingering = 1;
-    idle_add(c, LINGER_SECONDS);
+    timer_arm(c, SK_TIMER_LINGER, LINGER_SECONDS);
     sk_conn_update_events(c);
 }
 
@@ -206,10 +229,12 @@ conn_peer_gone(sk_conn_t *c)
 int
 sk_conn_write(sk_conn_t *c)
 {
+    int progress = 0;
     while (sk_buf_len(&c->out) > 0) {
         ssize_t n = send(c->fd, sk_buf_head(&c->out), sk_buf_len(&c->out), MSG_NOSIGNAL);
         if (n > 0) {
             sk_buf_consume(&c->out, (size_t)n);
+            progress = 1;
             continue;
         }
         if (n < 0 && errno == EINTR) {
@@ -242,6 +267,19 @@ sk_conn_write(sk_conn_t *c)
     if (sk_buf_len(&c->out) == 0 && c->close_after_write && !c->lingering) {
         conn_linger(c);
         return 0;
+    }
+    if (!c->lingering) {
+        if (sk_buf_len(&c->out) > 0) {
+            if (progress || c->timer_kind != SK_TIMER_WRITE) {
+                timer_arm(c, SK_TIMER_WRITE, c->server->write_timeout);
+            }
+        }
+        else if (c->timer_kind == SK_TIMER_WRITE) {
+            timer_disarm(c);
+            if (c->current == NULL) {
+                conn_arm_idle(c);
+            }
+        }
     }
     sk_conn_update_events(c);
     return 0;
@@ -311,7 +349,16 @@ conn_parse(sk_conn_t *c, const char *data, size_t len)
             break;
         }
         if (ev.type == SK_EV_HEAD) {
-            idle_remove(c);
+            ServerObject *s = c->server;
+            if (c->timer_kind == SK_TIMER_HEAD || c->timer_kind == SK_TIMER_KEEPALIVE) {
+                timer_disarm(c);
+            }
+            if (s->limit_concurrency > 0 && s->active_requests >= s->limit_concurrency) {
+                refuse(c, 503); /* --limit-concurrency: over capacity, try again later */
+                break;
+            }
+            s->total_requests++;
+            c->requests++;
             r = sk_request_new(c->server, c);
             if (r == NULL) {
                 PyErr_WriteUnraisable((PyObject *)c->server);
@@ -389,6 +436,9 @@ conn_readable(sk_conn_t *c, uint32_t events)
     if (c->lingering) {
         return; /* discard */
     }
+    if (c->timer_kind == SK_TIMER_KEEPALIVE) {
+        timer_arm(c, SK_TIMER_HEAD, s->head_timeout); /* the next request head has begun */
+    }
     if (sk_buf_len(&c->in) > 0) {
         if (sk_buf_append(&c->in, s->readbuf, (size_t)n) < 0) {
             sk_conn_close(c);
@@ -428,7 +478,9 @@ sk_conn_request_done(sk_conn_t *c, int keep_alive)
         (void)sk_conn_write(c);
         return;
     }
-    idle_add(c, s->keep_alive);
+    if (c->timer_kind != SK_TIMER_WRITE) {
+        conn_arm_idle(c);
+    }
     if (sk_buf_len(&c->in) > 0) {
         sk_conn_schedule(c);
     }
@@ -547,7 +599,14 @@ server_accept(ServerObject *s)
         }
         s->all_head = c;
         s->connections++;
-        idle_add(c, s->keep_alive);
+        timer_arm(c, SK_TIMER_HEAD, s->head_timeout);
+        if (s->limit_connections > 0 && s->connections >= s->limit_connections) {
+            /* --limit-connections: resume when one closes (sk_conn_close) */
+            if (listen_register(s, 0) == 0) {
+                s->accept_paused = 1;
+            }
+            return;
+        }
     }
 }
 
@@ -562,8 +621,14 @@ server_tick(ServerObject *s)
     sk_conn_t *c = s->idle_head;
     while (c != NULL) {
         sk_conn_t *next = c->idle_next;
-        if (c->deadline <= now) {
-            sk_conn_close(c); /* idle keep-alive, or linger over */
+        if (c->in_idle && c->deadline <= now) {
+            if (c->timer_kind == SK_TIMER_HEAD &&
+                (sk_buf_len(&c->in) > 0 || !sk_parser_idle(&c->parser))) {
+                refuse(c, 408); /* RFC 9110 §15.5.9: some of a request head, never all of it */
+            }
+            else {
+                sk_conn_close(c); /* idle, linger over, no write progress, or no byte at all */
+            }
         }
         c = next;
     }
@@ -731,6 +796,13 @@ server_get_connections(PyObject *op, void *Py_UNUSED(closure))
 }
 
 static PyObject *
+server_get_total(PyObject *op, void *Py_UNUSED(closure))
+{
+    /* New reference. */
+    return PyLong_FromUnsignedLongLong(((ServerObject *)op)->total_requests);
+}
+
+static PyObject *
 server_get_active(PyObject *op, void *Py_UNUSED(closure))
 {
     /* New reference. */
@@ -743,21 +815,27 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     /* New reference, or NULL with an exception. */
     static char *kwlist[] = {"app", "loop", "listen_fd", "unix_path", "root_path", "state",
                              "timeout_keep_alive", "limit_request_body", "limit_request_line",
-                             "limit_request_fields", "limit_request_field_size", "logger", NULL};
+                             "limit_request_fields", "limit_request_field_size", "logger",
+                             "timeout_request_head", "timeout_write", "limit_concurrency",
+                             "limit_connections", NULL};
     PyObject *app, *loop, *unix_path = Py_None, *root_path = NULL, *state = Py_None;
     PyObject *logger = Py_None;
     int listen_fd;
-    double keep_alive = 5.0;
+    double keep_alive = 5.0, head_timeout = 10.0, write_timeout = 30.0;
+    Py_ssize_t limit_concurrency = 0, limit_connections = 0;
     unsigned long long max_body = 0;
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
     ServerObject *s = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|$OUOdKnnnO", kwlist, &app, &loop, &listen_fd,
-                                     &unix_path, &root_path, &state, &keep_alive, &max_body,
-                                     &max_line, &max_fields, &max_section, &logger)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|$OUOdKnnnOddnn", kwlist, &app, &loop,
+                                     &listen_fd, &unix_path, &root_path, &state, &keep_alive,
+                                     &max_body, &max_line, &max_fields, &max_section, &logger,
+                                     &head_timeout, &write_timeout, &limit_concurrency,
+                                     &limit_connections)) {
         return NULL;
     }
-    if (max_line <= 0 || max_fields <= 0 || max_section <= 0 || keep_alive < 0) {
-        PyErr_SetString(PyExc_ValueError, "limits must be positive");
+    if (max_line <= 0 || max_fields <= 0 || max_section <= 0 || keep_alive < 0 ||
+        head_timeout <= 0 || write_timeout <= 0 || limit_concurrency < 0 || limit_connections < 0) {
+        PyErr_SetString(PyExc_ValueError, "limits and timeouts must be positive");
         return NULL;
     }
     s = (ServerObject *)tp->tp_alloc(tp, 0);
@@ -786,6 +864,10 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         goto error;
     }
     s->keep_alive = keep_alive;
+    s->head_timeout = head_timeout;
+    s->write_timeout = write_timeout;
+    s->limit_concurrency = limit_concurrency;
+    s->limit_connections = limit_connections;
     sk_limits_default(&s->limits);
     s->limits.max_body = max_body;
     s->limits.max_request_line = (size_t)max_line;
@@ -901,6 +983,7 @@ static PyMethodDef server_methods[] = {
 static PyGetSetDef server_getset[] = {
     {"connections", server_get_connections, NULL, "Open client connections.", NULL},
     {"active_requests", server_get_active, NULL, "Requests whose application task is running.", NULL},
+    {"total_requests", server_get_total, NULL, "Requests started since the server was made.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -913,7 +996,9 @@ static PyType_Slot server_slots[] = {
     {Py_tp_dealloc, server_dealloc},
     {Py_tp_doc, (void *)"Server(app, loop, listen_fd, *, unix_path=None, root_path='', state=None, "
                         "timeout_keep_alive=5.0, limit_request_body=0, limit_request_line=8190, "
-                        "limit_request_fields=100, limit_request_field_size=65536, logger=None)\n\n"
+                        "limit_request_fields=100, limit_request_field_size=65536, logger=None, "
+                        "timeout_request_head=10.0, timeout_write=30.0, limit_concurrency=0, "
+                        "limit_connections=0)\n\n"
                         "A native HTTP/1.1 reactor serving one ASGI 3 application on one "
                         "listening socket. See skirr/_native.pyi."},
     {0, NULL},

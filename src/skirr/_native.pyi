@@ -33,6 +33,12 @@ class Server:
         limit_request_fields: field-lines per request. Over it: 431.
         limit_request_field_size: bytes of the whole field section. Over it: 431.
         logger: the ``logging.Logger`` for application errors (``skirr.error``).
+        timeout_request_head: seconds a connection may take to complete a request head (from
+            its first byte, or from accept); then 408 if any byte arrived, and close.
+        timeout_write: seconds unsent output may make no progress; then the connection is
+            closed and waiting sends raise ClientDisconnected.
+        limit_concurrency: requests in flight before new ones get 503; 0 = unlimited.
+        limit_connections: open connections before accepting pauses; 0 = unlimited.
 
     Raises:
         OSError: epoll/timerfd could not be created.
@@ -69,3 +75,9 @@ class Server:
     @property
     def active_requests(self) -> int:
         """Requests whose application task has not finished."""
+    @property
+    def total_requests(self) -> int:
+        """Requests started since the server was made (for --limit-max-requests)."""
+
+def _live() -> dict:
+    """Live counts {"servers", "connections", "requests", "awaitables"} for leak tests."""
