@@ -79,5 +79,5 @@ class Server:
     def total_requests(self) -> int:
         """Requests started since the server was made (for --limit-max-requests)."""
 
-def _live() -> dict:
+def _live() -> dict[str, int]:
     """Live counts {"servers", "connections", "requests", "awaitables"} for leak tests."""

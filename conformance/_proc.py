@@ -1,0 +1,246 @@
+"""Helpers for the tests that run skirr as a subprocess (test_cli, test_lifespan, test_fastapi).
+
+`Skirr` starts ``python -m skirr ...`` with stdout/stderr going to files (no pipe can fill up),
+waits for the port (or socket) to accept, and stops it with a signal; `request` sends one request
+over a plain socket and reads the response with h11. Every wait is bounded.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import h11
+import pytest
+
+HERE = Path(__file__).resolve().parent
+APPS_DIR = HERE / "apps"
+EXAMPLES_DIR = HERE.parent / "examples"
+
+LOOPS = ("asyncio", "uvloop")
+# Applied to every test of a module (pytestmark): each case runs on both loops.
+each_loop = pytest.mark.parametrize("loop", LOOPS)
+
+START_TIMEOUT = 20.0  # seconds for a server to accept (FastAPI imports take a while)
+STOP_TIMEOUT = 15.0  # seconds for a server to exit after a signal
+IO_TIMEOUT = 10.0  # seconds for any socket operation
+
+Address = int | str  # a TCP port on 127.0.0.1, or a Unix-domain socket path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (bound to 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def connect(addr: Address, timeout: float = IO_TIMEOUT) -> socket.socket:
+    """A connected client socket with ``timeout`` on every operation."""
+    if isinstance(addr, str):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(addr)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    return socket.create_connection(("127.0.0.1", addr), timeout=timeout)
+
+
+@dataclasses.dataclass
+class Response:
+    status: int
+    headers: list[tuple[bytes, bytes]]  # lower-cased names, in order
+    body: bytes
+    chunks: list[bytes]  # the body as h11 delivered it (one item per Data event)
+    chunked: bool  # framed with Transfer-Encoding: chunked
+    http_version: bytes
+
+    def header(self, name: bytes) -> bytes | None:
+        values = [v for k, v in self.headers if k == name]
+        assert len(values) <= 1, f"{name!r} appears {len(values)} times"
+        return values[0] if values else None
+
+
+def send_request(
+    sock: socket.socket,
+    conn: h11.Connection,
+    method: str = "GET",
+    target: str = "/",
+    headers: Sequence[tuple[str, str]] = (),
+    body: bytes = b"",
+) -> None:
+    """Writes one request (Content-Length framed when there is a body)."""
+    hdrs = [("host", "localhost"), *headers]
+    if body or method in ("POST", "PUT", "PATCH"):
+        hdrs.append(("content-length", str(len(body))))
+    data = conn.send(h11.Request(method=method, target=target, headers=hdrs))
+    if body:
+        data += conn.send(h11.Data(data=body))
+    data += conn.send(h11.EndOfMessage())
+    sock.sendall(data)
+
+
+def read_response(sock: socket.socket, conn: h11.Connection) -> Response:
+    """Reads one whole response with h11 (the socket's timeout bounds every read)."""
+    head: h11.Response | None = None
+    chunks: list[bytes] = []
+    chunked = False
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(sock.recv(65536))
+            continue
+        if isinstance(event, h11.InformationalResponse):
+            continue
+        if isinstance(event, h11.Response):
+            head = event
+            chunked = any(
+                k == b"transfer-encoding" and v.lower() == b"chunked" for k, v in event.headers
+            )
+        elif isinstance(event, h11.Data):
+            chunks.append(bytes(event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            break
+        elif isinstance(event, h11.ConnectionClosed):
+            raise AssertionError("connection closed before the response ended")
+    assert head is not None
+    return Response(
+        status=head.status_code,
+        headers=[(bytes(k), bytes(v)) for k, v in head.headers],
+        body=b"".join(chunks),
+        chunks=chunks,
+        chunked=chunked,
+        http_version=bytes(head.http_version),
+    )
+
+
+def request(
+    addr: Address,
+    method: str = "GET",
+    target: str = "/",
+    headers: Sequence[tuple[str, str]] = (),
+    body: bytes = b"",
+    timeout: float = IO_TIMEOUT,
+) -> Response:
+    """One request on a new connection; returns the whole response."""
+    with connect(addr, timeout) as sock:
+        conn = h11.Connection(h11.CLIENT)
+        send_request(sock, conn, method, target, headers, body)
+        return read_response(sock, conn)
+
+
+def accepts(addr: Address) -> bool:
+    """True when a connection to ``addr`` is accepted right now."""
+    try:
+        with connect(addr, timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+class Skirr:
+    """``python -m skirr ARGS`` as a subprocess; a context manager that kills it on exit.
+
+    Args:
+        args: the command-line arguments after ``-m skirr``.
+        tmp_path: where stdout, stderr and the apps' event log ($SKIRR_TEST_LOG) go.
+        cwd: the working directory (default: conformance/apps, so ``basic:app`` imports).
+    """
+
+    def __init__(self, args: Sequence[str], tmp_path: Path, cwd: Path | None = None) -> None:
+        self.args = [sys.executable, "-m", "skirr", *args]
+        self.events_path = tmp_path / "events.log"
+        self._out_path = tmp_path / "stdout.txt"
+        self._err_path = tmp_path / "stderr.txt"
+        env = dict(os.environ)
+        env["SKIRR_TEST_LOG"] = str(self.events_path)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env["PYTHONUNBUFFERED"] = "1"
+        with open(self._out_path, "wb") as out, open(self._err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                self.args, cwd=str(cwd or APPS_DIR), env=env, stdin=subprocess.DEVNULL,
+                stdout=out, stderr=err,
+            )
+
+    def __enter__(self) -> Skirr:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(STOP_TIMEOUT)
+
+    @property
+    def stdout(self) -> str:
+        return self._out_path.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self._err_path.read_text()
+
+    @property
+    def events(self) -> list[str]:
+        """The app's event log, one event per item."""
+        try:
+            return self.events_path.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def wait_accepting(self, addr: Address, timeout: float = START_TIMEOUT) -> None:
+        """Waits until ``addr`` accepts a connection; fails with stderr if the server exits."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"skirr exited with {self.proc.returncode} before accepting:\n{self.stderr}"
+                )
+            if isinstance(addr, str) and not os.path.exists(addr):
+                time.sleep(0.05)
+                continue
+            if accepts(addr):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"skirr did not accept on {addr} within {timeout} s:\n{self.stderr}")
+
+    def wait(self, timeout: float = STOP_TIMEOUT) -> int:
+        """Waits for exit; returns the status (fails, with stderr, past the timeout)."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(STOP_TIMEOUT)
+            raise AssertionError(
+                f"skirr did not exit within {timeout} s:\n{self.stderr}"
+            ) from None
+
+    def stop(self, signum: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT) -> int:
+        """Sends ``signum`` and waits for exit; returns the status."""
+        self.proc.send_signal(signum)
+        return self.wait(timeout)
+
+    def wait_event(self, event: str, timeout: float = IO_TIMEOUT) -> None:
+        """Waits until the app has logged ``event``."""
+        deadline = time.monotonic() + timeout
+        while event not in self.events:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the app never logged {event!r}; got {self.events}")
+            if self.proc.poll() is not None:
+                raise AssertionError(f"skirr exited before {event!r}:\n{self.stderr}")
+            time.sleep(0.02)
+
+
+def run_to_exit(args: Sequence[str], tmp_path: Path, cwd: Path | None = None,
+                timeout: float = STOP_TIMEOUT) -> tuple[int, str]:
+    """Runs ``python -m skirr ARGS`` expecting it to exit by itself; returns (status, stderr)."""
+    with Skirr(args, tmp_path, cwd) as proc:
+        status = proc.wait(timeout)
+        return status, proc.stderr

@@ -1,0 +1,162 @@
+"""Application failures (DESIGN "Errors"; issue 2 §4): before http.response.start -> 500; after it
+-> the connection is closed without a terminating chunk or a complete message; returning without
+responding -> 500. Failures are logged at ERROR on ``skirr.error``; the server keeps serving.
+"""
+import pytest
+
+from conftest import Recorder, http_request, record_text
+
+
+class Boom(Exception):
+    pass
+
+
+def logged(srv, marker: str) -> list:
+    return [r for r in srv.errors() if marker in record_text(r)]
+
+
+def test_exception_before_start_is_500_and_logged(serve):
+    async def app(scope, receive, send):
+        raise Boom("boom-before-start-3f9")
+
+    with serve(app) as srv:
+        c = srv.connect()
+        r = c.request(http_request())
+        assert r.status == 500
+        assert r.body != b""
+        assert r.get_all(b"content-length") == [str(len(r.body)).encode()]
+        assert (r.get(b"content-type") or b"").startswith(b"text/plain"), r.headers
+        assert srv.get().status == 500  # a fresh connection is served (and fails) alike
+    assert logged(srv, "boom-before-start-3f9"), [record_text(x) for x in srv.errors()]
+
+
+def test_exception_after_reading_body_is_500(serve):
+    async def app(scope, receive, send):
+        while (await receive()).get("more_body"):
+            pass
+        raise Boom("boom-after-body")
+
+    with serve(app) as srv:
+        c = srv.connect()
+        r = c.request(http_request("POST", body=b"payload"))
+        assert r.status == 500 and r.body != b""
+
+
+def test_exception_mid_stream_no_terminating_chunk(serve):
+    """Chunked response, one chunk out, then the app raises: the wire carries the head and
+    exactly that chunk, then the connection closes (no 0\\r\\n\\r\\n)."""
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        raise Boom("boom-mid-stream")
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(http_request())
+        raw = c.read_until_close()
+        head, sep, rest = raw.partition(b"\r\n\r\n")
+        assert sep and head.startswith(b"HTTP/1.1 200 "), raw
+        assert b"\r\ntransfer-encoding: chunked" in head.lower()
+        assert rest == b"4\r\npart\r\n"
+    assert logged(srv, "boom-mid-stream")
+
+
+def test_exception_mid_content_length_body_incomplete(serve):
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]})
+        await send({"type": "http.response.body", "body": b"12345", "more_body": True})
+        raise Boom("boom-mid-length")
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(http_request())
+        r = c.response(allow_incomplete=True)
+        assert r.status == 200 and not r.complete and r.body == b"12345"
+
+
+def test_exception_after_start_before_body(serve):
+    """Start accepted, no body yet, then a failure: never a complete 200 (a 500 is allowed
+    because no byte of the 200 left)."""
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        raise Boom("boom-after-start")
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(http_request())
+        r = c.response(allow_incomplete=True)
+        if r.complete:
+            assert r.status == 500, r.raw
+
+
+def test_return_without_response_is_500(serve):
+    seen = Recorder()
+
+    async def app(scope, receive, send):
+        seen.put(scope["path"])
+        await receive()
+
+    with serve(app) as srv:
+        c = srv.connect()
+        r = c.request(http_request("GET", "/silent"))
+        assert r.status == 500 and r.body != b""
+        assert seen.wait(1) == ["/silent"]
+
+
+@pytest.mark.parametrize("framing", ["chunked", "content-length"])
+def test_return_after_start_without_final_body(serve, framing):
+    """The app returns with the response unfinished: connection closed, message incomplete."""
+    headers = [(b"content-length", b"10")] if framing == "content-length" else []
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"abc", "more_body": True})
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(http_request())
+        raw = c.read_until_close()
+        assert b"\r\n0\r\n\r\n" not in raw.partition(b"\r\n\r\n")[2]
+        c.buf, c.eof = raw, True
+        r = c.response(allow_incomplete=True)
+        assert r.status == 200 and not r.complete and r.body == b"abc"
+
+
+def test_return_after_start_only(serve):
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(http_request())
+        r = c.response(allow_incomplete=True)
+        if r.complete:
+            assert r.status == 500, r.raw
+
+
+def test_server_survives_failures(serve):
+    """After a burst of failing requests on several connections, a good one is served."""
+    async def app(scope, receive, send):
+        await receive()
+        if scope["path"] == "/ok":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        if scope["path"] == "/mid":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"x", "more_body": True})
+        raise Boom("burst")
+
+    with serve(app) as srv:
+        for i in range(10):
+            c = srv.connect()
+            c.send(http_request("GET", "/mid" if i % 2 else "/fail"))
+            c.read_until_close() if i % 2 else c.response()
+            c.close()
+        r = srv.get("/ok")
+        assert (r.status, r.body) == (200, b"ok")

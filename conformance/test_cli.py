@@ -1,0 +1,189 @@
+"""The command line (issue 2 §7): `python -m skirr module:attr` with uvicorn's flag names.
+
+Mistakes the user can fix get exactly one `skirr: error:` line on stderr and a non-zero status
+(2 for usage errors, 1 otherwise), never a traceback. SIGINT and SIGTERM stop the server gracefully:
+the listening socket closes at once, in-flight requests finish, lifespan shutdown runs, status 0.
+Every case runs on asyncio and on uvloop.
+"""
+import json
+import os
+import signal
+import socket
+import time
+
+import h11
+import pytest
+
+try:
+    from . import _proc
+except ImportError:
+    import _proc
+
+pytestmark = _proc.each_loop
+
+
+def _error_case(tmp_path, loop, args, cwd=None):
+    status, stderr = _proc.run_to_exit(["--loop", loop, *args], tmp_path, cwd)
+    assert "Traceback" not in stderr
+    return status, stderr
+
+
+@pytest.mark.parametrize(
+    "spec, line",
+    [
+        ("nope:app", 'could not import module "nope"'),
+        ("basic:missing", 'attribute "missing" not found in module "basic"'),
+        ("basic:NOT_CALLABLE", '"basic:NOT_CALLABLE" is not callable'),
+        ("basic", 'import string "basic" must be in format "<module>:<attribute>"'),
+        ("basic:", 'import string "basic:" must be in format "<module>:<attribute>"'),
+    ],
+    ids=["module-not-found", "attribute-missing", "not-callable", "no-colon", "no-attribute"],
+)
+def test_bad_app_is_one_line_status_1(tmp_path, loop, spec, line):
+    status, stderr = _error_case(tmp_path, loop, [spec, "--port", str(_proc.free_port())])
+    assert (status, stderr) == (1, f"skirr: error: {line}\n")
+
+
+def test_port_in_use_is_one_line_status_1(tmp_path, loop):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        status, stderr = _error_case(tmp_path, loop, ["basic:app", "--port", str(port)])
+    assert (status, stderr) == (
+        1, f"skirr: error: could not bind to 127.0.0.1:{port}: Address already in use\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["basic:app", "--nope"], "unrecognized arguments: --nope"),
+        (["basic:app", "--port", "http"], "argument --port: invalid port: 'http'"),
+        (["basic:app", "--port", "65536"],
+         "argument --port: invalid port: '65536' (not in 0..65535)"),
+        (["basic:app", "--timeout-keep-alive", "-1"],
+         "argument --timeout-keep-alive: invalid number of seconds: '-1'"),
+        (["basic:app", "--limit-request-body", "1k"],
+         "argument --limit-request-body: invalid integer: '1k'"),
+        (["--port", "8000"], "the following arguments are required: APP"),
+    ],
+    ids=["unknown-option", "port-not-a-number", "port-out-of-range", "negative-timeout",
+         "body-limit-not-a-number", "no-app"],
+)
+def test_usage_error_is_one_line_status_2(tmp_path, loop, args, line):
+    status, stderr = _error_case(tmp_path, loop, args)
+    assert (status, stderr) == (2, f"skirr: error: {line}\n")
+
+
+def test_version(tmp_path, loop):
+    with _proc.Skirr(["--version"], tmp_path) as proc:
+        assert proc.wait() == 0
+        assert proc.stdout.startswith("skirr 0.1.0 (CPython 3.")
+
+
+def test_running_line_names_the_address(tmp_path, loop):
+    port = _proc.free_port()
+    with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port)], tmp_path) as proc:
+        proc.wait_accepting(port)
+        assert (
+            f"INFO:     skirr running on http://127.0.0.1:{port} (Press CTRL+C to quit)\n"
+            in proc.stderr
+        )
+        assert proc.stop() == 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_finishes_in_flight_request_then_exits_0(tmp_path, loop, signum):
+    port = _proc.free_port()
+    with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port)], tmp_path) as proc:
+        proc.wait_accepting(port)
+        with _proc.connect(port) as sock:
+            conn = h11.Connection(h11.CLIENT)
+            _proc.send_request(sock, conn, "GET", "/slow?s=1.5")
+            proc.wait_event("slow-start")
+            proc.proc.send_signal(signum)
+            # The listening socket closes at once: new connections are refused...
+            deadline = time.monotonic() + 1.0
+            while _proc.accepts(port):
+                assert time.monotonic() < deadline, "still accepting after the signal"
+                time.sleep(0.05)
+            # ...while the request in flight gets its whole response, then the connection closes.
+            response = _proc.read_response(sock, conn)
+            assert (response.status, response.body) == (200, b"done")
+            assert response.header(b"connection") == b"close"
+        assert proc.wait() == 0
+        assert proc.events == ["startup", "slow-start", "slow-end", "shutdown"]
+        assert "Traceback" not in proc.stderr
+
+
+def test_factory(tmp_path, loop):
+    port = _proc.free_port()
+    args = ["basic:create_app", "--factory", "--loop", loop, "--port", str(port)]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(port)
+        response = _proc.request(port, "GET", "/")
+        assert (response.status, response.body) == (200, b"ok")
+        assert proc.stop() == 0
+        assert proc.events == ["factory", "startup", "shutdown"]
+
+
+def test_app_dir(tmp_path, loop):
+    port = _proc.free_port()
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    args = ["basic:app", "--loop", loop, "--port", str(port)]
+    # Not importable from another directory...
+    status, stderr = _error_case(tmp_path, loop, args, cwd=elsewhere)
+    assert (status, stderr) == (1, 'skirr: error: could not import module "basic"\n')
+    # ...unless --app-dir names the apps' directory.
+    args += ["--app-dir", str(_proc.APPS_DIR)]
+    with _proc.Skirr(args, tmp_path, cwd=elsewhere) as proc:
+        proc.wait_accepting(port)
+        assert _proc.request(port).body == b"ok"
+        assert proc.stop() == 0
+
+
+def test_uds(tmp_path, loop):
+    path = str(tmp_path / "skirr.sock")
+    # A stale socket file (its server died without removing it) is replaced.
+    with socket.socket(socket.AF_UNIX) as stale:
+        stale.bind(path)
+    assert os.path.exists(path)
+    with _proc.Skirr(["basic:app", "--loop", loop, "--uds", path], tmp_path) as proc:
+        proc.wait_accepting(path)
+        response = _proc.request(path, "GET", "/scope")
+        assert response.status == 200
+        scope = json.loads(response.body)
+        assert scope["server"] == [path, None]
+        assert scope["client"] is None
+        assert f"INFO:     skirr running on unix socket {path} (Press CTRL+C to quit)\n" in (
+            proc.stderr
+        )
+        assert proc.stop() == 0
+    assert not os.path.exists(path)
+
+
+def test_uds_in_use_is_one_line_status_1(tmp_path, loop):
+    path = str(tmp_path / "busy.sock")
+    with socket.socket(socket.AF_UNIX) as busy:
+        busy.bind(path)
+        busy.listen(1)
+        status, stderr = _error_case(tmp_path, loop, ["basic:app", "--uds", path])
+    assert (status, stderr) == (
+        1, f"skirr: error: could not bind to unix socket {path}: Address already in use\n"
+    )
+
+
+def test_root_path_is_in_scope(tmp_path, loop):
+    port = _proc.free_port()
+    args = ["basic:app", "--loop", loop, "--port", str(port), "--root-path", "/api"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(port)
+        response = _proc.request(port, "GET", "/scope")
+        scope = json.loads(response.body)
+        # The native contract: root_path is also prefixed to path and raw_path.
+        assert (scope["root_path"], scope["path"], scope["raw_path"]) == (
+            "/api", "/api/scope", "/api/scope"
+        )
+        assert proc.stop() == 0

@@ -1,0 +1,115 @@
+"""Pipelining (RFC 9112 §9.3.2): a server MUST send its responses in the order the requests were
+received, whatever order the applications finish in; message framing keeps requests apart.
+"""
+import asyncio
+
+from conftest import Recorder, http_request
+
+
+def sleepy_app(delays: dict, seen: Recorder):
+    async def app(scope, receive, send):
+        seen.put(scope["path"])
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        await asyncio.sleep(delays.get(scope["path"], 0))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-path", scope["raw_path"])]})
+        await send({"type": "http.response.body", "body": scope["raw_path"] + b":" + body})
+
+    return app
+
+
+def test_three_pipelined_answered_in_order(serve):
+    """Three requests in one write; the first takes longest. Responses arrive 1, 2, 3."""
+    seen = Recorder()
+    app = sleepy_app({"/1": 0.3, "/2": 0.2, "/3": 0.1}, seen)
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(b"".join(http_request("GET", f"/{i}") for i in (1, 2, 3)))
+        rs = [c.response() for _ in range(3)]
+        assert [(r.status, r.body) for r in rs] == [(200, b"/1:"), (200, b"/2:"), (200, b"/3:")]
+        assert sorted(seen.wait(3)) == ["/1", "/2", "/3"]
+        # The connection is still usable afterwards.
+        r = c.request(http_request("GET", "/4"))
+        assert (r.status, r.body) == (200, b"/4:")
+
+
+def test_pipelined_bodies_and_methods(serve):
+    """Content-Length bodies, a HEAD and a GET in one write: framing keeps them apart."""
+    seen = Recorder()
+    app = sleepy_app({"/a": 0.2}, seen)
+    data = (
+        http_request("POST", "/a", body=b"alpha")
+        + http_request("HEAD", "/h")
+        + http_request("PUT", "/b", body=b"beta")
+        + http_request("GET", "/c")
+    )
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(data)
+        ra = c.response()
+        rh = c.response("HEAD")
+        rb = c.response()
+        rc = c.response()
+        assert (ra.status, ra.body) == (200, b"/a:alpha")
+        assert (rh.status, rh.body, rh.get(b"x-path")) == (200, b"", b"/h")
+        assert (rb.status, rb.body) == (200, b"/b:beta")
+        assert (rc.status, rc.body) == (200, b"/c:")
+
+
+def test_pipelined_after_chunked_body(serve, echo_app):
+    """A chunked request (with extension and trailer) followed in the same write by a GET."""
+    data = (
+        b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
+        b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    with serve(echo_app) as srv:
+        c = srv.connect()
+        c.send(data)
+        r1, r2 = c.response(), c.response()
+        assert (r1.status, r1.get(b"x-target"), r1.body) == (200, b"/a", b"hello world")
+        assert (r2.status, r2.get(b"x-target"), r2.body) == (200, b"/b", b"")
+        assert [x["scope"]["path"] for x in echo_app.calls.wait(2)] == ["/a", "/b"]
+
+
+def test_unread_body_never_parsed_as_a_request(serve):
+    """The app answers without reading a body that looks like a request. The server must either
+    skip the body and serve the real next request, or close after the first response; it must
+    never hand the body to the app as a request (RFC 9112 §6.3, no desynchronisation)."""
+    seen = Recorder()
+
+    async def app(scope, receive, send):
+        seen.put(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope["raw_path"]})
+
+    smuggled = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+    data = http_request("POST", "/a", body=smuggled) + http_request("GET", "/b")
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(data)
+        r1 = c.response()
+        assert (r1.status, r1.body) == (200, b"/a")
+        r2 = c.response(allow_incomplete=True)
+        if r2.status is None:
+            assert r2.raw == b"" and c.eof
+        else:
+            assert (r2.status, r2.body) == (200, b"/b")
+        assert "/smuggled" not in seen.items
+        assert srv.get("/fresh").status == 200
+        assert "/smuggled" not in seen.items
+
+
+def test_many_pipelined_small_requests(serve, echo_app):
+    """100 requests in one write, answered in order, each exactly once."""
+    n = 100
+    with serve(echo_app) as srv:
+        c = srv.connect()
+        c.send(b"".join(http_request("GET", f"/{i}") for i in range(n)))
+        targets = [c.response().get(b"x-target") for _ in range(n)]
+        assert targets == [f"/{i}".encode() for i in range(n)]
+        assert len(echo_app.calls.wait(n)) == n

@@ -1,0 +1,88 @@
+# sanitizers/sanitize.mk — `make sanitize`: ASan + UBSan over the C unit tests, the fuzz corpora
+# and the whole conformance suite (both loops) against an instrumented skirr._native.
+#
+# Stand-alone:  make -f sanitizers/sanitize.mk sanitize     (from the repository top; needs .venv)
+# Included:     include sanitizers/sanitize.mk               (from the top-level Makefile)
+#
+# The instrumented extension is compiled here directly (not through setup.py, whose in-tree build
+# directory would reuse the normal build's objects) into $(SAN_SITE)/skirr/, next to a copy of the
+# Python package; the suite runs with PYTHONPATH=$(SAN_SITE) so it imports that copy, with the
+# ASan runtime preloaded (python itself is not instrumented). See sanitizers/README.md.
+
+SAN_CC ?= gcc
+SAN_PY ?= .venv/bin/python
+SAN_DIR ?= build/asan
+SAN_SITE ?= $(SAN_DIR)/site
+SAN_PREREQ ?=
+SAN_PYTEST_ARGS ?= -q
+SAN_FLAGS ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
+SAN_CFLAGS ?= -std=c11 -O1 -Wall -Wextra -Werror
+SAN_LLHTTP ?= python3 scripts/fetch_llhttp.py
+SAN_CORE := src/sk_core.c src/sk_http.c src/sk_resp.c
+
+# Runtime settings, shared by every step (the reasons are in sanitizers/README.md).
+SAN_ASAN_OPTIONS ?= detect_leaks=0:abort_on_error=1:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1:suppressions=sanitizers/asan.supp
+SAN_UBSAN_OPTIONS ?= halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=sanitizers/ubsan.supp
+SAN_ENV = ASAN_OPTIONS=$(SAN_ASAN_OPTIONS):log_path=$(abspath $(SAN_DIR))/logs/asan \
+  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS):log_path=$(abspath $(SAN_DIR))/logs/ubsan
+
+.PHONY: sanitize sanitize-build sanitize-c sanitize-suite
+
+sanitize: sanitize-c sanitize-suite
+
+# The C unit tests (with LeakSanitizer: no interpreter here) and every fuzz seed and reproducer.
+sanitize-c: $(SAN_PREREQ)
+	@set -e; mkdir -p $(SAN_DIR)/llhttp $(SAN_DIR)/logs; rm -f $(SAN_DIR)/logs/*; \
+	cflags="$$($(SAN_LLHTTP) --cflags)"; objs=""; \
+	for src in $$($(SAN_LLHTTP) --sources); do \
+	  obj=$(SAN_DIR)/llhttp/$$(basename $$src .c).o; \
+	  [ -f $$obj ] && [ $$obj -nt $$src ] || $(SAN_CC) -std=c11 -O1 -fPIC $(SAN_FLAGS) $$cflags -c $$src -o $$obj; \
+	  objs="$$objs $$obj"; \
+	done; \
+	echo "$(SAN_CC) $(SAN_FLAGS) ... src/test/test_core.c -> $(SAN_DIR)/test_core"; \
+	$(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc $$cflags $(SAN_CORE) src/test/test_core.c $$objs -o $(SAN_DIR)/test_core; \
+	for h in request response; do \
+	  $(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc $$cflags $(SAN_CORE) fuzz/fuzz_$$h.c fuzz/replay.c $$objs \
+	    -o $(SAN_DIR)/replay_$$h; \
+	done; \
+	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
+	  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/test_core; \
+	for h in request response; do \
+	  ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
+	    UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/replay_$$h fuzz/corpus/$$h fuzz/regressions/$$h; \
+	done
+
+# skirr._native with ASan/UBSan, plus a copy of the Python package, in $(SAN_SITE)/skirr/.
+sanitize-build: $(SAN_PREREQ)
+	@set -e; mkdir -p $(SAN_DIR)/llhttp-pic $(SAN_SITE)/skirr; \
+	cflags="$$($(SAN_LLHTTP) --cflags)"; objs=""; \
+	for src in $$($(SAN_LLHTTP) --sources); do \
+	  obj=$(SAN_DIR)/llhttp-pic/$$(basename $$src .c).o; \
+	  [ -f $$obj ] && [ $$obj -nt $$src ] || $(SAN_CC) -std=c11 -O1 -fPIC $(SAN_FLAGS) $$cflags -c $$src -o $$obj; \
+	  objs="$$objs $$obj"; \
+	done; \
+	pyinc=$$($(SAN_PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+	suffix=$$($(SAN_PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'); \
+	rm -rf $(SAN_SITE)/skirr; mkdir -p $(SAN_SITE)/skirr; \
+	cp src/skirr/*.py $(SAN_SITE)/skirr/; cp src/skirr/*.pyi src/skirr/py.typed $(SAN_SITE)/skirr/ 2>/dev/null || true; \
+	echo "$(SAN_CC) -shared -fPIC $(SAN_FLAGS) src/sk_*.c -> $(SAN_SITE)/skirr/_native$$suffix"; \
+	$(SAN_CC) -shared -fPIC $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc -I$$pyinc $$cflags src/sk_*.c $$objs \
+	  -o $(SAN_SITE)/skirr/_native$$suffix
+
+# The whole conformance suite (every case runs on asyncio and uvloop) against that build.
+# PYTHONMALLOC=malloc: every object allocation goes through ASan's malloc (pymalloc's arenas
+# would hide overflows inside them). Any report, from pytest or from a server subprocess, lands
+# in $(SAN_DIR)/logs/ and fails the target.
+sanitize-suite: sanitize-build
+	@set -e; mkdir -p $(SAN_DIR)/logs; rm -f $(SAN_DIR)/logs/*; \
+	asan=$$($(SAN_CC) -print-file-name=libasan.so); \
+	[ -f "$$asan" ] || { echo "sanitize: no libasan.so from $(SAN_CC)" >&2; exit 1; }; \
+	echo "LD_PRELOAD=$$asan PYTHONMALLOC=malloc PYTHONPATH=$(SAN_SITE) $(SAN_PY) -m pytest conformance"; \
+	export LD_PRELOAD=$$asan PYTHONMALLOC=malloc PYTHONPATH=$(abspath $(SAN_SITE)) $(SAN_ENV); \
+	$(SAN_PY) -c 'import skirr._native as n, sys; f = n.__file__; print("sanitize: using", f); sys.exit(0 if "$(SAN_SITE)" in f else 1)'; \
+	rc=0; $(SAN_PY) -m pytest conformance $(SAN_PYTEST_ARGS) || rc=$$?; \
+	unset LD_PRELOAD; \
+	if ls $(SAN_DIR)/logs/* >/dev/null 2>&1; then \
+	  echo "sanitize: sanitizer reports:" >&2; cat $(SAN_DIR)/logs/* >&2; exit 1; \
+	fi; \
+	exit $$rc

@@ -1,0 +1,82 @@
+"""Build script for skirr's C extension ``skirr._native`` (metadata lives in pyproject.toml).
+
+The extension is every ``src/sk_*.c``, compiled with ``-std=c11 -O2 -Wall -Wextra -Werror``.
+llhttp comes from ``scripts/fetch_llhttp.py``: the system library through pkg-config, else the
+pinned, sha256-checked PyPI sdist, whose sources are compiled here to objects WITHOUT -Werror
+(they are not skirr's code) and linked in as extra objects.
+"""
+import glob
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "scripts"))
+import fetch_llhttp  # noqa: E402
+
+SK_CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"]
+LLHTTP_CFLAGS = ["-std=c11", "-O2"]
+
+
+def _rel(path):
+    """Relative to the current directory when inside it (keeps object paths short)."""
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
+class BuildExt(build_ext):
+    """build_ext that first locates llhttp and compiles its sources without -Werror."""
+
+    def build_extensions(self):
+        try:
+            dep = fetch_llhttp.locate(os.path.join(HERE, "build", "deps"))
+        except (fetch_llhttp.FetchError, OSError) as exc:
+            sys.exit(f"skirr build: llhttp: {exc}")
+        objects = []
+        if dep.sources:
+            objects = self.compiler.compile(
+                [_rel(s) for s in dep.sources],
+                output_dir=os.path.join(self.build_temp, "llhttp"),
+                include_dirs=[dep.include_dir],
+                extra_postargs=LLHTTP_CFLAGS,
+            )
+        for ext in self.extensions:
+            for flag in dep.cflags:
+                if flag.startswith("-I"):
+                    ext.include_dirs.append(flag[2:])
+                else:
+                    ext.extra_compile_args.append(flag)
+            ext.include_dirs.append(dep.include_dir)
+            for flag in dep.libs:
+                if flag.startswith("-l"):
+                    ext.libraries.append(flag[2:])
+                elif flag.startswith("-L"):
+                    ext.library_dirs.append(flag[2:])
+                else:
+                    ext.extra_link_args.append(flag)
+            ext.extra_objects.extend(objects)
+        super().build_extensions()
+
+
+def _sources():
+    os.chdir(HERE)
+    sources = sorted(glob.glob(os.path.join("src", "sk_*.c")))
+    if not sources:
+        sys.exit("skirr build: no src/sk_*.c found")
+    return sources
+
+
+setup(
+    ext_modules=[
+        Extension(
+            "skirr._native",
+            sources=_sources(),
+            depends=sorted(glob.glob(os.path.join("src", "sk_*.h"))),
+            include_dirs=["src"],
+            extra_compile_args=SK_CFLAGS,
+        )
+    ],
+    cmdclass={"build_ext": BuildExt},
+)

@@ -1,0 +1,251 @@
+"""Server configuration, loading the application from ``module:attr``, and logging set-up.
+
+Owns: validating every setting (one clear message per mistake), importing the application, choosing
+the event loop and configuring the ``skirr`` loggers. Never: binds sockets or runs the loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+TRACE = 5  # the "trace" log level, below DEBUG (as uvicorn names it)
+LOG_LEVELS = {
+    "critical": logging.CRITICAL,
+    "error": logging.ERROR,
+    "warning": logging.WARNING,
+    "info": logging.INFO,
+    "debug": logging.DEBUG,
+    "trace": TRACE,
+}
+LOOPS = ("auto", "asyncio", "uvloop")
+LIFESPANS = ("auto", "on", "off")
+
+# Unlimited, as in uvicorn: the server never buffers a whole request body (the application reads
+# it piece by piece through ``receive``), so the limit protects applications that buffer; set it
+# with --limit-request-body or at the proxy in front.
+DEFAULT_LIMIT_REQUEST_BODY = 0
+# Seconds in-flight requests get after SIGINT/SIGTERM before their connections are closed. Below
+# the 30 s that process supervisors (Kubernetes, systemd's default 90 s) allow before SIGKILL, so
+# lifespan shutdown still runs. None waits for ever.
+DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN = 25.0
+
+logging.addLevelName(TRACE, "TRACE")
+
+
+class ConfigError(Exception):
+    """A setting or the application cannot be used; ``str()`` is one line meant for the user."""
+
+
+class AppLoadError(ConfigError):
+    """The ``module:attr`` application could not be imported or is not an ASGI callable."""
+
+
+class AppImportError(AppLoadError):
+    """The application's module raised while being imported (``__cause__`` is the exception;
+    its traceback is worth showing, unlike the other errors here)."""
+
+    def __init__(self, module_name: str, exc: BaseException) -> None:
+        super().__init__(
+            f'error while importing module "{module_name}": {type(exc).__name__}: {exc}'
+        )
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def _check_number(name: str, value: Any, *, integer: bool, minimum: float = 0) -> None:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value < minimum:
+        what = "an integer" if integer else "a number"
+        raise ConfigError(f"{name} must be {what} >= {minimum:g}; got {value!r}")
+
+
+@dataclasses.dataclass
+class Config:
+    """Everything one skirr server needs. Field names match the CLI flags (``--root-path`` ->
+    ``root_path``).
+
+    Args:
+        app: an ASGI 3 callable ``app(scope, receive, send)``, or a ``"module:attr"`` string
+            (``attr`` may be dotted) imported by :meth:`load_app`.
+        host: the address to bind (IPv6 when it contains ``:``; ``"::"`` is dual-stack).
+        port: the TCP port; 0 picks a free one (read it back from ``Server.port``).
+        uds: a Unix-domain socket path; when set, ``host`` and ``port`` are unused.
+        loop: ``"auto"`` (uvloop when importable, else asyncio), ``"asyncio"`` or ``"uvloop"``.
+        lifespan: ``"auto"`` (used when the app supports it), ``"on"`` (required) or ``"off"``.
+        root_path: the ASGI ``root_path`` (the mount point behind a proxy), e.g. ``"/api"``.
+        factory: ``app`` names a zero-argument callable that returns the application.
+        log_level: ``critical|error|warning|info|debug|trace`` or a ``logging`` level number.
+        timeout_keep_alive: seconds an idle keep-alive connection is kept open.
+        backlog: the ``listen()`` backlog (connections).
+        limit_request_body: bytes of request content; over it the request gets 413. 0 = unlimited
+            (the default).
+        timeout_graceful_shutdown: seconds in-flight requests may take after a shutdown request
+            before their connections are closed (default 25); ``None`` waits for ever.
+        app_dir: a directory put first on ``sys.path`` before importing ``app``.
+
+    Raises:
+        ConfigError: on construction, for a value of the wrong type or out of range.
+    """
+
+    app: str | Callable[..., Any]
+    host: str = "127.0.0.1"
+    port: int = 8000
+    uds: str | None = None
+    loop: str = "auto"
+    lifespan: str = "auto"
+    root_path: str = ""
+    factory: bool = False
+    log_level: str | int = "info"
+    timeout_keep_alive: float = 5.0
+    backlog: int = 2048
+    limit_request_body: int = DEFAULT_LIMIT_REQUEST_BODY
+    timeout_graceful_shutdown: float | None = DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN
+    app_dir: str = "."
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.app, str) and not callable(self.app):
+            raise ConfigError(f"app must be a callable or a 'module:attr' string; got {self.app!r}")
+        _check_choice("loop", self.loop, LOOPS)
+        _check_choice("lifespan", self.lifespan, LIFESPANS)
+        if isinstance(self.log_level, str):
+            _check_choice("log_level", self.log_level, tuple(LOG_LEVELS))
+        elif isinstance(self.log_level, bool) or not isinstance(self.log_level, int):
+            raise ConfigError(f"log_level must be a level name or number; got {self.log_level!r}")
+        _check_number("port", self.port, integer=True)
+        if self.port > 65535:
+            raise ConfigError(f"port must be in 0..65535; got {self.port}")
+        _check_number("backlog", self.backlog, integer=True, minimum=1)
+        _check_number("timeout_keep_alive", self.timeout_keep_alive, integer=False)
+        _check_number("limit_request_body", self.limit_request_body, integer=True)
+        if self.timeout_graceful_shutdown is not None:
+            _check_number(
+                "timeout_graceful_shutdown", self.timeout_graceful_shutdown, integer=False
+            )
+        if not isinstance(self.root_path, str) or (
+            self.root_path and not self.root_path.startswith("/")
+        ):
+            raise ConfigError(f"root_path must be empty or start with '/'; got {self.root_path!r}")
+        if self.root_path.endswith("/"):
+            self.root_path = self.root_path.rstrip("/")
+
+    @property
+    def log_level_number(self) -> int:
+        """The ``logging`` level number of ``log_level``."""
+        if isinstance(self.log_level, int):
+            return self.log_level
+        return LOG_LEVELS[self.log_level]
+
+    def load_app(self) -> Callable[..., Any]:
+        """Returns the ASGI application: ``app`` itself, or imported from ``"module:attr"`` (with
+        ``app_dir`` first on ``sys.path``), called first when ``factory`` is set.
+
+        Raises:
+            AppLoadError: bad ``module:attr`` format, module not found, attribute missing, result
+                not callable, the factory raised, or (``AppImportError``) the module raised while
+                being imported.
+        """
+        app = self.app
+        if isinstance(app, str):
+            app = import_from_string(app, self.app_dir)
+        if self.factory:
+            try:
+                app = app()
+            except Exception as exc:
+                raise AppLoadError(
+                    f"application factory {self._name} raised {type(exc).__name__}: {exc}"
+                ) from exc
+        if not callable(app):
+            raise AppLoadError(f"{self._name} is not callable")
+        return app
+
+    @property
+    def _name(self) -> str:
+        return f'"{self.app}"' if isinstance(self.app, str) else repr(self.app)
+
+    def loop_factory(self) -> Callable[[], asyncio.AbstractEventLoop]:
+        """A zero-argument callable making a new event loop of the configured kind.
+
+        Raises:
+            ConfigError: ``loop="uvloop"`` but uvloop is not installed.
+        """
+        if self.loop in ("auto", "uvloop"):
+            try:
+                import uvloop
+            except ImportError:
+                if self.loop == "uvloop":
+                    raise ConfigError(
+                        "--loop uvloop: uvloop is not installed (pip install 'skirr[uvloop]')"
+                    ) from None
+            else:
+                factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+                return factory
+        return asyncio.new_event_loop
+
+
+def import_from_string(spec: str, app_dir: str = ".") -> Any:
+    """Imports ``"module:attr"`` (``attr`` may be dotted: ``"pkg.mod:obj.app"``).
+
+    Raises:
+        AppLoadError: bad format, module (or a package on its path) not found, attribute missing;
+            ``AppImportError`` (its ``__cause__`` is the original) when the module itself raised.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AppLoadError(f'import string "{spec}" must be in format "<module>:<attribute>"')
+    path = os.path.abspath(app_dir)
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    try:
+        obj = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        # Only "this module does not exist" is the user's spelling mistake; a missing import
+        # inside the application's own module is the application's error (with its traceback).
+        if exc.name is not None and (
+            module_name == exc.name or module_name.startswith(exc.name + ".")
+        ):
+            raise AppLoadError(f'could not import module "{module_name}"') from None
+        raise AppImportError(module_name, exc) from exc
+    except Exception as exc:
+        raise AppImportError(module_name, exc) from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AppLoadError(
+                f'attribute "{attr}" not found in module "{module_name}"'
+            ) from None
+    return obj
+
+
+class _Formatter(logging.Formatter):
+    """``INFO:     message``: the level name and a colon, padded to 10 columns (as uvicorn)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = f"{record.levelname}:".ljust(9)
+        message = super().format(record)
+        return f"{prefix} {message}"
+
+
+def configure_logging(level: int) -> None:
+    """Sets the ``skirr`` loggers' level; adds a stderr handler unless the embedding program has
+    configured one on ``skirr`` already (then its handlers are left alone).
+
+    Loggers: ``skirr.error`` (server and application errors), ``skirr.access`` (reserved for the
+    access log).
+    """
+    root = logging.getLogger("skirr")
+    root.setLevel(level)
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_Formatter("%(message)s"))
+        root.addHandler(handler)
+        root.propagate = False

@@ -1,0 +1,148 @@
+"""The command line: ``python -m skirr [OPTIONS] APP`` with uvicorn's flag names.
+
+Owns: parsing and validating arguments and turning every user mistake into one ``skirr: error:``
+line on stderr (status 2 for a usage error, 1 otherwise). Never: prints a traceback for a mistake
+the user can fix from the message.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import NoReturn
+
+from . import __version__
+from .config import (
+    DEFAULT_LIMIT_REQUEST_BODY,
+    DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN,
+    LIFESPANS,
+    LOG_LEVELS,
+    LOOPS,
+    AppImportError,
+    Config,
+    ConfigError,
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line, no usage dump: ``skirr: error: <message>``, status 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"invalid port: {text!r} (not in 0..65535)")
+    return value
+
+
+def _int_at_least(minimum: int):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}: {text!r}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"invalid number of seconds: {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``skirr`` argument parser."""
+    parser = _Parser(
+        prog="skirr",
+        description="Serve an ASGI 3 application over HTTP/1.1 with skirr.",
+        allow_abbrev=False,
+    )
+    add = parser.add_argument
+    add("app", metavar="APP", help="the application as module:attribute, e.g. main:app")
+    add("--host", default="127.0.0.1", help="bind to this address (default: %(default)s)")
+    add("--port", type=_port, default=8000, help="bind to this TCP port (default: %(default)s)")
+    add("--uds", metavar="PATH", help="bind to this Unix-domain socket instead of host:port")
+    add("--loop", choices=LOOPS, default="auto",
+        help="event loop; auto = uvloop when installed, else asyncio (default: %(default)s)")
+    add("--lifespan", choices=LIFESPANS, default="auto",
+        help="ASGI lifespan: auto = when the app supports it (default: %(default)s)")
+    add("--root-path", default="", metavar="PATH",
+        help="ASGI root_path, for an app mounted below a path by a proxy")
+    add("--factory", action="store_true",
+        help="APP is a zero-argument callable returning the application")
+    add("--log-level", choices=tuple(LOG_LEVELS), default="info",
+        help="log level (default: %(default)s)")
+    add("--timeout-keep-alive", type=_seconds, default=5.0, metavar="SECONDS",
+        help="close idle keep-alive connections after this long (default: %(default)g)")
+    add("--backlog", type=_int_at_least(1), default=2048, metavar="N",
+        help="listen() backlog (default: %(default)s)")
+    add("--limit-request-body", type=_int_at_least(0), default=DEFAULT_LIMIT_REQUEST_BODY,
+        metavar="BYTES", help="answer 413 to a request body larger than this; 0 = unlimited "
+        "(default: %(default)s)")
+    add("--timeout-graceful-shutdown", type=_seconds,
+        default=DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN, metavar="SECONDS",
+        help="on SIGINT/SIGTERM, let in-flight requests run this long before closing their "
+        "connections (default: %(default)g)")
+    add("--app-dir", default=".", metavar="DIR",
+        help="put DIR first on sys.path to import APP (default: current directory)")
+    add("--version", action="version",
+        version=f"skirr {__version__} ({platform.python_implementation()} "
+        f"{platform.python_version()}, {platform.system()})")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the CLI; returns the process exit status (0 after a clean shutdown)."""
+    args = build_parser().parse_args(argv)
+    try:
+        config = Config(
+            app=args.app,
+            host=args.host,
+            port=args.port,
+            uds=args.uds,
+            loop=args.loop,
+            lifespan=args.lifespan,
+            root_path=args.root_path,
+            factory=args.factory,
+            log_level=args.log_level,
+            timeout_keep_alive=args.timeout_keep_alive,
+            backlog=args.backlog,
+            limit_request_body=args.limit_request_body,
+            timeout_graceful_shutdown=args.timeout_graceful_shutdown,
+            app_dir=args.app_dir,
+        )
+    except ConfigError as exc:
+        print(f"skirr: error: {exc}", file=sys.stderr)
+        return 2
+    from .server import Server  # imports the extension
+
+    server = Server(config)
+    try:
+        return server.run()
+    except ConfigError as exc:
+        if isinstance(exc, AppImportError) and exc.__cause__ is not None:
+            # The application's own code failed: its traceback is the useful part.
+            traceback.print_exception(exc.__cause__)
+        print(f"skirr: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""The server's life: bind, lifespan startup, serve through the native reactor, graceful shutdown.
+
+Owns: the listening socket (Python's ``socket`` module: TCP over IPv4/IPv6 or a Unix-domain socket),
+signal handling, the order of startup and shutdown, and the exit status. Never: touches client
+sockets or HTTP bytes (``skirr._native`` owns those).
+
+Order: load the app -> bind (a port in use fails here, before any app code runs) -> lifespan startup
+-> listen -> ``_native.Server.start()``. The socket is bound but not listening during startup, so a
+failed startup never accepts a connection. Shutdown (SIGINT, SIGTERM or ``request_shutdown()``):
+stop accepting, close the listening socket, ``native.shutdown()``, wait (polling every 50 ms, up to
+``timeout_graceful_shutdown``) until no connection and no request is left, ``native.close()``,
+lifespan shutdown. A second signal forces exit: no more waiting, no lifespan shutdown, status 1.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import stat
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from . import _native
+from .config import Config, ConfigError, configure_logging
+from .lifespan import Lifespan
+
+logger = logging.getLogger("skirr.error")
+
+_T = TypeVar("_T")
+_POLL_INTERVAL = 0.05  # seconds between checks while draining
+_HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Server:
+    """Runs one ASGI application on one listening socket until asked to stop.
+
+    Args:
+        config: the settings (see :class:`skirr.Config`).
+
+    Attributes:
+        config: the settings.
+        started: a ``threading.Event`` set once the server accepts connections.
+        exit_code: ``None`` while running; then 0 after a clean shutdown, 1 after a failed lifespan
+            startup or shutdown, a forced exit, or an error raised by :meth:`run`.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.started = threading.Event()
+        self.exit_code: int | None = None
+        self._port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._force: asyncio.Event | None = None
+        self._stop_requested = False
+
+    @property
+    def port(self) -> int | None:
+        """The bound TCP port (the real one when ``config.port`` is 0); ``None`` before binding
+        and for a Unix-domain socket."""
+        return self._port
+
+    def run(self) -> int:
+        """Serves until shutdown, on a new event loop of the configured kind; blocks.
+
+        Usable from any thread; signal handlers (SIGINT, SIGTERM) are installed only in the main
+        thread, so elsewhere stop it with :meth:`request_shutdown`.
+
+        Returns:
+            ``exit_code``.
+
+        Raises:
+            ConfigError: the app could not be loaded (``AppLoadError``), the address could not be
+                bound, or ``loop="uvloop"`` without uvloop.
+            Exception: whatever importing the application's module raised.
+        """
+        try:
+            loop_factory = self.config.loop_factory()
+            with asyncio.Runner(loop_factory=loop_factory) as runner:
+                runner.run(self.serve())
+        except BaseException:
+            if self.exit_code is None:
+                self.exit_code = 1
+            raise
+        assert self.exit_code is not None
+        return self.exit_code
+
+    def request_shutdown(self) -> None:
+        """Starts the graceful shutdown (as SIGTERM does); a second call forces exit. Thread-safe;
+        returns at once (wait for :meth:`run` to return)."""
+        self._stop_requested = True
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._on_shutdown_request)
+
+    async def serve(self) -> None:
+        """Serves on the running loop until shutdown; sets ``exit_code``.
+
+        Raises:
+            ConfigError: as :meth:`run`.
+        """
+        config = self.config
+        configure_logging(config.log_level_number)
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._force = asyncio.Event()
+        self._loop = loop
+        if self._stop_requested:
+            self._stop.set()
+
+        app = config.load_app()
+        sock = self._bind()
+        lifespan = Lifespan(app, config.lifespan)
+        native: Any | None = None
+        handlers = self._install_signal_handlers(loop)
+        try:
+            started = await self._unless_forced(lifespan.startup())
+            if not started:
+                if started is None:
+                    lifespan.cancel()
+                self.exit_code = 1
+                return
+            if not self._stop.is_set():
+                sock.listen(config.backlog)
+                native = _native.Server(
+                    app,
+                    loop,
+                    sock.fileno(),
+                    unix_path=config.uds,
+                    root_path=config.root_path,
+                    state=lifespan.state,
+                    timeout_keep_alive=float(config.timeout_keep_alive),
+                    limit_request_body=config.limit_request_body,
+                    logger=logging.getLogger("skirr.error"),
+                )
+                native.start()
+                logger.info("skirr running on %s (Press CTRL+C to quit)", self._url(sock))
+                self.started.set()
+                await self._stop.wait()
+                logger.info("Shutting down")
+                native.stop_accepting()
+                sock.close()
+                await self._drain(native)
+                native.close()
+                await asyncio.sleep(0)  # let the app tasks see their disconnects
+            if self._force.is_set():
+                lifespan.cancel()
+                self.exit_code = 1
+                return
+            await self._unless_forced(lifespan.shutdown())
+            if self._force.is_set():
+                lifespan.cancel()
+            self.exit_code = 1 if (lifespan.failed or self._force.is_set()) else 0
+        finally:
+            if native is not None:
+                native.close()
+            sock.close()
+            if config.uds:
+                with contextlib.suppress(OSError):
+                    os.unlink(config.uds)
+            for signum in handlers:
+                loop.remove_signal_handler(signum)
+            if self.exit_code is None:
+                self.exit_code = 1
+
+    async def _drain(self, native: Any) -> None:
+        """Waits until no connection and no request is left, the graceful timeout, or a force."""
+        assert self._force is not None
+        native.shutdown()
+        timeout = self.config.timeout_graceful_shutdown
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while native.connections or native.active_requests:
+            if self._force.is_set():
+                logger.warning(
+                    "Forced exit: closing %d connection(s), %d request(s) in flight",
+                    native.connections,
+                    native.active_requests,
+                )
+                return
+            if deadline is not None and loop.time() >= deadline:
+                logger.warning(
+                    "Graceful shutdown timed out after %g s: closing %d connection(s), "
+                    "%d request(s) in flight",
+                    timeout,
+                    native.connections,
+                    native.active_requests,
+                )
+                return
+            await asyncio.sleep(_POLL_INTERVAL)
+
+    async def _unless_forced(self, aw: Awaitable[_T]) -> _T | None:
+        """Awaits ``aw`` unless a forced exit comes first (then cancels it, returns None)."""
+        assert self._force is not None
+        task = asyncio.ensure_future(aw)
+        forced = asyncio.ensure_future(self._force.wait())
+        try:
+            await asyncio.wait({task, forced}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            return None
+        finally:
+            for t in (task, forced):
+                if not t.done():
+                    t.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await t
+
+    def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        installed: list[int] = []
+        for signum in _HANDLED_SIGNALS:
+            loop.add_signal_handler(signum, self._on_signal, signum)
+            installed.append(signum)
+        return installed
+
+    def _on_signal(self, signum: int) -> None:
+        logger.debug("Received %s", signal.Signals(signum).name)
+        self._on_shutdown_request()
+
+    def _on_shutdown_request(self) -> None:
+        assert self._stop is not None and self._force is not None
+        if self._stop.is_set():
+            self._force.set()
+        else:
+            self._stop.set()
+
+    def _bind(self) -> socket.socket:
+        """A bound, non-blocking, not yet listening socket.
+
+        Raises:
+            ConfigError: the address could not be bound (in use, bad host, no permission, ...).
+        """
+        config = self.config
+        if config.uds:
+            return _bind_unix(config.uds)
+        host, port = config.host, config.port
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.setblocking(False)
+        except OSError as exc:
+            sock.close()
+            where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+            raise ConfigError(f"could not bind to {where}: {exc.strerror or exc}") from None
+        self._port = sock.getsockname()[1]
+        return sock
+
+    def _url(self, sock: socket.socket) -> str:
+        if self.config.uds:
+            return f"unix socket {self.config.uds}"
+        host = self.config.host
+        if sock.family == socket.AF_INET6:
+            host = f"[{host}]"
+        return f"http://{host}:{self._port}"
+
+
+def _bind_unix(path: str) -> socket.socket:
+    """Binds a Unix-domain socket at ``path``, removing a stale socket file left by a dead
+    server (one nobody accepts on). The file is made connectable by any user (mode 0666, as
+    uvicorn), so that a proxy running as another user can connect.
+
+    Raises:
+        ConfigError: ``path`` is in use, is not a socket, or cannot be bound.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise ConfigError(f"could not bind to unix socket {path}: {exc.strerror}") from None
+    else:
+        if not stat.S_ISSOCK(mode):
+            raise ConfigError(f"could not bind to unix socket {path}: exists and is not a socket")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(1.0)
+            try:
+                probe.connect(path)
+            except (ConnectionRefusedError, FileNotFoundError):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # stale
+            except OSError as exc:
+                raise ConfigError(
+                    f"could not bind to unix socket {path}: {exc.strerror or exc}"
+                ) from None
+            else:
+                raise ConfigError(
+                    f"could not bind to unix socket {path}: Address already in use"
+                )
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o666)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"could not bind to unix socket {path}: {exc.strerror or exc}") from None
+    return sock
+
+
+def run(app: Callable[..., Any] | str, **config_kwargs: Any) -> int:
+    """Serves ``app`` until SIGINT/SIGTERM: ``Server(Config(app, **config_kwargs)).run()``.
+
+    Args:
+        app: an ASGI 3 callable or a ``"module:attr"`` string.
+        **config_kwargs: any :class:`skirr.Config` field (``host``, ``port``, ``loop``, ...).
+
+    Returns:
+        The exit status (0 after a clean shutdown).
+
+    Raises:
+        ConfigError: a bad setting, an app that cannot be loaded, an address that cannot be bound.
+    """
+    return Server(Config(app, **config_kwargs)).run()
