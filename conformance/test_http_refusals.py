@@ -14,6 +14,10 @@ BAD_400 = {
     "space-in-target": b"GET /a b HTTP/1.1\r\n" + H + b"\r\n",
     "ctl-in-target": b"GET /a\x01b HTTP/1.1\r\n" + H + b"\r\n",
     "bad-protocol-name": b"GET / HTTQ/1.1\r\n" + H + b"\r\n",
+    # "#" is not in origin-form (absolute-path [ "?" query ], RFC 9112 §3.2.1, RFC 3986 §3.4):
+    # an invalid request-line gets 400 (RFC 9112 §3.2)
+    "fragment-in-path": b"GET /a#frag HTTP/1.1\r\n" + H + b"\r\n",
+    "fragment-in-query": b"GET /a?q=1#frag HTTP/1.1\r\n" + H + b"\r\n",
     # Host (RFC 9112 §3.2)
     "missing-host": b"GET / HTTP/1.1\r\n\r\n",
     "two-hosts": b"GET / HTTP/1.1\r\nHost: x\r\nHost: x\r\n\r\n",
@@ -28,6 +32,12 @@ BAD_400 = {
     + b"Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
     "cl-plus-sign": b"POST / HTTP/1.1\r\n" + H + b"Content-Length: +5\r\n\r\nhello",
     "cl-overflow": b"POST / HTTP/1.1\r\n" + H + b"Content-Length: 99999999999999999999999\r\n\r\n",
+    # RFC 9112 §6.3 rule 4: chunked not the final coding of a request -> MUST 400 and close
+    "te-gzip-not-final": b"POST / HTTP/1.1\r\n" + H + b"Transfer-Encoding: gzip\r\n\r\n",
+    "te-chunked-then-gzip": b"POST / HTTP/1.1\r\n" + H
+    + b"Transfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n",
+    "te-chunked-twice": b"POST / HTTP/1.1\r\n" + H
+    + b"Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
     # RFC 9112 §6.1: Transfer-Encoding in an HTTP/1.0 message means faulty framing
     "te-in-http10": b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
     # chunked framing (RFC 9112 §7.1)

@@ -14,7 +14,7 @@
 #define SK_ERRORS(X)                                                                 \
     X(SK_ENOMEM, -1, "out of memory")                                                \
     X(SK_EHDRNAME, -2, "response header name is not a token (RFC 9110 §5.1)")       \
-    X(SK_EHDRVALUE, -3, "response header value contains CR, LF or NUL (RFC 9110 §5.5)") \
+    X(SK_EHDRVALUE, -3, "response header value contains a control character (RFC 9110 §5.5)") \
     X(SK_ESTATUS, -4, "response status is not an integer in 100..599")               \
     X(SK_ECL, -5, "response content-length is not a single decimal integer")         \
     X(SK_ETE, -6, "response transfer-encoding other than chunked, or with content-length") \

@@ -237,6 +237,11 @@ static int on_method_complete(llhttp_t *llh)
     uint8_t m = llh->method;
 
     p->method = m; /* known from here on, so a refusal of a HEAD request can omit its body */
+    if (m == HTTP_CONNECT) {
+        /* RFC 9110 §9.3.6: a 2xx to CONNECT turns the connection into a tunnel, which skirr
+         * does not provide; the app never sees it. */
+        return fail(p, 501, "CONNECT not implemented");
+    }
     /* llhttp also knows RTSP/ICE methods and PRI; only HTTP_METHOD_MAP methods are HTTP methods.
      * PRI is left to on_version_complete, so the HTTP/2 preface gets 505. */
     switch (m) {
@@ -258,6 +263,8 @@ static int on_url(llhttp_t *llh, const char *at, size_t len)
         return fail(p, 400, "more than one SP after the method");
     if (len > p->limits.max_request_line - p->target.len)
         return fail(p, 414, "request-target too long");
+    if (memchr(at, '#', len) != NULL)
+        return fail(p, 400, "fragment in request-target"); /* RFC 9112 §3.2: no fragment */
     if (head_append(p, at, len) < 0)
         return fail(p, 503, "out of memory");
     p->target.len += (uint32_t)len;
@@ -485,9 +492,9 @@ static int check_transfer_encoding(const sk_parser_t *p)
             }
         }
     }
-    if (codings == 0)
-        return 400;
-    return unknown ? 501 : 0;
+    if (codings == 0 || !chunked_seen)
+        return 400; /* RFC 9112 §6.3 (4): chunked is not the final coding, MUST answer 400 */
+    return unknown ? 501 : 0; /* RFC 9112 §6.1: a coding before chunked we do not implement */
 }
 
 static int on_headers_complete(llhttp_t *llh)
@@ -534,8 +541,6 @@ static int on_headers_complete(llhttp_t *llh)
     p->chunked = (llh->flags & F_CHUNKED) ? 1 : 0;
     p->has_content_length = (llh->flags & F_CONTENT_LENGTH) ? 1 : 0;
     p->content_length = p->has_content_length ? llh->content_length : 0;
-    if (llh->method == HTTP_CONNECT && (has_te || p->content_length > 0))
-        return fail(p, 400, "CONNECT with content");
     if (p->limits.max_body != 0 && p->content_length > p->limits.max_body)
         return fail(p, 413, "content too large");
     p->method = llh->method;

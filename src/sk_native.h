@@ -29,6 +29,7 @@
 #define SK_INPUT_HIGH_WATER (64 * 1024)   /* stop reading while this much unparsed input is buffered */
 #define SK_FAIRNESS_QUOTA 128             /* ready receive/send operations per request before one yield */
 #define SK_METHOD_CACHE 64                /* llhttp method ids cached as interned str */
+#define SK_MAX_EAGER 16                   /* applications started eagerly per reactor callback */
 
 /* What a connection's one deadline means (RFC 9112 §9.5 leaves timeouts to the server). */
 enum sk_timer_kind {
@@ -112,6 +113,9 @@ struct ServerObject {
     PyObject *run_pending;   /* bound callback given to loop.call_soon */
     PyObject *context;       /* contextvars.Context at start(): every app task starts from a copy */
     PyObject *call_soon_kw;  /* ("context",): keyword names for loop.call_soon */
+    PyObject *task_type;     /* asyncio.Task when apps start eagerly (3.12+, no task factory), else NULL */
+    PyObject *eager_kw;      /* ("loop", "eager_start"): keyword names for task_type */
+    int eager_budget;        /* eager starts left in this reactor callback */
     int listen_fd;
     int epfd;
     int timerfd;

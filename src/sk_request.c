@@ -819,7 +819,14 @@ sk_request_run(RequestObject *r)
     if (coro == NULL) {
         goto app_error;
     }
-    task = PyObject_CallMethodOneArg(s->loop, st->s_create_task, coro);
+    if (s->task_type != NULL && s->eager_budget > 0) {
+        s->eager_budget--;
+        PyObject *targs[3] = {coro, s->loop, Py_True};
+        task = PyObject_Vectorcall(s->task_type, targs, 1, s->eager_kw);
+    }
+    else {
+        task = PyObject_CallMethodOneArg(s->loop, st->s_create_task, coro);
+    }
     if (task == NULL) {
         goto app_error;
     }

@@ -300,9 +300,12 @@ int sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_h
             }
         }
         for (size_t k = 0; k < f->value_len; k++) {
-            char c = f->value[k];
+            unsigned char c = (unsigned char)f->value[k];
 
-            if (c == '\r' || c == '\n' || c == '\0') {
+            /* RFC 9110 §5.5: field-value is VCHAR, obs-text, SP and HTAB. Found by fuzzing
+             * (fuzz/regressions/response/ctl-in-value): any other CTL (not only CR, LF, NUL) made
+             * a response that strict parsers such as llhttp refuse as a whole. */
+            if ((c < 0x20 && c != '\t') || c == 0x7f) {
                 rc = SK_EHDRVALUE;
                 goto error;
             }

@@ -451,9 +451,15 @@ conn_readable(sk_conn_t *c, uint32_t events)
     if (c->closed || c->close_after_write) {
         return;
     }
-    if (used < (size_t)n && sk_buf_append(&c->in, s->readbuf + used, (size_t)n - used) < 0) {
-        sk_conn_close(c);
-        return;
+    if (used < (size_t)n) {
+        if (sk_buf_append(&c->in, s->readbuf + used, (size_t)n - used) < 0) {
+            sk_conn_close(c);
+            return;
+        }
+        if (c->current == NULL) {
+            /* An eagerly started app already finished its response: go on with the rest. */
+            sk_conn_schedule(c);
+        }
     }
     sk_conn_update_events(c);
 }
@@ -493,6 +499,7 @@ server_run_pending(PyObject *op, PyObject *Py_UNUSED(arg))
     /* New reference to None. loop.call_soon target: parses buffered pipelined input. */
     ServerObject *s = (ServerObject *)op;
     s->pending_scheduled = 0;
+    s->eager_budget = SK_MAX_EAGER;
     while (s->pending_head) {
         sk_conn_t *c = s->pending_head;
         s->pending_head = c->pending_next;
@@ -647,6 +654,7 @@ server_on_ready(PyObject *op, PyObject *Py_UNUSED(arg))
     if (s->closed) {
         Py_RETURN_NONE;
     }
+    s->eager_budget = SK_MAX_EAGER;
     int n = epoll_wait(s->epfd, evs, SK_MAX_EVENTS, 0);
     for (int i = 0; i < n; i++) {
         void *tag = evs[i].data.ptr;
@@ -705,6 +713,29 @@ server_start(PyObject *op, PyObject *Py_UNUSED(arg))
     if (s->context == NULL) {
         return NULL;
     }
+#if PY_VERSION_HEX >= 0x030C0000
+    /* Eager start (3.12+): the app runs up to its first real suspension inside the reactor
+     * callback, as the request's own asyncio.Task (current_task() is that task). Only when the
+     * loop has no custom task factory: a factory must see every task. */
+    PyObject *factory = PyObject_CallMethod(s->loop, "get_task_factory", NULL);
+    if (factory == NULL) {
+        return NULL;
+    }
+    int no_factory = (factory == Py_None);
+    Py_DECREF(factory);
+    if (no_factory) {
+        PyObject *asyncio = PyImport_ImportModule("asyncio");
+        if (asyncio == NULL) {
+            return NULL;
+        }
+        Py_XSETREF(s->task_type, PyObject_GetAttrString(asyncio, "Task"));
+        Py_DECREF(asyncio);
+        Py_XSETREF(s->eager_kw, Py_BuildValue("(ss)", "loop", "eager_start"));
+        if (s->task_type == NULL || s->eager_kw == NULL) {
+            return NULL;
+        }
+    }
+#endif
     if (listen_register(s, 1) < 0) {
         return PyErr_SetFromErrno(PyExc_OSError);
     }
@@ -926,6 +957,8 @@ server_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(s->run_pending);
     Py_VISIT(s->context);
     Py_VISIT(s->call_soon_kw);
+    Py_VISIT(s->task_type);
+    Py_VISIT(s->eager_kw);
     for (sk_conn_t *c = s->all_head; c != NULL; c = c->all_next) {
         Py_VISIT(c->current);
     }
@@ -948,6 +981,8 @@ server_clear(PyObject *op)
     Py_CLEAR(s->run_pending);
     Py_CLEAR(s->context);
     Py_CLEAR(s->call_soon_kw);
+    Py_CLEAR(s->task_type);
+    Py_CLEAR(s->eager_kw);
     return 0;
 }
 

@@ -10,6 +10,7 @@ import dataclasses
 import importlib
 import logging
 import os
+import resource
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,28 @@ DEFAULT_LIMIT_REQUEST_BODY = 0
 # the 30 s that process supervisors (Kubernetes, systemd's default 90 s) allow before SIGKILL, so
 # lifespan shutdown still runs. None waits for ever.
 DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN = 25.0
+# Seconds a connection may take to complete a request head (slowloris), from accept or from the
+# first byte of the next request: then 408 if any byte arrived, else a quiet close.
+DEFAULT_TIMEOUT_REQUEST_HEAD = 10.0
+# Seconds unsent response bytes may make no progress (the peer accepts nothing) before the
+# connection is closed and every waiting send() raises ClientDisconnected.
+DEFAULT_TIMEOUT_WRITE = 30.0
+# Every timeout is checked by one native timer that ticks once a second: a timeout of T seconds
+# fires between T and T + 1 s after its start.
+TIMER_GRANULARITY = 1.0
+# --limit-connections unset: the soft RLIMIT_NOFILE minus a reserve for the application's own
+# descriptors (files, database connections): max(64, limit // 8). An unlimited RLIMIT_NOFILE means
+# no cap. Over the cap skirr stops accepting (the kernel backlog holds new connections) until one
+# closes; with no cap, running out of descriptors (EMFILE) pauses accepting for one timer tick.
+CONNECTION_FD_RESERVE_MIN = 64
+
+
+def default_limit_connections() -> int:
+    """The open-connection cap used when ``limit_connections`` is ``None``; 0 = no cap."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 0
+    return max(1, soft - max(CONNECTION_FD_RESERVE_MIN, soft // 8))
 
 logging.addLevelName(TRACE, "TRACE")
 
@@ -61,11 +84,21 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
-def _check_number(name: str, value: Any, *, integer: bool, minimum: float = 0) -> None:
+def _check_number(
+    name: str, value: Any, *, integer: bool, minimum: float = 0, positive: bool = False
+) -> None:
     kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < minimum:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or value < minimum
+        or (positive and not value > 0)
+        or value != value  # NaN
+        or value == float("inf")
+    ):
         what = "an integer" if integer else "a number"
-        raise ConfigError(f"{name} must be {what} >= {minimum:g}; got {value!r}")
+        bound = "> 0" if positive else f">= {minimum:g}"
+        raise ConfigError(f"{name} must be {what} {bound}; got {value!r}")
 
 
 @dataclasses.dataclass
@@ -85,9 +118,23 @@ class Config:
         factory: ``app`` names a zero-argument callable that returns the application.
         log_level: ``critical|error|warning|info|debug|trace`` or a ``logging`` level number.
         timeout_keep_alive: seconds an idle keep-alive connection is kept open.
+        timeout_request_head: seconds a connection may take to complete a request head, from
+            accept or from the first byte of the next request (default 10); then 408 if any byte
+            arrived, else a quiet close. Must be > 0.
+        timeout_write: seconds unsent response bytes may make no progress (default 30); then the
+            connection is closed and a waiting ``send()`` raises ``ClientDisconnected``. Must be
+            > 0.
         backlog: the ``listen()`` backlog (connections).
         limit_request_body: bytes of request content; over it the request gets 413. 0 = unlimited
             (the default).
+        limit_concurrency: requests in flight (application tasks running) before a new request
+            is answered 503 with ``connection: close``; ``None`` or 0 = unlimited (the default).
+        limit_connections: open client connections before skirr stops accepting until one
+            closes (new ones wait in the kernel backlog); 0 = unlimited; ``None`` (the default) =
+            derived from the soft RLIMIT_NOFILE (:func:`default_limit_connections`).
+        limit_max_requests: the server shuts down gracefully (exit status 0) after this many
+            requests, plus a random 0..``limit_max_requests_jitter``; ``None`` or 0 = never.
+        limit_max_requests_jitter: the upper bound of that random addition (default 0).
         timeout_graceful_shutdown: seconds in-flight requests may take after a shutdown request
             before their connections are closed (default 25); ``None`` waits for ever.
         app_dir: a directory put first on ``sys.path`` before importing ``app``.
@@ -106,8 +153,14 @@ class Config:
     factory: bool = False
     log_level: str | int = "info"
     timeout_keep_alive: float = 5.0
+    timeout_request_head: float = DEFAULT_TIMEOUT_REQUEST_HEAD
+    timeout_write: float = DEFAULT_TIMEOUT_WRITE
     backlog: int = 2048
     limit_request_body: int = DEFAULT_LIMIT_REQUEST_BODY
+    limit_concurrency: int | None = None
+    limit_connections: int | None = None
+    limit_max_requests: int | None = None
+    limit_max_requests_jitter: int = 0
     timeout_graceful_shutdown: float | None = DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN
     app_dir: str = "."
 
@@ -125,7 +178,14 @@ class Config:
             raise ConfigError(f"port must be in 0..65535; got {self.port}")
         _check_number("backlog", self.backlog, integer=True, minimum=1)
         _check_number("timeout_keep_alive", self.timeout_keep_alive, integer=False)
+        _check_number("timeout_request_head", self.timeout_request_head, integer=False,
+                      positive=True)
+        _check_number("timeout_write", self.timeout_write, integer=False, positive=True)
         _check_number("limit_request_body", self.limit_request_body, integer=True)
+        for name in ("limit_concurrency", "limit_connections", "limit_max_requests"):
+            if getattr(self, name) is not None:
+                _check_number(name, getattr(self, name), integer=True)
+        _check_number("limit_max_requests_jitter", self.limit_max_requests_jitter, integer=True)
         if self.timeout_graceful_shutdown is not None:
             _check_number(
                 "timeout_graceful_shutdown", self.timeout_graceful_shutdown, integer=False
@@ -136,6 +196,14 @@ class Config:
             raise ConfigError(f"root_path must be empty or start with '/'; got {self.root_path!r}")
         if self.root_path.endswith("/"):
             self.root_path = self.root_path.rstrip("/")
+
+    @property
+    def connection_limit(self) -> int:
+        """The open-connection cap handed to the reactor: ``limit_connections``, or the default
+        derived from RLIMIT_NOFILE when it is ``None``; 0 = no cap."""
+        if self.limit_connections is None:
+            return default_limit_connections()
+        return self.limit_connections
 
     @property
     def log_level_number(self) -> int:

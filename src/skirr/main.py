@@ -17,6 +17,8 @@ from . import __version__
 from .config import (
     DEFAULT_LIMIT_REQUEST_BODY,
     DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN,
+    DEFAULT_TIMEOUT_REQUEST_HEAD,
+    DEFAULT_TIMEOUT_WRITE,
     LIFESPANS,
     LOG_LEVELS,
     LOOPS,
@@ -65,6 +67,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    value = _seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``skirr`` argument parser."""
     parser = _Parser(
@@ -89,10 +98,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="log level (default: %(default)s)")
     add("--timeout-keep-alive", type=_seconds, default=5.0, metavar="SECONDS",
         help="close idle keep-alive connections after this long (default: %(default)g)")
+    add("--timeout-request-head", type=_positive_seconds, default=DEFAULT_TIMEOUT_REQUEST_HEAD,
+        metavar="SECONDS", help="a connection must complete its request head this long after "
+        "accept or after the first byte of the next request; then 408 (or a quiet close if no "
+        "byte came) (default: %(default)g)")
+    add("--timeout-write", type=_positive_seconds, default=DEFAULT_TIMEOUT_WRITE,
+        metavar="SECONDS", help="close a connection whose peer accepts no response bytes for "
+        "this long; a waiting send() raises ClientDisconnected (default: %(default)g)")
     add("--backlog", type=_int_at_least(1), default=2048, metavar="N",
         help="listen() backlog (default: %(default)s)")
     add("--limit-request-body", type=_int_at_least(0), default=DEFAULT_LIMIT_REQUEST_BODY,
         metavar="BYTES", help="answer 413 to a request body larger than this; 0 = unlimited "
+        "(default: %(default)s)")
+    add("--limit-concurrency", type=_int_at_least(0), default=None, metavar="N",
+        help="answer 503 (connection: close) to a request while N are in flight; 0 = unlimited "
+        "(default: unlimited)")
+    add("--limit-connections", type=_int_at_least(0), default=None, metavar="N",
+        help="stop accepting while N connections are open (new ones wait in the backlog); "
+        "0 = unlimited (default: the soft RLIMIT_NOFILE minus max(64, 1/8 of it))")
+    add("--limit-max-requests", type=_int_at_least(0), default=None, metavar="N",
+        help="shut down gracefully after N requests; 0 = never (default: never)")
+    add("--limit-max-requests-jitter", type=_int_at_least(0), default=0, metavar="N",
+        help="add a random 0..N to --limit-max-requests, so workers do not restart together "
         "(default: %(default)s)")
     add("--timeout-graceful-shutdown", type=_seconds,
         default=DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN, metavar="SECONDS",
@@ -121,8 +148,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             factory=args.factory,
             log_level=args.log_level,
             timeout_keep_alive=args.timeout_keep_alive,
+            timeout_request_head=args.timeout_request_head,
+            timeout_write=args.timeout_write,
             backlog=args.backlog,
             limit_request_body=args.limit_request_body,
+            limit_concurrency=args.limit_concurrency,
+            limit_connections=args.limit_connections,
+            limit_max_requests=args.limit_max_requests,
+            limit_max_requests_jitter=args.limit_max_requests_jitter,
             timeout_graceful_shutdown=args.timeout_graceful_shutdown,
             app_dir=args.app_dir,
         )

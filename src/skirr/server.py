@@ -10,6 +10,9 @@ failed startup never accepts a connection. Shutdown (SIGINT, SIGTERM or ``reques
 stop accepting, close the listening socket, ``native.shutdown()``, wait (polling every 50 ms, up to
 ``timeout_graceful_shutdown``) until no connection and no request is left, ``native.close()``,
 lifespan shutdown. A second signal forces exit: no more waiting, no lifespan shutdown, status 1.
+``limit_max_requests`` starts the same graceful shutdown once the reactor's ``total_requests``
+reaches the limit (plus its jitter), checked every 50 ms by a watcher task that exists only when
+the limit is set.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import stat
@@ -117,6 +121,7 @@ class Server:
         sock = self._bind()
         lifespan = Lifespan(app, config.lifespan)
         native: Any | None = None
+        watcher: asyncio.Future[None] | None = None
         handlers = self._install_signal_handlers(loop)
         try:
             started = await self._unless_forced(lifespan.startup())
@@ -135,12 +140,21 @@ class Server:
                     root_path=config.root_path,
                     state=lifespan.state,
                     timeout_keep_alive=float(config.timeout_keep_alive),
+                    timeout_request_head=float(config.timeout_request_head),
+                    timeout_write=float(config.timeout_write),
                     limit_request_body=config.limit_request_body,
+                    limit_concurrency=config.limit_concurrency or 0,
+                    limit_connections=config.connection_limit,
                     logger=logging.getLogger("skirr.error"),
                 )
                 native.start()
                 logger.info("skirr running on %s (Press CTRL+C to quit)", self._url(sock))
                 self.started.set()
+                if config.limit_max_requests:
+                    limit = config.limit_max_requests + random.randint(
+                        0, config.limit_max_requests_jitter
+                    )
+                    watcher = asyncio.ensure_future(self._watch_max_requests(native, limit))
                 await self._stop.wait()
                 logger.info("Shutting down")
                 native.stop_accepting()
@@ -157,6 +171,8 @@ class Server:
                 lifespan.cancel()
             self.exit_code = 1 if (lifespan.failed or self._force.is_set()) else 0
         finally:
+            if watcher is not None:
+                watcher.cancel()  # asyncio.Runner finishes it on the way out
             if native is not None:
                 native.close()
             sock.close()
@@ -167,6 +183,16 @@ class Server:
                 loop.remove_signal_handler(signum)
             if self.exit_code is None:
                 self.exit_code = 1
+
+    async def _watch_max_requests(self, native: Any, limit: int) -> None:
+        """Starts the graceful shutdown once ``limit`` requests have started (--limit-max-requests)."""
+        assert self._stop is not None
+        while not self._stop.is_set():
+            if native.total_requests >= limit:
+                logger.info("Maximum request limit of %d exceeded. Terminating process.", limit)
+                self._stop.set()
+                return
+            await asyncio.sleep(_POLL_INTERVAL)
 
     async def _drain(self, native: Any) -> None:
         """Waits until no connection and no request is left, the graceful timeout, or a force."""
