@@ -75,10 +75,10 @@ fuzz:
 sanitize:
 	@echo "not built yet: see issue 4"; exit 1
 
-bench:
-	@echo "not built yet: see issue 6"; exit 1
-
 clean:
 	rm -rf build dist src/skirr.egg-info src/*.egg-info
 
 FORCE:
+
+# Verbs that live beside what they drive.
+include bench/bench.mk

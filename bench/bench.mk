@@ -1,0 +1,24 @@
+# Benchmark verbs (issue 6). The top-level Makefile includes this file: `include bench/bench.mk`.
+# Extra options for bench/run.py go in BENCH_ARGS, e.g. make bench BENCH_ARGS='--rounds 3'.
+BENCH_RUN := $(VPY) bench/run.py
+BENCH_ARGS ?=
+
+.PHONY: bench bench-quick bench-syscalls
+
+# The full matrix (about 80 minutes), only on a build that passes the conformance suite; writes the
+# raw results to bench/results/ and the summary to bench/RESULTS.md.
+bench: build
+	@$(MAKE) --no-print-directory conformance || \
+	  { echo "bench: 'make conformance' failed: refusing to measure this build" >&2; exit 1; }
+	$(BENCH_RUN) matrix --profile full --summary bench/RESULTS.md $(BENCH_ARGS)
+
+# The CI smoke test of the harness, <= 5 minutes: raw_get, post_4k and fastapi_json at 64
+# connections, 3 rounds, skirr beside uvicorn and the C limit. No pass/fail on speed; it fails only
+# when a skirr run fails (a socket error, timeout, non-2xx or wrong body).
+bench-quick: build
+	$(BENCH_RUN) matrix --profile quick $(BENCH_ARGS)
+
+# 1,001 sequential tiny requests on one keep-alive connection, traced with strace: skirr passes with
+# <= 1,010 receive calls, no EAGAIN and exactly 1,001 send calls (the C limit is traced as a control).
+bench-syscalls: build
+	$(BENCH_RUN) syscalls
