@@ -69,12 +69,6 @@ test-c:
 conformance:
 	@echo "not built yet: see issue 3"; exit 1
 
-fuzz:
-	@echo "not built yet: see issue 4"; exit 1
-
-sanitize:
-	@echo "not built yet: see issue 4"; exit 1
-
 clean:
 	rm -rf build dist src/skirr.egg-info src/*.egg-info
 
@@ -82,3 +76,8 @@ FORCE:
 
 # Verbs that live beside what they drive.
 include bench/bench.mk
+SAN_PY := $(VPY)
+SAN_PREREQ := venv
+include fuzz/fuzz.mk
+include sanitizers/sanitize.mk
+include sanitizers/lint.mk

@@ -18,7 +18,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 __AFL_FUZZ_INIT();
 #endif
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
 #ifdef __AFL_FUZZ_TESTCASE_LEN
     unsigned char *buf;

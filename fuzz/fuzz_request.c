@@ -17,7 +17,8 @@
  *  - content delivered never exceeds max_body, and equals Content-Length at SK_EV_END;
  *  - a dead parser keeps returning the same SK_EV_ERROR without consuming;
  *  - the event log (heads, content with pieces merged, ends, error status, EOF state) of the split
- *    run equals the whole run's.
+ *    run equals the whole run's; the one accepted difference is the status of a refusal when one
+ *    of the two is a limit's (413/414/431; see same_events()).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -31,25 +32,28 @@
 #define CONFIG_BYTES 8
 
 /* Stops the run with a message; abort() makes both fuzzers save the input. */
-static void die(const char *what)
+static void
+die(const char *what)
 {
     fprintf(stderr, "fuzz_request: %s\n", what);
     abort();
 }
 
-#define REQUIRE(cond)                                                                               \
-    do {                                                                                            \
-        if (!(cond))                                                                                \
-            die(#cond);                                                                             \
+#define REQUIRE(cond)   \
+    do {                \
+        if (!(cond))    \
+            die(#cond); \
     } while (0)
 
-static void put(sk_buf_t *b, const void *p, size_t n)
+static void
+put(sk_buf_t *b, const void *p, size_t n)
 {
     if (sk_buf_append(b, p, n) != 0)
         die("out of memory");
 }
 
-static void put_u64(sk_buf_t *b, uint64_t v)
+static void
+put_u64(sk_buf_t *b, uint64_t v)
 {
     put(b, &v, sizeof(v));
 }
@@ -63,7 +67,8 @@ typedef struct {
     int status;
 } run_t;
 
-static void flush_body(run_t *r)
+static void
+flush_body(run_t *r)
 {
     if (sk_buf_len(&r->body) == 0)
         return;
@@ -73,7 +78,8 @@ static void flush_body(run_t *r)
     sk_buf_consume(&r->body, sk_buf_len(&r->body));
 }
 
-static int has_byte(const char *s, size_t n, int (*bad)(unsigned char))
+static int
+has_byte(const char *s, size_t n, int (*bad)(unsigned char))
 {
     for (size_t i = 0; i < n; i++)
         if (bad((unsigned char)s[i]))
@@ -81,25 +87,29 @@ static int has_byte(const char *s, size_t n, int (*bad)(unsigned char))
     return 0;
 }
 
-static int is_crlfnul(unsigned char c)
+static int
+is_crlfnul(unsigned char c)
 {
     return c == '\r' || c == '\n' || c == '\0';
 }
 
-static int not_tchar(unsigned char c)
+static int
+not_tchar(unsigned char c)
 {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
         return 0;
     return strchr("!#$%&'*+-.^_`|~", c) == NULL || c == '\0';
 }
 
-static void span_ok(const sk_parser_t *p, sk_span_t s)
+static void
+span_ok(const sk_parser_t *p, sk_span_t s)
 {
     REQUIRE(s.off <= p->head_len);
     REQUIRE(s.len <= p->head_len - s.off);
 }
 
-static void on_head(run_t *r, const sk_parser_t *p)
+static void
+on_head(run_t *r, const sk_parser_t *p)
 {
     uint64_t section = 0;
     const char *method = sk_parser_method_name(p);
@@ -133,8 +143,8 @@ static void on_head(run_t *r, const sk_parser_t *p)
     put_u64(&r->log, p->target.len);
     put(&r->log, sk_parser_ptr(p, p->target), p->target.len);
     {
-        uint8_t flags[7] = {p->method, p->http_major, p->http_minor, p->keep_alive,
-                            p->expect_continue, p->chunked, p->has_content_length};
+        uint8_t flags[7] = {p->method,          p->http_major, p->http_minor,        p->keep_alive,
+                            p->expect_continue, p->chunked,    p->has_content_length};
 
         put(&r->log, flags, sizeof(flags));
     }
@@ -153,7 +163,8 @@ static void on_head(run_t *r, const sk_parser_t *p)
 
 /* Feeds the pending bytes to the parser until it needs more or refuses. Each call gets a fresh
  * heap copy of exactly the unconsumed bytes. */
-static void pump(sk_parser_t *p, sk_buf_t *pend, run_t *r)
+static void
+pump(sk_parser_t *p, sk_buf_t *pend, run_t *r)
 {
     /* Every event but NONE either consumes a byte or is one of at most a few zero-byte events
      * (END after the last body piece, HEAD of a bodyless request ...); more means a livelock. */
@@ -173,12 +184,8 @@ static void pump(sk_parser_t *p, sk_buf_t *pend, run_t *r)
         REQUIRE(c <= len);
         REQUIRE(budget-- > 0);
         switch (ev.type) {
-        case SK_EV_NONE:
-            REQUIRE(c == len);
-            break;
-        case SK_EV_HEAD:
-            on_head(r, p);
-            break;
+        case SK_EV_NONE: REQUIRE(c == len); break;
+        case SK_EV_HEAD: on_head(r, p); break;
         case SK_EV_BODY:
             REQUIRE(ev.len > 0);
             REQUIRE(ev.data >= d && ev.data + ev.len <= d + c);
@@ -201,8 +208,10 @@ static void pump(sk_parser_t *p, sk_buf_t *pend, run_t *r)
 
             flush_body(r);
             REQUIRE(ev.reason != NULL);
-            REQUIRE(ev.status == 400 || ev.status == 413 || ev.status == 414 ||
-                    ev.status == 431 || ev.status == 501 || ev.status == 505);
+            REQUIRE(ev.status == 400 || ev.status == 413 || ev.status == 414 || ev.status == 431 ||
+                    ev.status == 501 || ev.status == 505);
+            if (getenv("FUZZ_VERBOSE") != NULL)
+                fprintf(stderr, "refused: %d %s (%zu bytes pending)\n", ev.status, ev.reason, len);
             put(&r->log, "X", 1);
             put_u64(&r->log, (uint64_t)ev.status);
             r->stopped = 1;
@@ -213,8 +222,7 @@ static void pump(sk_parser_t *p, sk_buf_t *pend, run_t *r)
             REQUIRE(!sk_parser_idle(p));
             break;
         }
-        default:
-            die("unknown event type");
+        default: die("unknown event type");
         }
         free(d);
         sk_buf_consume(pend, c);
@@ -224,7 +232,8 @@ static void pump(sk_parser_t *p, sk_buf_t *pend, run_t *r)
 }
 
 /* xorshift64*: the split run's piece sizes, from the leading bytes. */
-static uint64_t next_rand(uint64_t *s)
+static uint64_t
+next_rand(uint64_t *s)
 {
     *s ^= *s >> 12;
     *s ^= *s << 25;
@@ -235,8 +244,8 @@ static uint64_t next_rand(uint64_t *s)
 enum { SPLIT_RANDOM = 0, SPLIT_BYTES, SPLIT_TWO, SPLIT_SMALL };
 
 /* Parses in[0..n): whole when mode < 0, else split as mode/seed say. */
-static void run(const sk_limits_t *lim, const char *in, size_t n, int mode, uint64_t seed,
-                sk_buf_t *log)
+static void
+run(const sk_limits_t *lim, const char *in, size_t n, int mode, uint64_t seed, sk_buf_t *log)
 {
     sk_parser_t p;
     sk_buf_t pend = {0};
@@ -255,21 +264,11 @@ static void run(const sk_limits_t *lim, const char *in, size_t n, int mode, uint
             mode = -1;
 
         switch (mode) {
-        case SPLIT_BYTES:
-            piece = 1;
-            break;
-        case SPLIT_TWO:
-            piece = calls == 1 ? (size_t)(seed % (n + 1)) : n - pos;
-            break;
-        case SPLIT_SMALL:
-            piece = 1 + (size_t)(next_rand(&seed) % 8);
-            break;
-        case SPLIT_RANDOM:
-            piece = (size_t)(next_rand(&seed) % 64);
-            break;
-        default:
-            piece = n;
-            break;
+        case SPLIT_BYTES: piece = 1; break;
+        case SPLIT_TWO: piece = calls == 1 ? (size_t)(seed % (n + 1)) : n - pos; break;
+        case SPLIT_SMALL: piece = 1 + (size_t)(next_rand(&seed) % 8); break;
+        case SPLIT_RANDOM: piece = (size_t)(next_rand(&seed) % 64); break;
+        default: piece = n; break;
         }
         if (piece > n - pos)
             piece = n - pos;
@@ -290,6 +289,50 @@ static void run(const sk_limits_t *lim, const char *in, size_t n, int mode, uint
     sk_parser_free(&p);
 }
 
+static int
+is_limit(uint64_t status)
+{
+    return status == 413 || status == 414 || status == 431;
+}
+
+/* The two logs are equal; or both end in a refusal after the same events, and one refusal is a
+ * limit's. A limit is enforced as soon as the bytes passing it are seen (so a peer cannot make
+ * the head block grow), while llhttp refuses a malformed span only where its bad byte is: when
+ * one field-line is both over a limit and malformed, the status depends on how the bytes were
+ * split (431 vs 400, 414 vs 400). Both are refusals that close the connection before anything
+ * reaches the application, so the harness accepts that divergence and no other. */
+static int
+same_events(const sk_buf_t *a, const sk_buf_t *b)
+{
+    /* every log ends with: 'X' status(8) 'F' eof(2) when refused */
+    const size_t tail = 1 + 8 + 1 + 2;
+    size_t n = sk_buf_len(a);
+    const char *x = sk_buf_head(a);
+    const char *y = sk_buf_head(b);
+    uint64_t sx, sy;
+
+    if (n == sk_buf_len(b) && memcmp(x, y, n) == 0)
+        return 1;
+    if (n != sk_buf_len(b) || n < tail || x[n - tail] != 'X' || y[n - tail] != 'X' ||
+        memcmp(x, y, n - tail) != 0 || memcmp(x + n - 3, y + n - 3, 3) != 0)
+        return 0;
+    memcpy(&sx, x + n - tail + 1, 8);
+    memcpy(&sy, y + n - tail + 1, 8);
+    return is_limit(sx) || is_limit(sy);
+}
+
+/* Prints an event log, escaped, for a failing input. */
+static void
+dump(const char *label, const sk_buf_t *log)
+{
+    const unsigned char *s = (const unsigned char *)sk_buf_head(log);
+
+    fprintf(stderr, "--- %s events:\n", label);
+    for (size_t i = 0; i < sk_buf_len(log); i++)
+        fprintf(stderr, (s[i] >= 0x20 && s[i] < 0x7f) ? "%c" : "\\x%02x", s[i]);
+    fprintf(stderr, "\n");
+}
+
 static const size_t req_line_choices[8] = {8190, 1, 8, 32, 100, 1024, 65535, SIZE_MAX};
 static const size_t section_choices[8] = {65536, 0, 1, 16, 64, 256, 4096, SIZE_MAX};
 static const uint32_t fields_choices[8] = {100, 0, 1, 2, 3, 8, 1000, UINT32_MAX};
@@ -298,7 +341,8 @@ static const size_t ext_choices[8] = {4096, 0, 1, 8, 64, 1000, 16, SIZE_MAX};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint8_t cfg[CONFIG_BYTES] = {0};
     sk_limits_t lim;
@@ -327,9 +371,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     run(&lim, in, n, -1, 0, &whole);
     run(&lim, in, n, cfg[5] & 3, seed, &split);
-    if (sk_buf_len(&whole) != sk_buf_len(&split) ||
-        memcmp(sk_buf_head(&whole), sk_buf_head(&split), sk_buf_len(&whole)) != 0)
+    if (!same_events(&whole, &split)) {
+        dump("whole", &whole);
+        dump("split", &split);
         die("split run's events differ from the whole run's");
+    }
     sk_buf_free(&whole);
     sk_buf_free(&split);
     return 0;

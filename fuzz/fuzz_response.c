@@ -43,7 +43,8 @@
 static const char *wire_now;
 static size_t wire_len;
 
-static void die(const char *what)
+static void
+die(const char *what)
 {
     fprintf(stderr, "fuzz_response: %s\n", what);
     if (wire_now != NULL)
@@ -51,13 +52,14 @@ static void die(const char *what)
     abort();
 }
 
-#define REQUIRE(cond)                                                                               \
-    do {                                                                                            \
-        if (!(cond))                                                                                \
-            die(#cond);                                                                             \
+#define REQUIRE(cond)   \
+    do {                \
+        if (!(cond))    \
+            die(#cond); \
     } while (0)
 
-static void put(sk_buf_t *b, const void *p, size_t n)
+static void
+put(sk_buf_t *b, const void *p, size_t n)
 {
     if (sk_buf_append(b, p, n) != 0)
         die("out of memory");
@@ -70,7 +72,8 @@ typedef struct {
     size_t n;
 } input_t;
 
-static int take_byte(input_t *in, uint8_t *out)
+static int
+take_byte(input_t *in, uint8_t *out)
 {
     if (in->n == 0)
         return 0;
@@ -80,7 +83,8 @@ static int take_byte(input_t *in, uint8_t *out)
 }
 
 /* Up to want bytes; returns how many. */
-static size_t take(input_t *in, size_t want, const char **out)
+static size_t
+take(input_t *in, size_t want, const char **out)
 {
     size_t n = want < in->n ? want : in->n;
 
@@ -93,16 +97,44 @@ static size_t take(input_t *in, size_t want, const char **out)
 static const int statuses[16] = {100, 101, 103, 200, 201, 204, 206, 299,
                                  301, 304, 404, 431, 500, 599, 199, 305};
 static const char *const names[] = {
-    "content-length", "Content-Length", "transfer-encoding", "Transfer-Encoding", "connection",
-    "Connection",     "date",           "server",            "content-type",      "x-a",
-    "set-cookie",     "CONNECTION",     "Date",              "SERVER",            "keep-alive",
+    "content-length",
+    "Content-Length",
+    "transfer-encoding",
+    "Transfer-Encoding",
+    "connection",
+    "Connection",
+    "date",
+    "server",
+    "content-type",
+    "x-a",
+    "set-cookie",
+    "CONNECTION",
+    "Date",
+    "SERVER",
+    "keep-alive",
     "upgrade",
 };
 static const char *const values[] = {
-    "close",       "keep-alive", "chunked",   " chunked ", "0",        "5",
-    "18446744073709551615",      "18446744073709551616",   "Close, Upgrade",
-    "upgrade",     "",           " x ",       "\tv\t",     "gzip, chunked", "+5",
-    "keep-alive, close",          "1 2",       "a\x7f b",   "\x80\xff", "text/plain",
+    "close",
+    "keep-alive",
+    "chunked",
+    " chunked ",
+    "0",
+    "5",
+    "18446744073709551615",
+    "18446744073709551616",
+    "Close, Upgrade",
+    "upgrade",
+    "",
+    " x ",
+    "\tv\t",
+    "gzip, chunked",
+    "+5",
+    "keep-alive, close",
+    "1 2",
+    "a\x7f b",
+    "\x80\xff",
+    "text/plain",
 };
 #define NNAMES (sizeof(names) / sizeof(names[0]))
 #define NVALUES (sizeof(values) / sizeof(values[0]))
@@ -115,25 +147,28 @@ typedef struct {
     int begins;
     int completes;
     int in_value;
-    int keep_alive; /* llhttp_should_keep_alive() at the end of the head */
+    int keep_alive; /* llhttp_should_keep_alive() when the message completes */
     uint32_t nfields;
     sk_buf_t name[MAX_HEADERS + 8];
     sk_buf_t value[MAX_HEADERS + 8];
     sk_buf_t body;
 } back_t;
 
-static back_t *back_of(llhttp_t *llh)
+static back_t *
+back_of(llhttp_t *llh)
 {
     return (back_t *)(void *)llh;
 }
 
-static int bk_begin(llhttp_t *llh)
+static int
+bk_begin(llhttp_t *llh)
 {
     back_of(llh)->begins++;
     return 0;
 }
 
-static int bk_field(llhttp_t *llh, const char *at, size_t len)
+static int
+bk_field(llhttp_t *llh, const char *at, size_t len)
 {
     back_t *b = back_of(llh);
 
@@ -146,7 +181,8 @@ static int bk_field(llhttp_t *llh, const char *at, size_t len)
     return 0;
 }
 
-static int bk_value(llhttp_t *llh, const char *at, size_t len)
+static int
+bk_value(llhttp_t *llh, const char *at, size_t len)
 {
     back_t *b = back_of(llh);
 
@@ -155,13 +191,15 @@ static int bk_value(llhttp_t *llh, const char *at, size_t len)
     return 0;
 }
 
-static int bk_value_complete(llhttp_t *llh)
+static int
+bk_value_complete(llhttp_t *llh)
 {
     back_of(llh)->in_value = 1; /* also for an empty value */
     return 0;
 }
 
-static int bk_headers_complete(llhttp_t *llh)
+static int
+bk_headers_complete(llhttp_t *llh)
 {
     back_t *b = back_of(llh);
 
@@ -169,19 +207,21 @@ static int bk_headers_complete(llhttp_t *llh)
         b->in_value = 0;
         b->nfields++;
     }
-    b->keep_alive = llhttp_should_keep_alive(llh);
     return b->head_request ? 1 : 0; /* 1: no content follows (a response to HEAD) */
 }
 
-static int bk_body(llhttp_t *llh, const char *at, size_t len)
+static int
+bk_body(llhttp_t *llh, const char *at, size_t len)
 {
     put(&back_of(llh)->body, at, len);
     return 0;
 }
 
-static int bk_complete(llhttp_t *llh)
+static int
+bk_complete(llhttp_t *llh)
 {
     back_of(llh)->completes++;
+    back_of(llh)->keep_alive = llhttp_should_keep_alive(llh); /* flags are reset after this */
     return 0;
 }
 
@@ -195,7 +235,8 @@ static const llhttp_settings_t bk_settings = {
     .on_message_complete = bk_complete,
 };
 
-static void back_free(back_t *b)
+static void
+back_free(back_t *b)
 {
     for (size_t i = 0; i < MAX_HEADERS + 8; i++) {
         sk_buf_free(&b->name[i]);
@@ -206,7 +247,8 @@ static void back_free(back_t *b)
 
 /* ---- comparisons ----------------------------------------------------------------------------- */
 
-static int ieq(const char *a, size_t an, const char *b, size_t bn)
+static int
+ieq(const char *a, size_t an, const char *b, size_t bn)
 {
     if (an != bn)
         return 0;
@@ -223,13 +265,15 @@ static int ieq(const char *a, size_t an, const char *b, size_t bn)
     return 1;
 }
 
-static int buf_ieq(const sk_buf_t *b, const char *s)
+static int
+buf_ieq(const sk_buf_t *b, const char *s)
 {
     return ieq(sk_buf_head(b), sk_buf_len(b), s, strlen(s));
 }
 
 /* OWS-trimmed equality (RFC 9110 §5.5: leading and trailing whitespace is not part of a value). */
-static int value_eq(const char *a, size_t an, const char *b, size_t bn)
+static int
+value_eq(const char *a, size_t an, const char *b, size_t bn)
 {
     while (an > 0 && (a[0] == ' ' || a[0] == '\t'))
         a++, an--;
@@ -242,14 +286,16 @@ static int value_eq(const char *a, size_t an, const char *b, size_t bn)
     return an == bn && (an == 0 || memcmp(a, b, an) == 0);
 }
 
-static int bodyless(int status, int head)
+static int
+bodyless(int status, int head)
 {
     return head || status < 200 || status == 204 || status == 304;
 }
 
 /* Parses out[from..] back and checks it against what the application sent. */
-static void check_wire(const sk_buf_t *out, size_t from, const sk_resp_t *r, int status,
-                       const sk_header_t *h, size_t nh, const sk_buf_t *content)
+static void
+check_wire(const sk_buf_t *out, size_t from, const sk_resp_t *r, int status, const sk_header_t *h,
+           size_t nh, const sk_buf_t *content)
 {
     back_t b;
     llhttp_errno_t err;
@@ -264,7 +310,8 @@ static void check_wire(const sk_buf_t *out, size_t from, const sk_resp_t *r, int
     llhttp_init(&b.llh, HTTP_RESPONSE, &bk_settings);
     err = llhttp_execute(&b.llh, wire, len);
     if (err != HPE_OK && !(err == HPE_PAUSED_UPGRADE && status == 101)) {
-        fprintf(stderr, "llhttp: %s: %s\n", llhttp_errno_name(err), llhttp_get_error_reason(&b.llh));
+        fprintf(stderr, "llhttp: %s: %s\n", llhttp_errno_name(err),
+                llhttp_get_error_reason(&b.llh));
         die("the response does not parse back");
     }
     if (r->framing == SK_FRAME_CLOSE) {
@@ -315,7 +362,8 @@ static void check_wire(const sk_buf_t *out, size_t from, const sk_resp_t *r, int
 /* sk_resp_error(): a complete refusal that parses back to the same status and its reason text.
  * Its callers pass 4xx/5xx codes (1xx, 204 and 304 cannot carry the text), and anything outside
  * 100..599 must become 500. */
-static void check_error(int status, int head)
+static void
+check_error(int status, int head)
 {
     sk_buf_t out = {0};
     back_t b;
@@ -330,8 +378,7 @@ static void check_error(int status, int head)
     memset(&b, 0, sizeof(b));
     b.head_request = head;
     llhttp_init(&b.llh, HTTP_RESPONSE, &bk_settings);
-    REQUIRE(llhttp_execute(&b.llh, sk_buf_head(&out) + 6, sk_buf_len(&out) - 6) ==
-            HPE_OK);
+    REQUIRE(llhttp_execute(&b.llh, sk_buf_head(&out) + 6, sk_buf_len(&out) - 6) == HPE_OK);
     REQUIRE(b.begins == 1 && b.completes == 1);
     REQUIRE(b.llh.status_code == want);
     REQUIRE(!b.keep_alive);
@@ -342,7 +389,8 @@ static void check_error(int status, int head)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+int
+LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     input_t in = {data, size};
     uint8_t s0 = 0, s1 = 0, flags = 0, nh_byte = 0;
@@ -380,14 +428,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         if (nb & 0x80) {
             h[nh].name_len = take(&in, nb & 0x1f, &h[nh].name);
-        } else {
+        }
+        else {
             h[nh].name = names[nb % NNAMES];
             h[nh].name_len = strlen(h[nh].name);
         }
         if (vb & 0x80) {
             h[nh].value = values[(vb & 0x7f) % NVALUES];
             h[nh].value_len = strlen(h[nh].value);
-        } else {
+        }
+        else {
             h[nh].value_len = take(&in, vb & 0x7f, &h[nh].value);
         }
         nh++;
@@ -413,8 +463,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         h[nh].name = "content-length";
         h[nh].name_len = 14;
-        h[nh].value_len = (size_t)snprintf(cl_text, sizeof(cl_text), "%llu",
-                                           (unsigned long long)planned);
+        h[nh].value_len =
+            (size_t)snprintf(cl_text, sizeof(cl_text), "%llu", (unsigned long long)planned);
         h[nh].value = cl_text;
         nh++;
     }

@@ -18,7 +18,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int run_file(const char *path)
+static int
+run_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
     uint8_t *data;
@@ -44,7 +45,8 @@ static int run_file(const char *path)
     return 0;
 }
 
-static int run_path(const char *path, long *count)
+static int
+run_path(const char *path, long *count)
 {
     struct stat st;
     DIR *dir;
@@ -78,7 +80,8 @@ static int run_path(const char *path, long *count)
     return rc;
 }
 
-int main(int argc, char **argv)
+int
+main(int argc, char **argv)
 {
     long count = 0;
 

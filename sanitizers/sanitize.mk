@@ -10,6 +10,8 @@
 # ASan runtime preloaded (python itself is not instrumented). See sanitizers/README.md.
 
 SAN_CC ?= gcc
+# The C unit tests and fuzz replays: clang when present (its UBSan also reports NULL + 0).
+SAN_TEST_CC ?= $(shell command -v clang >/dev/null 2>&1 && echo clang || echo gcc)
 SAN_PY ?= .venv/bin/python
 SAN_DIR ?= build/asan
 SAN_SITE ?= $(SAN_DIR)/site
@@ -21,8 +23,8 @@ SAN_LLHTTP ?= python3 scripts/fetch_llhttp.py
 SAN_CORE := src/sk_core.c src/sk_http.c src/sk_resp.c
 
 # Runtime settings, shared by every step (the reasons are in sanitizers/README.md).
-SAN_ASAN_OPTIONS ?= detect_leaks=0:abort_on_error=1:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1:suppressions=sanitizers/asan.supp
-SAN_UBSAN_OPTIONS ?= halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=sanitizers/ubsan.supp
+SAN_ASAN_OPTIONS ?= detect_leaks=0:abort_on_error=1:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1:suppressions=$(abspath sanitizers/asan.supp)
+SAN_UBSAN_OPTIONS ?= halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=$(abspath sanitizers/ubsan.supp)
 SAN_ENV = ASAN_OPTIONS=$(SAN_ASAN_OPTIONS):log_path=$(abspath $(SAN_DIR))/logs/asan \
   UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS):log_path=$(abspath $(SAN_DIR))/logs/ubsan
 
@@ -32,17 +34,17 @@ sanitize: sanitize-c sanitize-suite
 
 # The C unit tests (with LeakSanitizer: no interpreter here) and every fuzz seed and reproducer.
 sanitize-c: $(SAN_PREREQ)
-	@set -e; mkdir -p $(SAN_DIR)/llhttp $(SAN_DIR)/logs; rm -f $(SAN_DIR)/logs/*; \
+	@set -e; mkdir -p $(SAN_DIR)/llhttp-test $(SAN_DIR)/logs; rm -f $(SAN_DIR)/logs/*; \
 	cflags="$$($(SAN_LLHTTP) --cflags)"; objs=""; \
 	for src in $$($(SAN_LLHTTP) --sources); do \
-	  obj=$(SAN_DIR)/llhttp/$$(basename $$src .c).o; \
-	  [ -f $$obj ] && [ $$obj -nt $$src ] || $(SAN_CC) -std=c11 -O1 -fPIC $(SAN_FLAGS) $$cflags -c $$src -o $$obj; \
+	  obj=$(SAN_DIR)/llhttp-test/$$(basename $$src .c).o; \
+	  [ -f $$obj ] && [ $$obj -nt $$src ] || $(SAN_TEST_CC) -std=c11 -O1 -fPIC $(SAN_FLAGS) $$cflags -c $$src -o $$obj; \
 	  objs="$$objs $$obj"; \
 	done; \
-	echo "$(SAN_CC) $(SAN_FLAGS) ... src/test/test_core.c -> $(SAN_DIR)/test_core"; \
-	$(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc $$cflags $(SAN_CORE) src/test/test_core.c $$objs -o $(SAN_DIR)/test_core; \
+	echo "$(SAN_TEST_CC) $(SAN_FLAGS) ... src/test/test_core.c -> $(SAN_DIR)/test_core"; \
+	$(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc $$cflags $(SAN_CORE) src/test/test_core.c $$objs -o $(SAN_DIR)/test_core; \
 	for h in request response; do \
-	  $(SAN_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc $$cflags $(SAN_CORE) fuzz/fuzz_$$h.c fuzz/replay.c $$objs \
+	  $(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc $$cflags $(SAN_CORE) fuzz/fuzz_$$h.c fuzz/replay.c $$objs \
 	    -o $(SAN_DIR)/replay_$$h; \
 	done; \
 	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \

@@ -12,19 +12,21 @@
 
 #define BUF_MIN_CAP 256
 
-const char *sk_strerror(int err)
+const char *
+sk_strerror(int err)
 {
     switch (err) {
-#define SK_ERR_CASE(name, value, text) case name: return text;
+#define SK_ERR_CASE(name, value, text) \
+    case name: return text;
         SK_ERRORS(SK_ERR_CASE)
 #undef SK_ERR_CASE
-    default:
-        return "unknown error";
+    default: return "unknown error";
     }
 }
 
 /* Moves the unconsumed bytes to the front of the storage. */
-static void compact(sk_buf_t *b)
+static void
+compact(sk_buf_t *b)
 {
     size_t len = sk_buf_len(b);
 
@@ -36,7 +38,8 @@ static void compact(sk_buf_t *b)
     b->end = len;
 }
 
-int sk_buf_reserve(sk_buf_t *b, size_t extra)
+int
+sk_buf_reserve(sk_buf_t *b, size_t extra)
 {
     size_t len = sk_buf_len(b);
     size_t need;
@@ -74,7 +77,8 @@ int sk_buf_reserve(sk_buf_t *b, size_t extra)
     return 0;
 }
 
-int sk_buf_append(sk_buf_t *b, const void *p, size_t n)
+int
+sk_buf_append(sk_buf_t *b, const void *p, size_t n)
 {
     int rc;
 
@@ -88,7 +92,8 @@ int sk_buf_append(sk_buf_t *b, const void *p, size_t n)
     return 0;
 }
 
-void sk_buf_consume(sk_buf_t *b, size_t n)
+void
+sk_buf_consume(sk_buf_t *b, size_t n)
 {
     size_t len = sk_buf_len(b);
 
@@ -101,7 +106,8 @@ void sk_buf_consume(sk_buf_t *b, size_t n)
     }
 }
 
-void sk_buf_free(sk_buf_t *b)
+void
+sk_buf_free(sk_buf_t *b)
 {
     free(b->data);
     b->data = NULL;

@@ -11,15 +11,15 @@
 #include <stdint.h>
 
 /* Error codes: always negative, so functions return >= 0 on success. */
-#define SK_ERRORS(X)                                                                 \
-    X(SK_ENOMEM, -1, "out of memory")                                                \
-    X(SK_EHDRNAME, -2, "response header name is not a token (RFC 9110 §5.1)")       \
+#define SK_ERRORS(X)                                                                          \
+    X(SK_ENOMEM, -1, "out of memory")                                                         \
+    X(SK_EHDRNAME, -2, "response header name is not a token (RFC 9110 §5.1)")                 \
     X(SK_EHDRVALUE, -3, "response header value contains a control character (RFC 9110 §5.5)") \
-    X(SK_ESTATUS, -4, "response status is not an integer in 100..599")               \
-    X(SK_ECL, -5, "response content-length is not a single decimal integer")         \
-    X(SK_ETE, -6, "response transfer-encoding other than chunked, or with content-length") \
-    X(SK_ETOOLONG, -7, "response body longer than its content-length")               \
-    X(SK_ETOOSHORT, -8, "response body shorter than its content-length")             \
+    X(SK_ESTATUS, -4, "response status is not an integer in 100..599")                        \
+    X(SK_ECL, -5, "response content-length is not a single decimal integer")                  \
+    X(SK_ETE, -6, "response transfer-encoding other than chunked, or with content-length")    \
+    X(SK_ETOOLONG, -7, "response body longer than its content-length")                        \
+    X(SK_ETOOSHORT, -8, "response body shorter than its content-length")                      \
     X(SK_ESTATE, -9, "operation not valid in the current state")
 
 enum sk_error {
@@ -40,8 +40,18 @@ typedef struct {
     size_t cap;
 } sk_buf_t;
 
-static inline size_t sk_buf_len(const sk_buf_t *b) { return b->end - b->start; }
-static inline char *sk_buf_head(const sk_buf_t *b) { return b->data + b->start; }
+static inline size_t
+sk_buf_len(const sk_buf_t *b)
+{
+    return b->end - b->start;
+}
+/* A zeroed buffer has data == NULL, and NULL + 0 is undefined in C (clang's UBSan reports it:
+ * found by fuzz/regressions/response/null-plus-zero), so an empty buffer's head is NULL as is. */
+static inline char *
+sk_buf_head(const sk_buf_t *b)
+{
+    return b->data ? b->data + b->start : NULL;
+}
 
 /* Makes room for `extra` more bytes after end (compacting or growing). 0 or SK_ENOMEM. */
 int sk_buf_reserve(sk_buf_t *b, size_t extra);

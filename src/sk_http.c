@@ -40,10 +40,12 @@ enum { RL_SP_AFTER_METHOD = 1, RL_SP_AFTER_TARGET = 2 };
 static const char empty_input[1] = {0};
 
 /* RFC 9110 §5.6.2 tchar. */
-static int is_tchar(unsigned char c)
+static int
+is_tchar(unsigned char c)
 {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
         return 1;
+    /* clang-format off */
     switch (c) {
     case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
     case '-': case '.': case '^': case '_': case '`': case '|': case '~':
@@ -51,15 +53,18 @@ static int is_tchar(unsigned char c)
     default:
         return 0;
     }
+    /* clang-format on */
 }
 
-static unsigned char lower(unsigned char c)
+static unsigned char
+lower(unsigned char c)
 {
     return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
 }
 
 /* Case-insensitive comparison of n bytes with a lower-case literal of length n. */
-static int ieq(const char *s, size_t n, const char *lit, size_t litlen)
+static int
+ieq(const char *s, size_t n, const char *lit, size_t litlen)
 {
     if (n != litlen)
         return 0;
@@ -71,7 +76,8 @@ static int ieq(const char *s, size_t n, const char *lit, size_t litlen)
 
 #define IEQ(s, n, lit) ieq((s), (n), lit, sizeof(lit) - 1)
 
-static sk_parser_t *from_llh(llhttp_t *llh)
+static sk_parser_t *
+from_llh(llhttp_t *llh)
 {
     return (sk_parser_t *)(void *)((char *)llh - offsetof(sk_parser_t, llh));
 }
@@ -79,7 +85,8 @@ static sk_parser_t *from_llh(llhttp_t *llh)
 /* Records a refusal. Returns HPE_USER so span callbacks can `return fail(...)`; non-span callbacks
  * return it too (llhttp turns any other value into its HPE_CB_* error), and execute() reads the
  * recorded status either way. */
-static int fail(sk_parser_t *p, int status, const char *reason)
+static int
+fail(sk_parser_t *p, int status, const char *reason)
 {
     if (p->err_status == 0) {
         p->err_status = status;
@@ -89,7 +96,8 @@ static int fail(sk_parser_t *p, int status, const char *reason)
 }
 
 /* Appends bytes to the head block. Spans are offsets, so moving the block is safe. */
-static int head_append(sk_parser_t *p, const char *at, size_t len)
+static int
+head_append(sk_parser_t *p, const char *at, size_t len)
 {
     size_t need;
     size_t cap;
@@ -116,7 +124,8 @@ static int head_append(sk_parser_t *p, const char *at, size_t len)
 }
 
 /* Makes room for fields[nfields] (the field-line being received). */
-static int fields_grow(sk_parser_t *p)
+static int
+fields_grow(sk_parser_t *p)
 {
     uint32_t cap;
     sk_field_t *fields;
@@ -140,7 +149,8 @@ static int fields_grow(sk_parser_t *p)
  * always seen at least the bytes llhttp has), from the first byte of a request to the end of its
  * request-line, and records: whether the method is a token followed by SP (501 vs 400), and
  * whether SP SP appears after the method or after the target (RFC 9112 §3: exactly one SP). */
-static void rl_scan(sk_parser_t *p, const char *data, size_t len)
+static void
+rl_scan(sk_parser_t *p, const char *data, size_t len)
 {
     for (size_t i = 0; i < len && p->rl_state != RL_DONE; i++) {
         unsigned char c = (unsigned char)data[i];
@@ -155,12 +165,14 @@ static void rl_scan(sk_parser_t *p, const char *data, size_t len)
         case RL_METHOD:
             if (is_tchar(c) && p->method_len < p->limits.max_request_line) {
                 p->method_len++;
-            } else if (c == ' ' && p->method_len > 0) {
+            }
+            else if (c == ' ' && p->method_len > 0) {
                 p->rl_method = 1;
                 p->rl_sp = 1;
                 p->rl_prev_sp = 1;
                 p->rl_state = RL_REST;
-            } else {
+            }
+            else {
                 p->rl_method = 2;
                 p->rl_state = RL_DONE;
             }
@@ -175,19 +187,28 @@ static void rl_scan(sk_parser_t *p, const char *data, size_t len)
                 p->rl_prev_sp = 1;
                 if (p->rl_sp < 255)
                     p->rl_sp++;
-            } else if (c == '\r' || c == '\n') {
+            }
+            else if (c == '\r' || c == '\n') {
                 p->rl_state = RL_DONE;
-            } else {
+            }
+            else {
                 p->rl_prev_sp = 0;
+                /* The first byte of the HTTP-version ends the scan. Found by fuzzing
+                 * (fuzz/regressions/request/sp-sp-after-version): scanning on to the line's end
+                 * took a later SP SP for one after the target, so whether the 400 for it or
+                 * llhttp's own refusal of the version (505) came first depended on how much of
+                 * the line one read had brought. Bytes after the version are llhttp's to refuse. */
+                if (p->rl_sp >= 2)
+                    p->rl_state = RL_DONE;
             }
             break;
-        default:
-            break;
+        default: break;
         }
     }
 }
 
-static void rl_reset(sk_parser_t *p)
+static void
+rl_reset(sk_parser_t *p)
 {
     p->rl_state = RL_LEAD;
     p->rl_method = 0;
@@ -199,7 +220,8 @@ static void rl_reset(sk_parser_t *p)
 
 /* ---- llhttp callbacks ------------------------------------------------------------------------ */
 
-static int on_message_begin(llhttp_t *llh)
+static int
+on_message_begin(llhttp_t *llh)
 {
     sk_parser_t *p = from_llh(llh);
 
@@ -231,7 +253,8 @@ static int on_message_begin(llhttp_t *llh)
     return 0;
 }
 
-static int on_method_complete(llhttp_t *llh)
+static int
+on_method_complete(llhttp_t *llh)
 {
     sk_parser_t *p = from_llh(llh);
     uint8_t m = llh->method;
@@ -246,16 +269,15 @@ static int on_method_complete(llhttp_t *llh)
      * PRI is left to on_version_complete, so the HTTP/2 preface gets 505. */
     switch (m) {
 #define SK_HTTP_METHOD_OK(num, name, string) case HTTP_##name:
-    HTTP_METHOD_MAP(SK_HTTP_METHOD_OK)
+        HTTP_METHOD_MAP(SK_HTTP_METHOD_OK)
 #undef SK_HTTP_METHOD_OK
-    case HTTP_PRI:
-        return 0;
-    default:
-        return fail(p, 501, "method not implemented");
+    case HTTP_PRI: return 0;
+    default: return fail(p, 501, "method not implemented");
     }
 }
 
-static int on_url(llhttp_t *llh, const char *at, size_t len)
+static int
+on_url(llhttp_t *llh, const char *at, size_t len)
 {
     sk_parser_t *p = from_llh(llh);
 
@@ -271,7 +293,8 @@ static int on_url(llhttp_t *llh, const char *at, size_t len)
     return 0;
 }
 
-static int on_url_complete(llhttp_t *llh)
+static int
+on_url_complete(llhttp_t *llh)
 {
     /* llhttp takes "GET /" CRLF as an HTTP/0.9 request (and sets the version to 0.9 here). */
     if (llh->http_major == 0 && llh->http_minor == 9)
@@ -279,7 +302,8 @@ static int on_url_complete(llhttp_t *llh)
     return 0;
 }
 
-static int on_protocol(llhttp_t *llh, const char *at, size_t len)
+static int
+on_protocol(llhttp_t *llh, const char *at, size_t len)
 {
     sk_parser_t *p = from_llh(llh);
 
@@ -292,7 +316,8 @@ static int on_protocol(llhttp_t *llh, const char *at, size_t len)
     return 0;
 }
 
-static int on_protocol_complete(llhttp_t *llh)
+static int
+on_protocol_complete(llhttp_t *llh)
 {
     sk_parser_t *p = from_llh(llh);
 
@@ -304,7 +329,8 @@ static int on_protocol_complete(llhttp_t *llh)
     return 0;
 }
 
-static int on_version(llhttp_t *llh, const char *at, size_t len)
+static int
+on_version(llhttp_t *llh, const char *at, size_t len)
 {
     sk_parser_t *p = from_llh(llh);
 
@@ -317,7 +343,8 @@ static int on_version(llhttp_t *llh, const char *at, size_t len)
     return 0;
 }
 
-static int on_version_complete(llhttp_t *llh)
+static int
+on_version_complete(llhttp_t *llh)
 {
     sk_parser_t *p = from_llh(llh);
 
@@ -332,7 +359,8 @@ static int on_version_complete(llhttp_t *llh)
 }
 
 /* Counts bytes of the current field section against max_field_section. */
-static int count_field_bytes(sk_parser_t *p, size_t len)
+static int
+count_field_bytes(sk_parser_t *p, size_t len)
 {
     if (len > p->limits.max_field_section - p->field_section_bytes)
         return -1;
@@ -341,7 +369,8 @@ static int count_field_bytes(sk_parser_t *p, size_t len)
 }
 
 /* A new field-line starts: counted against max_fields (head and trailers alike). */
-static int field_begin(sk_parser_t *p)
+static int
+field_begin(sk_parser_t *p)
 {
     p->in_name = 1;
     p->in_value = 0;
@@ -359,7 +388,8 @@ static int field_begin(sk_parser_t *p)
     return 0;
 }
 
-static int on_header_field(llhttp_t *llh, const char *at, size_t len)
+static int
+on_header_field(llhttp_t *llh, const char *at, size_t len)
 {
     sk_parser_t *p = from_llh(llh);
     int rc;
@@ -379,7 +409,8 @@ static int on_header_field(llhttp_t *llh, const char *at, size_t len)
     return 0;
 }
 
-static int on_header_field_complete(llhttp_t *llh)
+static int
+on_header_field_complete(llhttp_t *llh)
 {
     sk_parser_t *p = from_llh(llh);
     int rc;
@@ -396,7 +427,8 @@ static int on_header_field_complete(llhttp_t *llh)
     return 0;
 }
 
-static int on_header_value(llhttp_t *llh, const char *at, size_t len)
+static int
+on_header_value(llhttp_t *llh, const char *at, size_t len)
 {
     sk_parser_t *p = from_llh(llh);
 
@@ -410,7 +442,8 @@ static int on_header_value(llhttp_t *llh, const char *at, size_t len)
     return 0;
 }
 
-static int on_header_value_complete(llhttp_t *llh)
+static int
+on_header_value_complete(llhttp_t *llh)
 {
     sk_parser_t *p = from_llh(llh);
     sk_field_t *f;
@@ -436,15 +469,52 @@ static int on_header_value_complete(llhttp_t *llh)
 }
 
 /* RFC 3986 characters of uri-host [ ":" port ]. */
-static int is_host_char(unsigned char c)
+static int
+is_host_char(unsigned char c)
 {
+    /* RFC 3986 reg-name: unreserved / pct-encoded / sub-delims (':' and brackets are handled by
+     * valid_host) */
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
         return 1;
-    return strchr("-._~%!$&'()*+,;=:[]", c) != NULL && c != '\0';
+    return c != '\0' && strchr("-._~%!$&'()*+,;=", c) != NULL;
+}
+
+/* Host = uri-host [ ":" port ] (RFC 9110 §7.2, RFC 3986 §3.2.2): an IP-literal in brackets or a
+ * reg-name/IPv4address, then an optional port of digits. Empty is allowed (RFC 9112 §3.2). */
+static int
+valid_host(const char *v, size_t n)
+{
+    size_t i = 0;
+    if (n > 0 && v[0] == '[') {
+        for (i = 1; i < n && v[i] != ']'; i++) {
+            unsigned char c = (unsigned char)v[i];
+            if (!(is_host_char(c) || c == ':'))
+                return 0;
+        }
+        if (i >= n || i == 1)
+            return 0; /* no closing bracket, or empty brackets */
+        i++;
+    }
+    else {
+        while (i < n && v[i] != ':') {
+            if (!is_host_char((unsigned char)v[i]))
+                return 0;
+            i++;
+        }
+    }
+    if (i == n)
+        return 1;
+    if (v[i] != ':')
+        return 0;
+    for (i++; i < n; i++)
+        if (v[i] < '0' || v[i] > '9')
+            return 0;
+    return 1;
 }
 
 /* Parses every Transfer-Encoding field-line as one list (RFC 9112 §6.1). Returns 0, 400 or 501. */
-static int check_transfer_encoding(const sk_parser_t *p)
+static int
+check_transfer_encoding(const sk_parser_t *p)
 {
     int codings = 0;
     int chunked_seen = 0;
@@ -487,7 +557,8 @@ static int check_transfer_encoding(const sk_parser_t *p)
                 if (tok_end != e)
                     return 400; /* chunked takes no parameters */
                 chunked_seen = 1;
-            } else {
+            }
+            else {
                 unknown = 1;
             }
         }
@@ -497,7 +568,8 @@ static int check_transfer_encoding(const sk_parser_t *p)
     return unknown ? 501 : 0; /* RFC 9112 §6.1: a coding before chunked we do not implement */
 }
 
-static int on_headers_complete(llhttp_t *llh)
+static int
+on_headers_complete(llhttp_t *llh)
 {
     sk_parser_t *p = from_llh(llh);
     int has_te = 0;
@@ -512,16 +584,20 @@ static int on_headers_complete(llhttp_t *llh)
 
         if (IEQ(name, f->name.len, "host")) {
             p->host_count++;
-            for (uint32_t k = 0; k < f->value.len; k++)
-                if (!is_host_char((unsigned char)value[k]))
-                    return fail(p, 400, "invalid Host");
-        } else if (IEQ(name, f->name.len, "transfer-encoding")) {
+            if (!valid_host(value, f->value.len))
+                return fail(p, 400, "invalid Host");
+        }
+        else if (IEQ(name, f->name.len, "transfer-encoding")) {
             has_te = 1;
-        } else if (IEQ(name, f->name.len, "expect")) {
+        }
+        else if (IEQ(name, f->name.len, "expect")) {
             if (p->http_minor == 1 && IEQ(value, f->value.len, "100-continue"))
                 p->expect_continue = 1;
         }
     }
+    /* RFC 9112 §3.2.4: the asterisk-form is only for OPTIONS */
+    if (p->target.len == 1 && sk_parser_ptr(p, p->target)[0] == '*' && llh->method != HTTP_OPTIONS)
+        return fail(p, 400, "asterisk-form request-target with a method other than OPTIONS");
     /* RFC 9112 §3.2 */
     if (p->host_count > 1)
         return fail(p, 400, "more than one Host");
@@ -552,7 +628,8 @@ static int on_headers_complete(llhttp_t *llh)
     return HPE_PAUSED;
 }
 
-static int on_body(llhttp_t *llh, const char *at, size_t len)
+static int
+on_body(llhttp_t *llh, const char *at, size_t len)
 {
     sk_parser_t *p = from_llh(llh);
 
@@ -565,7 +642,8 @@ static int on_body(llhttp_t *llh, const char *at, size_t len)
     return HPE_PAUSED;
 }
 
-static int on_chunk_extension(llhttp_t *llh, const char *at, size_t len)
+static int
+on_chunk_extension(llhttp_t *llh, const char *at, size_t len)
 {
     sk_parser_t *p = from_llh(llh);
 
@@ -576,7 +654,8 @@ static int on_chunk_extension(llhttp_t *llh, const char *at, size_t len)
     return 0;
 }
 
-static int on_chunk_header(llhttp_t *llh)
+static int
+on_chunk_header(llhttp_t *llh)
 {
     sk_parser_t *p = from_llh(llh);
     uint64_t size = llh->content_length;
@@ -597,7 +676,8 @@ static int on_chunk_header(llhttp_t *llh)
     return 0;
 }
 
-static int on_message_complete(llhttp_t *llh)
+static int
+on_message_complete(llhttp_t *llh)
 {
     sk_parser_t *p = from_llh(llh);
 
@@ -629,7 +709,8 @@ static const llhttp_settings_t settings = {
 
 /* ---- public API ------------------------------------------------------------------------------ */
 
-void sk_limits_default(sk_limits_t *l)
+void
+sk_limits_default(sk_limits_t *l)
 {
     l->max_request_line = 8190;
     l->max_field_section = 65536;
@@ -638,7 +719,8 @@ void sk_limits_default(sk_limits_t *l)
     l->max_chunk_ext = 4096;
 }
 
-int sk_parser_init(sk_parser_t *p, const sk_limits_t *limits)
+int
+sk_parser_init(sk_parser_t *p, const sk_limits_t *limits)
 {
     memset(p, 0, sizeof(*p));
     p->limits = *limits;
@@ -653,7 +735,8 @@ int sk_parser_init(sk_parser_t *p, const sk_limits_t *limits)
     return 0;
 }
 
-void sk_parser_free(sk_parser_t *p)
+void
+sk_parser_free(sk_parser_t *p)
 {
     free(p->head);
     free(p->fields);
@@ -666,7 +749,8 @@ void sk_parser_free(sk_parser_t *p)
 }
 
 /* Status for an llhttp error that no callback recorded. */
-static int map_llhttp_error(const sk_parser_t *p, llhttp_errno_t err, const char **reason)
+static int
+map_llhttp_error(const sk_parser_t *p, llhttp_errno_t err, const char **reason)
 {
     *reason = llhttp_get_error_reason(&p->llh);
     if (*reason == NULL)
@@ -683,7 +767,8 @@ static int map_llhttp_error(const sk_parser_t *p, llhttp_errno_t err, const char
     return 400;
 }
 
-static size_t refuse(sk_parser_t *p, int status, const char *reason, size_t consumed, sk_event_t *ev)
+static size_t
+refuse(sk_parser_t *p, int status, const char *reason, size_t consumed, sk_event_t *ev)
 {
     if (!p->dead) {
         p->dead = 1;
@@ -697,7 +782,8 @@ static size_t refuse(sk_parser_t *p, int status, const char *reason, size_t cons
     return consumed;
 }
 
-size_t sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev)
+size_t
+sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev)
 {
     size_t off = 0;
 
@@ -739,7 +825,8 @@ size_t sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_
                 ev->len = p->body_len;
                 p->body_at = NULL;
                 p->body_len = 0;
-            } else if (p->pending == SK_EV_END) {
+            }
+            else if (p->pending == SK_EV_END) {
                 rl_reset(p);
             }
             p->pending = SK_EV_NONE;
@@ -765,7 +852,8 @@ size_t sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_
     }
 }
 
-int sk_parser_eof_mid_message(const sk_parser_t *p)
+int
+sk_parser_eof_mid_message(const sk_parser_t *p)
 {
     if (p->dead)
         return 0;
@@ -778,12 +866,14 @@ int sk_parser_eof_mid_message(const sk_parser_t *p)
     return p->body_received < p->content_length;
 }
 
-int sk_parser_idle(const sk_parser_t *p)
+int
+sk_parser_idle(const sk_parser_t *p)
 {
     return !p->dead && !p->method_pending && !p->in_message;
 }
 
-const char *sk_parser_method_name(const sk_parser_t *p)
+const char *
+sk_parser_method_name(const sk_parser_t *p)
 {
     return llhttp_method_name((llhttp_method_t)p->method);
 }

@@ -30,11 +30,13 @@ typedef struct {
 } sk_field_t;
 
 typedef struct {
-    size_t max_request_line;   /* bytes of the request-target; over -> 414 (RFC 9112 §3) */
-    size_t max_field_section;  /* bytes of all field-lines, names plus values; over -> 431 (RFC 6585 §5) */
-    uint32_t max_fields;       /* field-lines per request; more -> 431. Exactly max_fields is accepted */
-    uint64_t max_body;         /* bytes of request content; 0 = unlimited; over -> 413 (RFC 9110 §15.5.14) */
-    size_t max_chunk_ext;      /* bytes of chunk extensions per chunk; over -> 400 */
+    size_t max_request_line; /* bytes of the request-target; over -> 414 (RFC 9112 §3) */
+    size_t
+        max_field_section; /* bytes of all field-lines, names plus values; over -> 431 (RFC 6585 §5) */
+    uint32_t max_fields; /* field-lines per request; more -> 431. Exactly max_fields is accepted */
+    uint64_t
+        max_body; /* bytes of request content; 0 = unlimited; over -> 413 (RFC 9110 §15.5.14) */
+    size_t max_chunk_ext; /* bytes of chunk extensions per chunk; over -> 400 */
 } sk_limits_t;
 
 /* Defaults used by skirr's CLI: 8190, 65536, 100, 0 (unlimited), 4096. */
@@ -61,23 +63,23 @@ typedef struct {
     sk_limits_t limits;
 
     /* The current request head, valid from SK_EV_HEAD until the next request begins. */
-    char *head;             /* owned block: target bytes then field names/values */
-    size_t head_len;        /* bytes used */
-    size_t head_cap;        /* bytes allocated */
-    sk_span_t target;       /* request-target as received */
-    sk_field_t *fields;     /* owned array, nfields used */
+    char *head;         /* owned block: target bytes then field names/values */
+    size_t head_len;    /* bytes used */
+    size_t head_cap;    /* bytes allocated */
+    sk_span_t target;   /* request-target as received */
+    sk_field_t *fields; /* owned array, nfields used */
     uint32_t nfields;
     uint32_t fields_cap;
-    uint8_t method;         /* llhttp_method_t; name from llhttp_method_name(); set as soon as the
+    uint8_t method;          /* llhttp_method_t; name from llhttp_method_name(); set as soon as the
                              * method is parsed (also valid on SK_EV_ERROR after the request-line) */
-    uint8_t http_major;     /* 1 */
-    uint8_t http_minor;     /* 0 or 1 */
-    uint8_t keep_alive;     /* 1 if the request allows a persistent connection (RFC 9112 §9.3) */
-    uint8_t expect_continue;/* 1 if "Expect: 100-continue" was received on HTTP/1.1 */
-    uint8_t chunked;        /* 1 if the content is chunked */
+    uint8_t http_major;      /* 1 */
+    uint8_t http_minor;      /* 0 or 1 */
+    uint8_t keep_alive;      /* 1 if the request allows a persistent connection (RFC 9112 §9.3) */
+    uint8_t expect_continue; /* 1 if "Expect: 100-continue" was received on HTTP/1.1 */
+    uint8_t chunked;         /* 1 if the content is chunked */
     uint8_t has_content_length;
-    uint64_t content_length;/* bytes, when has_content_length */
-    uint64_t body_received; /* bytes of content delivered so far for this request */
+    uint64_t content_length; /* bytes, when has_content_length */
+    uint64_t body_received;  /* bytes of content delivered so far for this request */
 
     /* Internal parsing state (private to sk_http.c). */
     uint32_t field_section_bytes;
@@ -85,13 +87,13 @@ typedef struct {
     uint32_t host_count;
     uint8_t in_value;
     uint8_t in_trailers;
-    uint8_t pending;        /* event recorded by a callback, returned after llhttp pauses */
+    uint8_t pending; /* event recorded by a callback, returned after llhttp pauses */
     const char *body_at;
     size_t body_len;
     int err_status;
     const char *err_reason;
-    uint32_t field_lines;   /* field-lines in the current field section (head or trailers) */
-    uint64_t chunk_total;   /* bytes of chunk-size declared so far (max_body accounting) */
+    uint32_t field_lines; /* field-lines in the current field section (head or trailers) */
+    uint64_t chunk_total; /* bytes of chunk-size declared so far (max_body accounting) */
     uint8_t in_name;
     uint8_t in_message;     /* on_message_begin seen, END not yet returned */
     uint8_t head_done;      /* SK_EV_HEAD returned for the current request */
@@ -101,9 +103,9 @@ typedef struct {
     uint8_t rl_method;      /* 0 undecided, 1 token followed by SP, 2 anything else */
     uint8_t rl_sp;          /* SP bytes seen after the method */
     uint8_t rl_prev_sp;
-    uint8_t rl_double_sp;   /* bit 1: SP SP after the method, bit 2: SP SP after the target */
-    uint8_t version_len;    /* bytes of the HTTP-version digits seen (saturating) */
-    uint8_t protocol_len;   /* bytes of the protocol name seen (saturating) */
+    uint8_t rl_double_sp; /* bit 1: SP SP after the method, bit 2: SP SP after the target */
+    uint8_t version_len;  /* bytes of the HTTP-version digits seen (saturating) */
+    uint8_t protocol_len; /* bytes of the protocol name seen (saturating) */
     char version[4];
     char protocol[4];
     uint32_t method_len;
@@ -126,7 +128,11 @@ int sk_parser_eof_mid_message(const sk_parser_t *p);
 int sk_parser_idle(const sk_parser_t *p);
 
 /* Helpers for the embedder. */
-static inline const char *sk_parser_ptr(const sk_parser_t *p, sk_span_t s) { return p->head + s.off; }
+static inline const char *
+sk_parser_ptr(const sk_parser_t *p, sk_span_t s)
+{
+    return p->head + s.off;
+}
 const char *sk_parser_method_name(const sk_parser_t *p); /* static string, e.g. "GET" */
 
 #endif

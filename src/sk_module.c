@@ -25,9 +25,8 @@ sk_get_state_by_type(PyTypeObject *tp)
 /* ---- Ready: an already-completed awaitable ---------------------------------------------------- */
 
 typedef struct {
-    PyObject_HEAD
-    PyObject *value;      /* result; NULL means None */
-    int yield_first;      /* yield once to the loop before returning (fairness quota) */
+    PyObject_HEAD PyObject *value; /* result; NULL means None */
+    int yield_first;               /* yield once to the loop before returning (fairness quota) */
 } ReadyObject;
 
 PyObject *
@@ -188,20 +187,45 @@ static PyType_Spec ready_spec = {
 
 /* ---- module ----------------------------------------------------------------------------------- */
 
-#define SK_INTERNED(X)                                                                      \
-    X(s_type, "type") X(s_asgi, "asgi") X(s_http_version, "http_version")                   \
-    X(s_method, "method") X(s_scheme, "scheme") X(s_path, "path") X(s_raw_path, "raw_path") \
-    X(s_query_string, "query_string") X(s_root_path, "root_path") X(s_headers, "headers")   \
-    X(s_client, "client") X(s_server, "server") X(s_state, "state") X(s_body, "body")       \
-    X(s_more_body, "more_body") X(s_status, "status") X(s_http, "http") X(s_1_0, "1.0")     \
-    X(s_1_1, "1.1") X(s_http_request, "http.request") X(s_http_disconnect, "http.disconnect") \
-    X(s_http_response_start, "http.response.start")                                        \
-    X(s_http_response_body, "http.response.body") X(s_create_task, "create_task")           \
-    X(s_create_future, "create_future") X(s_add_done_callback, "add_done_callback")         \
-    X(s_set_result, "set_result") X(s_set_exception, "set_exception") X(s_done, "done")     \
-    X(s_cancelled, "cancelled") X(s_exception, "exception") X(s_add_reader, "add_reader")   \
-    X(s_remove_reader, "remove_reader") X(s_call_soon, "call_soon") X(s_error, "error")     \
+/* clang-format off */
+#define SK_INTERNED(X) \
+    X(s_type, "type") \
+    X(s_asgi, "asgi") \
+    X(s_http_version, "http_version") \
+    X(s_method, "method") \
+    X(s_scheme, "scheme") \
+    X(s_path, "path") \
+    X(s_raw_path, "raw_path") \
+    X(s_query_string, "query_string") \
+    X(s_root_path, "root_path") \
+    X(s_headers, "headers") \
+    X(s_client, "client") \
+    X(s_server, "server") \
+    X(s_state, "state") \
+    X(s_body, "body") \
+    X(s_more_body, "more_body") \
+    X(s_status, "status") \
+    X(s_http, "http") \
+    X(s_1_0, "1.0") \
+    X(s_1_1, "1.1") \
+    X(s_http_request, "http.request") \
+    X(s_http_disconnect, "http.disconnect") \
+    X(s_http_response_start, "http.response.start") \
+    X(s_http_response_body, "http.response.body") \
+    X(s_create_task, "create_task") \
+    X(s_create_future, "create_future") \
+    X(s_add_done_callback, "add_done_callback") \
+    X(s_set_result, "set_result") \
+    X(s_set_exception, "set_exception") \
+    X(s_done, "done") \
+    X(s_cancelled, "cancelled") \
+    X(s_exception, "exception") \
+    X(s_add_reader, "add_reader") \
+    X(s_remove_reader, "remove_reader") \
+    X(s_call_soon, "call_soon") \
+    X(s_error, "error") \
     X(s_copy, "copy")
+/* clang-format on */
 
 static PyObject *
 sk_live(PyObject *module, PyObject *Py_UNUSED(arg))
@@ -216,7 +240,8 @@ sk_live(PyObject *module, PyObject *Py_UNUSED(arg))
 
 static PyMethodDef sk_functions[] = {
     {"_live", sk_live, METH_NOARGS,
-     "_live() -> dict: live Server, connection, Request and ready-awaitable counts (for leak tests)."},
+     "_live() -> dict: live Server, connection, Request and ready-awaitable counts (for leak "
+     "tests)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -226,7 +251,7 @@ sk_exec(PyObject *module)
     sk_state *st = PyModule_GetState(module);
     PyObject *v = NULL;
 
-#define SK_INTERN(field, text)                         \
+#define SK_INTERN(field, text)                                  \
     if ((st->field = PyUnicode_InternFromString(text)) == NULL) \
         goto error;
     SK_INTERNED(SK_INTERN)
@@ -272,17 +297,16 @@ sk_exec(PyObject *module)
     }
     /* Immutable values common to most requests; per-request values replace them. */
     st->scope_proto = PyDict_New();
-    if (st->scope_proto == NULL ||
-        PyDict_SetItem(st->scope_proto, st->s_type, st->s_http) < 0 ||
+    if (st->scope_proto == NULL || PyDict_SetItem(st->scope_proto, st->s_type, st->s_http) < 0 ||
         PyDict_SetItem(st->scope_proto, st->s_http_version, st->s_1_1) < 0 ||
         PyDict_SetItemString(st->scope_proto, "scheme", st->s_http) < 0) {
         goto error;
     }
     /* llhttp_method_name() aborts on ids outside its table, so walk llhttp's own method map. */
-#define SK_METHOD(num, name, string)                                             \
-    if ((num) < SK_METHOD_CACHE &&                                               \
+#define SK_METHOD(num, name, string)                                          \
+    if ((num) < SK_METHOD_CACHE &&                                            \
         (st->methods[(num)] = PyUnicode_InternFromString(#string)) == NULL) { \
-        goto error;                                                              \
+        goto error;                                                           \
     }
     HTTP_METHOD_MAP(SK_METHOD)
 #undef SK_METHOD

@@ -21,15 +21,18 @@
 #include "sk_resp.h"
 
 /* Tuning constants (bytes unless said otherwise). */
-#define SK_READ_SIZE (64 * 1024)          /* one recv() into the server's shared read buffer */
-#define SK_MAX_EVENTS 16                  /* ready descriptors handled per reactor callback */
-#define SK_MAX_ACCEPTS 16                 /* accept4() calls per listening-socket readiness */
-#define SK_WRITE_HIGH_WATER (64 * 1024)   /* send(more_body=True) waits while unsent output exceeds this */
-#define SK_BODY_HIGH_WATER (64 * 1024)    /* stop reading while this much request body is unconsumed */
-#define SK_INPUT_HIGH_WATER (64 * 1024)   /* stop reading while this much unparsed input is buffered */
-#define SK_FAIRNESS_QUOTA 128             /* ready receive/send operations per request before one yield */
-#define SK_METHOD_CACHE 64                /* llhttp method ids cached as interned str */
-#define SK_MAX_EAGER 16                   /* applications started eagerly per reactor callback */
+#define SK_READ_SIZE (64 * 1024) /* one recv() into the server's shared read buffer */
+#define SK_MAX_EVENTS 16         /* ready descriptors handled per reactor callback */
+#define SK_MAX_ACCEPTS 16        /* accept4() calls per listening-socket readiness */
+#define SK_WRITE_HIGH_WATER \
+    (64 * 1024) /* send(more_body=True) waits while unsent output exceeds this */
+#define SK_BODY_HIGH_WATER (64 * 1024) /* stop reading while this much request body is unconsumed */
+#define SK_INPUT_HIGH_WATER \
+    (64 * 1024)               /* stop reading while this much unparsed input is buffered */
+#define SK_FAIRNESS_QUOTA 128 /* ready receive/send operations per request before one yield */
+#define SK_METHOD_CACHE 64    /* llhttp method ids cached as interned str */
+#define SK_MAX_EAGER 16       /* applications started eagerly per reactor callback */
+#define SK_DISCARD_MAX (1024 * 1024) /* unread request body dropped to keep a connection (bytes) */
 
 /* What a connection's one deadline means (RFC 9112 §9.5 leaves timeouts to the server). */
 enum sk_timer_kind {
@@ -75,7 +78,7 @@ sk_state *sk_get_state_by_type(PyTypeObject *tp);
  * stack frame may still use it: see server_reap in sk_server.c). */
 struct sk_conn {
     int fd;
-    ServerObject *server;   /* borrowed: the server closes every connection before it goes */
+    ServerObject *server; /* borrowed: the server closes every connection before it goes */
     sk_parser_t parser;
     sk_buf_t in;            /* received bytes not yet parsed (pipelining, flow control) */
     sk_buf_t out;           /* serialized bytes not yet accepted by the kernel */
@@ -85,12 +88,14 @@ struct sk_conn {
     uint32_t epoll_events;  /* mask currently registered */
     uint8_t closed;         /* fd closed, waiting to be reaped */
     uint8_t close_after_write; /* close once out is flushed */
-    uint8_t pending;        /* on the server's pending list */
-    uint8_t in_idle;        /* on the server's timer list (deadline and timer_kind valid) */
-    uint8_t timer_kind;     /* enum sk_timer_kind */
-    uint8_t lingering;      /* half-closed by us: reading and discarding until EOF or timeout */
-    double deadline;        /* monotonic seconds, while in_idle */
-    uint64_t requests;      /* requests started on this connection */
+    uint8_t pending;           /* on the server's pending list */
+    uint8_t in_idle;           /* on the server's timer list (deadline and timer_kind valid) */
+    uint8_t timer_kind;        /* enum sk_timer_kind */
+    uint8_t lingering;         /* half-closed by us: reading and discarding until EOF or timeout */
+    uint8_t parsing;           /* inside conn_parse: an eagerly run app's writes wait for its end */
+    uint8_t discarding;        /* reading and dropping the rest of an answered request's body */
+    double deadline;           /* monotonic seconds, while in_idle */
+    uint64_t requests;         /* requests started on this connection */
     sk_conn_t *idle_prev, *idle_next;
     sk_conn_t *all_prev, *all_next;
     sk_conn_t *pending_next;
@@ -100,33 +105,33 @@ struct sk_conn {
 };
 
 struct ServerObject {
-    PyObject_HEAD
-    sk_state *st;            /* borrowed from the module (the type keeps the module alive) */
+    PyObject_HEAD sk_state *st; /* borrowed from the module (the type keeps the module alive) */
     PyObject *app;
     PyObject *loop;
     PyObject *logger;
-    PyObject *state;         /* lifespan state or None */
-    PyObject *root_path;     /* str */
-    PyObject *root_path_b;   /* bytes, UTF-8 */
-    PyObject *unix_path;     /* str or None */
-    PyObject *on_ready;      /* bound reactor callback given to loop.add_reader */
-    PyObject *run_pending;   /* bound callback given to loop.call_soon */
-    PyObject *context;       /* contextvars.Context at start(): every app task starts from a copy */
-    PyObject *call_soon_kw;  /* ("context",): keyword names for loop.call_soon */
-    PyObject *task_type;     /* asyncio.Task when apps start eagerly (3.12+, no task factory), else NULL */
-    PyObject *eager_kw;      /* ("loop", "eager_start"): keyword names for task_type */
-    int eager_budget;        /* eager starts left in this reactor callback */
+    PyObject *state;        /* lifespan state or None */
+    PyObject *root_path;    /* str */
+    PyObject *root_path_b;  /* bytes, UTF-8 */
+    PyObject *unix_path;    /* str or None */
+    PyObject *on_ready;     /* bound reactor callback given to loop.add_reader */
+    PyObject *run_pending;  /* bound callback given to loop.call_soon */
+    PyObject *context;      /* contextvars.Context at start(): every app task starts from a copy */
+    PyObject *call_soon_kw; /* ("context",): keyword names for loop.call_soon */
+    PyObject
+        *task_type; /* asyncio.Task when apps start eagerly (3.12+, no task factory), else NULL */
+    PyObject *eager_kw; /* ("loop", "eager_start"): keyword names for task_type */
+    int eager_budget;   /* eager starts left in this reactor callback */
     int listen_fd;
     int epfd;
     int timerfd;
     uint8_t started, accepting, shutting_down, closed, pending_scheduled, accept_paused;
     sk_limits_t limits;
-    double keep_alive;       /* seconds: --timeout-keep-alive */
-    double head_timeout;     /* seconds: --timeout-request-head */
-    double write_timeout;    /* seconds: --timeout-write */
+    double keep_alive;            /* seconds: --timeout-keep-alive */
+    double head_timeout;          /* seconds: --timeout-request-head */
+    double write_timeout;         /* seconds: --timeout-write */
     Py_ssize_t limit_concurrency; /* requests in flight before 503; 0 = unlimited */
     Py_ssize_t limit_connections; /* open connections before accepting pauses; 0 = unlimited */
-    uint64_t total_requests; /* requests started since the server was made */
+    uint64_t total_requests;      /* requests started since the server was made */
     Py_ssize_t connections;
     Py_ssize_t active_requests;
     sk_conn_t *all_head;
@@ -139,27 +144,26 @@ struct ServerObject {
 };
 
 struct RequestObject {
-    PyObject_HEAD
-    sk_state *st;
-    ServerObject *server;    /* strong */
-    sk_conn_t *conn;         /* NULL once detached (connection closed or moved on) */
-    PyObject *task;          /* strong while running */
-    PyObject *receive_waiter;/* future resolved with the next receive() event */
-    PyObject *drain_waiter;  /* future resolved when unsent output drops below the high-water mark */
-    PyObject *body;          /* list of bytes not yet delivered by receive() */
-    PyObject *scope;         /* built at the head, handed to the app by sk_request_run() */
-    size_t body_buffered;    /* bytes in body */
-    unsigned ops;            /* ready operations since the last yield (fairness quota) */
-    uint8_t body_complete;   /* the request message ended */
-    uint8_t disconnected;    /* the client went away before the exchange ended */
+    PyObject_HEAD sk_state *st;
+    ServerObject *server;     /* strong */
+    sk_conn_t *conn;          /* NULL once detached (connection closed or moved on) */
+    PyObject *task;           /* strong while running */
+    PyObject *receive_waiter; /* future resolved with the next receive() event */
+    PyObject *drain_waiter; /* future resolved when unsent output drops below the high-water mark */
+    PyObject *body;         /* list of bytes not yet delivered by receive() */
+    PyObject *scope;        /* built at the head, handed to the app by sk_request_run() */
+    size_t body_buffered;   /* bytes in body */
+    unsigned ops;           /* ready operations since the last yield (fairness quota) */
+    uint8_t body_complete;  /* the request message ended */
+    uint8_t disconnected;   /* the client went away before the exchange ended */
     uint8_t expect_continue, continue_sent;
     uint8_t response_complete;
-    uint8_t final_delivered;  /* receive() returned the event with more_body False */
-    uint8_t keep_alive;       /* the request allows a persistent connection */
-    uint8_t http_minor;       /* 0 or 1 */
-    uint8_t is_head;          /* method HEAD */
+    uint8_t final_delivered;   /* receive() returned the event with more_body False */
+    uint8_t keep_alive;        /* the request allows a persistent connection */
+    uint8_t http_minor;        /* 0 or 1 */
+    uint8_t is_head;           /* method HEAD */
     uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app */
-    uint8_t failed;          /* the response cannot be completed (abort after app error) */
+    uint8_t failed;            /* the response cannot be completed (abort after app error) */
     sk_resp_t resp;
 };
 
@@ -169,13 +173,13 @@ struct RequestObject {
 PyObject *sk_ready_new(sk_state *st, PyObject *value, int yield_first);
 
 /* sk_server.c (used by sk_request.c) */
-int sk_conn_write(sk_conn_t *c);                 /* flush out; -1 if the peer is gone (conn closed) */
-void sk_conn_close(sk_conn_t *c);                /* close now; detaches the current request */
+int sk_conn_write(sk_conn_t *c);  /* flush out; -1 if the peer is gone (conn closed) */
+void sk_conn_close(sk_conn_t *c); /* close now; detaches the current request */
 void sk_conn_request_done(sk_conn_t *c, int keep_alive); /* the current response completed */
-void sk_conn_update_events(sk_conn_t *c);         /* re-derive the epoll mask (flow control) */
-void sk_conn_schedule(sk_conn_t *c);              /* parse buffered input soon (loop.call_soon) */
-const char *sk_server_date(ServerObject *s);      /* IMF-fixdate for now, cached per second */
-void sk_server_abort_response(sk_conn_t *c);      /* app failed mid-response: close without completing */
+void sk_conn_update_events(sk_conn_t *c);    /* re-derive the epoll mask (flow control) */
+void sk_conn_schedule(sk_conn_t *c);         /* parse buffered input soon (loop.call_soon) */
+const char *sk_server_date(ServerObject *s); /* IMF-fixdate for now, cached per second */
+void sk_server_abort_response(sk_conn_t *c); /* app failed mid-response: close without completing */
 
 /* sk_request.c (used by sk_server.c) */
 /* Builds the request and its scope for the head just parsed. New reference, or NULL with an

@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/un.h>
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
@@ -65,9 +66,12 @@ sockaddr_to_tuple(const struct sockaddr_storage *ss)
 static int
 hexval(char ch)
 {
-    if (ch >= '0' && ch <= '9') return ch - '0';
-    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
     return -1;
 }
 
@@ -117,7 +121,7 @@ error:
 }
 
 static PyObject *
-build_headers(sk_parser_t *p)
+build_headers(sk_parser_t *p, const char *authority, size_t authority_len)
 {
     /* New reference: [(lower-cased name, value), ...] in received order; NULL with an exception. */
     PyObject *list = PyList_New(p->nfields);
@@ -126,14 +130,22 @@ build_headers(sk_parser_t *p)
     }
     for (uint32_t i = 0; i < p->nfields; i++) {
         const sk_field_t *f = &p->fields[i];
+        const char *src = sk_parser_ptr(p, f->name);
+        const char *vp = sk_parser_ptr(p, f->value);
+        size_t vlen = f->value.len;
+        if (authority != NULL && f->name.len == 4 && strncasecmp(src, "host", 4) == 0) {
+            /* RFC 9112 §3.2.2: with an absolute-form target the Host field is replaced by the
+             * target's authority, so the app sees one answer to "which host". */
+            vp = authority;
+            vlen = authority_len;
+        }
         PyObject *name = PyBytes_FromStringAndSize(NULL, f->name.len);
-        PyObject *value = PyBytes_FromStringAndSize(sk_parser_ptr(p, f->value), f->value.len);
+        PyObject *value = PyBytes_FromStringAndSize(vp, (Py_ssize_t)vlen);
         if (name == NULL || value == NULL) {
             Py_XDECREF(name);
             Py_XDECREF(value);
             goto error;
         }
-        const char *src = sk_parser_ptr(p, f->name);
         char *dst = PyBytes_AS_STRING(name);
         for (uint32_t k = 0; k < f->name.len; k++) {
             char ch = src[k];
@@ -164,6 +176,10 @@ build_scope(ServerObject *s, sk_conn_t *c)
     PyObject *scope = NULL, *v = NULL;
     const char *t = sk_parser_ptr(p, p->target);
     size_t tlen = p->target.len;
+    if (t == NULL) { /* no head block: never for a parsed request, but keep t valid */
+        t = "";
+        tlen = 0;
+    }
 
     scope = PyDict_Copy(st->scope_proto);
     if (scope == NULL) {
@@ -188,6 +204,8 @@ build_scope(ServerObject *s, sk_conn_t *c)
         SET(st->s_method, PyUnicode_FromString(sk_parser_method_name(p)));
     }
     /* absolute-form (RFC 9112 §3.2.2): path and query come from the URL; "/" when empty. */
+    const char *authority = NULL;
+    size_t authority_len = 0;
     if (tlen > 0 && t[0] != '/' && t[0] != '*') {
         const char *sep = NULL;
         for (size_t i = 0; i + 2 < tlen; i++) {
@@ -202,11 +220,13 @@ build_scope(ServerObject *s, sk_conn_t *c)
             while (ps < end && *ps != '/' && *ps != '?') {
                 ps++;
             }
+            authority = sep;
+            authority_len = (size_t)(ps - sep);
             tlen = (size_t)(end - ps);
             t = ps;
         }
     }
-    const char *q = memchr(t, '?', tlen);
+    const char *q = tlen > 0 ? memchr(t, '?', tlen) : NULL;
     size_t plen = q ? (size_t)(q - t) : tlen;
     const char *path_p = t;
     static const char slash[] = "/";
@@ -241,7 +261,7 @@ build_scope(ServerObject *s, sk_conn_t *c)
         SET(st->s_query_string, Py_NewRef(st->empty_bytes));
     }
     SET(st->s_root_path, Py_NewRef(s->root_path));
-    SET(st->s_headers, build_headers(p));
+    SET(st->s_headers, build_headers(p, authority, authority_len));
     if (c->client == NULL) {
         c->client = (s->unix_path != Py_None) ? Py_NewRef(Py_None) : sockaddr_to_tuple(&c->peer);
         if (c->client == NULL) {
@@ -254,7 +274,7 @@ build_scope(ServerObject *s, sk_conn_t *c)
             c->local = PyTuple_Pack(2, s->unix_path, Py_None);
         }
         else {
-            struct sockaddr_storage ss;
+            struct sockaddr_storage ss = {0};
             socklen_t sl = sizeof(ss);
             if (getsockname(c->fd, (struct sockaddr *)&ss, &sl) == 0) {
                 c->local = sockaddr_to_tuple(&ss);
@@ -270,7 +290,7 @@ build_scope(ServerObject *s, sk_conn_t *c)
     SET(st->s_server, Py_NewRef(c->local));
     if (s->state != Py_None) {
         SET(st->s_state, PyDict_Check(s->state) ? PyDict_Copy(s->state)
-                                                 : PyObject_CallMethodNoArgs(s->state, st->s_copy));
+                                                : PyObject_CallMethodNoArgs(s->state, st->s_copy));
     }
 #undef SET
     return scope;
@@ -425,7 +445,8 @@ request_receive(PyObject *op, PyObject *Py_UNUSED(arg))
         int is_done = (done == Py_True);
         Py_DECREF(done);
         if (!is_done) {
-            PyErr_SetString(PyExc_RuntimeError, "receive() is already being awaited for this request");
+            PyErr_SetString(PyExc_RuntimeError,
+                            "receive() is already being awaited for this request");
             return NULL;
         }
         Py_CLEAR(r->receive_waiter);
@@ -476,8 +497,9 @@ send_start(RequestObject *r, PyObject *msg)
     sk_header_t *hdrs = stack_hdrs;
     PyObject *status_o = NULL, *headers = NULL, *seq = NULL, *keep = NULL, *res = NULL;
     if (r->resp.started) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "Unexpected ASGI message 'http.response.start' sent, after response already started.");
+        PyErr_SetString(
+            PyExc_RuntimeError,
+            "Unexpected ASGI message 'http.response.start' sent, after response already started.");
         goto error;
     }
     if (r->conn == NULL || r->disconnected) {
@@ -487,7 +509,8 @@ send_start(RequestObject *r, PyObject *msg)
     status_o = msg_get(msg, r->st->s_status);
     if (status_o == NULL) {
         if (!PyErr_Occurred()) {
-            PyErr_SetString(PyExc_RuntimeError, "'http.response.start' message is missing 'status'");
+            PyErr_SetString(PyExc_RuntimeError,
+                            "'http.response.start' message is missing 'status'");
         }
         goto error;
     }
@@ -592,13 +615,15 @@ send_body(RequestObject *r, PyObject *msg)
     Py_buffer view = {0};
     int have_view = 0;
     if (!r->resp.started) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "Unexpected ASGI message 'http.response.body' sent, before 'http.response.start'.");
+        PyErr_SetString(
+            PyExc_RuntimeError,
+            "Unexpected ASGI message 'http.response.body' sent, before 'http.response.start'.");
         goto error;
     }
     if (r->response_complete || r->failed) {
-        PyErr_SetString(PyExc_RuntimeError,
-                        "Unexpected ASGI message 'http.response.body' sent, after response already completed.");
+        PyErr_SetString(
+            PyExc_RuntimeError,
+            "Unexpected ASGI message 'http.response.body' sent, after response already completed.");
         goto error;
     }
     if (r->conn == NULL || r->disconnected) {
@@ -626,8 +651,8 @@ send_body(RequestObject *r, PyObject *msg)
         goto error;
     }
     sk_conn_t *c = r->conn;
-    int rc = sk_resp_body(&r->resp, &c->out, have_view ? view.buf : "", have_view ? (size_t)view.len : 0,
-                          more, sk_server_date(r->server));
+    int rc = sk_resp_body(&r->resp, &c->out, have_view ? view.buf : "",
+                          have_view ? (size_t)view.len : 0, more, sk_server_date(r->server));
     if (rc == SK_ETOOLONG || rc == SK_ETOOSHORT) {
         r->failed = 1;
         sk_server_abort_response(c); /* the message must never look complete */
@@ -648,7 +673,8 @@ send_body(RequestObject *r, PyObject *msg)
     if (!more) {
         r->response_complete = 1;
     }
-    if (sk_conn_write(c) < 0 || r->conn == NULL) {
+    /* Inside the reactor's parse pass (eager start) the pass writes once at its end. */
+    if (!c->parsing && (sk_conn_write(c) < 0 || r->conn == NULL)) {
         raise_disconnected(r);
         goto error;
     }
@@ -727,14 +753,17 @@ request_task_done(PyObject *op, PyObject *task)
         }
     }
     if (exc != NULL && exc != Py_None) {
-        int quiet = r->raised_disconnect && PyErr_GivenExceptionMatches(exc, r->st->ClientDisconnected);
+        int quiet =
+            r->raised_disconnect && PyErr_GivenExceptionMatches(exc, r->st->ClientDisconnected);
         if (!quiet) {
             log_error(r, "Exception in ASGI application", exc);
         }
     }
     else if (cancelled == Py_False && !r->response_complete && !r->disconnected && !r->failed) {
-        log_error(r, r->resp.started ? "ASGI callable returned without completing response."
-                                     : "ASGI callable returned without starting response.", NULL);
+        log_error(r,
+                  r->resp.started ? "ASGI callable returned without completing response."
+                                  : "ASGI callable returned without starting response.",
+                  NULL);
     }
     sk_conn_t *c = r->conn;
     if (c != NULL && !r->response_complete) {
@@ -763,8 +792,9 @@ error:
     Py_RETURN_NONE;
 }
 
-static PyMethodDef receive_def = {"receive", request_receive, METH_NOARGS,
-                                  "ASGI receive(): awaitable of the next http.request / http.disconnect event."};
+static PyMethodDef receive_def = {
+    "receive", request_receive, METH_NOARGS,
+    "ASGI receive(): awaitable of the next http.request / http.disconnect event."};
 static PyMethodDef send_def = {"send", request_send, METH_O,
                                "ASGI send(message): http.response.start / http.response.body."};
 static PyMethodDef done_def = {"_task_done", request_task_done, METH_O, NULL};
@@ -843,23 +873,23 @@ sk_request_run(RequestObject *r)
     rc = 0;
     goto error;
 
-app_error: {
-        PyObject *typ, *exc, *tb;
-        PyErr_Fetch(&typ, &exc, &tb);
-        PyErr_NormalizeException(&typ, &exc, &tb);
-        if (exc != NULL && tb != NULL) {
-            PyException_SetTraceback(exc, tb);
-        }
-        log_error(r, "Exception in ASGI application", exc);
-        Py_XDECREF(typ);
-        Py_XDECREF(exc);
-        Py_XDECREF(tb);
-        if (coro != NULL && PyCoro_CheckExact(coro)) {
-            PyObject *cr = PyObject_CallMethod(coro, "close", NULL);
-            Py_XDECREF(cr);
-            PyErr_Clear();
-        }
+app_error : {
+    PyObject *typ, *exc, *tb;
+    PyErr_Fetch(&typ, &exc, &tb);
+    PyErr_NormalizeException(&typ, &exc, &tb);
+    if (exc != NULL && tb != NULL) {
+        PyException_SetTraceback(exc, tb);
     }
+    log_error(r, "Exception in ASGI application", exc);
+    Py_XDECREF(typ);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+    if (coro != NULL && PyCoro_CheckExact(coro)) {
+        PyObject *cr = PyObject_CallMethod(coro, "close", NULL);
+        Py_XDECREF(cr);
+        PyErr_Clear();
+    }
+}
 error:
     Py_XDECREF(scope);
     Py_XDECREF(receive);
@@ -926,8 +956,10 @@ sk_request_disconnect(RequestObject *r)
         r->drain_waiter = NULL;
         PyObject *done = PyObject_CallMethodNoArgs(fut, r->st->s_done);
         if (done == Py_False) {
-            PyObject *exc = PyObject_CallFunction(r->st->ClientDisconnected, "s", "client disconnected");
-            PyObject *res = exc ? PyObject_CallMethodOneArg(fut, r->st->s_set_exception, exc) : NULL;
+            PyObject *exc =
+                PyObject_CallFunction(r->st->ClientDisconnected, "s", "client disconnected");
+            PyObject *res =
+                exc ? PyObject_CallMethodOneArg(fut, r->st->s_set_exception, exc) : NULL;
             r->raised_disconnect = 1;
             if (res == NULL) {
                 PyErr_WriteUnraisable(fut);

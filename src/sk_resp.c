@@ -27,7 +27,8 @@
 const char SK_CONTINUE_RESPONSE[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
 /* Reason phrases of RFC 9110 §15 (and the registered extensions); "" for any other code. */
-static const char *reason_phrase(int status)
+static const char *
+reason_phrase(int status)
 {
     switch (status) {
     case 100: return "Continue";
@@ -96,10 +97,12 @@ static const char *reason_phrase(int status)
 }
 
 /* RFC 9110 §5.6.2 tchar. */
-static int is_tchar(unsigned char c)
+static int
+is_tchar(unsigned char c)
 {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
         return 1;
+    /* clang-format off */
     switch (c) {
     case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
     case '-': case '.': case '^': case '_': case '`': case '|': case '~':
@@ -107,14 +110,17 @@ static int is_tchar(unsigned char c)
     default:
         return 0;
     }
+    /* clang-format on */
 }
 
-static unsigned char lower(unsigned char c)
+static unsigned char
+lower(unsigned char c)
 {
     return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
 }
 
-static int ieq(const char *s, size_t n, const char *lit, size_t litlen)
+static int
+ieq(const char *s, size_t n, const char *lit, size_t litlen)
 {
     if (n != litlen)
         return 0;
@@ -127,7 +133,8 @@ static int ieq(const char *s, size_t n, const char *lit, size_t litlen)
 #define IEQ(s, n, lit) ieq((s), (n), lit, sizeof(lit) - 1)
 
 /* Writes v in decimal; returns the number of bytes (at most 20). */
-static size_t fmt_dec(char *out, uint64_t v)
+static size_t
+fmt_dec(char *out, uint64_t v)
 {
     char tmp[20];
     size_t n = 0;
@@ -142,7 +149,8 @@ static size_t fmt_dec(char *out, uint64_t v)
 }
 
 /* Writes v in lower-case hex; returns the number of bytes (at most 16). */
-static size_t fmt_hex(char *out, uint64_t v)
+static size_t
+fmt_hex(char *out, uint64_t v)
 {
     static const char digits[] = "0123456789abcdef";
     char tmp[16];
@@ -159,7 +167,8 @@ static size_t fmt_hex(char *out, uint64_t v)
 
 #define APPEND_LIT(buf, lit) sk_buf_append((buf), (lit), sizeof(lit) - 1)
 
-static int append_status_line(sk_buf_t *b, int status, const char *reason)
+static int
+append_status_line(sk_buf_t *b, int status, const char *reason)
 {
     char line[16];
     int rc;
@@ -177,8 +186,8 @@ static int append_status_line(sk_buf_t *b, int status, const char *reason)
     return rc;
 }
 
-static int append_field(sk_buf_t *b, const char *name, size_t name_len, const char *value,
-                        size_t value_len)
+static int
+append_field(sk_buf_t *b, const char *name, size_t name_len, const char *value, size_t value_len)
 {
     int rc = sk_buf_reserve(b, name_len + value_len + 4);
 
@@ -194,7 +203,8 @@ static int append_field(sk_buf_t *b, const char *name, size_t name_len, const ch
     return rc;
 }
 
-static int append_content_length(sk_buf_t *b, uint64_t n)
+static int
+append_content_length(sk_buf_t *b, uint64_t n)
 {
     char num[20];
     size_t len = fmt_dec(num, n);
@@ -203,7 +213,8 @@ static int append_content_length(sk_buf_t *b, uint64_t n)
 }
 
 /* Content-Length from the application: 1*DIGIT, no sign, no whitespace, fits in 64 bits. */
-static int parse_content_length(const char *s, size_t n, uint64_t *out)
+static int
+parse_content_length(const char *s, size_t n, uint64_t *out)
 {
     uint64_t v = 0;
 
@@ -224,7 +235,8 @@ static int parse_content_length(const char *s, size_t n, uint64_t *out)
 }
 
 /* 1 if the comma-separated list s contains the token tok (case-insensitive, OWS trimmed). */
-static int list_has_token(const char *s, size_t n, const char *tok, size_t tok_len)
+static int
+list_has_token(const char *s, size_t n, const char *tok, size_t tok_len)
 {
     size_t pos = 0;
 
@@ -245,12 +257,14 @@ static int list_has_token(const char *s, size_t n, const char *tok, size_t tok_l
     return 0;
 }
 
-static int is_bodyless(const sk_resp_t *r)
+static int
+is_bodyless(const sk_resp_t *r)
 {
     return r->req.head || r->status < 200 || r->status == 204 || r->status == 304;
 }
 
-void sk_resp_reset(sk_resp_t *r)
+void
+sk_resp_reset(sk_resp_t *r)
 {
     sk_buf_t head = r->head;
 
@@ -260,14 +274,16 @@ void sk_resp_reset(sk_resp_t *r)
     r->head = head;
 }
 
-void sk_resp_free(sk_resp_t *r)
+void
+sk_resp_free(sk_resp_t *r)
 {
     sk_buf_free(&r->head);
     memset(r, 0, sizeof(*r));
 }
 
-int sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_header_t *headers,
-                  size_t nheaders)
+int
+sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_header_t *headers,
+              size_t nheaders)
 {
     sk_buf_t *h = &r->head;
     int no_framing_fields; /* 1xx and 204: Content-Length and Transfer-Encoding MUST NOT be sent */
@@ -320,7 +336,8 @@ int sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_h
                 goto error;
             r->app_has_cl = 1;
             write = !no_framing_fields;
-        } else if (IEQ(f->name, f->name_len, "transfer-encoding")) {
+        }
+        else if (IEQ(f->name, f->name_len, "transfer-encoding")) {
             const char *v = f->value;
             size_t n = f->value_len;
 
@@ -336,11 +353,14 @@ int sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_h
             }
             r->app_chunked = 1;
             write = 0; /* the framing writes its own */
-        } else if (IEQ(f->name, f->name_len, "date")) {
+        }
+        else if (IEQ(f->name, f->name_len, "date")) {
             r->app_has_date = 1;
-        } else if (IEQ(f->name, f->name_len, "server")) {
+        }
+        else if (IEQ(f->name, f->name_len, "server")) {
             r->app_has_server = 1;
-        } else if (IEQ(f->name, f->name_len, "connection")) {
+        }
+        else if (IEQ(f->name, f->name_len, "connection")) {
             if (list_has_token(f->value, f->value_len, "close", 5))
                 r->app_conn_close = 1;
             if (list_has_token(f->value, f->value_len, "keep-alive", 10))
@@ -364,8 +384,9 @@ error:
     return rc;
 }
 
-int sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more_body,
-                 const char *date)
+int
+sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more_body,
+             const char *date)
 {
     size_t saved = sk_buf_len(out);
     uint8_t framing = r->framing;
@@ -385,7 +406,8 @@ int sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int 
         else if (!more_body) {
             framing = SK_FRAME_LENGTH;
             content_length = len;
-        } else if (r->req.http_minor >= 1)
+        }
+        else if (r->req.http_minor >= 1)
             framing = SK_FRAME_CHUNKED;
         else
             framing = SK_FRAME_CLOSE;
@@ -433,9 +455,7 @@ int sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int 
 
     switch (framing) {
     case SK_FRAME_LENGTH:
-    case SK_FRAME_CLOSE:
-        rc = sk_buf_append(out, data, len);
-        break;
+    case SK_FRAME_CLOSE: rc = sk_buf_append(out, data, len); break;
     case SK_FRAME_CHUNKED:
         rc = 0;
         if (len > 0) {
@@ -455,9 +475,7 @@ int sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int 
         if (rc == 0 && !more_body)
             rc = APPEND_LIT(out, "0\r\n\r\n");
         break;
-    default: /* SK_FRAME_NONE: content is not sent (HEAD, 1xx, 204, 304) */
-        rc = 0;
-        break;
+    default: /* SK_FRAME_NONE: content is not sent (HEAD, 1xx, 204, 304) */ rc = 0; break;
     }
     if (rc < 0)
         goto error;
@@ -477,7 +495,8 @@ error:
     return rc;
 }
 
-int sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date)
+int
+sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date)
 {
     size_t saved = sk_buf_len(out);
     const char *reason;
@@ -515,7 +534,8 @@ error:
     return rc;
 }
 
-void sk_format_date(int64_t t, char out[30])
+void
+sk_format_date(int64_t t, char out[30])
 {
     static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
     static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",

@@ -22,31 +22,33 @@ typedef struct {
 
 /* What the serializer needs to know about the request being answered. */
 typedef struct {
-    uint8_t http_minor;  /* 0 or 1 (HTTP/1.0 or HTTP/1.1) */
-    uint8_t head;        /* 1 if the method was HEAD */
-    uint8_t keep_alive;  /* 1 if the request allows a persistent connection */
-    uint8_t force_close; /* 1 if the server wants to close after this response (shutdown, unread body) */
+    uint8_t http_minor; /* 0 or 1 (HTTP/1.0 or HTTP/1.1) */
+    uint8_t head;       /* 1 if the method was HEAD */
+    uint8_t keep_alive; /* 1 if the request allows a persistent connection */
+    uint8_t
+        force_close; /* 1 if the server wants to close after this response (shutdown, unread body) */
 } sk_req_info_t;
 
 enum sk_framing {
-    SK_FRAME_NONE = 0,  /* bodyless: HEAD, 1xx, 204, 304; body bytes are dropped */
-    SK_FRAME_LENGTH,    /* Content-Length (the app's, or computed from a single final body event) */
-    SK_FRAME_CHUNKED,   /* chunked transfer coding (HTTP/1.1 only) */
-    SK_FRAME_CLOSE,     /* close-delimited (HTTP/1.0 without a length) */
+    SK_FRAME_NONE = 0, /* bodyless: HEAD, 1xx, 204, 304; body bytes are dropped */
+    SK_FRAME_LENGTH,   /* Content-Length (the app's, or computed from a single final body event) */
+    SK_FRAME_CHUNKED,  /* chunked transfer coding (HTTP/1.1 only) */
+    SK_FRAME_CLOSE,    /* close-delimited (HTTP/1.0 without a length) */
 };
 
 typedef struct {
-    sk_buf_t head;        /* status-line and validated fields, without framing fields or final CRLF */
+    sk_buf_t head; /* status-line and validated fields, without framing fields or final CRLF */
     int status;
     uint8_t started;      /* sk_resp_start succeeded */
     uint8_t head_written; /* the head went to an output buffer (with the first body event) */
     uint8_t done;         /* final body event written */
-    uint8_t keep_alive;   /* valid after the head is written: the connection may carry another request */
-    uint8_t framing;      /* enum sk_framing, valid after the head is written */
+    uint8_t
+        keep_alive;  /* valid after the head is written: the connection may carry another request */
+    uint8_t framing; /* enum sk_framing, valid after the head is written */
     uint8_t app_has_date, app_has_server, app_has_cl, app_chunked, app_conn_close;
     uint8_t app_conn_keep_alive; /* private: the app's connection field has a keep-alive token */
-    uint64_t content_length; /* bytes, when framing is SK_FRAME_LENGTH */
-    uint64_t body_sent;      /* content bytes accepted so far */
+    uint64_t content_length;     /* bytes, when framing is SK_FRAME_LENGTH */
+    uint64_t body_sent;          /* content bytes accepted so far */
     sk_req_info_t req;
 } sk_resp_t;
 

@@ -141,6 +141,7 @@ sk_conn_update_events(sk_conn_t *c)
         want |= EPOLLIN;
     }
     else if (!c->close_after_write && sk_buf_len(&c->in) < SK_INPUT_HIGH_WATER &&
+             sk_buf_len(&c->out) < SK_WRITE_HIGH_WATER &&
              !(r != NULL && r->body_buffered >= SK_BODY_HIGH_WATER)) {
         want |= EPOLLIN;
     }
@@ -230,6 +231,7 @@ int
 sk_conn_write(sk_conn_t *c)
 {
     int progress = 0;
+    int was_high = sk_buf_len(&c->out) >= SK_WRITE_HIGH_WATER;
     while (sk_buf_len(&c->out) > 0) {
         ssize_t n = send(c->fd, sk_buf_head(&c->out), sk_buf_len(&c->out), MSG_NOSIGNAL);
         if (n > 0) {
@@ -267,6 +269,10 @@ sk_conn_write(sk_conn_t *c)
     if (sk_buf_len(&c->out) == 0 && c->close_after_write && !c->lingering) {
         conn_linger(c);
         return 0;
+    }
+    if (was_high && sk_buf_len(&c->out) < SK_WRITE_HIGH_WATER && c->current == NULL &&
+        sk_buf_len(&c->in) > 0) {
+        sk_conn_schedule(c); /* pipelined requests held back by unread responses may go on */
     }
     if (!c->lingering) {
         if (sk_buf_len(&c->out) > 0) {
@@ -330,17 +336,23 @@ sk_server_abort_response(sk_conn_t *c)
 /* Parses data for connection c until the input is used up or a request blocks further parsing
  * (its response is pending, or its unconsumed body is over the high-water mark). Returns bytes
  * consumed. The connection may be closed on return. */
+/* Parses one request's worth of events and starts its app (which, when started eagerly, may
+ * answer before this returns). Returns bytes consumed. */
 static size_t
-conn_parse(sk_conn_t *c, const char *data, size_t len)
+conn_parse_one(sk_conn_t *c, const char *data, size_t len)
 {
     size_t total = 0;
-    RequestObject *to_run = NULL; /* strong: a request whose app starts once these bytes are parsed */
+    RequestObject *to_run =
+        NULL; /* strong: a request whose app starts once these bytes are parsed */
     /* Runs until the parser says it needs more input (SK_EV_NONE): after a head or body event
      * the parser may have an event due with no bytes left (the end of a Content-Length body). */
     while (!c->closed) {
         RequestObject *r = c->current;
         if (r != NULL && (r->body_complete || r->body_buffered >= SK_BODY_HIGH_WATER)) {
             break;
+        }
+        if (r == NULL && sk_buf_len(&c->out) >= SK_WRITE_HIGH_WATER) {
+            break; /* earlier responses are not read yet: start no new request (bounded memory) */
         }
         sk_event_t ev;
         size_t n = sk_parser_execute(&c->parser, data + total, len - total, &ev);
@@ -379,6 +391,7 @@ conn_parse(sk_conn_t *c, const char *data, size_t len)
             if (r != NULL) {
                 sk_request_end(r);
             }
+            c->discarding = 0;
         }
         else { /* SK_EV_ERROR: the one error sink */
             refuse(c, ev.status);
@@ -386,13 +399,35 @@ conn_parse(sk_conn_t *c, const char *data, size_t len)
         }
     }
     if (to_run != NULL) {
-        if (to_run->conn == c && !c->closed && !c->close_after_write && sk_request_run(to_run) < 0) {
+        if (to_run->conn == c && !c->closed && !c->close_after_write &&
+            sk_request_run(to_run) < 0) {
             if (PyErr_Occurred()) {
                 PyErr_WriteUnraisable((PyObject *)c->server);
             }
             refuse(c, 500);
         }
         Py_DECREF(to_run);
+    }
+    return total;
+}
+
+/* Parses data for connection c until the input is used up or a request blocks further parsing
+ * (its response is pending, or its unconsumed body is over the high-water mark). A request whose
+ * eagerly started app answered at once lets the next pipelined one go in the same pass; their
+ * responses are written together when the pass ends (c->parsing defers sk_request.c's writes).
+ * Returns bytes consumed. The connection may be closed on return. */
+static size_t
+conn_parse(sk_conn_t *c, const char *data, size_t len)
+{
+    size_t total = 0;
+    c->parsing = 1;
+    do {
+        total += conn_parse_one(c, data + total, len - total);
+    } while (!c->closed && !c->close_after_write && c->current == NULL && total < len &&
+             c->server->eager_budget > 0 && c->server->task_type != NULL);
+    c->parsing = 0;
+    if (!c->closed && sk_buf_len(&c->out) > 0) {
+        (void)sk_conn_write(c);
     }
     return total;
 }
@@ -472,7 +507,21 @@ sk_conn_request_done(sk_conn_t *c, int keep_alive)
     if (r == NULL) {
         return;
     }
-    int reuse = keep_alive && r->body_complete && !s->shutting_down && !c->closed;
+    /* A body the app did not read is read and discarded so the connection stays usable, unless
+     * the client may be waiting for a 100 Continue that never came (RFC 9110 §10.1.1) or more
+     * than SK_DISCARD_MAX bytes of it are still announced. */
+    int discard = 0;
+    if (!r->body_complete) {
+        sk_parser_t *p = &c->parser;
+        int waits_for_100 = r->expect_continue && !r->continue_sent;
+        int too_much =
+            p->has_content_length && p->content_length - p->body_received > SK_DISCARD_MAX;
+        discard = !waits_for_100 && !too_much;
+    }
+    int reuse = keep_alive && (r->body_complete || discard) && !s->shutting_down && !c->closed;
+    if (reuse && discard) {
+        c->discarding = 1;
+    }
     r->conn = NULL;
     c->current = NULL;
     Py_DECREF(r);
@@ -539,8 +588,8 @@ sk_conn_schedule(sk_conn_t *c)
         /* In the server's own context: this may run inside an app task's send(), whose context
          * must not leak into the next request's task (which copies the current context). */
         PyObject *args[3] = {s->loop, s->run_pending, s->context};
-        PyObject *h = PyObject_VectorcallMethod(s->st->s_call_soon, args,
-                                                2 | PY_VECTORCALL_ARGUMENTS_OFFSET, s->call_soon_kw);
+        PyObject *h = PyObject_VectorcallMethod(
+            s->st->s_call_soon, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, s->call_soon_kw);
         if (h == NULL) {
             PyErr_WriteUnraisable((PyObject *)s);
             return;
@@ -563,9 +612,10 @@ static void
 server_accept(ServerObject *s)
 {
     for (int i = 0; i < SK_MAX_ACCEPTS && s->accepting; i++) {
-        struct sockaddr_storage addr;
+        struct sockaddr_storage addr = {0};
         socklen_t alen = sizeof(addr);
-        int fd = accept4(s->listen_fd, (struct sockaddr *)&addr, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd =
+            accept4(s->listen_fd, (struct sockaddr *)&addr, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) {
                 continue;
@@ -629,7 +679,7 @@ server_tick(ServerObject *s)
     while (c != NULL) {
         sk_conn_t *next = c->idle_next;
         if (c->in_idle && c->deadline <= now) {
-            if (c->timer_kind == SK_TIMER_HEAD &&
+            if (c->timer_kind == SK_TIMER_HEAD && !c->discarding &&
                 (sk_buf_len(&c->in) > 0 || !sk_parser_idle(&c->parser))) {
                 refuse(c, 408); /* RFC 9110 §15.5.9: some of a request head, never all of it */
             }
@@ -844,11 +894,23 @@ static PyObject *
 server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
     /* New reference, or NULL with an exception. */
-    static char *kwlist[] = {"app", "loop", "listen_fd", "unix_path", "root_path", "state",
-                             "timeout_keep_alive", "limit_request_body", "limit_request_line",
-                             "limit_request_fields", "limit_request_field_size", "logger",
-                             "timeout_request_head", "timeout_write", "limit_concurrency",
-                             "limit_connections", NULL};
+    static char *kwlist[] = {"app",
+                             "loop",
+                             "listen_fd",
+                             "unix_path",
+                             "root_path",
+                             "state",
+                             "timeout_keep_alive",
+                             "limit_request_body",
+                             "limit_request_line",
+                             "limit_request_fields",
+                             "limit_request_field_size",
+                             "logger",
+                             "timeout_request_head",
+                             "timeout_write",
+                             "limit_concurrency",
+                             "limit_connections",
+                             NULL};
     PyObject *app, *loop, *unix_path = Py_None, *root_path = NULL, *state = Py_None;
     PyObject *logger = Py_None;
     int listen_fd;
@@ -857,11 +919,10 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     unsigned long long max_body = 0;
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
     ServerObject *s = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|$OUOdKnnnOddnn", kwlist, &app, &loop,
-                                     &listen_fd, &unix_path, &root_path, &state, &keep_alive,
-                                     &max_body, &max_line, &max_fields, &max_section, &logger,
-                                     &head_timeout, &write_timeout, &limit_concurrency,
-                                     &limit_connections)) {
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwds, "OOi|$OUOdKnnnOddnn", kwlist, &app, &loop, &listen_fd, &unix_path,
+            &root_path, &state, &keep_alive, &max_body, &max_line, &max_fields, &max_section,
+            &logger, &head_timeout, &write_timeout, &limit_concurrency, &limit_connections)) {
         return NULL;
     }
     if (max_line <= 0 || max_fields <= 0 || max_section <= 0 || keep_alive < 0 ||
@@ -1005,11 +1066,13 @@ server_dealloc(PyObject *op)
 }
 
 static PyMethodDef server_methods[] = {
-    {"start", server_start, METH_NOARGS, "Registers the reactor with the loop and starts accepting."},
+    {"start", server_start, METH_NOARGS,
+     "Registers the reactor with the loop and starts accepting."},
     {"stop_accepting", server_stop_accepting, METH_NOARGS, "Stops accepting new connections."},
     {"shutdown", server_shutdown, METH_NOARGS,
      "Graceful phase: closes idle connections; busy ones close after their response."},
-    {"close", server_close, METH_NOARGS, "Closes every connection and leaves the loop. Idempotent."},
+    {"close", server_close, METH_NOARGS,
+     "Closes every connection and leaves the loop. Idempotent."},
     {"_on_ready", server_on_ready, METH_NOARGS, NULL},
     {"_run_pending", server_run_pending, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -1017,7 +1080,8 @@ static PyMethodDef server_methods[] = {
 
 static PyGetSetDef server_getset[] = {
     {"connections", server_get_connections, NULL, "Open client connections.", NULL},
-    {"active_requests", server_get_active, NULL, "Requests whose application task is running.", NULL},
+    {"active_requests", server_get_active, NULL, "Requests whose application task is running.",
+     NULL},
     {"total_requests", server_get_total, NULL, "Requests started since the server was made.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
