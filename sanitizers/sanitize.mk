@@ -80,7 +80,8 @@ sanitize-suite: sanitize-build
 	asan=$$($(SAN_CC) -print-file-name=libasan.so); \
 	[ -f "$$asan" ] || { echo "sanitize: no libasan.so from $(SAN_CC)" >&2; exit 1; }; \
 	echo "LD_PRELOAD=$$asan PYTHONMALLOC=malloc PYTHONPATH=$(SAN_SITE) $(SAN_PY) -m pytest conformance"; \
-	export LD_PRELOAD=$$asan PYTHONMALLOC=malloc PYTHONPATH=$(abspath $(SAN_SITE)) $(SAN_ENV); \
+	export LD_PRELOAD=$$asan PYTHONMALLOC=malloc PYTHONPATH=$(abspath $(SAN_SITE)) $(SAN_ENV) \
+	  SKIRR_HYPOTHESIS_EXAMPLES=$${SKIRR_HYPOTHESIS_EXAMPLES:-200}; \
 	$(SAN_PY) -c 'import skirr._native as n, sys; f = n.__file__; print("sanitize: using", f); sys.exit(0 if "$(SAN_SITE)" in f else 1)'; \
 	rc=0; $(SAN_PY) -m pytest conformance $(SAN_PYTEST_ARGS) || rc=$$?; \
 	unset LD_PRELOAD; \
