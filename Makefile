@@ -76,6 +76,7 @@ FORCE:
 
 # Verbs that live beside what they drive.
 include bench/bench.mk
+include bench/gates/gates.mk
 SAN_PY := $(VPY)
 SAN_PREREQ := venv
 include fuzz/fuzz.mk

@@ -39,6 +39,8 @@ from typing import Any, Callable, Iterator, Optional
 import h11
 import pytest
 
+import _rules
+
 IO_TIMEOUT = 5.0  # seconds: every socket operation of a client
 START_TIMEOUT = 10.0  # seconds: server thread start (started event)
 STOP_TIMEOUT = 10.0  # seconds: server thread join after request_shutdown()
@@ -459,6 +461,15 @@ class Running:
             return c.request(http_request("GET", target))
         finally:
             c.close()
+
+
+def pytest_addoption(parser) -> None:
+    _rules.addoption(parser)
+
+
+def pytest_configure(config) -> None:
+    """The ``rule`` marker and its check against spec/ (conformance/_rules.py)."""
+    _rules.configure(config)
 
 
 @pytest.fixture(params=LOOPS)

@@ -4,6 +4,8 @@ running loop (the loop the Config names), in its own contextvars context.
 import asyncio
 import contextvars
 
+import pytest
+
 from conftest import Recorder, http_request
 
 REQUEST_VAR = contextvars.ContextVar("REQUEST_VAR", default=None)
@@ -30,6 +32,7 @@ def ctx_app(seen: Recorder):
     return app
 
 
+@pytest.mark.rule("skirr-asgi-fresh-context")
 def test_context_var_not_shared_between_requests(serve):
     """A ContextVar set by request 1 is invisible to the next request on the same connection, to
     pipelined requests and to other connections."""
@@ -47,6 +50,7 @@ def test_context_var_not_shared_between_requests(serve):
         ]
 
 
+@pytest.mark.rule("skirr-asgi-task-per-request")
 def test_app_runs_in_a_task_per_request(serve):
     seen = Recorder()
     with serve(ctx_app(seen)) as srv:
@@ -59,6 +63,7 @@ def test_app_runs_in_a_task_per_request(serve):
         assert a["task"] is not b["task"]
 
 
+@pytest.mark.rule("skirr-asgi-configured-loop")
 def test_app_runs_on_the_configured_loop(serve, loop_name):
     seen = Recorder()
     with serve(ctx_app(seen)) as srv:

@@ -15,6 +15,7 @@ def logged(srv, marker: str) -> list:
     return [r for r in srv.errors() if marker in record_text(r)]
 
 
+@pytest.mark.rule("skirr-errors-500-before-start", "skirr-errors-logged")
 def test_exception_before_start_is_500_and_logged(serve):
     async def app(scope, receive, send):
         raise Boom("boom-before-start-3f9")
@@ -30,6 +31,7 @@ def test_exception_before_start_is_500_and_logged(serve):
     assert logged(srv, "boom-before-start-3f9"), [record_text(x) for x in srv.errors()]
 
 
+@pytest.mark.rule("skirr-errors-500-before-start")
 def test_exception_after_reading_body_is_500(serve):
     async def app(scope, receive, send):
         while (await receive()).get("more_body"):
@@ -42,6 +44,7 @@ def test_exception_after_reading_body_is_500(serve):
         assert r.status == 500 and r.body != b""
 
 
+@pytest.mark.rule("skirr-errors-close-after-start", "skirr-errors-logged")
 def test_exception_mid_stream_no_terminating_chunk(serve):
     """Chunked response, one chunk out, then the app raises: the wire carries the head and
     exactly that chunk, then the connection closes (no 0\\r\\n\\r\\n)."""
@@ -62,6 +65,7 @@ def test_exception_mid_stream_no_terminating_chunk(serve):
     assert logged(srv, "boom-mid-stream")
 
 
+@pytest.mark.rule("skirr-errors-close-after-start")
 def test_exception_mid_content_length_body_incomplete(serve):
     async def app(scope, receive, send):
         await receive()
@@ -76,6 +80,7 @@ def test_exception_mid_content_length_body_incomplete(serve):
         assert r.status == 200 and not r.complete and r.body == b"12345"
 
 
+@pytest.mark.rule("skirr-errors-close-after-start")
 def test_exception_after_start_before_body(serve):
     """Start accepted, no body yet, then a failure: never a complete 200 (a 500 is allowed
     because no byte of the 200 left)."""
@@ -92,6 +97,7 @@ def test_exception_after_start_before_body(serve):
             assert r.status == 500, r.raw
 
 
+@pytest.mark.rule("skirr-errors-return-without-response")
 def test_return_without_response_is_500(serve):
     seen = Recorder()
 
@@ -106,6 +112,7 @@ def test_return_without_response_is_500(serve):
         assert seen.wait(1) == ["/silent"]
 
 
+@pytest.mark.rule("skirr-errors-return-unfinished")
 @pytest.mark.parametrize("framing", ["chunked", "content-length"])
 def test_return_after_start_without_final_body(serve, framing):
     """The app returns with the response unfinished: connection closed, message incomplete."""
@@ -126,6 +133,7 @@ def test_return_after_start_without_final_body(serve, framing):
         assert r.status == 200 and not r.complete and r.body == b"abc"
 
 
+@pytest.mark.rule("skirr-errors-return-unfinished")
 def test_return_after_start_only(serve):
     async def app(scope, receive, send):
         await receive()
@@ -139,6 +147,7 @@ def test_return_after_start_only(serve):
             assert r.status == 500, r.raw
 
 
+@pytest.mark.rule("skirr-errors-server-survives")
 def test_server_survives_failures(serve):
     """After a burst of failing requests on several connections, a good one is served."""
     async def app(scope, receive, send):

@@ -22,6 +22,12 @@ def one_scope(srv, app: EchoApp, data: bytes, method: str = "GET") -> dict:
     return app.calls.wait(before + 1)[before]["scope"]
 
 
+@pytest.mark.rule(
+    "ASGI-www-scope-keys",
+    "ASGI-www-scope-type-asgi",
+    "ASGI-www-scope-scheme",
+    "ASGI-www-scope-root-path-default",
+)
 def test_scope_every_key(serve, echo_app):
     """ASGI www 2.5: type, asgi, http_version, method, scheme, path, raw_path, query_string,
     root_path, headers, client, server, state; client/server are (host, port) tuples."""
@@ -48,6 +54,7 @@ def test_scope_every_key(serve, echo_app):
         assert scope["state"] == {}
 
 
+@pytest.mark.rule("ASGI-www-scope-path-decoded", "ASGI-www-scope-raw-path")
 @pytest.mark.parametrize(
     "target, path, raw_path",
     [
@@ -69,6 +76,7 @@ def test_path_percent_decoded_raw_path_unmodified(serve, echo_app, target, path,
         assert scope["query_string"] == b""
 
 
+@pytest.mark.rule("ASGI-www-scope-query-string")
 @pytest.mark.parametrize(
     "target, query",
     [
@@ -88,6 +96,7 @@ def test_query_string_raw_without_question_mark(serve, echo_app, target, query):
         assert scope["query_string"] == query
 
 
+@pytest.mark.rule("ASGI-www-scope-method")
 @pytest.mark.parametrize("method", ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
 def test_method_upper_case_as_received(serve, echo_app, method):
     with serve(echo_app) as srv:
@@ -96,6 +105,7 @@ def test_method_upper_case_as_received(serve, echo_app, method):
         assert scope["path"] == "/m"
 
 
+@pytest.mark.rule("ASGI-www-scope-http-version", "RFC9112-3.2-http10-host-optional")
 def test_http_1_0_version_and_no_host(serve, echo_app):
     """HTTP/1.0 needs no Host (RFC 9112 §3.2 requires it only of 1.1); http_version "1.0"."""
     with serve(echo_app) as srv:
@@ -105,6 +115,7 @@ def test_http_1_0_version_and_no_host(serve, echo_app):
         assert scope["headers"] == []
 
 
+@pytest.mark.rule("ASGI-www-scope-headers", "RFC9110-5.5-ows-trimmed")
 def test_headers_lower_cased_order_duplicates_trimmed(serve, echo_app):
     """ASGI headers: an iterable of [name, value] byte pairs, names lower-cased, order and
     duplicates kept. Values without leading/trailing whitespace (RFC 9110 §5.5); obs-text kept."""
@@ -136,6 +147,7 @@ def test_headers_lower_cased_order_duplicates_trimmed(serve, echo_app):
         ]
 
 
+@pytest.mark.rule("ASGI-www-scope-root-path")
 def test_root_path_prefixes_path_and_raw_path(serve, echo_app):
     """Config root_path="/api": root_path "/api", and (as uvicorn does) path and raw_path carry
     the prefix: request /x -> path "/api/x", raw_path b"/api/x"."""
@@ -150,6 +162,7 @@ def test_root_path_prefixes_path_and_raw_path(serve, echo_app):
         assert scope["raw_path"] == b"/api/a%20b"
 
 
+@pytest.mark.rule("RFC9112-3.2.2-absolute-form")
 def test_absolute_form_target(serve, echo_app):
     """RFC 9112 §3.2.2: a server MUST accept the absolute-form; path and query come from it."""
     with serve(echo_app) as srv:
@@ -161,6 +174,7 @@ def test_absolute_form_target(serve, echo_app):
         assert scope["query_string"] == b"q=1"
 
 
+@pytest.mark.rule("ASGI-www-scope-client-server-tcp")
 def test_client_and_server_per_connection(serve, echo_app):
     """client is the peer's (host, port): two connections, two client ports; same server."""
     with serve(echo_app) as srv:
@@ -175,6 +189,7 @@ def test_client_and_server_per_connection(serve, echo_app):
         assert all(x["scope"]["server"] == ("127.0.0.1", srv.port) for x in calls)
 
 
+@pytest.mark.rule("skirr-scope-fresh-per-request")
 def test_fresh_scope_per_request(serve):
     """Every request gets its own mutable dict; nothing mutable is shared between requests
     (DESIGN "Scope"). Request 1 mutates everything it can; requests 2 (same connection) and
@@ -211,6 +226,7 @@ def test_fresh_scope_per_request(serve):
             assert live1[key] is not live3[key], key
 
 
+@pytest.mark.rule("skirr-scope-split-invariant")
 def test_scope_same_when_split_at_every_offset(serve, echo_app):
     """The same request, sent in two writes split at every byte offset (DESIGN "Tests": whole or
     split at any byte boundary), gives the same scope and body every time."""
@@ -242,3 +258,98 @@ def test_scope_same_when_split_at_every_offset(serve, echo_app):
             assert (r.status, r.body) == (200, b"hello"), i
             assert key(echo_app.calls.wait(i + 1)[i]) == expected, f"split at {i}"
             c.close()
+
+
+@pytest.mark.rule("ASGI-www-scope-path-decoded")
+@pytest.mark.parametrize(
+    "target, path, raw_path",
+    [("/a%3Fb?c", "/a?b", b"/a%3Fb"), ("/%00", "/\x00", b"/%00"), ("/%e2%82%ac", "/\u20ac", b"/%e2%82%ac"),
+     ("/%F0%9F%98%80", "/\U0001F600", b"/%F0%9F%98%80"), ("/a%252F", "/a%2F", b"/a%252F")],
+    ids=["escaped-question-mark", "escaped-nul", "lower-hex", "4-byte-utf8", "double-escape"],
+)
+def test_path_decoded_once(serve, echo_app, target, path, raw_path):
+    """Each %XX is decoded exactly once, whatever it encodes ("?" stays in the path, NUL is a
+    character of the str); the result is UTF-8 decoded."""
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, http_request("GET", target))
+        assert (scope["path"], scope["raw_path"]) == (path, raw_path)
+
+
+@pytest.mark.rule("ASGI-www-scope-path-invalid-utf8")
+@pytest.mark.parametrize(
+    "target, path",
+    [("/a%C3", "/a\ufffd"), ("/%FF%FE", "/\ufffd\ufffd"), ("/%C3%28", "/\ufffd("),
+     ("/%ED%A0%80", "/\ufffd\ufffd\ufffd"), ("/%C0%AF", "/\ufffd\ufffd"), ("/ok%E2%82", "/ok\ufffd")],
+    ids=["truncated", "invalid-bytes", "bad-continuation", "surrogate", "overlong", "truncated-3"],
+)
+def test_path_invalid_utf8_replaced(serve, echo_app, target, path):
+    """ASGI: path is the decoded UTF-8 str. Percent-escapes that are not valid UTF-8 cannot be
+    decoded: skirr decides to replace each invalid sequence with U+FFFD (what
+    urllib.parse.unquote and uvicorn give) rather than refuse the request; raw_path keeps the
+    exact bytes for apps that need them."""
+    from urllib.parse import unquote
+
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, http_request("GET", target))
+        assert scope["path"] == path == unquote(target)
+        assert scope["raw_path"] == target.encode()
+
+
+@pytest.mark.rule("ASGI-www-scope-path-bad-escape")
+@pytest.mark.parametrize(
+    "target, path",
+    [("/a%zz", "/a%zz"), ("/a%2", "/a%2"), ("/a%", "/a%"), ("/%%41", "/%A"), ("/%G1", "/%G1"),
+     ("/a%2?q", "/a%2")],
+    ids=["not-hex", "one-digit-at-end", "percent-at-end", "percent-then-escape", "bad-first-digit",
+         "one-digit-before-query"],
+)
+def test_path_malformed_escape_kept_literally(serve, echo_app, target, path):
+    """A "%" not followed by two hex digits is not an escape: it stays in path as it is (as
+    urllib.parse.unquote keeps it); the request is served."""
+    from urllib.parse import unquote
+
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, http_request("GET", target))
+        assert scope["path"] == path == unquote(target.partition("?")[0])
+
+
+@pytest.mark.rule("ASGI-www-scope-http-version")
+def test_http_version_11(serve, echo_app):
+    with serve(echo_app) as srv:
+        assert one_scope(srv, echo_app, http_request())["http_version"] == "1.1"
+
+
+@pytest.mark.rule("ASGI-www-scope-state-shallow-copy")
+def test_state_is_a_shallow_copy_per_request(serve):
+    """ASGI lifespan state: each request scope gets a shallow copy of what startup stored.
+    Rebinding a key in one request is not seen by the next; a mutable value is the same object
+    (shallow), as the spec says."""
+    seen = Recorder()
+    shared = []
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                if msg["type"] == "lifespan.startup":
+                    scope["state"].update({"n": 1, "shared": shared})
+                    await send({"type": "lifespan.startup.complete"})
+                else:
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        await receive()
+        seen.put((dict(scope["state"]), scope["state"]))
+        scope["state"]["n"] += 1
+        scope["state"]["new"] = True
+        scope["state"]["shared"].append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serve(app, lifespan="on") as srv:
+        c = srv.connect()
+        assert c.request(http_request("GET", "/1")).status == 200
+        assert c.request(http_request("GET", "/2")).status == 200
+        (first, live1), (second, live2) = seen.wait(2)
+        assert first == {"n": 1, "shared": shared} and second == {"n": 1, "shared": shared}
+        assert live1 is not live2
+        assert shared == ["/1", "/2"]

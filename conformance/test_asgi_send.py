@@ -78,6 +78,7 @@ def exchange(srv, method="GET"):
 # -- order ------------------------------------------------------------------------------------
 
 
+@pytest.mark.rule("ASGI-www-send-order")
 def test_body_before_start(serve):
     seen = Recorder()
     with serve(run_steps([body(b"x")], seen)) as srv:
@@ -87,6 +88,7 @@ def test_body_before_start(serve):
         assert_500(r)
 
 
+@pytest.mark.rule("ASGI-www-send-order")
 def test_start_twice(serve):
     seen = Recorder()
     with serve(run_steps([START, START, body(b"x")], seen)) as srv:
@@ -96,6 +98,7 @@ def test_start_twice(serve):
         assert_not_a_complete_success(r)
 
 
+@pytest.mark.rule("ASGI-www-send-after-complete")
 @pytest.mark.parametrize("extra", [body(b"more"), body(b""), START], ids=["body", "empty-body", "start"])
 def test_message_after_final_body(serve, extra):
     """The response was complete; the extra message raises and nothing more goes out."""
@@ -108,6 +111,7 @@ def test_message_after_final_body(serve, extra):
         assert c.read_for(0.3) == b"", "bytes after the complete response"
 
 
+@pytest.mark.rule("ASGI-www-send-unknown-type")
 def test_unknown_message_type(serve):
     seen = Recorder()
     with serve(run_steps([{"type": "http.response.bogus"}], seen)) as srv:
@@ -120,6 +124,7 @@ def test_unknown_message_type(serve):
 # -- types and values -------------------------------------------------------------------------
 
 
+@pytest.mark.rule("ASGI-www-send-types")
 @pytest.mark.parametrize(
     "headers",
     [
@@ -140,6 +145,7 @@ def test_header_not_bytes_is_type_error(serve, headers):
         assert_500(r)
 
 
+@pytest.mark.rule("ASGI-www-send-types")
 def test_body_not_bytes_is_type_error(serve):
     seen = Recorder()
     with serve(run_steps([START, {"type": "http.response.body", "body": "text"}], seen)) as srv:
@@ -149,6 +155,7 @@ def test_body_not_bytes_is_type_error(serve):
         assert_not_a_complete_success(r)
 
 
+@pytest.mark.rule("RFC9110-5.5-response-fields-validated")
 @pytest.mark.parametrize(
     "name, value",
     [
@@ -176,6 +183,7 @@ def test_invalid_header_rejected(serve, name, value):
         assert b"x-injected" not in r.raw.lower()
 
 
+@pytest.mark.rule("ASGI-www-send-status-range")
 @pytest.mark.parametrize("status", [99, 600, 1000, -200])
 def test_status_out_of_range(serve, status):
     seen = Recorder()
@@ -187,6 +195,7 @@ def test_status_out_of_range(serve, status):
         assert_500(r)
 
 
+@pytest.mark.rule("ASGI-www-send-optional-keys", "skirr-resp-empty-final-body")
 def test_minimal_messages_accepted(serve):
     """headers, body and more_body are optional (defaults [], b"", False)."""
     seen = Recorder()
@@ -198,6 +207,7 @@ def test_minimal_messages_accepted(serve):
         assert seen.wait(3) == [("ok", 0), ("ok", 1), ("done",)]
 
 
+@pytest.mark.rule("ASGI-www-send-header-iterables")
 def test_header_pairs_as_lists_accepted(serve):
     """headers is an iterable of [name, value] pairs: lists work as well as tuples."""
     seen = Recorder()
@@ -212,6 +222,7 @@ def test_header_pairs_as_lists_accepted(serve):
 CL10 = {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"10")]}
 
 
+@pytest.mark.rule("skirr-resp-content-length-too-long")
 def test_content_length_too_long_after_head_sent(serve):
     """CL 10: 5 bytes go out (head on the wire), then 15 more: send raises RuntimeError and the
     connection closes with the message incomplete."""
@@ -226,6 +237,7 @@ def test_content_length_too_long_after_head_sent(serve):
         assert c.eof
 
 
+@pytest.mark.rule("skirr-resp-content-length-too-long")
 def test_content_length_too_long_single_event(serve):
     """CL 10 and one final event of 20 bytes: RuntimeError; no complete 200 reaches the client."""
     seen = Recorder()
@@ -236,6 +248,7 @@ def test_content_length_too_long_single_event(serve):
         assert_not_a_complete_success(r)
 
 
+@pytest.mark.rule("skirr-resp-content-length-short")
 def test_content_length_short_closes_incomplete(serve):
     """CL 10: 3 bytes, then a final event of 2: the connection closes, message incomplete."""
     seen = Recorder()
@@ -248,6 +261,7 @@ def test_content_length_short_closes_incomplete(serve):
         assert c.eof
 
 
+@pytest.mark.rule("skirr-resp-content-length-short")
 def test_content_length_short_send_raises(serve):
     """The final event that leaves the body short is rejected with RuntimeError."""
     seen = Recorder()
@@ -258,6 +272,7 @@ def test_content_length_short_send_raises(serve):
         assert (i, type(e)) == (2, RuntimeError)
 
 
+@pytest.mark.rule("skirr-resp-content-length-short")
 def test_content_length_short_single_event(serve):
     """CL 10 and one final event of 5 bytes: no complete 200."""
     seen = Recorder()
@@ -267,6 +282,7 @@ def test_content_length_short_single_event(serve):
         assert_not_a_complete_success(r)
 
 
+@pytest.mark.rule("skirr-resp-invalid-framing-fields")
 @pytest.mark.parametrize(
     "headers",
     [

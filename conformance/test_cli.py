@@ -28,6 +28,7 @@ def _error_case(tmp_path, loop, args, cwd=None):
     return status, stderr
 
 
+@pytest.mark.rule("skirr-cli-bad-app")
 @pytest.mark.parametrize(
     "spec, line",
     [
@@ -44,6 +45,7 @@ def test_bad_app_is_one_line_status_1(tmp_path, loop, spec, line):
     assert (status, stderr) == (1, f"skirr: error: {line}\n")
 
 
+@pytest.mark.rule("skirr-cli-bind-error")
 def test_port_in_use_is_one_line_status_1(tmp_path, loop):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -55,6 +57,7 @@ def test_port_in_use_is_one_line_status_1(tmp_path, loop):
     )
 
 
+@pytest.mark.rule("skirr-cli-usage-error")
 @pytest.mark.parametrize(
     "args, line",
     [
@@ -76,12 +79,14 @@ def test_usage_error_is_one_line_status_2(tmp_path, loop, args, line):
     assert (status, stderr) == (2, f"skirr: error: {line}\n")
 
 
+@pytest.mark.rule("skirr-cli-version")
 def test_version(tmp_path, loop):
     with _proc.Skirr(["--version"], tmp_path) as proc:
         assert proc.wait() == 0
         assert proc.stdout.startswith("skirr 0.1.0 (CPython 3.")
 
 
+@pytest.mark.rule("skirr-cli-running-line")
 def test_running_line_names_the_address(tmp_path, loop):
     port = _proc.free_port()
     with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port)], tmp_path) as proc:
@@ -93,6 +98,7 @@ def test_running_line_names_the_address(tmp_path, loop):
         assert proc.stop() == 0
 
 
+@pytest.mark.rule("skirr-cli-signal-graceful", "ASGI-lifespan-2.0-shutdown-after-requests")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_finishes_in_flight_request_then_exits_0(tmp_path, loop, signum):
     port = _proc.free_port()
@@ -117,6 +123,7 @@ def test_signal_finishes_in_flight_request_then_exits_0(tmp_path, loop, signum):
         assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.rule("skirr-cli-factory")
 def test_factory(tmp_path, loop):
     port = _proc.free_port()
     args = ["basic:create_app", "--factory", "--loop", loop, "--port", str(port)]
@@ -128,6 +135,7 @@ def test_factory(tmp_path, loop):
         assert proc.events == ["factory", "startup", "shutdown"]
 
 
+@pytest.mark.rule("skirr-cli-app-dir")
 def test_app_dir(tmp_path, loop):
     port = _proc.free_port()
     elsewhere = tmp_path / "cwd"
@@ -144,6 +152,7 @@ def test_app_dir(tmp_path, loop):
         assert proc.stop() == 0
 
 
+@pytest.mark.rule("skirr-cli-uds", "ASGI-www-scope-client-server-uds")
 def test_uds(tmp_path, loop):
     path = str(tmp_path / "skirr.sock")
     # A stale socket file (its server died without removing it) is replaced.
@@ -164,6 +173,7 @@ def test_uds(tmp_path, loop):
     assert not os.path.exists(path)
 
 
+@pytest.mark.rule("skirr-cli-bind-error")
 def test_uds_in_use_is_one_line_status_1(tmp_path, loop):
     path = str(tmp_path / "busy.sock")
     with socket.socket(socket.AF_UNIX) as busy:
@@ -175,6 +185,7 @@ def test_uds_in_use_is_one_line_status_1(tmp_path, loop):
     )
 
 
+@pytest.mark.rule("skirr-cli-root-path", "ASGI-www-scope-root-path")
 def test_root_path_is_in_scope(tmp_path, loop):
     port = _proc.free_port()
     args = ["basic:app", "--loop", loop, "--port", str(port), "--root-path", "/api"]

@@ -26,6 +26,7 @@ def port(request, tmp_path_factory):
         assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.rule("skirr-fastapi-app")
 def test_json_get(port):
     response = _proc.request(port, "GET", "/")
     assert response.status == 200
@@ -34,6 +35,7 @@ def test_json_get(port):
     assert response.body == b'{"hello":"world"}'
 
 
+@pytest.mark.rule("skirr-fastapi-app")
 def test_post_pydantic_body_is_echoed(port):
     body = json.dumps({"name": "pen", "price": 1.5, "tags": ["blue"]}).encode()
     response = _proc.request(
@@ -43,6 +45,7 @@ def test_post_pydantic_body_is_echoed(port):
     assert response.body == b'{"name":"pen","price":1.5,"tags":["blue"]}'
 
 
+@pytest.mark.rule("skirr-fastapi-app")
 def test_post_invalid_body_is_422(port):
     body = json.dumps({"name": "pen", "price": "free"}).encode()
     response = _proc.request(
@@ -53,6 +56,7 @@ def test_post_invalid_body_is_422(port):
     assert [error["loc"] for error in detail] == [["body", "price"]]
 
 
+@pytest.mark.rule("skirr-fastapi-app", "RFC9112-7.1-response-chunked")
 def test_streaming_response_is_chunked(port):
     response = _proc.request(port, "GET", "/stream?count=3&delay=0.01")
     assert response.status == 200
@@ -61,6 +65,7 @@ def test_streaming_response_is_chunked(port):
     assert response.body == b"chunk 0\nchunk 1\nchunk 2\n"
 
 
+@pytest.mark.rule("skirr-fastapi-app")
 def test_unknown_route_is_404(port):
     response = _proc.request(port, "GET", "/missing")
     assert response.status == 404

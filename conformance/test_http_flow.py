@@ -7,11 +7,14 @@ import socket
 import threading
 import time
 
+import pytest
+
 from conftest import Recorder, http_request
 
 CHUNK = 64 * 1024
 
 
+@pytest.mark.rule("skirr-drain-slow-reader-gets-everything")
 def test_streaming_send_waits_for_slow_reader(serve):
     """400 chunks of 64 KiB (25 MiB, more than the socket buffers hold): while the client reads
     nothing, the app's sends do not all complete; then the client gets every byte, in order."""
@@ -41,6 +44,7 @@ def test_streaming_send_waits_for_slow_reader(serve):
         assert len(progress.wait(n_chunks)) == n_chunks
 
 
+@pytest.mark.rule("skirr-drain-cancel")
 def test_blocked_drain_is_cancellable(serve):
     """The client stops reading; a send blocked on drain is cancelled by asyncio.wait_for (the app
     sees TimeoutError from the cancellation); the app then gives up and the server closes the
@@ -79,6 +83,7 @@ def test_blocked_drain_is_cancellable(serve):
         assert (r.status, r.body) == (200, b"ok")
 
 
+@pytest.mark.rule("skirr-concurrency-many-connections")
 def test_many_concurrent_connections(serve, echo_app):
     """100 connections, each sending 5 keep-alive requests at once: every response correct."""
     n_conn, n_req = 100, 5
@@ -95,6 +100,7 @@ def test_many_concurrent_connections(serve, echo_app):
         assert len(echo_app.calls.wait(n_conn * n_req, timeout=10)) == n_conn * n_req
 
 
+@pytest.mark.rule("skirr-concurrency-requests-in-parallel")
 def test_concurrent_slow_requests_run_concurrently(serve):
     """20 connections whose app sleeps 0.5 s each: served together, not one after another."""
     async def app(scope, receive, send):
@@ -114,6 +120,7 @@ def test_concurrent_slow_requests_run_concurrently(serve):
         assert elapsed < 3.0, f"20 concurrent 0.5 s requests took {elapsed:.2f}s"
 
 
+@pytest.mark.rule("skirr-framing-unread-content-skipped")
 def test_large_body_unread_by_app(serve):
     """The app answers without reading a 1 MiB body; the next request on the connection is
     answered correctly or the connection is closed after the first response (never a request

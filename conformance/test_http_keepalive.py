@@ -4,9 +4,12 @@ timeout_keep_alive.
 """
 import time
 
+import pytest
+
 from conftest import http_request
 
 
+@pytest.mark.rule("RFC9112-9.3-http11-persistent")
 def test_http11_two_requests_one_connection(serve, echo_app):
     with serve(echo_app) as srv:
         c = srv.connect()
@@ -20,6 +23,7 @@ def test_http11_two_requests_one_connection(serve, echo_app):
         assert calls[0]["scope"]["client"] == calls[1]["scope"]["client"] == c.sock.getsockname()
 
 
+@pytest.mark.rule("RFC9112-9.6-connection-close")
 def test_http11_connection_close(serve, echo_app):
     """A request with "Connection: close": the response says close and the server closes."""
     with serve(echo_app) as srv:
@@ -30,6 +34,7 @@ def test_http11_connection_close(serve, echo_app):
         c.expect_eof()
 
 
+@pytest.mark.rule("RFC9110-7.6.1-connection-tokens")
 def test_http11_connection_close_token_in_list(serve, echo_app):
     """Connection is a token list, case-insensitive (RFC 9110 §7.6.1)."""
     with serve(echo_app) as srv:
@@ -40,6 +45,7 @@ def test_http11_connection_close_token_in_list(serve, echo_app):
         c.expect_eof()
 
 
+@pytest.mark.rule("RFC9112-9.3-http10-close-by-default")
 def test_http10_closes_by_default(serve, echo_app):
     with serve(echo_app) as srv:
         c = srv.connect()
@@ -49,6 +55,7 @@ def test_http10_closes_by_default(serve, echo_app):
         c.expect_eof()
 
 
+@pytest.mark.rule("RFC9112-9.3-http10-keep-alive")
 def test_http10_keep_alive(serve, echo_app):
     """HTTP/1.0 with "Connection: keep-alive": the response says keep-alive, is framed by a
     content-length, and the connection carries a second request."""
@@ -70,6 +77,7 @@ def test_http10_keep_alive(serve, echo_app):
         assert [x["scope"]["path"] for x in echo_app.calls.wait(3)] == ["/a", "/b", "/c"]
 
 
+@pytest.mark.rule("skirr-keepalive-idle-timeout")
 def test_idle_keep_alive_timeout(serve, echo_app):
     """An idle persistent connection is closed after timeout_keep_alive (uvicorn's meaning)."""
     with serve(echo_app, timeout_keep_alive=1.0) as srv:
@@ -81,6 +89,7 @@ def test_idle_keep_alive_timeout(serve, echo_app):
         assert 0.5 <= elapsed <= 4.0, f"idle connection closed after {elapsed:.2f}s, timeout 1 s"
 
 
+@pytest.mark.rule("skirr-keepalive-not-while-busy")
 def test_keep_alive_not_closed_while_busy(serve):
     """The keep-alive timer does not run while a request is in progress (app slower than it)."""
     import asyncio
@@ -97,6 +106,7 @@ def test_keep_alive_not_closed_while_busy(serve):
         assert (r.status, r.body) == (200, b"slow")
 
 
+@pytest.mark.rule("RFC9112-9.6-nothing-after-close")
 def test_request_after_connection_close_is_not_served(serve, echo_app):
     """A request pipelined after one with "Connection: close" is never handed to the app
     (RFC 9112 §9.6: the server closes after the response to the close request)."""

@@ -3,6 +3,8 @@ received, whatever order the applications finish in; message framing keeps reque
 """
 import asyncio
 
+import pytest
+
 from conftest import Recorder, http_request
 
 
@@ -22,6 +24,7 @@ def sleepy_app(delays: dict, seen: Recorder):
     return app
 
 
+@pytest.mark.rule("RFC9112-9.3.2-pipelining-order")
 def test_three_pipelined_answered_in_order(serve):
     """Three requests in one write; the first takes longest. Responses arrive 1, 2, 3."""
     seen = Recorder()
@@ -37,6 +40,7 @@ def test_three_pipelined_answered_in_order(serve):
         assert (r.status, r.body) == (200, b"/4:")
 
 
+@pytest.mark.rule("RFC9112-9.3.2-pipelining-framing")
 def test_pipelined_bodies_and_methods(serve):
     """Content-Length bodies, a HEAD and a GET in one write: framing keeps them apart."""
     seen = Recorder()
@@ -60,6 +64,7 @@ def test_pipelined_bodies_and_methods(serve):
         assert (rc.status, rc.body) == (200, b"/c:")
 
 
+@pytest.mark.rule("RFC9112-9.3.2-pipelining-after-chunked")
 def test_pipelined_after_chunked_body(serve, echo_app):
     """A chunked request (with extension and trailer) followed in the same write by a GET."""
     data = (
@@ -76,6 +81,7 @@ def test_pipelined_after_chunked_body(serve, echo_app):
         assert [x["scope"]["path"] for x in echo_app.calls.wait(2)] == ["/a", "/b"]
 
 
+@pytest.mark.rule("skirr-framing-unread-content-skipped")
 def test_unread_body_never_parsed_as_a_request(serve):
     """The app answers without reading a body that looks like a request. The server must either
     skip the body and serve the real next request, or close after the first response; it must
@@ -104,6 +110,7 @@ def test_unread_body_never_parsed_as_a_request(serve):
         assert "/smuggled" not in seen.items
 
 
+@pytest.mark.rule("RFC9112-9.3.2-pipelining-order")
 def test_many_pipelined_small_requests(serve, echo_app):
     """100 requests in one write, answered in order, each exactly once."""
     n = 100
@@ -113,3 +120,48 @@ def test_many_pipelined_small_requests(serve, echo_app):
         targets = [c.response().get(b"x-target") for _ in range(n)]
         assert targets == [f"/{i}".encode() for i in range(n)]
         assert len(echo_app.calls.wait(n)) == n
+
+
+@pytest.mark.rule("RFC9112-9.3.2-pipelining-order")
+def test_ten_pipelined_reverse_delays_in_order(serve):
+    """Ten requests in one write; request i's app sleeps (10 - i) * 30 ms, so they finish in
+    reverse order: the responses still leave in request order."""
+    seen = Recorder()
+    app = sleepy_app({f"/{i}": (10 - i) * 0.03 for i in range(10)}, seen)
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(b"".join(http_request("GET", f"/{i}") for i in range(10)))
+        assert [c.response().body for _ in range(10)] == [f"/{i}:".encode() for i in range(10)]
+
+
+@pytest.mark.rule("RFC9112-9.3.2-pipelining-after-refusal")
+@pytest.mark.parametrize(
+    "bad", [b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", b"GET / HTTP/9.9\r\nHost: x\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"],
+    ids=["400", "505", "400-framing"],
+)
+def test_nothing_after_a_refused_request_is_answered(serve, echo_app, bad):
+    """A refused request in the middle of a pipeline: the requests before it are answered, the
+    refusal follows, then the connection closes; requests after it never reach the app (their
+    framing can no longer be trusted)."""
+    with serve(echo_app) as srv:
+        c = srv.connect()
+        c.send(http_request("GET", "/before") + bad + http_request("GET", "/after"))
+        r1 = c.response()
+        assert r1.get(b"x-target") == b"/before"
+        r2 = c.response()
+        assert r2.status in (400, 505) and r2.get(b"connection") == b"close"
+        c.expect_eof()
+        assert [x["scope"]["path"] for x in echo_app.calls.items] == ["/before"]
+
+
+@pytest.mark.rule("skirr-keepalive-not-during-pipelined")
+def test_keep_alive_timer_not_running_while_pipelined_requests_served(serve):
+    """timeout_keep_alive=1 s and three pipelined requests whose apps take 0.8 s each (2.4 s in
+    all): the connection is never idle, so all three are answered."""
+    seen = Recorder()
+    app = sleepy_app({"/1": 0.8, "/2": 0.8, "/3": 0.8}, seen)
+    with serve(app, timeout_keep_alive=1.0) as srv:
+        c = srv.connect()
+        c.send(b"".join(http_request("GET", f"/{i}") for i in (1, 2, 3)))
+        assert [c.response().body for _ in range(3)] == [b"/1:", b"/2:", b"/3:"]

@@ -21,6 +21,7 @@ def check_request_events(events, body: bytes):
     assert b"".join(ev["body"] for ev in events) == body
 
 
+@pytest.mark.rule("ASGI-www-request-no-content")
 def test_no_body_single_event(serve, echo_app):
     """A GET without content: exactly one event, empty body, more_body False."""
     with serve(echo_app) as srv:
@@ -31,6 +32,7 @@ def test_no_body_single_event(serve, echo_app):
         ]
 
 
+@pytest.mark.rule("ASGI-www-request-no-content")
 def test_content_length_zero(serve, echo_app):
     with serve(echo_app) as srv:
         c = srv.connect()
@@ -39,6 +41,7 @@ def test_content_length_zero(serve, echo_app):
         check_request_events(echo_app.calls.wait(1)[0]["events"], b"")
 
 
+@pytest.mark.rule("ASGI-www-request-body-events")
 @pytest.mark.parametrize("size", [1, 5, 65536, 1024 * 1024 + 7])
 def test_content_length_body(serve, echo_app, size):
     body = bytes(i % 251 for i in range(size))
@@ -50,6 +53,7 @@ def test_content_length_body(serve, echo_app, size):
         check_request_events(echo_app.calls.wait(1)[0]["events"], body)
 
 
+@pytest.mark.rule("ASGI-www-request-body-events")
 def test_content_length_body_in_pieces(serve, echo_app):
     """Head and content arrive in separate segments, the content in several."""
     with serve(echo_app) as srv:
@@ -63,6 +67,11 @@ def test_content_length_body_in_pieces(serve, echo_app):
         check_request_events(echo_app.calls.wait(1)[0]["events"], b"hello world")
 
 
+@pytest.mark.rule(
+    "ASGI-www-request-body-events",
+    "RFC9112-7.1.1-chunk-ext-ignored",
+    "RFC9112-7.1.2-trailers-dropped",
+)
 def test_chunked_body_with_extensions_and_trailers(serve, echo_app):
     """Chunk extensions are ignored, trailer fields accepted (RFC 9112 §7.1.1, §7.1.2)."""
     data = (
@@ -82,6 +91,7 @@ def test_chunked_body_with_extensions_and_trailers(serve, echo_app):
         assert c.request(http_request("GET", "/next")).get(b"x-target") == b"/next"
 
 
+@pytest.mark.rule("ASGI-www-request-body-events", "RFC9112-6.3-framing-split-invariant")
 def test_chunked_body_split_everywhere(serve, echo_app):
     """The same chunked request sent one byte per write (with a short pause now and then)."""
     data = (
@@ -100,6 +110,7 @@ def test_chunked_body_split_everywhere(serve, echo_app):
         check_request_events(echo_app.calls.wait(1)[0]["events"], b"abcdefg")
 
 
+@pytest.mark.rule("ASGI-www-request-body-events")
 def test_chunked_large_body(serve, echo_app):
     body = bytes(i % 253 for i in range(300_000))
     chunks = [body[i:i + 7000] for i in range(0, len(body), 7000)]
@@ -112,6 +123,7 @@ def test_chunked_large_body(serve, echo_app):
         check_request_events(echo_app.calls.wait(1)[0]["events"], body)
 
 
+@pytest.mark.rule("ASGI-www-receive-after-response")
 def test_receive_after_response_is_disconnect(serve):
     """After the body is complete and the response sent, receive() gives http.disconnect
     (ASGI www: "Disconnect - receive event"), even though the connection stays open."""
@@ -148,6 +160,7 @@ def test_receive_after_response_is_disconnect(serve):
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
+@pytest.mark.rule("RFC9110-10.1.1-100-continue-on-first-receive")
 def test_100_continue_sent_when_app_first_receives(serve):
     """The interim 100 goes out only when the app first awaits receive() (issue 2 §3): nothing
     arrives while the app sleeps, then exactly "HTTP/1.1 100 Continue\\r\\n\\r\\n"; the client then
@@ -188,6 +201,7 @@ def test_100_continue_sent_when_app_first_receives(serve):
         assert r2.status == 200 and r2.informational == []
 
 
+@pytest.mark.rule("RFC9110-10.1.1-no-100-if-not-read")
 def test_no_100_continue_when_app_does_not_read(serve):
     """An app that responds without reading gets no 100 sent: the first bytes are the final
     response."""
@@ -205,6 +219,7 @@ def test_no_100_continue_when_app_does_not_read(serve):
         assert (r.status, r.body, r.informational) == (200, b"no thanks", [])
 
 
+@pytest.mark.rule("RFC9110-10.1.1-no-100-for-http10")
 def test_no_100_continue_for_http10(serve, echo_app):
     """Expect: 100-continue from an HTTP/1.0 client is ignored (RFC 9110 §10.1.1)."""
     with serve(echo_app) as srv:
@@ -214,6 +229,7 @@ def test_no_100_continue_for_http10(serve, echo_app):
         assert (r.status, r.body, r.informational) == (200, b"hello", [])
 
 
+@pytest.mark.rule("RFC9110-10.1.1-100-continue-body-already-sent")
 def test_100_continue_body_already_sent(serve, echo_app):
     """The client sent the content without waiting: the app reads it; a 100 before the final
     response is allowed, the final response carries the body."""

@@ -8,6 +8,8 @@ case runs on asyncio and on uvloop.
 import json
 import time
 
+import pytest
+
 try:
     from . import _proc
 except ImportError:
@@ -21,6 +23,12 @@ def _serve(tmp_path, loop, spec, *extra):
     return port, _proc.Skirr([spec, "--loop", loop, "--port", str(port), *extra], tmp_path)
 
 
+@pytest.mark.rule(
+    "ASGI-lifespan-2.0-startup-before-serving",
+    "ASGI-lifespan-2.0-shutdown-after-requests",
+    "ASGI-www-scope-state-shallow-copy",
+    "skirr-lifespan-log-lines",
+)
 def test_startup_state_requests_shutdown_in_order(tmp_path, loop):
     port, server = _serve(tmp_path, loop, "basic:app")
     with server as proc:
@@ -52,6 +60,7 @@ def _assert_never_accepts(proc, port, timeout=_proc.STOP_TIMEOUT):
     return proc.wait()
 
 
+@pytest.mark.rule("ASGI-lifespan-2.0-startup-failed")
 def test_startup_failed_logs_message_exits_1_never_accepts(tmp_path, loop):
     port, server = _serve(tmp_path, loop, "basic:startup_failed")
     with server as proc:
@@ -64,6 +73,7 @@ def test_startup_failed_logs_message_exits_1_never_accepts(tmp_path, loop):
         assert proc.events == ["startup"]
 
 
+@pytest.mark.rule("ASGI-lifespan-2.0-shutdown-failed")
 def test_shutdown_failed_is_logged(tmp_path, loop):
     port, server = _serve(tmp_path, loop, "basic:shutdown_failed")
     with server as proc:
@@ -76,6 +86,7 @@ def test_shutdown_failed_is_logged(tmp_path, loop):
         assert proc.events == ["shutdown"]
 
 
+@pytest.mark.rule("skirr-lifespan-auto-unsupported")
 def test_app_without_lifespan_runs_under_auto(tmp_path, loop):
     port, server = _serve(tmp_path, loop, "basic:no_lifespan")
     with server as proc:
@@ -88,6 +99,7 @@ def test_app_without_lifespan_runs_under_auto(tmp_path, loop):
         assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.rule("skirr-lifespan-on-required")
 def test_app_without_lifespan_fails_under_on(tmp_path, loop):
     port, server = _serve(tmp_path, loop, "basic:no_lifespan", "--lifespan", "on")
     with server as proc:
@@ -98,6 +110,7 @@ def test_app_without_lifespan_fails_under_on(tmp_path, loop):
         assert "ERROR:    Application startup failed. Exiting.\n" in stderr
 
 
+@pytest.mark.rule("skirr-lifespan-off")
 def test_lifespan_off_never_calls_the_app_for_lifespan(tmp_path, loop):
     port, server = _serve(tmp_path, loop, "basic:app", "--lifespan", "off")
     with server as proc:

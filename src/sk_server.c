@@ -348,14 +348,18 @@ conn_parse_one(sk_conn_t *c, const char *data, size_t len)
      * the parser may have an event due with no bytes left (the end of a Content-Length body). */
     while (!c->closed) {
         RequestObject *r = c->current;
-        if (r != NULL && (r->body_complete || r->body_buffered >= SK_BODY_HIGH_WATER)) {
+        if (r != NULL && r->body_complete) {
             break;
         }
         if (r == NULL && sk_buf_len(&c->out) >= SK_WRITE_HIGH_WATER) {
             break; /* earlier responses are not read yet: start no new request (bounded memory) */
         }
+        /* Over the body mark no more bytes are fed; but the end of a Content-Length body whose
+         * last byte was in the last piece carries none and is due now: collect it with an
+         * empty execute, or the app's next receive() waits for bytes that never come. */
+        int paused = (r != NULL && r->body_buffered >= SK_BODY_HIGH_WATER);
         sk_event_t ev;
-        size_t n = sk_parser_execute(&c->parser, data + total, len - total, &ev);
+        size_t n = sk_parser_execute(&c->parser, data + total, paused ? 0 : len - total, &ev);
         total += n;
         if (ev.type == SK_EV_NONE) {
             break;
@@ -689,7 +693,11 @@ server_tick(ServerObject *s)
         }
         c = next;
     }
-    if (s->accept_paused && s->accepting && listen_register(s, 1) == 0) {
+    /* EMFILE pauses accepting until this tick; --limit-connections until a connection closes
+     * (sk_conn_close): a tick must not resume it over the cap. */
+    if (s->accept_paused && s->accepting &&
+        (s->limit_connections == 0 || s->connections < s->limit_connections) &&
+        listen_register(s, 1) == 0) {
         s->accept_paused = 0;
     }
 }

@@ -3,8 +3,12 @@
     /slow-reader   64 MiB: 1,024 body events of 64 KiB, each freshly allocated, with
                    Content-Length (the issue 5 slow-reader scenario; body = event_bytes(i))
     /stream        64 KiB events without end, until the server reports the client gone
+    /_live         skirr's live-object counts (skirr._native._live(), JSON), gc counts included
     anything else  "ok"
 """
+import gc
+import json
+
 EVENTS = 1024
 EVENT_SIZE = 64 * 1024
 
@@ -36,6 +40,12 @@ async def app(scope, receive, send):
                             "more_body": True})
         except OSError:  # skirr.ClientDisconnected: the write timeout closed the connection
             return
+    body = b"ok"
+    if path == "/_live":
+        gc.collect()
+        from skirr._native import _live
+
+        body = json.dumps({**_live(), "gc_objects": len(gc.get_objects())}).encode()
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/plain")]})
-    await send({"type": "http.response.body", "body": b"ok"})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,136 @@
+"""Helpers for the flow-control, timeout and limit cases (test_flow_*.py, test_timeouts.py,
+test_limits.py).
+
+- ``small_client(srv, rcvbuf=, sndbuf=)``: a conftest ``Client`` whose socket buffers are fixed
+  before connecting (fixing a size turns the kernel's autotuning off, so how much the kernel can
+  hold for a peer that stops reading or writing is known: Linux doubles the value asked for).
+- ``kernel_send_buffer_max()``: the most a server socket's send buffer can grow to
+  (``net.ipv4.tcp_wmem`` max), the part of a stalled response the kernel may hold.
+- ``Progress``: counters the app (server thread) bumps and the test reads, with
+  ``wait_stable()``: waits until a counter stops moving (the app is blocked).
+- ``send_until_stalled(sock, data)``: writes without blocking until the peer stops taking bytes.
+"""
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+from typing import Optional
+
+from conftest import IO_TIMEOUT, Client
+
+KIB = 1024
+MIB = 1024 * KIB
+HIGH_WATER = 64 * KIB  # skirr's write, body and pipelined-input marks (SK_*_HIGH_WATER)
+
+
+def kernel_send_buffer_max() -> int:
+    """net.ipv4.tcp_wmem's maximum: how large an autotuned TCP send buffer may grow."""
+    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+        return int(f.read().split()[2])
+
+
+class _SmallClient(Client):
+    def __init__(self, port: int, timeout: float, rcvbuf: Optional[int], sndbuf: Optional[int]):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if rcvbuf is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        if sndbuf is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+        sock.settimeout(timeout)
+        sock.connect(("127.0.0.1", port))
+        self.sock = sock
+        self.timeout = timeout
+        self.buf = b""
+        self.eof = False
+        self.reset = False
+
+    @property
+    def rcvbuf(self) -> int:
+        return self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+
+    @property
+    def sndbuf(self) -> int:
+        return self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+
+
+def widen_send_buffer(client) -> None:
+    """Gives a small_client a 4 MiB send buffer again: the stall is measured, now send the rest
+    at full speed (with 64 KiB in flight, every window update waits for a delayed ACK)."""
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 * MIB)
+
+
+def small_client(
+    srv, rcvbuf: Optional[int] = None, sndbuf: Optional[int] = None, timeout: float = IO_TIMEOUT
+) -> _SmallClient:
+    """A client of the running server ``srv`` with fixed socket buffer sizes (closed with srv)."""
+    c = _SmallClient(srv.port, timeout, rcvbuf, sndbuf)
+    srv.clients.append(c)
+    return c
+
+
+class Progress:
+    """Named counters shared by the app (server thread) and the test thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._times: dict[str, float] = {}
+
+    def bump(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + 1
+            self._times[name] = time.monotonic()
+
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._counts.get(name, 0)
+
+    def last(self, name: str) -> float:
+        """time.monotonic() of the last bump of ``name``."""
+        with self._lock:
+            return self._times[name]
+
+    def wait_stable(self, name: str, quiet: float = 0.3, timeout: float = 5.0) -> int:
+        """Waits until ``name`` is > 0 and has not moved for ``quiet`` seconds; returns it."""
+        deadline = time.monotonic() + timeout
+        value, since = self.get(name), time.monotonic()
+        while True:
+            time.sleep(0.02)
+            now = time.monotonic()
+            current = self.get(name)
+            if current != value:
+                value, since = current, now
+            elif value > 0 and now - since >= quiet:
+                return value
+            if now > deadline:
+                raise AssertionError(f"counter {name!r} still moving (or 0) after {timeout}s: {value}")
+
+
+def send_until_stalled(sock: socket.socket, data: bytes, quiet: float = 0.5,
+                       timeout: float = 10.0) -> int:
+    """Writes data without blocking until the peer takes no byte for ``quiet`` seconds (or all
+    of it is written); returns the bytes written. The socket's timeout is restored."""
+    view = memoryview(data)
+    sent = 0
+    saved_timeout = sock.gettimeout()
+    sock.setblocking(False)
+    deadline = time.monotonic() + timeout
+    last = time.monotonic()
+    try:
+        while sent < len(data) and time.monotonic() - last < quiet:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the peer kept taking bytes for {timeout}s ({sent} sent)")
+            _, writable, _ = select.select([], [sock], [], 0.05)
+            if not writable:
+                continue
+            try:
+                n = sock.send(view[sent:sent + 256 * KIB])
+            except BlockingIOError:
+                continue
+            sent += n
+            last = time.monotonic()
+    finally:
+        sock.settimeout(saved_timeout)
+    return sent

@@ -1,0 +1,195 @@
+"""ASGI lifespan 2.0 in process (spec/lifespan.toml): the lifespan scope, the order of its
+messages around the requests, and how startup and shutdown failures end ``Server.run()``.
+The CLI-level cases (exit status, log lines, never accepting) are in test_lifespan.py.
+"""
+import logging
+import threading
+import time
+
+import pytest
+
+from conftest import Recorder, http_request, record_text
+
+rule = pytest.mark.rule
+
+
+def lifespan_app(log: Recorder, startup=None, shutdown=None):
+    """Records the lifespan scope and messages and every request; startup/shutdown name the
+    reply type ("complete" by default, or "failed")."""
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            log.put(("scope", dict(scope)))
+            while True:
+                msg = await receive()
+                log.put(msg["type"])
+                if msg["type"] == "lifespan.startup":
+                    scope["state"]["ready"] = True
+                    reply = startup or "complete"
+                    await send({"type": f"lifespan.startup.{reply}", **({"message": "no db"} if reply == "failed" else {})})
+                    if reply == "failed":
+                        return
+                else:
+                    reply = shutdown or "complete"
+                    await send({"type": f"lifespan.shutdown.{reply}", **({"message": "no flush"} if reply == "failed" else {})})
+                    return
+        await receive()
+        log.put(("request", scope["path"], dict(scope["state"])))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    return app
+
+
+class Unstarted:
+    """skirr.Server in a thread without the fixture's start/stop checks (for failing startups)."""
+
+    def __init__(self, app, loop_name, **config):
+        import skirr
+
+        self.server = skirr.Server(skirr.Config(app, host="127.0.0.1", port=0, loop=loop_name, **config))
+        self.result = []
+        self.handler = _Capture()
+        logging.getLogger("skirr.error").addHandler(self.handler)
+        self.thread = threading.Thread(target=lambda: self.result.append(self.server.run()), daemon=True)
+        self.thread.start()
+
+    def join(self, timeout=10.0):
+        self.thread.join(timeout)
+        logging.getLogger("skirr.error").removeHandler(self.handler)
+        assert not self.thread.is_alive(), "Server.run() did not return"
+        return self.result[0]
+
+
+class _Capture(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+    def texts(self, level=logging.ERROR):
+        return [record_text(r) for r in self.records if r.levelno >= level]
+
+
+@rule("ASGI-lifespan-2.0-scope")
+def test_lifespan_scope(serve):
+    """The lifespan scope: type "lifespan", asgi {"version": "3.0", "spec_version": "2.0"} and
+    an empty state dict the app may fill."""
+    log = Recorder()
+    with serve(lifespan_app(log), lifespan="on"):
+        pass
+    kind, scope = log.wait(1)[0]
+    assert kind == "scope"
+    assert scope == {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"},
+                     "state": {"ready": True}}
+
+
+@rule("ASGI-lifespan-2.0-startup-before-serving", "ASGI-lifespan-2.0-shutdown-after-requests")
+def test_message_order_around_requests(serve):
+    """lifespan.startup is received once, before any request is served; lifespan.shutdown once,
+    after the last; the requests see the state startup stored."""
+    log = Recorder()
+    with serve(lifespan_app(log), lifespan="on") as srv:
+        assert srv.get("/a").status == 200
+        assert srv.get("/b").status == 200
+        assert [x for x in log.items if x != "lifespan.shutdown"] == log.items
+    items = log.wait(5)
+    assert [x if isinstance(x, str) else x[:2] for x in items] == [
+        ("scope", log.items[0][1]), "lifespan.startup", ("request", "/a"), ("request", "/b"),
+        "lifespan.shutdown"]
+    assert items[2][2] == items[3][2] == {"ready": True}
+
+
+@rule("ASGI-lifespan-2.0-startup-failed")
+def test_startup_failed_ends_run_with_1(loop_name):
+    """lifespan.startup.failed: the app's message is logged at ERROR, Server.run() returns 1,
+    the server never starts (never accepts) and no request or shutdown message follows."""
+    log = Recorder()
+    run = Unstarted(lifespan_app(log, startup="failed"), loop_name, lifespan="on")
+    assert run.join() == 1
+    assert not run.server.started.is_set()
+    assert [x for x in log.items if isinstance(x, str)] == ["lifespan.startup"]
+    assert any("no db" in t for t in run.handler.texts()), run.handler.texts()
+
+
+@rule("ASGI-lifespan-2.0-shutdown-failed")
+def test_shutdown_failed_ends_run_with_1(loop_name):
+    """lifespan.shutdown.failed: the message is logged at ERROR and Server.run() returns 1 after
+    serving normally."""
+    log = Recorder()
+    run = Unstarted(lifespan_app(log, shutdown="failed"), loop_name, lifespan="on")
+    deadline = time.monotonic() + 10
+    while not run.server.started.is_set():
+        assert time.monotonic() < deadline and run.thread.is_alive()
+        time.sleep(0.02)
+    run.server.request_shutdown()
+    assert run.join() == 1
+    assert [x for x in log.items if isinstance(x, str)] == ["lifespan.startup", "lifespan.shutdown"]
+    assert any("no flush" in t for t in run.handler.texts()), run.handler.texts()
+
+
+async def _raising(scope, receive, send):
+    if scope["type"] == "lifespan":
+        raise RuntimeError("lifespan-not-supported-7e1")
+    await receive()
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": repr(scope["state"]).encode()})
+
+
+@rule("skirr-lifespan-auto-unsupported")
+def test_app_raising_on_lifespan_is_served_under_auto(serve):
+    """lifespan="auto" and an app that raises on the lifespan scope: skirr takes lifespan as
+    unsupported (logged at INFO, not ERROR) and serves requests with an empty state."""
+    with serve(_raising, lifespan="auto") as srv:
+        r = srv.get("/")
+        assert (r.status, r.body) == (200, b"{}")
+    assert srv.errors() == [], [record_text(r) for r in srv.errors()]
+
+
+@rule("skirr-lifespan-on-required")
+def test_app_raising_on_lifespan_fails_under_on(loop_name):
+    """lifespan="on" requires it: the exception is logged at ERROR and Server.run() returns 1
+    without serving."""
+    run = Unstarted(_raising, loop_name, lifespan="on")
+    assert run.join() == 1
+    assert not run.server.started.is_set()
+    assert any("lifespan-not-supported-7e1" in t for t in run.handler.texts()), run.handler.texts()
+
+
+@rule("skirr-lifespan-off")
+def test_lifespan_off_never_calls_app_for_lifespan(serve):
+    log = Recorder()
+    with serve(lifespan_app(log), lifespan="off") as srv:
+        assert srv.get("/x").status == 200
+    assert log.items == [("request", "/x", {})]
+
+
+@rule("ASGI-lifespan-2.0-shutdown-after-requests")
+def test_shutdown_waits_for_in_flight_request(serve):
+    """A request in flight when shutdown is requested completes before lifespan.shutdown is
+    sent to the app."""
+    import asyncio
+
+    log = Recorder()
+    inner = lifespan_app(log)
+
+    async def app(scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == "/slow":
+            log.put("slow-start")
+            await asyncio.sleep(0.5)
+            log.put("slow-end")
+        await inner(scope, receive, send)
+
+    with serve(app, lifespan="on") as srv:
+        c = srv.connect()
+        c.send(http_request("GET", "/slow"))
+        log.wait(3)
+        srv.server.request_shutdown()
+        r = c.response()
+        assert r.status == 200
+        srv.thread.join(10)  # let this shutdown finish: a second request forces exit
+        assert srv.server.exit_code == 0
+    kinds = [x if isinstance(x, str) else x[0] for x in log.items]
+    assert kinds.index("slow-end") < kinds.index("lifespan.shutdown"), kinds

@@ -1,0 +1,341 @@
+"""The request-line (RFC 9112 §2.2, §3, §3.2; RFC 9110 §9.1, §15.6.6): what skirr accepts and
+puts in the scope, and what it refuses with which status (spec/http_request_line.toml).
+
+Each case names the bytes sent and the exact status or scope expected.
+"""
+import pytest
+
+from _cases import H, assert_refused, get, one_scope
+
+rule = pytest.mark.rule
+
+
+# -- empty lines before the request-line ---------------------------------------------------------
+
+
+@rule("RFC9112-2.2-leading-empty-lines")
+@pytest.mark.parametrize("lead", [b"\r\n", b"\r\n\r\n\r\n", b"\n"], ids=["crlf", "3crlf", "lf"])
+def test_empty_lines_before_request_line_ignored(serve, echo_app, lead):
+    """RFC 9112 §2.2: a server SHOULD ignore at least one empty line received before the
+    request-line. skirr ignores any number (CRLF or LF), on a fresh connection and between
+    pipelined requests."""
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, lead + get(b"/lead"))
+        assert (scope["method"], scope["path"]) == ("GET", "/lead")
+        c = srv.connect()
+        c.send(get(b"/1") + lead + get(b"/2"))
+        assert [c.response().get(b"x-target"), c.response().get(b"x-target")] == [b"/1", b"/2"]
+
+
+# -- method --------------------------------------------------------------------------------------
+
+REGISTERED = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "PATCH", "COPY", "LOCK", "MKCOL",
+    "MOVE", "PROPFIND", "PROPPATCH", "SEARCH", "UNLOCK", "BIND", "REBIND", "UNBIND", "ACL",
+    "REPORT", "MKACTIVITY", "CHECKOUT", "MERGE", "M-SEARCH", "NOTIFY", "SUBSCRIBE", "UNSUBSCRIBE",
+    "PURGE", "MKCALENDAR", "LINK", "UNLINK", "SOURCE", "QUERY",
+]
+
+
+@rule("RFC9110-9.1-registered-methods")
+def test_registered_methods_reach_the_app(serve, echo_app):
+    """Every method of skirr's table (RFC 9110 §9.3, WebDAV, and the other methods llhttp knows
+    for HTTP) reaches the app as the same upper-case str."""
+    with serve(echo_app) as srv:
+        c = srv.connect()
+        for m in REGISTERED:
+            r = c.request(f"{m} /m HTTP/1.1\r\nHost: x\r\n\r\n".encode(), m)
+            assert r.status == 200, (m, r.status)
+        assert [x["scope"]["method"] for x in echo_app.calls.wait(len(REGISTERED))] == REGISTERED
+
+
+@rule("RFC9110-9.1-unknown-method-501")
+@pytest.mark.parametrize(
+    "method", [b"FOO", b"GETX", b"G", b"X-Y", b"DESCRIBE", b"GET_PARAMETER", b"get", b"Get"],
+    ids=["FOO", "GETX", "G", "X-Y", "rtsp-DESCRIBE", "rtsp-GET_PARAMETER", "lower-get", "Get"],
+)
+def test_unknown_method_token_is_501(serve, echo_app, method):
+    """A method that is a token but not in skirr's table is not implemented: 501 (RFC 9110
+    §9.1). Methods are case-sensitive, so "get" is an unknown method, not GET; RTSP methods are
+    not HTTP methods."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, method + b" / HTTP/1.1\r\n" + H + b"\r\n", 501)
+
+
+@rule("RFC9112-3-method-token")
+@pytest.mark.parametrize(
+    "line", [b"G(T / HTTP/1.1", b"GE\x01T / HTTP/1.1", b"GET\x80 / HTTP/1.1", b"/ HTTP/1.1"],
+    ids=["separator", "ctl", "obs-text", "no-method"],
+)
+def test_method_not_a_token_is_400(serve, echo_app, line):
+    """method = token (RFC 9112 §3.1): anything else makes the request-line invalid: 400."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, line + b"\r\n" + H + b"\r\n", 400)
+
+
+@rule("RFC9110-9.3.6-connect-501")
+@pytest.mark.parametrize(
+    "target", [b"example.com:443", b"/"], ids=["authority-form", "origin-form"]
+)
+def test_connect_is_501(serve, echo_app, target):
+    """CONNECT asks for a tunnel, which an ASGI http app cannot provide: 501 whatever the
+    target, and nothing after it on the connection is read."""
+    data = b"CONNECT " + target + b" HTTP/1.1\r\nHost: example.com:443\r\n\r\n" + get(b"/next")
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, data, 501)
+
+
+@rule("skirr-request-pri-501")
+def test_pri_method_is_501(serve, echo_app):
+    """PRI is the HTTP/2 connection preface's method; over HTTP/1.1 it is not implemented: 501.
+    The preface itself (PRI * HTTP/2.0) is refused as an unsupported version (505)."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, b"PRI * HTTP/1.1\r\n" + H + b"\r\n", 501)
+        assert_refused(srv, echo_app, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505)
+
+
+# -- spacing ------------------------------------------------------------------------------------
+
+
+@rule("RFC9112-3-single-sp")
+@pytest.mark.parametrize(
+    "line",
+    [b"GET  / HTTP/1.1", b"GET /  HTTP/1.1", b"GET / HTTP/1.1 ", b"GET\t/ HTTP/1.1",
+     b"GET /\tHTTP/1.1", b" GET / HTTP/1.1"],
+    ids=["sp-sp-after-method", "sp-sp-after-target", "sp-after-version", "htab-after-method",
+         "htab-after-target", "leading-sp"],
+)
+def test_request_line_separators_exactly_one_sp(serve, echo_app, line):
+    """request-line = method SP request-target SP HTTP-version (RFC 9112 §3): skirr parses
+    strictly; other whitespace (extra SP, HTAB, leading SP) makes it invalid: 400."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, line + b"\r\n" + H + b"\r\n", 400)
+
+
+@rule("RFC9112-2.2-bare-cr")
+@pytest.mark.parametrize(
+    "data",
+    [b"GET / HTTP/1.1\r\rHost: x\r\n\r\n", b"GET /a\rb HTTP/1.1\r\nHost: x\r\n\r\n",
+     b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n", b"GET / HTTP/1.1\r\nHost: x\r\nX-A: a\r\r\n\r\n",
+     b"GET / HTTP/1.1\r\nHost: x\r\n\r\r\n"],
+    ids=["after-version", "in-target", "in-value", "before-crlf", "in-empty-line"],
+)
+def test_bare_cr_is_400(serve, echo_app, data):
+    """RFC 9112 §2.2: a bare CR MUST be treated as invalid (or replaced by SP); skirr refuses
+    the message: 400."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, data, 400)
+
+
+# -- HTTP-version -------------------------------------------------------------------------------
+
+
+@rule("RFC9112-2.3-version-syntax")
+@pytest.mark.parametrize(
+    "version",
+    [b"HTTP/1.10", b"HTTP/01.1", b"http/1.1", b"HTTQ/1.1", b"HTTP/1", b"HTTP/1.", b"HTTP/a.b",
+     b"HTTP 1.1"],
+    ids=["two-minor-digits", "two-major-digits", "lower-case", "bad-name", "no-minor", "no-minor-digit",
+         "letters", "space"],
+)
+def test_malformed_version_is_400(serve, echo_app, version):
+    """HTTP-version = "HTTP" "/" DIGIT "." DIGIT, case-sensitive (RFC 9112 §2.3): anything else
+    makes the request-line invalid: 400 (not 505, which is for well-formed versions)."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, b"GET / " + version + b"\r\n" + H + b"\r\n", 400)
+
+
+@rule("RFC9110-15.6.6-version-505")
+@pytest.mark.parametrize(
+    "version", [b"HTTP/0.9", b"HTTP/1.2", b"HTTP/1.9", b"HTTP/2.0", b"HTTP/3.0", b"HTTP/9.9"]
+)
+def test_unsupported_version_is_505(serve, echo_app, version):
+    """A well-formed HTTP-version other than 1.0 and 1.1 gets 505 (RFC 9110 §15.6.6); the
+    refusal itself is an HTTP/1.1 message."""
+    with serve(echo_app) as srv:
+        r = assert_refused(srv, echo_app, b"GET / " + version + b"\r\n" + H + b"\r\n", 505)
+        assert r.http_version == b"1.1"
+
+
+@rule("RFC9112-3-http09-refused")
+@pytest.mark.parametrize(
+    "data", [b"GET /\r\n\r\n", b"GET /\r\nHost: x\r\n\r\n", b"GET\r\n\r\n"],
+    ids=["simple-request", "simple-with-field", "method-only"],
+)
+def test_http09_simple_request_is_400(serve, echo_app, data):
+    """An HTTP/0.9 simple-request (no HTTP-version) is not a valid HTTP/1.1 request-line: 400,
+    never a response without a status-line."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, data, 400)
+
+
+# -- request-target forms -----------------------------------------------------------------------
+
+
+@rule("RFC9112-3.2-target-form")
+@pytest.mark.parametrize(
+    "target",
+    [b"a", b"?a", b"a/b", b"http:/p", b"mailto:x", b"example.com:80", b"%2F"],
+    ids=["relative", "query-only", "relative-path", "scheme-no-authority", "urn", "authority-form",
+         "escaped-slash-first"],
+)
+def test_target_in_no_form_is_400(serve, echo_app, target):
+    """RFC 9112 §3.2: the request-target is origin-form (starts with "/"), absolute-form
+    (scheme "://" authority ...), authority-form (CONNECT only) or asterisk-form. A target in
+    none of these forms is invalid: 400."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, get(target), 400)
+
+
+@rule("RFC9112-3.2-target-chars")
+@pytest.mark.parametrize(
+    "target",
+    [b"/a b", b"/a\x01b", b"/a\x7f", b"/a\x80", b"/caf\xc3\xa9", b"/a\x00b"],
+    ids=["space", "ctl", "del", "obs-text", "raw-utf8", "nul"],
+)
+def test_target_bytes_outside_vchar_are_400(serve, echo_app, target):
+    """A request-target holds visible ASCII only (RFC 9112 §3.2, RFC 3986): SP, controls and
+    bytes >= 0x80 are refused with 400 (raw UTF-8 must be percent-encoded)."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, get(target), 400)
+
+
+@rule("RFC9112-3.2.1-fragment-400")
+@pytest.mark.parametrize("target", [b"/a#f", b"/a?q#f", b"/#", b"/a?q=1#"])
+def test_fragment_in_target_is_400(serve, echo_app, target):
+    """origin-form = absolute-path [ "?" query ] has no fragment: a "#" anywhere makes the
+    request-target invalid: 400."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, get(target), 400)
+
+
+@rule("RFC9112-3.2.2-absolute-form")
+@pytest.mark.parametrize(
+    "target, path, raw_path, query, host",
+    [
+        (b"http://example.com/p?q=1", "/p", b"/p", b"q=1", b"example.com"),
+        (b"http://example.com", "/", b"/", b"", b"example.com"),
+        (b"http://example.com?x=1", "/", b"/", b"x=1", b"example.com"),
+        (b"http://example.com:8080/a%20b/c", "/a b/c", b"/a%20b/c", b"", b"example.com:8080"),
+        (b"https://[::1]:443/s", "/s", b"/s", b"", b"[::1]:443"),
+        (b"HTTP://EXAMPLE.COM/Up", "/Up", b"/Up", b"", b"EXAMPLE.COM"),
+    ],
+    ids=["path-query", "no-path", "query-no-path", "port-escape", "https-ipv6", "upper-case"],
+)
+def test_absolute_form_path_query_and_host_from_url(serve, echo_app, target, path, raw_path, query,
+                                                    host):
+    """RFC 9112 §3.2.2: a server MUST accept the absolute-form, and an origin server MUST use the
+    target's authority instead of the Host field. path, raw_path and query_string come from the
+    URL ("/" when its path is empty); the Host value in headers is the URL's authority (the app
+    gets one answer to "which host"); the other fields are unchanged."""
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, get(target, b"X-A: 1\r\n"))
+        assert (scope["path"], scope["raw_path"], scope["query_string"]) == (path, raw_path, query)
+        assert [tuple(h) for h in scope["headers"]] == [(b"host", host), (b"x-a", b"1")]
+
+
+@rule("RFC9110-4.2.4-userinfo-400")
+@pytest.mark.xfail(strict=True, reason="skirr accepts userinfo in an absolute-form target and puts "
+                   "'user@host' in the Host value (issue 3 bug)")
+@pytest.mark.parametrize("target", [b"http://u@example.com/p", b"http://u:pw@example.com:80/",
+                                    b"http://@example.com/"], ids=["user", "user-password", "empty"])
+def test_userinfo_in_absolute_form_is_400(serve, echo_app, target):
+    """RFC 9110 §4.2.4: userinfo in an http(s) URI is deprecated; a recipient SHOULD treat it as an
+    error. skirr refuses it with 400 rather than hand the app a Host value with credentials in
+    it."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, get(target), 400)
+
+
+@rule("RFC9112-3.2.4-asterisk-form")
+def test_asterisk_form_for_options(serve, echo_app):
+    """OPTIONS * (RFC 9112 §3.2.4, a server-wide OPTIONS): accepted; path "*", raw_path b"*",
+    query_string b""."""
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, b"OPTIONS * HTTP/1.1\r\n" + H + b"\r\n", "OPTIONS")
+        assert (scope["method"], scope["path"], scope["raw_path"], scope["query_string"]) == (
+            "OPTIONS", "*", b"*", b"")
+
+
+@rule("RFC9112-3.2.4-asterisk-form-options-only")
+@pytest.mark.parametrize("method", [b"GET", b"POST", b"HEAD", b"DELETE"])
+def test_asterisk_form_with_another_method_is_400(serve, echo_app, method):
+    """The asterisk-form is only used for a server-wide OPTIONS request (RFC 9112 §3.2.4): with any
+    other method the target is invalid: 400."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, method + b" * HTTP/1.1\r\n" + H + b"\r\n", 400,
+                       method=method.decode())
+
+
+@rule("RFC9112-3.2.4-asterisk-form-exact")
+@pytest.mark.xfail(strict=True, reason="skirr accepts '*x' as a path (issue 3 bug: llhttp takes "
+                   "'*' as the start of a path); asterisk-form is exactly '*'")
+@pytest.mark.parametrize("line", [b"GET *x", b"OPTIONS *x", b"OPTIONS */a", b"OPTIONS **"],
+                         ids=["get", "options", "options-slash", "options-two-stars"])
+def test_asterisk_followed_by_more_is_400(serve, echo_app, line):
+    """asterisk-form = "*" exactly: "*x", "*/a" are in no request-target form: 400, with OPTIONS
+    too."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, line + b" HTTP/1.1\r\n" + H + b"\r\n", 400)
+
+
+# -- Host ---------------------------------------------------------------------------------------
+
+
+@rule("RFC9112-3.2-host-required")
+@pytest.mark.parametrize(
+    "data", [b"GET / HTTP/1.1\r\n\r\n", b"GET / HTTP/1.1\r\nX-Host: x\r\n\r\n",
+             b"GET http://example.com/ HTTP/1.1\r\n\r\n"],
+    ids=["no-fields", "other-field", "absolute-form"],
+)
+def test_http11_without_host_is_400(serve, echo_app, data):
+    """RFC 9112 §3.2: a server MUST respond 400 to an HTTP/1.1 request that lacks a Host field
+    (absolute-form included)."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, data, 400)
+
+
+@rule("RFC9112-3.2-host-once")
+@pytest.mark.parametrize(
+    "fields", [b"Host: x\r\nHost: x\r\n", b"Host: a\r\nHost: b\r\n", b"HOST: x\r\nhost: y\r\n",
+               b"Host: x\r\nX-A: 1\r\nHost: x\r\n"],
+    ids=["same", "different", "case", "apart"],
+)
+def test_more_than_one_host_is_400(serve, echo_app, fields):
+    """RFC 9112 §3.2: more than one Host field-line MUST get 400 (names compared
+    case-insensitively)."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, b"GET / HTTP/1.1\r\n" + fields + b"\r\n", 400)
+
+
+@rule("RFC9112-3.2-host-syntax")
+@pytest.mark.parametrize(
+    "value", [b"a b", b"x/y", b"x@y", b"a\x80", b"x?y", b"x#y", b'x"y'],
+    ids=["space", "slash", "at", "obs-text", "question", "hash", "quote"],
+)
+def test_invalid_host_value_is_400(serve, echo_app, value):
+    """RFC 9112 §3.2: a Host whose value is not uri-host [ ":" port ] is invalid: 400."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, b"GET / HTTP/1.1\r\nHost: " + value + b"\r\n\r\n", 400)
+
+
+@rule("RFC9112-3.2-host-valid-forms")
+@pytest.mark.parametrize(
+    "value", [b"", b"example.com", b"example.com:8080", b"[::1]:80", b"127.0.0.1", b"xn--e1a.x:1",
+              b"a-b.c_d~e%20"],
+    ids=["empty", "name", "name-port", "ipv6", "ipv4", "idna", "unreserved-pct"],
+)
+def test_valid_host_values_accepted(serve, echo_app, value):
+    """An empty Host (allowed when the target has no authority) and every uri-host [":" port]
+    form are accepted and passed unchanged in headers."""
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, b"GET / HTTP/1.1\r\nHost: " + value + b"\r\n\r\n")
+        assert [tuple(h) for h in scope["headers"]] == [(b"host", value)]
+
+
+@rule("RFC9112-3.2-http10-host-optional")
+def test_http10_without_host_accepted(serve, echo_app):
+    """Host is required of HTTP/1.1 only: an HTTP/1.0 request without it is served."""
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, b"GET /old HTTP/1.0\r\n\r\n")
+        assert (scope["http_version"], scope["path"], scope["headers"]) == ("1.0", "/old", [])
