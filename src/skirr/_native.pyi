@@ -58,6 +58,10 @@ class Server:
         limit_request_fields: int = 100,
         limit_request_field_size: int = 65536,
         logger: logging.Logger | None = None,
+        timeout_request_head: float = 10.0,
+        timeout_write: float = 30.0,
+        limit_concurrency: int = 0,
+        limit_connections: int = 0,
     ) -> None: ...
     def start(self) -> None:
         """Registers the reactor with the loop and starts accepting."""
