@@ -235,8 +235,6 @@ def test_absolute_form_path_query_and_host_from_url(serve, echo_app, target, pat
 
 
 @rule("RFC9110-4.2.4-userinfo-400")
-@pytest.mark.xfail(strict=True, reason="skirr accepts userinfo in an absolute-form target and puts "
-                   "'user@host' in the Host value (issue 3 bug)")
 @pytest.mark.parametrize("target", [b"http://u@example.com/p", b"http://u:pw@example.com:80/",
                                     b"http://@example.com/"], ids=["user", "user-password", "empty"])
 def test_userinfo_in_absolute_form_is_400(serve, echo_app, target):
@@ -268,8 +266,6 @@ def test_asterisk_form_with_another_method_is_400(serve, echo_app, method):
 
 
 @rule("RFC9112-3.2.4-asterisk-form-exact")
-@pytest.mark.xfail(strict=True, reason="skirr accepts '*x' as a path (issue 3 bug: llhttp takes "
-                   "'*' as the start of a path); asterisk-form is exactly '*'")
 @pytest.mark.parametrize("line", [b"GET *x", b"OPTIONS *x", b"OPTIONS */a", b"OPTIONS **"],
                          ids=["get", "options", "options-slash", "options-two-stars"])
 def test_asterisk_followed_by_more_is_400(serve, echo_app, line):

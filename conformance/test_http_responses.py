@@ -368,9 +368,6 @@ def test_app_duplicate_date_and_server_passed_as_given(serve):
 
 
 @pytest.mark.rule("ASGI-www-send-status-final")
-@pytest.mark.xfail(strict=True, reason="skirr writes a 1xx status from http.response.start as a "
-                   "bodyless head and ends the request: the client pairs the next response with "
-                   "this request (issue 3 bug)")
 @pytest.mark.parametrize("status", [100, 101, 103, 199])
 def test_informational_status_from_start_is_rejected(serve, status):
     """http.response.start carries the final response: a 1xx status (interim responses are not

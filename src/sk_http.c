@@ -479,6 +479,25 @@ is_host_char(unsigned char c)
     return c != '\0' && strchr("-._~%!$&'()*+,;=", c) != NULL;
 }
 
+/* 1 if target is absolute-form ("scheme://authority...") and its authority has userinfo ("@"). */
+static int
+absolute_form_has_userinfo(const char *t, size_t n)
+{
+    if (n == 0 || t[0] == '/')
+        return 0;
+    for (size_t i = 0; i + 2 < n; i++) {
+        if (t[i] == ':' && t[i + 1] == '/' && t[i + 2] == '/') {
+            for (size_t k = i + 3; k < n && t[k] != '/' && t[k] != '?'; k++)
+                if (t[k] == '@')
+                    return 1;
+            return 0;
+        }
+        if (t[i] == '/' || t[i] == '?')
+            return 0;
+    }
+    return 0;
+}
+
 /* Host = uri-host [ ":" port ] (RFC 9110 §7.2, RFC 3986 §3.2.2): an IP-literal in brackets or a
  * reg-name/IPv4address, then an optional port of digits. Empty is allowed (RFC 9112 §3.2). */
 static int
@@ -595,9 +614,12 @@ on_headers_complete(llhttp_t *llh)
                 p->expect_continue = 1;
         }
     }
-    /* RFC 9112 §3.2.4: the asterisk-form is only for OPTIONS */
-    if (p->target.len == 1 && sk_parser_ptr(p, p->target)[0] == '*' && llh->method != HTTP_OPTIONS)
-        return fail(p, 400, "asterisk-form request-target with a method other than OPTIONS");
+    /* RFC 9112 §3.2.4: the asterisk-form is exactly "*", and only for OPTIONS */
+    if (p->target.len >= 1 && sk_parser_ptr(p, p->target)[0] == '*' &&
+        (p->target.len != 1 || llh->method != HTTP_OPTIONS))
+        return fail(p, 400, "asterisk-form request-target other than OPTIONS *");
+    if (absolute_form_has_userinfo(sk_parser_ptr(p, p->target), p->target.len))
+        return fail(p, 400, "userinfo in the request-target"); /* RFC 9110 §4.2.4 */
     /* RFC 9112 §3.2 */
     if (p->host_count > 1)
         return fail(p, 400, "more than one Host");
@@ -655,12 +677,40 @@ on_chunk_extension(llhttp_t *llh, const char *at, size_t len)
 }
 
 static int
+on_chunk_extension_name(llhttp_t *llh, const char *at, size_t len)
+{
+    sk_parser_t *p = from_llh(llh);
+    if (len > 0)
+        p->chunk_ext_named = 1;
+    return on_chunk_extension(llh, at, len);
+}
+
+static int
+on_chunk_extension_value(llhttp_t *llh, const char *at, size_t len)
+{
+    sk_parser_t *p = from_llh(llh);
+    /* chunk-ext = *( BWS ";" BWS chunk-ext-name [ BWS "=" BWS chunk-ext-val ] ): no value
+     * without a name (RFC 9112 §7.1.1); llhttp lets ";=b" through. */
+    if (!p->chunk_ext_named)
+        return fail(p, 400, "chunk extension value without a name");
+    return on_chunk_extension(llh, at, len);
+}
+
+static int
+on_chunk_extension_value_complete(llhttp_t *llh)
+{
+    from_llh(llh)->chunk_ext_named = 0; /* the next extension needs its own name */
+    return 0;
+}
+
+static int
 on_chunk_header(llhttp_t *llh)
 {
     sk_parser_t *p = from_llh(llh);
     uint64_t size = llh->content_length;
 
     p->chunk_ext_bytes = 0;
+    p->chunk_ext_named = 0;
     if (size == 0) {
         /* last-chunk: a trailer section follows, a field section of its own for the limits */
         p->in_trailers = 1;
@@ -693,8 +743,9 @@ static const llhttp_settings_t settings = {
     .on_version = on_version,
     .on_header_field = on_header_field,
     .on_header_value = on_header_value,
-    .on_chunk_extension_name = on_chunk_extension,
-    .on_chunk_extension_value = on_chunk_extension,
+    .on_chunk_extension_name = on_chunk_extension_name,
+    .on_chunk_extension_value = on_chunk_extension_value,
+    .on_chunk_extension_value_complete = on_chunk_extension_value_complete,
     .on_headers_complete = on_headers_complete,
     .on_body = on_body,
     .on_message_complete = on_message_complete,

@@ -87,7 +87,8 @@ typedef struct {
     uint32_t host_count;
     uint8_t in_value;
     uint8_t in_trailers;
-    uint8_t pending; /* event recorded by a callback, returned after llhttp pauses */
+    uint8_t chunk_ext_named; /* the current chunk extension has a name */
+    uint8_t pending;         /* event recorded by a callback, returned after llhttp pauses */
     const char *body_at;
     size_t body_len;
     int err_status;

@@ -524,8 +524,10 @@ send_start(RequestObject *r, PyObject *msg)
     if (status == -1 && PyErr_Occurred()) {
         goto error;
     }
-    if (overflow || status < 100 || status > 599) {
-        PyErr_Format(PyExc_RuntimeError, "ASGI 'status' must be in 100..599, got %S", status_o);
+    if (overflow || status < 200 || status > 599) {
+        /* http.response.start carries the final response (ASGI www 2.5): a 1xx would leave the
+         * client waiting for a final response that never comes. */
+        PyErr_Format(PyExc_RuntimeError, "ASGI 'status' must be in 200..599, got %S", status_o);
         goto error;
     }
     headers = msg_get(msg, r->st->s_headers);

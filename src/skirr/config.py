@@ -49,6 +49,9 @@ TIMER_GRANULARITY = 1.0
 # no cap. Over the cap skirr stops accepting (the kernel backlog holds new connections) until one
 # closes; with no cap, running out of descriptors (EMFILE) pauses accepting for one timer tick.
 CONNECTION_FD_RESERVE_MIN = 64
+# The largest --backlog: listen() takes a C int, and Linux caps the backlog at net.core.somaxconn
+# anyway (4096 by default since 5.4); 65535 was somaxconn's ceiling for most of Linux's history.
+MAX_BACKLOG = 65535
 
 
 def default_limit_connections() -> int:
@@ -124,7 +127,8 @@ class Config:
         timeout_write: seconds unsent response bytes may make no progress (default 30); then the
             connection is closed and a waiting ``send()`` raises ``ClientDisconnected``. Must be
             > 0.
-        backlog: the ``listen()`` backlog (connections).
+        backlog: the ``listen()`` backlog (connections), 1..65535 (the kernel may cap it lower:
+            ``net.core.somaxconn`` on Linux).
         limit_request_body: bytes of request content; over it the request gets 413. 0 = unlimited
             (the default).
         limit_concurrency: requests in flight (application tasks running) before a new request
@@ -140,7 +144,9 @@ class Config:
         app_dir: a directory put first on ``sys.path`` before importing ``app``.
 
     Raises:
-        ConfigError: on construction, for a value of the wrong type or out of range.
+        ConfigError: on construction, for a value of the wrong type or out of range;
+            ``AppLoadError`` for an ``app`` string not of the form ``"module:attr"`` (nothing is
+            imported until :meth:`load_app`).
     """
 
     app: str | Callable[..., Any]
@@ -165,7 +171,9 @@ class Config:
     app_dir: str = "."
 
     def __post_init__(self) -> None:
-        if not isinstance(self.app, str) and not callable(self.app):
+        if isinstance(self.app, str):
+            split_import_string(self.app)  # a malformed string is refused before any import
+        elif not callable(self.app):
             raise ConfigError(f"app must be a callable or a 'module:attr' string; got {self.app!r}")
         _check_choice("loop", self.loop, LOOPS)
         _check_choice("lifespan", self.lifespan, LIFESPANS)
@@ -177,6 +185,8 @@ class Config:
         if self.port > 65535:
             raise ConfigError(f"port must be in 0..65535; got {self.port}")
         _check_number("backlog", self.backlog, integer=True, minimum=1)
+        if self.backlog > MAX_BACKLOG:
+            raise ConfigError(f"backlog must be in 1..{MAX_BACKLOG}; got {self.backlog}")
         _check_number("timeout_keep_alive", self.timeout_keep_alive, integer=False)
         _check_number("timeout_request_head", self.timeout_request_head, integer=False,
                       positive=True)
@@ -217,13 +227,15 @@ class Config:
         ``app_dir`` first on ``sys.path``), called first when ``factory`` is set.
 
         Raises:
-            AppLoadError: bad ``module:attr`` format, module not found, attribute missing, result
-                not callable, the factory raised, or (``AppImportError``) the module raised while
-                being imported.
+            AppLoadError: bad ``module:attr`` format, module not found, attribute missing, ``app``
+                (or, with ``factory``, what the factory returned) not callable, the factory
+                raised, or (``AppImportError``) the module raised while being imported.
         """
         app = self.app
         if isinstance(app, str):
             app = import_from_string(app, self.app_dir)
+        if not callable(app):
+            raise AppLoadError(f"{self._name} is not callable")
         if self.factory:
             try:
                 app = app()
@@ -231,8 +243,11 @@ class Config:
                 raise AppLoadError(
                     f"application factory {self._name} raised {type(exc).__name__}: {exc}"
                 ) from exc
-        if not callable(app):
-            raise AppLoadError(f"{self._name} is not callable")
+            if not callable(app):
+                raise AppLoadError(
+                    f"application factory {self._name} returned an object of type "
+                    f"{type(app).__name__!r}, which is not callable"
+                )
         return app
 
     @property
@@ -259,6 +274,24 @@ class Config:
         return asyncio.new_event_loop
 
 
+def split_import_string(spec: str) -> tuple[str, str]:
+    """Splits ``"module:attr"`` into its two parts without importing anything.
+
+    Raises:
+        AppLoadError: not exactly one ``:``, or an empty module or attribute name or dotted part
+            (``"app"``, ``":app"``, ``"mod:"``, ``".mod:app"``, ``"mod:a..b"``).
+    """
+    module_name, sep, attr = spec.partition(":")
+    if (
+        not sep
+        or ":" in attr
+        or "" in module_name.split(".")
+        or "" in attr.split(".")
+    ):
+        raise AppLoadError(f'import string "{spec}" must be in format "<module>:<attribute>"')
+    return module_name, attr
+
+
 def import_from_string(spec: str, app_dir: str = ".") -> Any:
     """Imports ``"module:attr"`` (``attr`` may be dotted: ``"pkg.mod:obj.app"``).
 
@@ -266,9 +299,7 @@ def import_from_string(spec: str, app_dir: str = ".") -> Any:
         AppLoadError: bad format, module (or a package on its path) not found, attribute missing;
             ``AppImportError`` (its ``__cause__`` is the original) when the module itself raised.
     """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise AppLoadError(f'import string "{spec}" must be in format "<module>:<attribute>"')
+    module_name, attr = split_import_string(spec)
     path = os.path.abspath(app_dir)
     if path not in sys.path:
         sys.path.insert(0, path)

@@ -1,8 +1,9 @@
 """The command line: ``python -m skirr [OPTIONS] APP`` with uvicorn's flag names.
 
 Owns: parsing and validating arguments and turning every user mistake into one ``skirr: error:``
-line on stderr (status 2 for a usage error, 1 otherwise). Never: prints a traceback for a mistake
-the user can fix from the message.
+line on stderr: status 2 for a usage error (found before anything is bound or imported: a bad
+option or value, an APP not of the form ``module:attribute``), 1 otherwise. Never: prints a
+traceback for a mistake the user can fix from the message.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from .config import (
     LIFESPANS,
     LOG_LEVELS,
     LOOPS,
+    MAX_BACKLOG,
     AppImportError,
     Config,
     ConfigError,
@@ -44,12 +46,16 @@ def _port(text: str) -> int:
     return value
 
 
-def _int_at_least(minimum: int):  # type: ignore[no-untyped-def]
+def _int_at_least(minimum: int, maximum: int | None = None):  # type: ignore[no-untyped-def]
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"invalid integer: {text!r}") from None
+        if maximum is not None and not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(
+                f"invalid integer: {text!r} (not in {minimum}..{maximum})"
+            )
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}: {text!r}")
         return value
@@ -105,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--timeout-write", type=_positive_seconds, default=DEFAULT_TIMEOUT_WRITE,
         metavar="SECONDS", help="close a connection whose peer accepts no response bytes for "
         "this long; a waiting send() raises ClientDisconnected (default: %(default)g)")
-    add("--backlog", type=_int_at_least(1), default=2048, metavar="N",
-        help="listen() backlog (default: %(default)s)")
+    add("--backlog", type=_int_at_least(1, MAX_BACKLOG), default=2048, metavar="N",
+        help=f"listen() backlog, 1..{MAX_BACKLOG}; the kernel may cap it lower "
+        "(net.core.somaxconn) (default: %(default)s)")
     add("--limit-request-body", type=_int_at_least(0), default=DEFAULT_LIMIT_REQUEST_BODY,
         metavar="BYTES", help="answer 413 to a request body larger than this; 0 = unlimited "
         "(default: %(default)s)")

@@ -4,8 +4,8 @@ Owns: the listening socket (Python's ``socket`` module: TCP over IPv4/IPv6 or a 
 signal handling, the order of startup and shutdown, and the exit status. Never: touches client
 sockets or HTTP bytes (``skirr._native`` owns those).
 
-Order: load the app -> bind (a port in use fails here, before any app code runs) -> lifespan startup
--> listen -> ``_native.Server.start()``. The socket is bound but not listening during startup, so a
+Order: bind (a port in use fails here, before any application code runs: the app's module is not
+imported yet) -> load the app -> lifespan startup -> listen -> ``_native.Server.start()``. The socket is bound but not listening during startup, so a
 failed startup never accepts a connection. Shutdown (SIGINT, SIGTERM or ``request_shutdown()``):
 stop accepting, close the listening socket, ``native.shutdown()``, wait (polling every 50 ms, up to
 ``timeout_graceful_shutdown``) until no connection and no request is left, ``native.close()``,
@@ -78,9 +78,9 @@ class Server:
             ``exit_code``.
 
         Raises:
-            ConfigError: the app could not be loaded (``AppLoadError``), the address could not be
-                bound, or ``loop="uvloop"`` without uvloop.
-            Exception: whatever importing the application's module raised.
+            ConfigError: the address could not be bound, the app could not be loaded
+                (``AppLoadError``; ``AppImportError`` when its module raised while being imported,
+                with that exception as ``__cause__``), or ``loop="uvloop"`` without uvloop.
         """
         try:
             loop_factory = self.config.loop_factory()
@@ -117,13 +117,14 @@ class Server:
         if self._stop_requested:
             self._stop.set()
 
-        app = config.load_app()
-        sock = self._bind()
-        lifespan = Lifespan(app, config.lifespan)
+        sock = self._bind()  # before any application code: a port in use is reported first
         native: Any | None = None
         watcher: asyncio.Future[None] | None = None
-        handlers = self._install_signal_handlers(loop)
+        handlers: list[int] = []
         try:
+            app = config.load_app()
+            lifespan = Lifespan(app, config.lifespan)
+            handlers = self._install_signal_handlers(loop)
             started = await self._unless_forced(lifespan.startup())
             if not started:
                 if started is None:
