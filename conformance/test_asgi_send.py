@@ -304,3 +304,35 @@ def test_invalid_framing_fields_rejected(serve, headers):
         i, e = raised(seen)
         assert i == 0 and isinstance(e, (RuntimeError, ValueError)), e
         assert_500(r)
+
+
+@pytest.mark.rule("RFC9110-5.5-response-fields-validated")
+@pytest.mark.parametrize(
+    "name, value",
+    [(b"x-a", b"a\x01b"), (b"x-a", b"a\x7fb"), (b"x-a", b"a\x1bb"), (b"x:a", b"v"), (b"x(a", b"v"),
+     (b"x-\xe9", b"v")],
+    ids=["soh-value", "del-value", "esc-value", "colon-name", "paren-name", "obs-text-name"],
+)
+def test_control_bytes_and_bad_names_rejected(serve, name, value):
+    """Other control bytes in a value, and names with separators or bytes >= 0x80, are refused at
+    http.response.start like CR/LF/NUL: the client gets a 500."""
+    seen = Recorder()
+    start = {"type": "http.response.start", "status": 200, "headers": [(name, value)]}
+    with serve(run_steps([start, body(b"x")], seen)) as srv:
+        c, r = exchange(srv)
+        i, e = raised(seen)
+        assert i == 0 and isinstance(e, Exception) and not isinstance(e, OSError), e
+        assert_500(r)
+
+
+@pytest.mark.rule("RFC9110-5.5-response-fields-validated")
+@pytest.mark.parametrize("value", [b"a\tb", b"caf\xe9", b"", b"!~"], ids=["htab", "obs-text", "empty", "vchar"])
+def test_valid_value_bytes_sent_as_given(serve, value):
+    """HTAB inside a value, obs-text, an empty value: valid field values, sent as given."""
+    seen = Recorder()
+    start = {"type": "http.response.start", "status": 200, "headers": [(b"x-a", value)]}
+    with serve(run_steps([start, body(b"x")], seen)) as srv:
+        c = srv.connect()
+        c.send(http_request())
+        head = c.read_until(b"\r\n\r\n")
+        assert b"\r\nx-a: " + value + b"\r\n" in head, head

@@ -35,14 +35,55 @@ def _error_case(tmp_path, loop, args, cwd=None):
         ("nope:app", 'could not import module "nope"'),
         ("basic:missing", 'attribute "missing" not found in module "basic"'),
         ("basic:NOT_CALLABLE", '"basic:NOT_CALLABLE" is not callable'),
-        ("basic", 'import string "basic" must be in format "<module>:<attribute>"'),
-        ("basic:", 'import string "basic:" must be in format "<module>:<attribute>"'),
     ],
-    ids=["module-not-found", "attribute-missing", "not-callable", "no-colon", "no-attribute"],
+    ids=["module-not-found", "attribute-missing", "not-callable"],
 )
 def test_bad_app_is_one_line_status_1(tmp_path, loop, spec, line):
     status, stderr = _error_case(tmp_path, loop, [spec, "--port", str(_proc.free_port())])
     assert (status, stderr) == (1, f"skirr: error: {line}\n")
+
+
+@pytest.mark.rule("skirr-cli-bad-app")
+@pytest.mark.parametrize(
+    "spec, line",
+    [
+        ("basic:NOT_CALLABLE", '"basic:NOT_CALLABLE" is not callable'),
+        ("factories:returns_42",
+         'application factory "factories:returns_42" returned an object of type \'int\', which '
+         "is not callable"),
+        ("factories:raises", 'application factory "factories:raises" raised RuntimeError: no db'),
+    ],
+    ids=["factory-not-callable", "factory-result-not-callable", "factory-raises"],
+)
+def test_bad_factory_is_one_line_status_1(tmp_path, loop, spec, line):
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "factories.py").write_text(
+        "def returns_42():\n    return 42\n\n\n"
+        "def raises():\n    raise RuntimeError('no db')\n"
+    )
+    args = [spec, "--factory", "--app-dir", str(apps), "--port", str(_proc.free_port())]
+    status, stderr = _error_case(tmp_path, loop, args)
+    assert (status, stderr) == (1, f"skirr: error: {line}\n")
+
+
+@pytest.mark.rule("skirr-cli-usage-error")
+@pytest.mark.parametrize(
+    "spec",
+    ["basic", "basic:", ":app", ".basic:app", "basic..x:app", "basic:app.", "basic:app:x"],
+    ids=["no-colon", "no-attribute", "no-module", "relative-module", "empty-module-part",
+         "empty-attribute-part", "two-colons"],
+)
+def test_malformed_app_is_a_usage_error(tmp_path, loop, spec):
+    # Refused before anything is imported or bound: the port may even be taken.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        status, stderr = _error_case(tmp_path, loop, [spec, "--port", str(port)])
+    assert (status, stderr) == (
+        2, f'skirr: error: import string "{spec}" must be in format "<module>:<attribute>"\n'
+    )
 
 
 @pytest.mark.rule("skirr-cli-bind-error")
@@ -55,6 +96,50 @@ def test_port_in_use_is_one_line_status_1(tmp_path, loop):
     assert (status, stderr) == (
         1, f"skirr: error: could not bind to 127.0.0.1:{port}: Address already in use\n"
     )
+
+
+def _importing_marks(apps, marker):
+    """Writes apps/marks.py, whose import (and factory call) creates ``marker``."""
+    apps.mkdir()
+    (apps / "marks.py").write_text(
+        f"open({str(marker)!r}, 'a').write('imported\\n')\n\n\n"
+        f"def create():\n    open({str(marker)!r}, 'a').write('factory\\n')\n"
+    )
+
+
+@pytest.mark.rule("skirr-cli-bind-error")
+@pytest.mark.parametrize("kind", ["tcp", "uds"])
+def test_bind_error_comes_before_any_app_code(tmp_path, loop, kind):
+    apps, marker = tmp_path / "apps", tmp_path / "marker"
+    _importing_marks(apps, marker)
+    family = socket.AF_INET if kind == "tcp" else socket.AF_UNIX
+    with socket.socket(family) as taken:
+        if kind == "tcp":
+            taken.bind(("127.0.0.1", 0))
+            where = f"127.0.0.1:{taken.getsockname()[1]}"
+            bind_args = ["--port", str(taken.getsockname()[1])]
+        else:
+            path = str(tmp_path / "busy.sock")
+            taken.bind(path)
+            where = f"unix socket {path}"
+            bind_args = ["--uds", path]
+        taken.listen(1)
+        args = ["marks:create", "--factory", "--app-dir", str(apps), *bind_args]
+        status, stderr = _error_case(tmp_path, loop, args)
+    assert (status, stderr) == (
+        1, f"skirr: error: could not bind to {where}: Address already in use\n"
+    )
+    assert not marker.exists()  # the module was never imported, the factory never called
+
+
+@pytest.mark.rule("skirr-cli-uds")
+def test_uds_file_removed_when_app_fails_to_load(tmp_path, loop):
+    path = tmp_path / "skirr.sock"
+    status, stderr = _error_case(tmp_path, loop, ["basic:missing", "--uds", str(path)])
+    assert (status, stderr) == (
+        1, 'skirr: error: attribute "missing" not found in module "basic"\n'
+    )
+    assert not path.exists()
 
 
 @pytest.mark.rule("skirr-cli-usage-error")
@@ -70,9 +155,13 @@ def test_port_in_use_is_one_line_status_1(tmp_path, loop):
         (["basic:app", "--limit-request-body", "1k"],
          "argument --limit-request-body: invalid integer: '1k'"),
         (["--port", "8000"], "the following arguments are required: APP"),
+        (["basic:app", "--backlog", "3000000000"],
+         "argument --backlog: invalid integer: '3000000000' (not in 1..65535)"),
+        (["basic:app", "--backlog", "0"],
+         "argument --backlog: invalid integer: '0' (not in 1..65535)"),
     ],
     ids=["unknown-option", "port-not-a-number", "port-out-of-range", "negative-timeout",
-         "body-limit-not-a-number", "no-app"],
+         "body-limit-not-a-number", "no-app", "backlog-too-large", "backlog-zero"],
 )
 def test_usage_error_is_one_line_status_2(tmp_path, loop, args, line):
     status, stderr = _error_case(tmp_path, loop, args)

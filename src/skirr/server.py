@@ -5,8 +5,9 @@ signal handling, the order of startup and shutdown, and the exit status. Never: 
 sockets or HTTP bytes (``skirr._native`` owns those).
 
 Order: bind (a port in use fails here, before any application code runs: the app's module is not
-imported yet) -> load the app -> lifespan startup -> listen -> ``_native.Server.start()``. The socket is bound but not listening during startup, so a
-failed startup never accepts a connection. Shutdown (SIGINT, SIGTERM or ``request_shutdown()``):
+imported yet) -> load the app -> lifespan startup -> listen -> ``_native.Server.start()``. The
+socket is bound but not listening during startup, so a failed startup never accepts a connection.
+Shutdown (SIGINT, SIGTERM or ``request_shutdown()``):
 stop accepting, close the listening socket, ``native.shutdown()``, wait (polling every 50 ms, up to
 ``timeout_graceful_shutdown``) until no connection and no request is left, ``native.close()``,
 lifespan shutdown. A second signal forces exit: no more waiting, no lifespan shutdown, status 1.
@@ -186,7 +187,8 @@ class Server:
                 self.exit_code = 1
 
     async def _watch_max_requests(self, native: Any, limit: int) -> None:
-        """Starts the graceful shutdown once ``limit`` requests have started (--limit-max-requests)."""
+        """Starts the graceful shutdown once ``limit`` requests have started
+        (--limit-max-requests)."""
         assert self._stop is not None
         while not self._stop.is_set():
             if native.total_requests >= limit:
