@@ -66,15 +66,13 @@ test-c:
 	  $$objs $$libs -o build/test_core; \
 	build/test_core
 
-conformance:
-	@echo "not built yet: see issue 3"; exit 1
-
 clean:
 	rm -rf build dist src/skirr.egg-info src/*.egg-info
 
 FORCE:
 
 # Verbs that live beside what they drive.
+include conformance/conformance.mk
 include bench/bench.mk
 include bench/gates/gates.mk
 SAN_PY := $(VPY)

@@ -175,7 +175,9 @@ class Recorder:
         records = [r for r in self.items.values() if r["outcome"] is not None]
         tmp = f"{path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"exitstatus": int(exitstatus), "cases": records}, f, indent=1)
+            json.dump({"exitstatus": int(exitstatus),
+                       "examples": os.environ.get("SKIRR_HYPOTHESIS_EXAMPLES", "default"),
+                       "cases": records}, f, indent=1)
         os.replace(tmp, path)
 
 

@@ -91,16 +91,19 @@ def run_modes(modes: list[str], results: Path, examples: int, pytest_args: list[
     return seconds
 
 
-def load_results(results: Path, modes: list[str]) -> tuple[dict, list[str]]:
-    """{leg: {case: {"outcome", "rules", "duration"}}} and the problems found."""
+def load_results(results: Path, modes: list[str]) -> tuple[dict, list[str], set]:
+    """{leg: {case: {"outcome", "rules", "duration"}}}, the problems found, and the hypothesis
+    example counts the runs used."""
     by_leg: dict[str, dict[str, dict]] = {leg: {} for leg in legs_of(modes)}
     problems: list[str] = []
+    examples: set = set()
     for mode in modes:
         path = results / f"{mode}.json"
         if not path.exists():
             problems.append(f"{mode}: the pytest run wrote no results ({path})")
             continue
         data = json.loads(path.read_text(encoding="utf-8"))
+        examples.add(str(data.get("examples", "default")))
         if not data["cases"]:
             problems.append(f"{mode}: no case ran")
         for rec in data["cases"]:
@@ -108,7 +111,7 @@ def load_results(results: Path, modes: list[str]) -> tuple[dict, list[str]]:
             for loop in loops:
                 leg = loop + MODES[mode][0]
                 by_leg[leg][rec["case"]] = rec
-    return by_leg, problems
+    return by_leg, problems, examples
 
 
 def rule_status(rule: dict, outcomes: list[str]) -> tuple[str, bool]:
@@ -135,7 +138,7 @@ def md_escape(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def render(rules: list[dict], by_leg: dict, modes: list[str]) -> tuple[str, list[str]]:
+def render(rules: list[dict], by_leg: dict, modes: list[str], examples: set) -> tuple[str, list[str]]:
     legs = legs_of(modes)
     problems: list[str] = []
     known = {r["id"] for r in rules}
@@ -178,7 +181,8 @@ def render(rules: list[dict], by_leg: dict, modes: list[str]) -> tuple[str, list
     add("Legs: every case runs on asyncio and on uvloop (its loop parameter), once with the default")
     add("allocator and once under `PYTHONMALLOC=debug -X dev` (`+debug`). A rule is `proven` on a")
     add("leg when every case carrying it passed there; a `planned` rule's cases are strict expected")
-    add("failures and it names the issue that builds it.")
+    add("failures and it names the issue that builds it. The hypothesis properties ran")
+    add(f"{' / '.join(sorted(examples)) or 'no'} examples each (`SKIRR_HYPOTHESIS_EXAMPLES`).")
     add("")
     add("## Totals")
     add("")
@@ -290,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     seconds: dict[str, float] = {}
     if not args.report_only:
         seconds = run_modes(modes, results, args.examples, args.pytest_args, args.jobs)
-    by_leg, problems = load_results(results, modes)
-    text, more = render(rules, by_leg, modes)
+    by_leg, problems, examples = load_results(results, modes)
+    text, more = render(rules, by_leg, modes, examples)
     problems += more
 
     print()
