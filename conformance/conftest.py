@@ -27,6 +27,7 @@ Pieces:
 from __future__ import annotations
 
 import contextlib
+import gc
 import copy
 import dataclasses
 import logging
@@ -499,6 +500,49 @@ def serve(loop_name) -> Callable[..., contextlib.AbstractContextManager]:
             run.stop()
 
     return _serve
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"_skirr_rep_{report.when}", report)
+
+
+_unchecked: list = []  # nodeid of the last passing test that ran a server, not yet checked
+
+
+@pytest.fixture(autouse=True)
+def _nothing_live_after(request):
+    """The leak and lifetime check (issue 4) for every passing test that ran a server
+    in-process. It runs when the next test starts (and at the end of the session): only then has
+    pytest let go of the previous test's log records, whose tracebacks hold the app's frames."""
+    if _unchecked:
+        assert_nothing_live(_unchecked.pop())
+    yield
+    rep = getattr(request.node, "_skirr_rep_call", None)
+    if "serve" in request.fixturenames and rep is not None and rep.passed:
+        _unchecked.append(request.node.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _unchecked:
+        try:
+            assert_nothing_live(_unchecked.pop())
+        except AssertionError as exc:
+            print(f"\n{exc}")
+            session.exitstatus = 1
+
+
+def assert_nothing_live(after: str = "") -> None:
+    """Leak and lifetime check (issue 4): once a server has stopped and a collection has run, no
+    skirr Server, connection, Request or ready awaitable is alive (skirr._native._live())."""
+    from skirr import _native
+
+    gc.collect()
+    live = _native._live()
+    assert live == {"servers": 0, "connections": 0, "requests": 0, "awaitables": 0}, (
+        f"skirr objects still alive after {after or 'the server stopped'}: {live}")
 
 
 @pytest.fixture

@@ -221,7 +221,7 @@ def test_valid_requests_match_h11(serve):
                 else:
                     send_pieces(c, stream, [x % len(stream) for x in cuts])
                 note(f"{how}: cuts {sorted({x % len(stream) for x in cuts})}")
-                outcome = read_outcome(c)
+                outcome = read_outcome(c, idle=5.0)  # valid input: silence is a failure
                 check_served(app, c, outcome, parsed.requests)
                 c.close()
                 app.forget(port)
@@ -247,7 +247,7 @@ def test_valid_request_every_offset(serve):
                 c = srv.connect()
                 port = c.sock.getsockname()[1]
                 send_pieces(c, stream, [cut], pause=0.0002)
-                outcome = read_outcome(c)
+                outcome = read_outcome(c, idle=5.0)  # valid input: silence is a failure
                 check_served(app, c, outcome, parsed.requests)
                 c.close()
                 app.forget(port)

@@ -1,0 +1,159 @@
+"""Leak and lifetime checks (issue 4, item 3), on asyncio and uvloop.
+
+Every passing test that runs a server is already followed by a check that no skirr Server,
+connection, Request or ready awaitable is alive once the server stopped (conftest's
+``assert_nothing_live``). These cases push harder: many servers in one process, many requests on
+one connection, and skirr objects reachable only from a reference cycle.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import socket
+import tracemalloc
+
+import pytest
+
+from conftest import assert_nothing_live
+from skirr import _native
+
+SERVERS = 200
+REQUESTS = int(os.environ.get("SKIRR_LIFETIME_REQUESTS", "100000"))
+BATCH = 100  # pipelined requests per write in the long keep-alive run
+TRACEMALLOC_BOUND = 256 * 1024  # bytes of traced growth allowed over REQUESTS requests
+RSS_BOUND = 4 * 1024 * 1024  # bytes of RSS growth allowed over REQUESTS requests
+
+REQUEST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+BODY = b"ok"
+
+
+async def tiny_app(scope, receive, send):
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": BODY})
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def new_loop(loop_name: str) -> asyncio.AbstractEventLoop:
+    if loop_name == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+@pytest.mark.rule("skirr-lifetime-servers-released")
+def test_two_hundred_servers_release_everything(loop_name):
+    """200 native servers, each started on the loop, answering one request, then closed: every
+    skirr heap type instance is collected and the process holds no more descriptors than before
+    (listening socket, epoll descriptor, timerfd and client sockets all closed)."""
+    loop = new_loop(loop_name)
+
+    async def one_server() -> None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        sock.setblocking(False)
+        srv = _native.Server(tiny_app, asyncio.get_running_loop(), sock.fileno())
+        srv.start()
+        try:
+            reader, writer = await asyncio.open_connection(*sock.getsockname())
+            writer.write(REQUEST)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            body = await asyncio.wait_for(reader.readexactly(2), 5)
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == BODY
+            writer.close()
+            await writer.wait_closed()
+        finally:
+            srv.close()
+            sock.close()
+
+    async def many() -> None:
+        for _ in range(SERVERS):
+            await one_server()
+
+    try:
+        # Warm-up: the loop's own descriptors (uvloop keeps a few for its lifetime) and caches.
+        loop.run_until_complete(one_server())
+        gc.collect()
+        before_fds = open_fds()
+        loop.run_until_complete(many())
+        gc.collect()
+        after_fds = open_fds()
+    finally:
+        loop.close()
+    assert_nothing_live(f"{SERVERS} servers")
+    assert after_fds == before_fds
+
+
+@pytest.mark.rule("skirr-lifetime-keepalive-bounded")
+def test_many_keepalive_requests_do_not_grow_memory(serve):
+    """REQUESTS (100,000 by default) requests on one keep-alive connection, pipelined BATCH at a
+    time: after a warm-up, traced allocations grow by less than TRACEMALLOC_BOUND and RSS by
+    less than RSS_BOUND (both for the whole process: client, server thread and loop)."""
+    batch = REQUEST * BATCH
+    response_len = None
+
+    def run(c, n: int) -> None:
+        nonlocal response_len
+        for _ in range(n // BATCH):
+            c.sock.sendall(batch)
+            if response_len is None:
+                head = c.read_until(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 200 OK\r\n") and c.read_exact(2) == BODY
+                response_len = len(head) + len(BODY)  # every response has the same length
+                rest = c.read_exact(response_len * (BATCH - 1))
+                assert rest.count(b"HTTP/1.1 200 OK\r\n") == BATCH - 1
+            else:
+                data = c.read_exact(response_len * BATCH)
+                assert data.count(b"HTTP/1.1 200 OK\r\n") == BATCH
+
+    with serve(tiny_app) as srv:
+        c = srv.connect(timeout=10.0)
+        run(c, 5 * BATCH * 10)  # warm-up: free lists, caches, the date string
+        gc.collect()
+        rss0 = rss_bytes()
+        tracemalloc.start()
+        try:
+            traced0, _ = tracemalloc.get_traced_memory()
+            run(c, REQUESTS)
+            gc.collect()
+            traced1, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        rss1 = rss_bytes()
+        c.close()
+    assert traced1 - traced0 < TRACEMALLOC_BOUND, (traced0, traced1)
+    assert rss1 - rss0 < RSS_BOUND, (rss0, rss1)
+
+
+@pytest.mark.rule("skirr-lifetime-cycles-collected")
+def test_objects_reachable_only_from_a_cycle_are_collected(serve):
+    """The app parks its receive, send, scope and a pending receive() awaitable in a dict that
+    refers to itself, and never lets go; once the server stopped and the test dropped nothing of
+    it, a collection frees every skirr object (tp_traverse/tp_clear are complete)."""
+    parked = []
+
+    async def app(scope, receive, send):
+        cycle: dict = {"receive": receive, "send": send, "scope": scope}
+        cycle["self"] = cycle
+        cycle["awaitable"] = receive()  # a ready awaitable nobody awaits
+        parked.append(id(cycle))  # the id only: the list keeps nothing alive
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": BODY})
+
+    with serve(app) as srv:
+        r = srv.get("/")
+        assert (r.status, r.body) == (200, BODY)
+    assert len(parked) == 1
+    assert_nothing_live("a request parked in a reference cycle")
