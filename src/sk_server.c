@@ -561,12 +561,8 @@ server_run_pending(PyObject *op, PyObject *Py_UNUSED(arg))
         }
         c->pending_next = NULL;
         c->pending = 0;
-        if (c->current == NULL && !c->closed) {
-            conn_process_buffered(c);
-        }
-        else if (c->current != NULL && !c->closed) {
-            conn_process_buffered(c); /* flow control resumed: parse more of the body */
-        }
+        /* the next pipelined request, or more of a body once flow control let go */
+        conn_process_buffered(c);
     }
     server_reap(s);
     Py_RETURN_NONE;
