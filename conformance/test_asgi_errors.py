@@ -169,3 +169,80 @@ def test_server_survives_failures(serve):
             c.close()
         r = srv.get("/ok")
         assert (r.status, r.body) == (200, b"ok")
+
+
+@pytest.mark.rule("skirr-errors-app-cancelled")
+def test_cancelled_before_start_is_500_not_logged(serve):
+    import asyncio
+
+    tasks = []
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/check":  # a later request reports how the first task ended
+            state = b"cancelled" if tasks[0].cancelled() else b"not cancelled"
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": state})
+            return
+        tasks.append(asyncio.current_task())
+        asyncio.current_task().cancel()
+        await asyncio.sleep(0)
+
+    with serve(app) as srv:
+        r = srv.get("/")
+        assert r.status == 500 and r.body != b""
+        r = srv.get("/check")
+        assert (r.status, r.body) == (200, b"cancelled")
+    assert srv.errors() == [], [record_text(x) for x in srv.errors()]
+
+
+@pytest.mark.rule("skirr-errors-app-cancelled")
+def test_cancelled_mid_stream_closes_without_completing(serve):
+    import asyncio
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        asyncio.current_task().cancel()
+        await asyncio.sleep(0)
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(http_request())
+        raw = c.read_until_close()
+        head, sep, rest = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ") and rest == b"4\r\npart\r\n", raw
+    assert srv.errors() == [], [record_text(x) for x in srv.errors()]
+
+
+class AwaitableApp:
+    """An ASGI app whose call returns an object with __await__, not a coroutine."""
+
+    class _Call:
+        def __init__(self, send):
+            self.send = send
+
+        def __await__(self):
+            yield from self.send({"type": "http.response.start", "status": 200, "headers": []}).__await__()
+            yield from self.send({"type": "http.response.body", "body": b"awaited"}).__await__()
+
+    def __call__(self, scope, receive, send):
+        return self._Call(send)
+
+
+@pytest.mark.rule("skirr-asgi-awaitable-app")
+def test_app_returning_an_awaitable_is_served(serve):
+    with serve(AwaitableApp()) as srv:
+        r = srv.get("/")
+        assert (r.status, r.body) == (200, b"awaited")
+
+
+@pytest.mark.rule("skirr-asgi-awaitable-app", "skirr-errors-logged")
+def test_app_returning_a_non_awaitable_is_500_and_logged(serve):
+    def app(scope, receive, send):
+        return 42
+
+    with serve(app) as srv:
+        assert srv.get("/").status == 500
+    assert [r for r in srv.errors() if "not awaitable" in record_text(r)], [
+        record_text(x) for x in srv.errors()
+    ]

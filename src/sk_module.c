@@ -214,12 +214,11 @@ static PyType_Spec ready_spec = {
     X(s_http_response_body, "http.response.body") \
     X(s_create_task, "create_task") \
     X(s_create_future, "create_future") \
-    X(s_add_done_callback, "add_done_callback") \
+    X(s_throw, "throw") \
+    X(s_close, "close") \
     X(s_set_result, "set_result") \
     X(s_set_exception, "set_exception") \
     X(s_done, "done") \
-    X(s_cancelled, "cancelled") \
-    X(s_exception, "exception") \
     X(s_add_reader, "add_reader") \
     X(s_remove_reader, "remove_reader") \
     X(s_call_soon, "call_soon") \
@@ -278,6 +277,12 @@ sk_exec(PyObject *module)
         PyModule_AddObjectRef(module, "ClientDisconnected", st->ClientDisconnected) < 0) {
         goto error;
     }
+    v = PyImport_ImportModule("asyncio");
+    st->CancelledError = v ? PyObject_GetAttrString(v, "CancelledError") : NULL;
+    Py_CLEAR(v);
+    if (st->CancelledError == NULL) {
+        goto error;
+    }
     st->send_done = sk_ready_new(st, NULL, 0);
     if (st->send_done == NULL) {
         goto error;
@@ -330,6 +335,7 @@ sk_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->request_type);
     Py_VISIT(st->ready_type);
     Py_VISIT(st->ClientDisconnected);
+    Py_VISIT(st->CancelledError);
     Py_VISIT(st->send_done);
     Py_VISIT(st->asgi_proto);
     Py_VISIT(st->scope_proto);
@@ -346,6 +352,7 @@ sk_clear(PyObject *module)
     Py_CLEAR(st->request_type);
     Py_CLEAR(st->ready_type);
     Py_CLEAR(st->ClientDisconnected);
+    Py_CLEAR(st->CancelledError);
     Py_CLEAR(st->send_done);
     Py_CLEAR(st->asgi_proto);
     Py_CLEAR(st->scope_proto);

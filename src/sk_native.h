@@ -52,6 +52,7 @@ typedef struct {
     PyTypeObject *request_type;
     PyTypeObject *ready_type;
     PyObject *ClientDisconnected;
+    PyObject *CancelledError; /* asyncio.CancelledError: a cancelled app is not an app error */
     PyObject *send_done;      /* a Ready holding None, shared: stateless, so safe to reuse */
     PyObject *asgi_proto;     /* {"version": "3.0", "spec_version": "2.5"}, copied per request */
     PyObject *scope_proto;    /* fixed scope items, copied per request */
@@ -63,8 +64,8 @@ typedef struct {
     PyObject *s_query_string, *s_root_path, *s_headers, *s_client, *s_server, *s_state;
     PyObject *s_body, *s_more_body, *s_status, *s_http, *s_1_0, *s_1_1;
     PyObject *s_http_request, *s_http_disconnect, *s_http_response_start, *s_http_response_body;
-    PyObject *s_create_task, *s_create_future, *s_add_done_callback, *s_set_result;
-    PyObject *s_set_exception, *s_done, *s_cancelled, *s_exception, *s_add_reader;
+    PyObject *s_create_task, *s_create_future, *s_throw, *s_close, *s_set_result;
+    PyObject *s_set_exception, *s_done, *s_add_reader;
     PyObject *s_remove_reader, *s_call_soon, *s_error, *s_copy;
     /* Live-object counters for the leak and lifetime checks (skirr._native._live()). */
     Py_ssize_t live_servers, live_conns, live_requests, live_ready;
@@ -117,10 +118,10 @@ struct ServerObject {
     PyObject *run_pending;  /* bound callback given to loop.call_soon */
     PyObject *context;      /* contextvars.Context at start(): every app task starts from a copy */
     PyObject *call_soon_kw; /* ("context",): keyword names for loop.call_soon */
-    PyObject
-        *task_type; /* asyncio.Task when apps start eagerly (3.12+, no task factory), else NULL */
-    PyObject *eager_kw; /* ("loop", "eager_start"): keyword names for task_type */
-    int eager_budget;   /* eager starts left in this reactor callback */
+    PyObject *task_type;    /* asyncio.Task when the loop has no task factory, else NULL */
+    PyObject *task_kw; /* ("loop",) or, when eager, ("loop", "eager_start"): task_type keywords */
+    int eager;         /* apps start eagerly (3.12+, task_type set) */
+    int eager_budget;  /* eager starts left in this reactor callback */
     int listen_fd;
     int epfd;
     int timerfd;
@@ -147,7 +148,8 @@ struct RequestObject {
     PyObject_HEAD sk_state *st;
     ServerObject *server;     /* strong */
     sk_conn_t *conn;          /* NULL once detached (connection closed or moved on) */
-    PyObject *task;           /* strong while running */
+    PyObject *task;           /* strong while running: the asyncio.Task whose coroutine is this */
+    PyObject *coro;           /* strong while running: what the app call returned, driven by this */
     PyObject *receive_waiter; /* future resolved with the next receive() event */
     PyObject *drain_waiter; /* future resolved when unsent output drops below the high-water mark */
     PyObject *body;         /* list of bytes not yet delivered by receive() */
@@ -164,6 +166,7 @@ struct RequestObject {
     uint8_t is_head;           /* method HEAD */
     uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app */
     uint8_t failed;            /* the response cannot be completed (abort after app error) */
+    uint8_t running; /* the app was called and has not ended (counted in active_requests) */
     sk_resp_t resp;
 };
 

@@ -735,33 +735,32 @@ request_send(PyObject *op, PyObject *msg)
 
 /* ---- the app task ----------------------------------------------------------------------------- */
 
-static PyObject *
-request_task_done(PyObject *op, PyObject *task)
+/* The Request object is the coroutine its asyncio.Task runs: it drives what the app call returned
+ * (a coroutine through am_send, or any awaitable's __await__ iterator) and, the moment that ends,
+ * finishes the exchange in the same step: no done callback, no extra loop iteration. The app's
+ * own coroutine still runs inside the request's Task (asyncio.current_task() is that Task). */
+
+static void
+request_finish(RequestObject *r, PyObject *exc, int cancelled)
 {
-    /* New reference to None. add_done_callback target: reports and cleans up after the app. */
-    RequestObject *r = (RequestObject *)op;
+    /* The app ended: returned (exc NULL), raised exc (borrowed), or was cancelled. Reports it and
+     * answers what the app left unanswered: a clean 500 before the response head (RFC 9110
+     * §15.6.1), an abort after it (no truncated response sent as complete). Idempotent. */
     ServerObject *s = r->server;
-    PyObject *exc = NULL, *cancelled = NULL;
+    if (!r->running) {
+        return;
+    }
+    r->running = 0;
     s->active_requests--;
     Py_CLEAR(r->task);
-    cancelled = PyObject_CallMethodNoArgs(task, r->st->s_cancelled);
-    if (cancelled == NULL) {
-        goto error;
-    }
-    if (cancelled == Py_False) {
-        exc = PyObject_CallMethodNoArgs(task, r->st->s_exception);
-        if (exc == NULL) {
-            goto error;
-        }
-    }
-    if (exc != NULL && exc != Py_None) {
+    if (exc != NULL) {
         int quiet =
             r->raised_disconnect && PyErr_GivenExceptionMatches(exc, r->st->ClientDisconnected);
         if (!quiet) {
             log_error(r, "Exception in ASGI application", exc);
         }
     }
-    else if (cancelled == Py_False && !r->response_complete && !r->disconnected && !r->failed) {
+    else if (!cancelled && !r->response_complete && !r->disconnected && !r->failed) {
         log_error(r,
                   r->resp.started ? "ASGI callable returned without completing response."
                                   : "ASGI callable returned without starting response.",
@@ -770,7 +769,6 @@ request_task_done(PyObject *op, PyObject *task)
     sk_conn_t *c = r->conn;
     if (c != NULL && !r->response_complete) {
         if (!r->resp.head_written) {
-            /* Nothing of the response left yet: a clean 500 (RFC 9110 §15.6.1). */
             if (sk_resp_error(&c->out, 500, r->is_head, sk_server_date(s)) < 0) {
                 sk_conn_close(c);
             }
@@ -784,14 +782,174 @@ request_task_done(PyObject *op, PyObject *task)
         }
     }
     wake_receiver(r);
-    Py_XDECREF(exc);
-    Py_XDECREF(cancelled);
+}
+
+static PySendResult
+request_ended(RequestObject *r, PySendResult res, PyObject **result)
+{
+    /* Turns the end of the app's coroutine into the end of the request's: a return or an
+     * Exception finishes the exchange and returns None to the Task (the exception is reported
+     * here, not left on the Task); cancellation and BaseExceptions such as KeyboardInterrupt
+     * finish it and propagate, so the Task is cancelled or the loop stops as it would have. */
+    if (res == PYGEN_NEXT) {
+        return res;
+    }
+    Py_CLEAR(r->coro);
+    if (res == PYGEN_RETURN) {
+        Py_CLEAR(*result);
+        request_finish(r, NULL, 0);
+        *result = Py_NewRef(Py_None);
+        return PYGEN_RETURN;
+    }
+    PyObject *typ, *val, *tb;
+    PyErr_Fetch(&typ, &val, &tb);
+    PyErr_NormalizeException(&typ, &val, &tb);
+    if (val != NULL && tb != NULL) {
+        PyException_SetTraceback(val, tb);
+    }
+    int cancelled = PyErr_GivenExceptionMatches(val, r->st->CancelledError);
+    int propagate = cancelled || !PyErr_GivenExceptionMatches(val, PyExc_Exception);
+    request_finish(r, cancelled ? NULL : val, cancelled);
+    if (propagate) {
+        PyErr_Restore(typ, val, tb);
+        *result = NULL;
+        return PYGEN_ERROR;
+    }
+    Py_XDECREF(typ);
+    Py_XDECREF(val);
+    Py_XDECREF(tb);
+    *result = Py_NewRef(Py_None);
+    return PYGEN_RETURN;
+}
+
+static PySendResult
+request_am_send(PyObject *op, PyObject *arg, PyObject **result)
+{
+    /* am_send: one step of the app. PYGEN_NEXT with what it yielded (new reference), PYGEN_RETURN
+     * with None, or PYGEN_ERROR with an exception set. */
+    RequestObject *r = (RequestObject *)op;
+    if (r->coro == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited request coroutine");
+        *result = NULL;
+        return PYGEN_ERROR;
+    }
+    return request_ended(r, PyIter_Send(r->coro, arg, result), result);
+}
+
+static PyObject *
+request_send_value(PyObject *op, PyObject *arg)
+{
+    /* New reference: coroutine.send(value): the yielded value, or NULL with StopIteration. */
+    PyObject *result = NULL;
+    PySendResult res = request_am_send(op, arg, &result);
+    if (res == PYGEN_RETURN) {
+        Py_DECREF(result);
+        PyErr_SetNone(PyExc_StopIteration);
+        return NULL;
+    }
+    return result;
+}
+
+static PyObject *
+request_iternext(PyObject *op)
+{
+    /* New reference: next(coroutine), as send(None). */
+    return request_send_value(op, Py_None);
+}
+
+static PyObject *
+request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* New reference: coroutine.throw(...) passed on to the app (Task.cancel() comes this way);
+     * the yielded value, or NULL with StopIteration or the exception the app let out. */
+    RequestObject *r = (RequestObject *)op;
+    PyObject *result = NULL;
+    PySendResult res;
+    if (r->coro == NULL) {
+        if (nargs > 0) {
+            PyErr_SetObject(PyExceptionInstance_Check(args[0]) ? (PyObject *)Py_TYPE(args[0])
+                                                               : args[0],
+                            PyExceptionInstance_Check(args[0]) ? args[0] : NULL);
+        }
+        return NULL;
+    }
+    PyObject *meth = PyObject_GetAttr(r->coro, r->st->s_throw);
+    if (meth == NULL) {
+        /* an __await__ iterator without throw(): the exception goes to the app as raised */
+        PyErr_Clear();
+        if (nargs > 0 && PyExceptionInstance_Check(args[0])) {
+            PyErr_SetObject((PyObject *)Py_TYPE(args[0]), args[0]);
+        }
+        else if (nargs > 0) {
+            PyErr_SetObject(args[0], nargs > 1 ? args[1] : NULL);
+        }
+        else {
+            PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument");
+        }
+        res = PYGEN_ERROR;
+    }
+    else {
+        result = PyObject_Vectorcall(meth, args, (size_t)nargs, NULL);
+        Py_DECREF(meth);
+        if (result != NULL) {
+            res = PYGEN_NEXT;
+        }
+        else if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+            PyErr_Clear();
+            result = Py_NewRef(Py_None);
+            res = PYGEN_RETURN;
+        }
+        else {
+            res = PYGEN_ERROR;
+        }
+    }
+    res = request_ended(r, res, &result);
+    if (res == PYGEN_RETURN) {
+        Py_DECREF(result);
+        PyErr_SetNone(PyExc_StopIteration);
+        return NULL;
+    }
+    return result;
+}
+
+static PyObject *
+request_close(PyObject *op, PyObject *Py_UNUSED(arg))
+{
+    /* New reference to None: coroutine.close(): closes the app's coroutine; the exchange is
+     * finished as a cancelled one (500 or abort, nothing logged). */
+    RequestObject *r = (RequestObject *)op;
+    PyObject *coro = r->coro;
+    r->coro = NULL;
+    int failed = 0;
+    if (coro != NULL) {
+        PyObject *meth = PyObject_GetAttr(coro, r->st->s_close);
+        PyObject *res = meth ? PyObject_CallNoArgs(meth) : NULL;
+        if (meth == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+        }
+        else if (res == NULL) {
+            failed = 1;
+        }
+        Py_XDECREF(meth);
+        Py_XDECREF(res);
+        Py_DECREF(coro);
+    }
+    if (failed) {
+        PyObject *typ, *val, *tb;
+        PyErr_Fetch(&typ, &val, &tb);
+        request_finish(r, NULL, 1);
+        PyErr_Restore(typ, val, tb);
+        return NULL;
+    }
+    request_finish(r, NULL, 1);
     Py_RETURN_NONE;
-error:
-    PyErr_WriteUnraisable(op);
-    Py_XDECREF(exc);
-    Py_XDECREF(cancelled);
-    Py_RETURN_NONE;
+}
+
+static PyObject *
+request_await(PyObject *op)
+{
+    /* New reference: __await__ returns the request itself (it is its own iterator). */
+    return Py_NewRef(op);
 }
 
 static PyMethodDef receive_def = {
@@ -799,7 +957,6 @@ static PyMethodDef receive_def = {
     "ASGI receive(): awaitable of the next http.request / http.disconnect event."};
 static PyMethodDef send_def = {"send", request_send, METH_O,
                                "ASGI send(message): http.response.start / http.response.body."};
-static PyMethodDef done_def = {"_task_done", request_task_done, METH_O, NULL};
 
 RequestObject *
 sk_request_new(ServerObject *s, sk_conn_t *c)
@@ -829,6 +986,30 @@ sk_request_new(ServerObject *s, sk_conn_t *c)
     return r;
 }
 
+static PyObject *
+awaitable_iter(PyObject *obj)
+{
+    /* New reference: what to drive for the app call's result obj: a coroutine itself, else its
+     * __await__() iterator; NULL with TypeError when obj is not awaitable. */
+    if (PyCoro_CheckExact(obj)) {
+        return Py_NewRef(obj);
+    }
+    PyAsyncMethods *am = Py_TYPE(obj)->tp_as_async;
+    if (am == NULL || am->am_await == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "the ASGI application returned %.100s, which is not awaitable",
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    PyObject *it = am->am_await(obj);
+    if (it != NULL && !PyIter_Check(it)) {
+        PyErr_Format(PyExc_TypeError, "__await__() returned non-iterator of type '%.100s'",
+                     Py_TYPE(it)->tp_name);
+        Py_CLEAR(it);
+    }
+    return it;
+}
+
 int
 sk_request_run(RequestObject *r)
 {
@@ -837,7 +1018,7 @@ sk_request_run(RequestObject *r)
      * answers 500. */
     sk_state *st = r->st;
     ServerObject *s = r->server;
-    PyObject *receive = NULL, *send = NULL, *coro = NULL, *task = NULL, *cb = NULL, *h = NULL;
+    PyObject *receive = NULL, *send = NULL, *ret = NULL, *task = NULL;
     PyObject *scope = r->scope; /* moved out: the app owns the scope from now on */
     int rc = -1;
     r->scope = NULL;
@@ -847,31 +1028,33 @@ sk_request_run(RequestObject *r)
         goto error;
     }
     PyObject *args[3] = {scope, receive, send};
-    coro = PyObject_Vectorcall(s->app, args, 3, NULL);
-    if (coro == NULL) {
+    ret = PyObject_Vectorcall(s->app, args, 3, NULL);
+    if (ret == NULL) {
         goto app_error;
     }
-    if (s->task_type != NULL && s->eager_budget > 0) {
-        s->eager_budget--;
-        PyObject *targs[3] = {coro, s->loop, Py_True};
-        task = PyObject_Vectorcall(s->task_type, targs, 1, s->eager_kw);
+    r->coro = awaitable_iter(ret);
+    if (r->coro == NULL) {
+        goto app_error;
+    }
+    r->running = 1;
+    s->active_requests++;
+    if (s->task_type != NULL) {
+        int eager = s->eager && s->eager_budget > 0;
+        s->eager_budget -= eager;
+        PyObject *targs[3] = {(PyObject *)r, s->loop, eager ? Py_True : Py_False};
+        task = PyObject_Vectorcall(s->task_type, targs, 1, s->task_kw);
     }
     else {
-        task = PyObject_CallMethodOneArg(s->loop, st->s_create_task, coro);
+        task = PyObject_CallMethodOneArg(s->loop, st->s_create_task, (PyObject *)r);
     }
     if (task == NULL) {
+        r->running = 0;
+        s->active_requests--;
         goto app_error;
     }
-    cb = PyCFunction_New(&done_def, (PyObject *)r);
-    if (cb == NULL) {
-        goto error;
+    if (r->running) { /* an eager start may already have finished it */
+        r->task = Py_NewRef(task);
     }
-    h = PyObject_CallMethodOneArg(task, st->s_add_done_callback, cb);
-    if (h == NULL) {
-        goto error;
-    }
-    r->task = Py_NewRef(task);
-    s->active_requests++;
     rc = 0;
     goto error;
 
@@ -886,20 +1069,20 @@ app_error : {
     Py_XDECREF(typ);
     Py_XDECREF(exc);
     Py_XDECREF(tb);
+    PyObject *coro = r->coro ? r->coro : ret;
     if (coro != NULL && PyCoro_CheckExact(coro)) {
-        PyObject *cr = PyObject_CallMethod(coro, "close", NULL);
+        PyObject *cr = PyObject_CallMethodNoArgs(coro, st->s_close);
         Py_XDECREF(cr);
         PyErr_Clear();
     }
+    Py_CLEAR(r->coro);
 }
 error:
     Py_XDECREF(scope);
     Py_XDECREF(receive);
     Py_XDECREF(send);
-    Py_XDECREF(coro);
+    Py_XDECREF(ret);
     Py_XDECREF(task);
-    Py_XDECREF(cb);
-    Py_XDECREF(h);
     return rc;
 }
 
@@ -987,6 +1170,7 @@ request_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(Py_TYPE(op));
     Py_VISIT(r->server);
     Py_VISIT(r->task);
+    Py_VISIT(r->coro);
     Py_VISIT(r->receive_waiter);
     Py_VISIT(r->drain_waiter);
     Py_VISIT(r->body);
@@ -998,8 +1182,14 @@ static int
 request_clear(PyObject *op)
 {
     RequestObject *r = (RequestObject *)op;
+    if (r->running && r->server != NULL) {
+        /* dropped unfinished (its Task was destroyed with the loop): no longer in flight */
+        r->running = 0;
+        r->server->active_requests--;
+    }
     Py_CLEAR(r->server);
     Py_CLEAR(r->task);
+    Py_CLEAR(r->coro);
     Py_CLEAR(r->receive_waiter);
     Py_CLEAR(r->drain_waiter);
     Py_CLEAR(r->body);
@@ -1021,11 +1211,25 @@ request_dealloc(PyObject *op)
     Py_DECREF(tp);
 }
 
+static PyMethodDef request_methods[] = {
+    {"send", request_send_value, METH_O, "coroutine.send(value): one step of the app."},
+    {"throw", (PyCFunction)(void (*)(void))request_throw, METH_FASTCALL,
+     "coroutine.throw(exc): raise exc inside the app (Task.cancel() comes this way)."},
+    {"close", request_close, METH_NOARGS, "coroutine.close(): close the app's coroutine."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyType_Slot request_slots[] = {
+    {Py_am_await, request_await},
+    {Py_am_send, request_am_send},
+    {Py_tp_iter, PyObject_SelfIter},
+    {Py_tp_iternext, request_iternext},
+    {Py_tp_methods, request_methods},
     {Py_tp_traverse, request_traverse},
     {Py_tp_clear, request_clear},
     {Py_tp_dealloc, request_dealloc},
-    {Py_tp_doc, (void *)"One HTTP request/response exchange (internal)."},
+    {Py_tp_doc,
+     (void *)"One HTTP request/response exchange (internal); the coroutine its Task runs."},
     {0, NULL},
 };
 

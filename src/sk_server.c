@@ -428,7 +428,7 @@ conn_parse(sk_conn_t *c, const char *data, size_t len)
     do {
         total += conn_parse_one(c, data + total, len - total);
     } while (!c->closed && !c->close_after_write && c->current == NULL && total < len &&
-             c->server->eager_budget > 0 && c->server->task_type != NULL);
+             c->server->eager_budget > 0 && c->server->eager);
     c->parsing = 0;
     if (!c->closed && sk_buf_len(&c->out) > 0) {
         (void)sk_conn_write(c);
@@ -767,10 +767,10 @@ server_start(PyObject *op, PyObject *Py_UNUSED(arg))
     if (s->context == NULL) {
         return NULL;
     }
-#if PY_VERSION_HEX >= 0x030C0000
-    /* Eager start (3.12+): the app runs up to its first real suspension inside the reactor
-     * callback, as the request's own asyncio.Task (current_task() is that task). Only when the
-     * loop has no custom task factory: a factory must see every task. */
+    /* With no custom task factory (a factory must see every task), request tasks are made by
+     * calling asyncio.Task directly. Eager start (3.12+): the app runs up to its first real
+     * suspension inside the reactor callback, as the request's own asyncio.Task (current_task()
+     * is that task). */
     PyObject *factory = PyObject_CallMethod(s->loop, "get_task_factory", NULL);
     if (factory == NULL) {
         return NULL;
@@ -784,12 +784,16 @@ server_start(PyObject *op, PyObject *Py_UNUSED(arg))
         }
         Py_XSETREF(s->task_type, PyObject_GetAttrString(asyncio, "Task"));
         Py_DECREF(asyncio);
-        Py_XSETREF(s->eager_kw, Py_BuildValue("(ss)", "loop", "eager_start"));
-        if (s->task_type == NULL || s->eager_kw == NULL) {
+#if PY_VERSION_HEX >= 0x030C0000
+        s->eager = 1;
+        Py_XSETREF(s->task_kw, Py_BuildValue("(ss)", "loop", "eager_start"));
+#else
+        Py_XSETREF(s->task_kw, Py_BuildValue("(s)", "loop"));
+#endif
+        if (s->task_type == NULL || s->task_kw == NULL) {
             return NULL;
         }
     }
-#endif
     if (listen_register(s, 1) < 0) {
         return PyErr_SetFromErrno(PyExc_OSError);
     }
@@ -1023,7 +1027,7 @@ server_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(s->context);
     Py_VISIT(s->call_soon_kw);
     Py_VISIT(s->task_type);
-    Py_VISIT(s->eager_kw);
+    Py_VISIT(s->task_kw);
     for (sk_conn_t *c = s->all_head; c != NULL; c = c->all_next) {
         Py_VISIT(c->current);
     }
@@ -1047,7 +1051,7 @@ server_clear(PyObject *op)
     Py_CLEAR(s->context);
     Py_CLEAR(s->call_soon_kw);
     Py_CLEAR(s->task_type);
-    Py_CLEAR(s->eager_kw);
+    Py_CLEAR(s->task_kw);
     return 0;
 }
 
