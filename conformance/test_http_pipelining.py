@@ -165,3 +165,36 @@ def test_keep_alive_timer_not_running_while_pipelined_requests_served(serve):
         c = srv.connect()
         c.send(b"".join(http_request("GET", f"/{i}") for i in (1, 2, 3)))
         assert [c.response().body for _ in range(3)] == [b"/1:", b"/2:", b"/3:"]
+
+
+@pytest.mark.rule("skirr-pipelining-one-write")
+def test_response_not_held_back_by_a_slow_pipelined_request(serve):
+    """/fast answers at once, /slow (pipelined behind it in the same write) sleeps 1 s: /fast's
+    response arrives long before /slow's (it is not kept for coalescing), and both in order."""
+    import time
+
+    seen = Recorder()
+    with serve(sleepy_app({"/slow": 1.0}, seen)) as srv:
+        c = srv.connect()
+        t0 = time.monotonic()
+        c.send(http_request("GET", "/fast") + http_request("GET", "/slow"))
+        first = c.response()
+        t_first = time.monotonic() - t0
+        second = c.response()
+        t_second = time.monotonic() - t0
+        assert (first.body, second.body) == (b"/fast:", b"/slow:")
+        assert t_first < 0.5 <= t_second, (t_first, t_second)
+
+
+@pytest.mark.rule("skirr-pipelining-one-write", "RFC9112-9.3.2-pipelining-order")
+def test_pipelined_batches_answered_at_once_in_order(serve, echo_app):
+    """Twenty batches of 16 pipelined requests, each batch in one write: every response exact,
+    in order (the coalesced path: the next request starts inside the previous one's send())."""
+    with serve(echo_app) as srv:
+        c = srv.connect()
+        for b in range(20):
+            c.send(b"".join(http_request("GET", f"/{b}/{i}") for i in range(16)))
+            got = [c.response() for _ in range(16)]
+            assert [(r.status, r.get(b"x-target")) for r in got] == [
+                (200, f"/{b}/{i}".encode()) for i in range(16)
+            ]

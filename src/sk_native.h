@@ -90,13 +90,14 @@ struct sk_conn {
     uint8_t closed;         /* fd closed, waiting to be reaped */
     uint8_t close_after_write; /* close once out is flushed */
     uint8_t pending;           /* on the server's pending list */
-    uint8_t in_idle;           /* on the server's timer list (deadline and timer_kind valid) */
-    uint8_t timer_kind;        /* enum sk_timer_kind */
-    uint8_t lingering;         /* half-closed by us: reading and discarding until EOF or timeout */
-    uint8_t parsing;           /* inside conn_parse: an eagerly run app's writes wait for its end */
-    uint8_t discarding;        /* reading and dropping the rest of an answered request's body */
-    double deadline;           /* monotonic seconds, while in_idle */
-    uint64_t requests;         /* requests started on this connection */
+    uint8_t out_deferred; /* out waits for the first step of the current request, not EPOLLOUT */
+    uint8_t in_idle;      /* on the server's timer list (deadline and timer_kind valid) */
+    uint8_t timer_kind;   /* enum sk_timer_kind */
+    uint8_t lingering;    /* half-closed by us: reading and discarding until EOF or timeout */
+    uint8_t parsing;      /* inside conn_parse: an eagerly run app's writes wait for its end */
+    uint8_t discarding;   /* reading and dropping the rest of an answered request's body */
+    double deadline;      /* monotonic seconds, while in_idle */
+    uint64_t requests;    /* requests started on this connection */
     sk_conn_t *idle_prev, *idle_next;
     sk_conn_t *all_prev, *all_next;
     sk_conn_t *pending_next;
@@ -119,9 +120,9 @@ struct ServerObject {
     PyObject *context;      /* contextvars.Context at start(): every app task starts from a copy */
     PyObject *call_soon_kw; /* ("context",): keyword names for loop.call_soon */
     PyObject *task_type;    /* asyncio.Task when the loop has no task factory, else NULL */
-    PyObject *task_kw; /* ("loop",) or, when eager, ("loop", "eager_start"): task_type keywords */
-    int eager;         /* apps start eagerly (3.12+, task_type set) */
-    int eager_budget;  /* eager starts left in this reactor callback */
+    PyObject *task_kw;      /* ("loop", "context"); eager: ("loop", "eager_start", "context") */
+    int eager;              /* apps start eagerly (3.12+, task_type set) */
+    int eager_budget;       /* eager starts left in this reactor callback */
     int listen_fd;
     int epfd;
     int timerfd;
@@ -166,6 +167,7 @@ struct RequestObject {
     uint8_t is_head;           /* method HEAD */
     uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app */
     uint8_t failed;            /* the response cannot be completed (abort after app error) */
+    uint8_t stepped;           /* its Task has run the app at least once */
     uint8_t running; /* the app was called and has not ended (counted in active_requests) */
     sk_resp_t resp;
 };
@@ -181,6 +183,7 @@ void sk_conn_close(sk_conn_t *c); /* close now; detaches the current request */
 void sk_conn_request_done(sk_conn_t *c, int keep_alive); /* the current response completed */
 void sk_conn_update_events(sk_conn_t *c);    /* re-derive the epoll mask (flow control) */
 void sk_conn_schedule(sk_conn_t *c);         /* parse buffered input soon (loop.call_soon) */
+void sk_conn_flush_deferred(sk_conn_t *c);   /* write output held for coalescing, if any */
 const char *sk_server_date(ServerObject *s); /* IMF-fixdate for now, cached per second */
 void sk_server_abort_response(sk_conn_t *c); /* app failed mid-response: close without completing */
 

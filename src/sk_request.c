@@ -2,8 +2,9 @@
  *
  * Owns: building the scope from the parsed head (a fresh mutable dict per request), the request's
  * body queue and receive() events, validating ASGI send() messages and handing them to the
- * serializer, 100-continue, the per-request fairness quota, and what happens when the app task
- * ends (500 before the response head, abort after it, quiet server-generated disconnects).
+ * serializer, 100-continue, the per-request fairness quota, and driving the app: the Request is
+ * the coroutine its asyncio.Task runs, so it sees the app end in the same step (500 before the
+ * response head, abort after it, quiet server-generated disconnects and cancellations).
  * Never: touches sockets directly (sk_server.c writes and closes) or parses HTTP.
  */
 #include "sk_native.h"
@@ -675,8 +676,11 @@ send_body(RequestObject *r, PyObject *msg)
     if (!more) {
         r->response_complete = 1;
     }
-    /* Inside the reactor's parse pass (eager start) the pass writes once at its end. */
-    if (!c->parsing && (sk_conn_write(c) < 0 || r->conn == NULL)) {
+    /* Inside the reactor's parse pass (eager start) the pass writes once at its end. A final
+     * body with a pipelined request buffered behind it waits too: sk_conn_request_done starts
+     * that request now and its response may leave in the same write (sk_server.c conn_parse). */
+    int follow = !more && r->resp.keep_alive && sk_buf_len(&c->in) > 0;
+    if (!c->parsing && !follow && (sk_conn_write(c) < 0 || r->conn == NULL)) {
         raise_disconnected(r);
         goto error;
     }
@@ -833,7 +837,15 @@ request_am_send(PyObject *op, PyObject *arg, PyObject **result)
         *result = NULL;
         return PYGEN_ERROR;
     }
-    return request_ended(r, PyIter_Send(r->coro, arg, result), result);
+    int first = !r->stepped;
+    r->stepped = 1;
+    PySendResult res = request_ended(r, PyIter_Send(r->coro, arg, result), result);
+    if (first && r->conn != NULL) {
+        /* Responses held for coalescing (sk_server.c conn_parse) leave now: this request did
+         * not answer within its first step. */
+        sk_conn_flush_deferred(r->conn);
+    }
+    return res;
 }
 
 static PyObject *
@@ -873,6 +885,7 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         }
         return NULL;
     }
+    r->stepped = 1;
     PyObject *meth = PyObject_GetAttr(r->coro, r->st->s_throw);
     if (meth == NULL) {
         /* an __await__ iterator without throw(): the exception goes to the app as raised */
@@ -904,6 +917,9 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     res = request_ended(r, res, &result);
+    if (r->conn != NULL) {
+        sk_conn_flush_deferred(r->conn);
+    }
     if (res == PYGEN_RETURN) {
         Py_DECREF(result);
         PyErr_SetNone(PyExc_StopIteration);
@@ -1018,7 +1034,7 @@ sk_request_run(RequestObject *r)
      * answers 500. */
     sk_state *st = r->st;
     ServerObject *s = r->server;
-    PyObject *receive = NULL, *send = NULL, *ret = NULL, *task = NULL;
+    PyObject *receive = NULL, *send = NULL, *ret = NULL, *task = NULL, *ctx = NULL;
     PyObject *scope = r->scope; /* moved out: the app owns the scope from now on */
     int rc = -1;
     r->scope = NULL;
@@ -1036,16 +1052,26 @@ sk_request_run(RequestObject *r)
     if (r->coro == NULL) {
         goto app_error;
     }
+    /* A fresh copy of the server's context, never the caller's: this may run inside the previous
+     * request's send() (a pipelined request started at once), whose context must not leak. */
+    ctx = PyContext_Copy(s->context);
+    if (ctx == NULL) {
+        goto app_error;
+    }
     r->running = 1;
     s->active_requests++;
     if (s->task_type != NULL) {
         int eager = s->eager && s->eager_budget > 0;
         s->eager_budget -= eager;
-        PyObject *targs[3] = {(PyObject *)r, s->loop, eager ? Py_True : Py_False};
+        PyObject *targs[4] = {(PyObject *)r, s->loop, ctx, ctx};
+        if (s->eager) {
+            targs[2] = eager ? Py_True : Py_False;
+        }
         task = PyObject_Vectorcall(s->task_type, targs, 1, s->task_kw);
     }
     else {
-        task = PyObject_CallMethodOneArg(s->loop, st->s_create_task, (PyObject *)r);
+        PyObject *targs[3] = {s->loop, (PyObject *)r, ctx};
+        task = PyObject_VectorcallMethod(st->s_create_task, targs, 2, s->call_soon_kw);
     }
     if (task == NULL) {
         r->running = 0;
@@ -1083,6 +1109,7 @@ error:
     Py_XDECREF(send);
     Py_XDECREF(ret);
     Py_XDECREF(task);
+    Py_XDECREF(ctx);
     return rc;
 }
 

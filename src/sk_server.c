@@ -3,7 +3,9 @@
  * Owns: accepting (accept4), reading (one recv per readiness: the short-read rule), feeding the
  * sans-I/O parser, the per-connection output buffer and EPOLLOUT, flow control (which connections
  * are read), the keep-alive/linger timer (one timerfd in the same epoll set, one sweep per tick),
- * refusals (the one error sink: refuse()), and connection lifetime. One epoll descriptor is
+ * refusals (the one error sink: refuse()), pipelining (the next buffered request starts as the
+ * previous response completes; responses that follow each other at once leave in one write), and
+ * connection lifetime. One epoll descriptor is
  * registered with the running loop through loop.add_reader, so asyncio and uvloop only wake it.
  * Never: builds scopes or talks ASGI (sk_request.c does); frees a connection while a frame may
  * still hold it (closed connections are reaped at the end of each entry point: server_reap()).
@@ -145,7 +147,7 @@ sk_conn_update_events(sk_conn_t *c)
              !(r != NULL && r->body_buffered >= SK_BODY_HIGH_WATER)) {
         want |= EPOLLIN;
     }
-    if (sk_buf_len(&c->out) > 0) {
+    if (sk_buf_len(&c->out) > 0 && !c->out_deferred) {
         want |= EPOLLOUT;
     }
     if (want != c->epoll_events) {
@@ -232,6 +234,7 @@ sk_conn_write(sk_conn_t *c)
 {
     int progress = 0;
     int was_high = sk_buf_len(&c->out) >= SK_WRITE_HIGH_WATER;
+    c->out_deferred = 0;
     while (sk_buf_len(&c->out) > 0) {
         ssize_t n = send(c->fd, sk_buf_head(&c->out), sk_buf_len(&c->out), MSG_NOSIGNAL);
         if (n > 0) {
@@ -431,7 +434,16 @@ conn_parse(sk_conn_t *c, const char *data, size_t len)
              c->server->eager_budget > 0 && c->server->eager);
     c->parsing = 0;
     if (!c->closed && sk_buf_len(&c->out) > 0) {
-        (void)sk_conn_write(c);
+        RequestObject *r = c->current;
+        if (!c->close_after_write && r != NULL && !r->stepped) {
+            /* Responses to pipelined requests wait for the first step of the request just
+             * started: if it answers at once, they all leave in one write; if not, that step's
+             * end writes them (sk_conn_flush_deferred). */
+            c->out_deferred = 1;
+        }
+        else {
+            (void)sk_conn_write(c);
+        }
     }
     return total;
 }
@@ -541,7 +553,20 @@ sk_conn_request_done(sk_conn_t *c, int keep_alive)
         conn_arm_idle(c);
     }
     if (sk_buf_len(&c->in) > 0) {
-        sk_conn_schedule(c);
+        if (c->parsing) {
+            sk_conn_schedule(c); /* the pass on the stack owns the input */
+        }
+        else {
+            /* A pipelined request is buffered: start it now rather than a loop iteration later.
+             * Lazily (this may run inside the previous app's send()): its app never runs nested
+             * in another's; its Task gets a fresh copy of the server's context, not the caller's.
+             * The response just completed waits in out (see conn_parse). */
+            int budget = s->eager_budget;
+            s->eager_budget = 0;
+            conn_process_buffered(c);
+            s->eager_budget = budget;
+            return;
+        }
     }
     sk_conn_update_events(c);
 }
@@ -596,6 +621,17 @@ sk_conn_schedule(sk_conn_t *c)
         }
         Py_DECREF(h);
         s->pending_scheduled = 1;
+    }
+}
+
+void
+sk_conn_flush_deferred(sk_conn_t *c)
+{
+    if (c->closed || !c->out_deferred || c->parsing) {
+        return; /* inside a parse pass, the pass writes at its end */
+    }
+    if (sk_conn_write(c) == 0) {
+        sk_conn_update_events(c);
     }
 }
 
@@ -786,9 +822,9 @@ server_start(PyObject *op, PyObject *Py_UNUSED(arg))
         Py_DECREF(asyncio);
 #if PY_VERSION_HEX >= 0x030C0000
         s->eager = 1;
-        Py_XSETREF(s->task_kw, Py_BuildValue("(ss)", "loop", "eager_start"));
+        Py_XSETREF(s->task_kw, Py_BuildValue("(sss)", "loop", "eager_start", "context"));
 #else
-        Py_XSETREF(s->task_kw, Py_BuildValue("(s)", "loop"));
+        Py_XSETREF(s->task_kw, Py_BuildValue("(ss)", "loop", "context"));
 #endif
         if (s->task_type == NULL || s->task_kw == NULL) {
             return NULL;
