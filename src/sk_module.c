@@ -301,11 +301,22 @@ sk_exec(PyObject *module)
         goto error;
     }
     /* Immutable values common to most requests; per-request values replace them. */
+    /* Every key a request scope always has is in the prototype (None where build_scope sets a
+     * per-request value), so the copy is sized once and filling it replaces values: no insertion,
+     * no resize. */
     st->scope_proto = PyDict_New();
     if (st->scope_proto == NULL || PyDict_SetItem(st->scope_proto, st->s_type, st->s_http) < 0 ||
+        PyDict_SetItem(st->scope_proto, st->s_asgi, Py_None) < 0 ||
         PyDict_SetItem(st->scope_proto, st->s_http_version, st->s_1_1) < 0 ||
-        PyDict_SetItemString(st->scope_proto, "scheme", st->s_http) < 0) {
+        PyDict_SetItem(st->scope_proto, st->s_scheme, st->s_http) < 0) {
         goto error;
+    }
+    PyObject *per_request[] = {st->s_method,    st->s_path,    st->s_raw_path, st->s_query_string,
+                               st->s_root_path, st->s_headers, st->s_client,   st->s_server};
+    for (size_t i = 0; i < sizeof(per_request) / sizeof(per_request[0]); i++) {
+        if (PyDict_SetItem(st->scope_proto, per_request[i], Py_None) < 0) {
+            goto error;
+        }
     }
     /* llhttp_method_name() aborts on ids outside its table, so walk llhttp's own method map. */
 #define SK_METHOD(num, name, string)                                          \
