@@ -3,7 +3,7 @@
 BENCH_RUN := $(VPY) bench/run.py
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-syscalls
+.PHONY: bench bench-quick bench-syscalls bench-callgrind
 
 # The full matrix (about 80 minutes), only on a build that passes the conformance suite; writes the
 # raw results to bench/results/ and the summary to bench/RESULTS.md.
@@ -19,6 +19,15 @@ bench-quick: build
 	$(BENCH_RUN) matrix --profile quick $(BENCH_ARGS)
 
 # 1,001 sequential tiny requests on one keep-alive connection, traced with strace: skirr passes with
-# <= 1,010 receive calls, no EAGAIN and exactly 1,001 send calls (the C limit is traced as a control).
+# <= 1,010 receive calls, no EAGAIN and exactly 1,001 send calls; then 100 batches of 16 pipelined
+# requests on a second connection: exactly 100 send calls, one per batch (the C limit is traced as
+# a control).
 bench-syscalls: build
 	$(BENCH_RUN) syscalls
+
+# Instructions per request (Python, C and libc; not the kernel) under callgrind, for raw_get
+# sequential and pipelined: a deterministic figure to compare a hot-path change before and after
+# (about 3 minutes). Extra options in CALLGRIND_ARGS, e.g. CALLGRIND_ARGS='--n 4000'.
+CALLGRIND_ARGS ?=
+bench-callgrind: build
+	$(BENCH_RUN) callgrind $(CALLGRIND_ARGS)

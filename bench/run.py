@@ -15,6 +15,7 @@ taken within the same round. Only the standard library is used here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import json
@@ -38,7 +39,8 @@ ROOT = BENCH.parent
 APPS = BENCH / "apps"
 BUILD = BENCH / "build"
 RESULTS = BENCH / "results"
-SKIRR_VENV = Path(os.environ.get("SKIRR_VENV", ROOT / ".venv"))
+LEVERS = BENCH / "LEVERS.md"  # hand-written: the hot-path levers tried, kept or rejected, and why
+SKIRR_VENV = Path(os.environ.get("SKIRR_VENV", ROOT / ".venv")).absolute()
 PEERS_VENV = Path(os.environ.get("BENCH_PEERS_VENV", BENCH / ".venv-peers"))
 PEERS_FILE = BENCH / "peers.txt"
 SERVER_CPU = "0"
@@ -54,6 +56,7 @@ BIG = raw_apps.BIG
 POST_BODY = b"0123456789abcdef" * 256  # 4 KiB, the same bytes the wrk script sends
 JSON_BODY = b'{"id":1,"name":"widget","price":9.99,"tags":["a","b"]}'
 PIPELINE_DEPTH = 16
+PIPELINE_BATCHES = 100  # the syscall gate's pipelined phase: batches of PIPELINE_DEPTH requests
 
 # name -> app (module:attr in bench/apps), request path, method, request body, exact response body
 WORKLOADS = {
@@ -100,6 +103,7 @@ def log(*args):
 
 
 DEBIAN_TOOLS = {"wrk": "wrk", "h2load": "nghttp2-client", "nginx": "nginx-light",
+                "valgrind": "valgrind", "callgrind_control": "valgrind",
                 "strace": "strace", "gcc": "gcc", "taskset": "util-linux"}
 
 
@@ -1283,6 +1287,8 @@ def render_report(result, agg, cmp, status):
         if r["ok"]:
             L.append(f"| {s} | {r['rss_mib']:.1f} | {r['pss_mib']:.1f} | {r['processes']} |")
     L.append("")
+    if LEVERS.exists():
+        L.append("\n" + LEVERS.read_text().strip() + "\n")
     return "\n".join(L)
 
 
@@ -1353,7 +1359,10 @@ def listening(port):
     return False
 
 
-def syscall_gate(name, requests, outdir):
+def syscall_gate(name, requests, outdir, batches=PIPELINE_BATCHES):
+    """Traces the server with strace while one keep-alive connection makes `requests` sequential
+    requests, then a second one sends `batches` batches of PIPELINE_DEPTH pipelined requests (each
+    batch in one write, every response read before the next batch)."""
     port = free_port()
     trace = Path(outdir) / f"strace-{name}.txt"
     builder = SERVERS[name][0]
@@ -1379,6 +1388,15 @@ def syscall_gate(name, requests, outdir):
             good += status == 200 and body == HELLO
         c.close()
         out["good_responses"] = good
+        c = Conn(port)
+        good = 0
+        for _ in range(batches):
+            c.sock.sendall(req * PIPELINE_DEPTH)
+            for _ in range(PIPELINE_DEPTH):
+                status, _, body = c.read_response()
+                good += status == 200 and body == HELLO
+        c.close()
+        out["pipelined_good"] = good
         time.sleep(0.5)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
@@ -1395,12 +1413,17 @@ def syscall_gate(name, requests, outdir):
     if not conns:
         out.update(ok=False, error="no accepted connection in the trace")
         return out
-    conn = max(conns, key=lambda k: k["send"])
+    conn = conns[0]  # accepted first: the sequential connection
     out.update(conn)
     out["connections_seen"] = len(conns)
     out["all_syscalls"] = dict(sorted(totals.items(), key=lambda kv: -kv[1]))
     out["ok"] = (out["good_responses"] == requests and conn["recv"] <= requests + 9
                  and conn["recv_eagain"] == 0 and conn["send"] == requests)
+    pipe = conns[1] if len(conns) > 1 else {}
+    out["pipelined"] = {"batches": batches, "depth": PIPELINE_DEPTH, "recv": pipe.get("recv"),
+                        "send": pipe.get("send"), "send_eagain": pipe.get("send_eagain")}
+    out["pipelined_ok"] = (out.get("pipelined_good") == batches * PIPELINE_DEPTH
+                           and pipe.get("send") == batches)
     return out
 
 
@@ -1431,9 +1454,14 @@ def cmd_syscalls(args):
         top = sorted(r.get("window", {}).items(), key=lambda kv: -kv[1])[:12]
         print(f"  every syscall of the server while that connection was open (top): "
               f"{', '.join(f'{k} {v}' for k, v in top)}")
+        p = r.get("pipelined", {})
+        print(f"  pipelined: {p.get('batches')} batches of {p.get('depth')} requests, each in one "
+              f"write: {r.get('pipelined_good', 0)} exact responses; send calls {p.get('send')} "
+              f"(exactly {p.get('batches')}: one write per batch), receive calls {p.get('recv')} "
+              f"-> {'PASS' if r.get('pipelined_ok') else 'FAIL'}")
         if r.get("error"):
             print(f"  error: {r['error']}")
-        if name == "skirr" and not r.get("ok"):
+        if name == "skirr" and not (r.get("ok") and r.get("pipelined_ok")):
             rc = 1
     (outdir / "syscalls.json").write_text(json.dumps(results, indent=1))
     print(f"trace and counts in {outdir.relative_to(ROOT)}")
@@ -1451,6 +1479,102 @@ def cmd_setup(args):
     build_limit()
     for g, r in res.items():
         print(f"{g}: {'ok' if r['ok'] else 'FAILED: ' + r['error'][-400:]}")
+    return 0
+
+
+def callgrind_ir(path):
+    """Instructions executed (Ir) in one callgrind dump file."""
+    m = re.search(r"^(?:summary|totals): (\d+)", Path(path).read_text(errors="replace"), re.M)
+    return int(m.group(1)) if m else None
+
+
+def cmd_callgrind(args):
+    """Instructions per request in the whole skirr process (Python, C, libc; not the kernel) under
+    callgrind: deterministic, unlike timings on a noisy machine, so a hot-path change shows its
+    cost as a difference of counts. Phases, each dumped separately after a warm-up: `n` sequential
+    raw_get requests on one keep-alive connection, then `n` more as batches of PIPELINE_DEPTH
+    pipelined requests."""
+    ensure_tools(["valgrind", "callgrind_control"])
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    outdir = RESULTS / f"{stamp}-callgrind"
+    outdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    out_file = outdir / "callgrind.out"
+    argv = ["valgrind", "--tool=callgrind", "--compress-strings=no", "--compress-pos=no",
+            f"--callgrind-out-file={out_file}"] + \
+        skirr_argv("raw_apps:raw", port)
+    env = dict(os.environ, PYTHONPATH=str(APPS))
+    proc = subprocess.Popen(argv, cwd=APPS, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    n, phases = args.n, []
+
+    def control(flag):
+        subprocess.run(["callgrind_control", flag, str(proc.pid)], check=True, timeout=120,
+                       stdout=subprocess.DEVNULL)
+
+    try:
+        deadline = time.monotonic() + 180
+        while not listening(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("callgrind: skirr did not start: " + proc.stderr.read().decode()[-800:])
+            time.sleep(0.2)
+        c = Conn(port, timeout=60)
+        req = c.request_bytes("GET", "/")
+        for _ in range(200):  # warm-up: imports, caches, the first allocations
+            c.sock.sendall(req)
+            c.read_response()
+        control("-z")
+        good = 0
+        for _ in range(n):
+            c.sock.sendall(req)
+            status, _, body = c.read_response()
+            good += status == 200 and body == HELLO
+        control("-d")
+        phases.append(("raw_get, sequential on one connection", good))
+        good = 0
+        for _ in range(n // PIPELINE_DEPTH):
+            c.sock.sendall(req * PIPELINE_DEPTH)
+            for _ in range(PIPELINE_DEPTH):
+                status, _, body = c.read_response()
+                good += status == 200 and body == HELLO
+        control("-d")
+        phases.append((f"raw_get, pipelined {PIPELINE_DEPTH} per write", good))
+        c.close()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    rc = 0
+    results = []
+    for i, (label, good) in enumerate(phases, 1):
+        ir = callgrind_ir(f"{out_file}.{i}")
+        expected = n if i == 1 else n // PIPELINE_DEPTH * PIPELINE_DEPTH
+        ok = ir is not None and good == expected
+        rc |= not ok
+        results.append({"phase": label, "requests": good, "ir": ir,
+                        "ir_per_request": ir / good if ir and good else None, "ok": ok})
+        print(f"{label}: {good}/{expected} exact responses, "
+              f"{ir / good if ir and good else float('nan'):,.0f} instructions per request")
+    (outdir / "callgrind.json").write_text(json.dumps({"commit": git_commit(), "phases": results},
+                                                      indent=1))
+    print(f"dumps in {outdir.relative_to(ROOT)} (callgrind_annotate <dump> for the profile)")
+    return rc
+
+
+def cmd_report(args):
+    """Re-renders the report of a finished matrix run from its results.json."""
+    d = Path(args.results)
+    result = json.loads((d / "results.json").read_text())
+    runs = result["runs"]
+    agg = aggregate(runs, result["meta"]["config"]["rounds"])
+    report = render_report(result, agg, compare(runs), result["meta"]["not_measured"])
+    (d / "report.md").write_text(report)
+    if args.summary:
+        Path(args.summary).write_text(report)
+    print(report)
     return 0
 
 
@@ -1479,6 +1603,11 @@ def main():
     st = sub.add_parser("setup", help="install the peers and tools, build the limit")
     st.add_argument("--servers")
     st.add_argument("--reinstall", action="store_true")
+    cg = sub.add_parser("callgrind", help="instructions per request under callgrind")
+    cg.add_argument("--n", type=int, default=2000, help="requests per phase")
+    rp = sub.add_parser("report", help="re-render a finished matrix run's report (results.json)")
+    rp.add_argument("results", help="the run's folder under bench/results/")
+    rp.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md)")
     a = sub.add_parser("app-cpu", help=argparse.SUPPRESS)
     a.add_argument("--workload", required=True)
     a.add_argument("--n", type=int, default=20000)
@@ -1489,6 +1618,10 @@ def main():
         return cmd_syscalls(args)
     if args.cmd == "setup":
         return cmd_setup(args)
+    if args.cmd == "report":
+        return cmd_report(args)
+    if args.cmd == "callgrind":
+        return cmd_callgrind(args)
     return cmd_app_cpu(args)
 
 
