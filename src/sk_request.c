@@ -849,17 +849,40 @@ request_am_send(PyObject *op, PyObject *arg, PyObject **result)
 }
 
 static PyObject *
-request_send_value(PyObject *op, PyObject *arg)
+as_method_result(PySendResult res, PyObject *result)
 {
-    /* New reference: coroutine.send(value): the yielded value, or NULL with StopIteration. */
-    PyObject *result = NULL;
-    PySendResult res = request_am_send(op, arg, &result);
+    /* New reference (result is stolen): a send()/throw() method's answer for an am_send-style
+     * outcome: the yielded value, or NULL with StopIteration on return (or the error set). */
     if (res == PYGEN_RETURN) {
         Py_DECREF(result);
         PyErr_SetNone(PyExc_StopIteration);
         return NULL;
     }
     return result;
+}
+
+static void
+raise_thrown(PyObject *const *args, Py_ssize_t nargs)
+{
+    /* Sets the exception coroutine.throw(args) names: an instance, or a type and value. */
+    if (nargs == 0) {
+        PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument");
+    }
+    else if (PyExceptionInstance_Check(args[0])) {
+        PyErr_SetObject((PyObject *)Py_TYPE(args[0]), args[0]);
+    }
+    else {
+        PyErr_SetObject(args[0], nargs > 1 ? args[1] : NULL);
+    }
+}
+
+static PyObject *
+request_send_value(PyObject *op, PyObject *arg)
+{
+    /* New reference: coroutine.send(value): the yielded value, or NULL with StopIteration. */
+    PyObject *result = NULL;
+    PySendResult res = request_am_send(op, arg, &result);
+    return as_method_result(res, result);
 }
 
 static PyObject *
@@ -878,11 +901,7 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     PyObject *result = NULL;
     PySendResult res;
     if (r->coro == NULL) {
-        if (nargs > 0) {
-            PyErr_SetObject(PyExceptionInstance_Check(args[0]) ? (PyObject *)Py_TYPE(args[0])
-                                                               : args[0],
-                            PyExceptionInstance_Check(args[0]) ? args[0] : NULL);
-        }
+        raise_thrown(args, nargs);
         return NULL;
     }
     r->stepped = 1;
@@ -890,15 +909,7 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     if (meth == NULL) {
         /* an __await__ iterator without throw(): the exception goes to the app as raised */
         PyErr_Clear();
-        if (nargs > 0 && PyExceptionInstance_Check(args[0])) {
-            PyErr_SetObject((PyObject *)Py_TYPE(args[0]), args[0]);
-        }
-        else if (nargs > 0) {
-            PyErr_SetObject(args[0], nargs > 1 ? args[1] : NULL);
-        }
-        else {
-            PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument");
-        }
+        raise_thrown(args, nargs);
         res = PYGEN_ERROR;
     }
     else {
@@ -920,12 +931,7 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     if (r->conn != NULL) {
         sk_conn_flush_deferred(r->conn);
     }
-    if (res == PYGEN_RETURN) {
-        Py_DECREF(result);
-        PyErr_SetNone(PyExc_StopIteration);
-        return NULL;
-    }
-    return result;
+    return as_method_result(res, result);
 }
 
 static PyObject *
