@@ -837,12 +837,11 @@ request_am_send(PyObject *op, PyObject *arg, PyObject **result)
         *result = NULL;
         return PYGEN_ERROR;
     }
-    int first = !r->stepped;
     r->stepped = 1;
     PySendResult res = request_ended(r, PyIter_Send(r->coro, arg, result), result);
-    if (first && r->conn != NULL) {
+    if (r->conn != NULL) {
         /* Responses held for coalescing (sk_server.c conn_parse) leave now: this request did
-         * not answer within its first step. */
+         * not answer within its first step (no-op unless output is held). */
         sk_conn_flush_deferred(r->conn);
     }
     return res;
