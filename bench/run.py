@@ -15,7 +15,6 @@ taken within the same round. Only the standard library is used here.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import hashlib
 import json
@@ -1359,6 +1358,56 @@ def listening(port):
     return False
 
 
+def start_under(argv, port, timeout):
+    """Starts a server whose argv wraps it in a tracer (strace, valgrind); returns the process once
+    the port listens. RuntimeError with its stderr tail if it exits or times out first."""
+    env = dict(os.environ, PYTHONPATH=str(APPS))
+    proc = subprocess.Popen(argv, cwd=APPS, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while not listening(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_group(proc)
+            raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-800:])
+        time.sleep(0.05)
+    return proc
+
+
+def stop_group(proc):
+    """SIGINT, then SIGTERM, then SIGKILL to the process group until it exits."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(60 if sig == signal.SIGINT else 8)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def exact_sequential(c, req, n):
+    """n requests one after another on connection c; how many answered 200 with HELLO."""
+    good = 0
+    for _ in range(n):
+        c.sock.sendall(req)
+        status, _, body = c.read_response()
+        good += status == 200 and body == HELLO
+    return good
+
+
+def exact_pipelined(c, req, batches):
+    """batches of PIPELINE_DEPTH requests, each batch in one write, every response read before the
+    next batch; how many answered 200 with HELLO."""
+    good = 0
+    for _ in range(batches):
+        c.sock.sendall(req * PIPELINE_DEPTH)
+        for _ in range(PIPELINE_DEPTH):
+            status, _, body = c.read_response()
+            good += status == 200 and body == HELLO
+    return good
+
+
 def syscall_gate(name, requests, outdir, batches=PIPELINE_BATCHES):
     """Traces the server with strace while one keep-alive connection makes `requests` sequential
     requests, then a second one sends `batches` batches of PIPELINE_DEPTH pipelined requests (each
@@ -1369,45 +1418,21 @@ def syscall_gate(name, requests, outdir, batches=PIPELINE_BATCHES):
     tmp = tempfile.mkdtemp(prefix="bench-sys-")
     argv = builder("raw_apps:raw", port, tmp) if name == "nginx" else builder("raw_apps:raw", port)
     full = ["strace", "-f", "-qq", "-o", str(trace), "--", "taskset", "-c", SERVER_CPU] + argv
-    env = dict(os.environ, PYTHONPATH=str(APPS))
-    proc = subprocess.Popen(full, cwd=APPS, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
     out = {"server": name, "requests": requests}
+    proc = None
     try:
-        deadline = time.monotonic() + 60
-        while not listening(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-500:])
-            time.sleep(0.05)
+        proc = start_under(full, port, 60)
         c = Conn(port)
         req = c.request_bytes("GET", "/")
-        good = 0
-        for _ in range(requests):
-            c.sock.sendall(req)
-            status, _, body = c.read_response()
-            good += status == 200 and body == HELLO
+        out["good_responses"] = exact_sequential(c, req, requests)
         c.close()
-        out["good_responses"] = good
         c = Conn(port)
-        good = 0
-        for _ in range(batches):
-            c.sock.sendall(req * PIPELINE_DEPTH)
-            for _ in range(PIPELINE_DEPTH):
-                status, _, body = c.read_response()
-                good += status == 200 and body == HELLO
+        out["pipelined_good"] = exact_pipelined(c, req, batches)
         c.close()
-        out["pipelined_good"] = good
         time.sleep(0.5)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, sig)
-                proc.wait(8)
-                break
-            except ProcessLookupError:
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        if proc is not None:
+            stop_group(proc)
         shutil.rmtree(tmp, ignore_errors=True)
     conns, totals = parse_strace(trace)
     if not conns:
@@ -1503,50 +1528,29 @@ def cmd_callgrind(args):
     argv = ["valgrind", "--tool=callgrind", "--compress-strings=no", "--compress-pos=no",
             f"--callgrind-out-file={out_file}"] + \
         skirr_argv("raw_apps:raw", port)
-    env = dict(os.environ, PYTHONPATH=str(APPS))
-    proc = subprocess.Popen(argv, cwd=APPS, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
     n, phases = args.n, []
+    try:
+        proc = start_under(argv, port, 180)
+    except RuntimeError as exc:
+        raise SystemExit(f"callgrind: {exc}") from None
 
     def control(flag):
         subprocess.run(["callgrind_control", flag, str(proc.pid)], check=True, timeout=120,
                        stdout=subprocess.DEVNULL)
 
     try:
-        deadline = time.monotonic() + 180
-        while not listening(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("callgrind: skirr did not start: " + proc.stderr.read().decode()[-800:])
-            time.sleep(0.2)
         c = Conn(port, timeout=60)
         req = c.request_bytes("GET", "/")
-        for _ in range(200):  # warm-up: imports, caches, the first allocations
-            c.sock.sendall(req)
-            c.read_response()
+        exact_sequential(c, req, 200)  # warm-up: imports, caches, the first allocations
         control("-z")
-        good = 0
-        for _ in range(n):
-            c.sock.sendall(req)
-            status, _, body = c.read_response()
-            good += status == 200 and body == HELLO
+        phases.append(("raw_get, sequential on one connection", exact_sequential(c, req, n)))
         control("-d")
-        phases.append(("raw_get, sequential on one connection", good))
-        good = 0
-        for _ in range(n // PIPELINE_DEPTH):
-            c.sock.sendall(req * PIPELINE_DEPTH)
-            for _ in range(PIPELINE_DEPTH):
-                status, _, body = c.read_response()
-                good += status == 200 and body == HELLO
+        phases.append((f"raw_get, pipelined {PIPELINE_DEPTH} per write",
+                       exact_pipelined(c, req, n // PIPELINE_DEPTH)))
         control("-d")
-        phases.append((f"raw_get, pipelined {PIPELINE_DEPTH} per write", good))
         c.close()
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc)
     rc = 0
     results = []
     for i, (label, good) in enumerate(phases, 1):
