@@ -12,8 +12,8 @@ TEST_DEPS := pytest pytest-timeout h11 hypothesis uvloop fastapi pydantic
 PY_EXE := $(shell $(PY) -c 'import sys; print(sys.executable, sys.version.split()[0])' 2>/dev/null)
 PY_ID := $(PY_EXE) $(TEST_DEPS)
 
-SK_SOURCES := $(wildcard src/sk_*.c src/sk_*.h src/skirr/*.py src/skirr/*.pyi)
-CORE_SOURCES := src/sk_core.c src/sk_http.c src/sk_resp.c
+SK_SOURCES := $(wildcard src/core/*.c src/core/*.h src/ext/*.c src/ext/*.h src/skirr/*.py src/skirr/*.pyi)
+CORE_SOURCES := $(wildcard src/core/*.c)
 LLHTTP_FETCH := $(PY) scripts/fetch_llhttp.py
 LLHTTP_OBJ_DIR := build/test-c/llhttp
 
@@ -61,8 +61,8 @@ test-c:
 	  fi; \
 	  objs="$$objs $$obj"; \
 	done; \
-	echo "$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc $(CORE_SOURCES) src/test/test_core.c -o build/test_core"; \
-	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc $$cflags $(CORE_SOURCES) src/test/test_core.c \
+	echo "$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core $(CORE_SOURCES) src/core/test/test_core.c -o build/test_core"; \
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core $$cflags $(CORE_SOURCES) src/core/test/test_core.c \
 	  $$objs $$libs -o build/test_core; \
 	build/test_core
 

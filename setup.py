@@ -1,6 +1,7 @@
 """Build script for skirr's C extension ``skirr._native`` (metadata lives in pyproject.toml).
 
-The extension is every ``src/sk_*.c``, compiled with ``-std=c11 -O2 -Wall -Wextra -Werror``.
+The extension is every ``src/core/*.c`` (the byte-level core) and ``src/ext/*.c`` (the CPython
+extension), compiled with ``-std=c11 -O2 -Wall -Wextra -Werror``.
 llhttp comes from ``scripts/fetch_llhttp.py``: the system library through pkg-config, else the
 pinned, sha256-checked PyPI sdist, whose sources are compiled here to objects WITHOUT -Werror
 (they are not skirr's code) and linked in as extra objects.
@@ -62,9 +63,10 @@ class BuildExt(build_ext):
 
 def _sources():
     os.chdir(HERE)
-    sources = sorted(glob.glob(os.path.join("src", "sk_*.c")))
+    sources = sorted(glob.glob(os.path.join("src", "core", "*.c")))
+    sources += sorted(glob.glob(os.path.join("src", "ext", "*.c")))
     if not sources:
-        sys.exit("skirr build: no src/sk_*.c found")
+        sys.exit("skirr build: no src/core/*.c or src/ext/*.c found")
     return sources
 
 
@@ -73,8 +75,8 @@ setup(
         Extension(
             "skirr._native",
             sources=_sources(),
-            depends=sorted(glob.glob(os.path.join("src", "sk_*.h"))),
-            include_dirs=["src"],
+            depends=sorted(glob.glob(os.path.join("src", "*", "*.h"))),
+            include_dirs=[os.path.join("src", "core"), os.path.join("src", "ext")],
             extra_compile_args=SK_CFLAGS,
         )
     ],

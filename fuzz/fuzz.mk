@@ -21,8 +21,8 @@ FUZZ_CLANG ?= clang
 FUZZ_AFL_CC ?= afl-clang-fast
 FUZZ_SANITIZE ?= -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS ?= -std=c11 -g -O1 -fno-omit-frame-pointer
-FUZZ_CORE := src/sk_core.c src/sk_http.c src/sk_resp.c
-FUZZ_CORE_DEPS := $(FUZZ_CORE) src/sk_core.h src/sk_http.h src/sk_resp.h
+FUZZ_CORE := $(wildcard src/core/*.c)
+FUZZ_CORE_DEPS := $(FUZZ_CORE) $(wildcard src/core/*.h)
 
 # llhttp is located in the recipes only (recursive variables), so merely reading this file never
 # downloads anything.
@@ -49,12 +49,12 @@ fuzz-seeds:
 # libFuzzer: the harness, the core and llhttp all instrumented, with ASan and UBSan.
 $(FUZZ_DIR)/%/libfuzzer: fuzz/fuzz_%.c $(FUZZ_CORE_DEPS) fuzz/fuzz.mk
 	@mkdir -p $(@D)
-	$(FUZZ_CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_SANITIZE) -Isrc $(fuzz_llhttp_cflags) \
+	$(FUZZ_CLANG) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(FUZZ_SANITIZE) -Isrc/core $(fuzz_llhttp_cflags) \
 	  $< $(FUZZ_CORE) $(fuzz_llhttp_sources) -o $@ -w
 
 # AFL++: the same harness behind fuzz/afl_driver.c (persistent mode, shared-memory test cases),
 # with ASan and UBSan (AFL_USE_ASAN/AFL_USE_UBSAN).
 $(FUZZ_DIR)/%/afl-bin: fuzz/fuzz_%.c fuzz/afl_driver.c $(FUZZ_CORE_DEPS) fuzz/fuzz.mk
 	@mkdir -p $(@D)
-	AFL_USE_ASAN=1 AFL_USE_UBSAN=1 AFL_QUIET=1 $(FUZZ_AFL_CC) $(FUZZ_CFLAGS) -Isrc \
+	AFL_USE_ASAN=1 AFL_USE_UBSAN=1 AFL_QUIET=1 $(FUZZ_AFL_CC) $(FUZZ_CFLAGS) -Isrc/core \
 	  $(fuzz_llhttp_cflags) $< fuzz/afl_driver.c $(FUZZ_CORE) $(fuzz_llhttp_sources) -o $@ -w

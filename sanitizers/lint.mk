@@ -12,19 +12,29 @@ LINT_TIDY ?= clang-tidy
 LINT_FORMAT ?= clang-format
 LINT_PY ?= python3
 LINT_LLHTTP ?= python3 scripts/fetch_llhttp.py
-LINT_C := $(wildcard src/*.c src/test/*.c fuzz/*.c)
-LINT_H := $(wildcard src/*.h)
+LINT_C := $(wildcard src/core/*.c src/core/test/*.c src/ext/*.c fuzz/*.c)
+LINT_H := $(wildcard src/core/*.h src/ext/*.h)
 
-.PHONY: lint lint-tidy lint-format format
+.PHONY: lint lint-layers lint-tidy lint-format format
 
-lint: lint-tidy lint-format
+lint: lint-layers lint-tidy lint-format
+
+# The byte-level core (src/core/) is plain C: it must never include Python.h or any header of
+# the extension (src/ext/), so fuzzers, sanitizers and the C unit tests can drive it alone.
+LINT_EXT_H := $(notdir $(wildcard src/ext/*.h))
+lint-layers:
+	@bad=$$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](Python\.h|$(subst $(eval) ,|,$(LINT_EXT_H)))[">]' \
+	  src/core/*.c src/core/*.h src/core/test/*.c); \
+	if [ -n "$$bad" ]; then \
+	  echo "lint: the core (src/core/) includes Python.h or an extension header:"; echo "$$bad"; exit 1; \
+	fi; echo "lint-layers: src/core/ includes neither Python.h nor src/ext/ headers"
 
 lint-tidy:
 	@set -e; \
 	pyinc=$$($(LINT_PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
 	cflags="$$($(LINT_LLHTTP) --cflags)"; \
-	echo "$(LINT_TIDY) --quiet $(LINT_C) -- -std=c11 -Isrc -I$$pyinc $$cflags"; \
-	$(LINT_TIDY) --quiet $(LINT_C) -- -std=c11 -Isrc -I$$pyinc $$cflags
+	echo "$(LINT_TIDY) --quiet $(LINT_C) -- -std=c11 -Isrc/core -Isrc/ext -I$$pyinc $$cflags"; \
+	$(LINT_TIDY) --quiet $(LINT_C) -- -std=c11 -Isrc/core -Isrc/ext -I$$pyinc $$cflags
 
 lint-format:
 	$(LINT_FORMAT) --dry-run --Werror $(LINT_C) $(LINT_H)

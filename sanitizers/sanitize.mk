@@ -20,7 +20,8 @@ SAN_PYTEST_ARGS ?= -q
 SAN_FLAGS ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
 SAN_CFLAGS ?= -std=c11 -O1 -Wall -Wextra -Werror
 SAN_LLHTTP ?= python3 scripts/fetch_llhttp.py
-SAN_CORE := src/sk_core.c src/sk_http.c src/sk_resp.c
+SAN_CORE := $(wildcard src/core/*.c)
+SAN_EXT := $(wildcard src/ext/*.c)
 
 # Runtime settings, shared by every step (the reasons are in sanitizers/README.md).
 SAN_ASAN_OPTIONS ?= detect_leaks=0:abort_on_error=1:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1:suppressions=$(abspath sanitizers/asan.supp)
@@ -41,10 +42,10 @@ sanitize-c: $(SAN_PREREQ)
 	  [ -f $$obj ] && [ $$obj -nt $$src ] || $(SAN_TEST_CC) -std=c11 -O1 -fPIC $(SAN_FLAGS) $$cflags -c $$src -o $$obj; \
 	  objs="$$objs $$obj"; \
 	done; \
-	echo "$(SAN_TEST_CC) $(SAN_FLAGS) ... src/test/test_core.c -> $(SAN_DIR)/test_core"; \
-	$(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc $$cflags $(SAN_CORE) src/test/test_core.c $$objs -o $(SAN_DIR)/test_core; \
+	echo "$(SAN_TEST_CC) $(SAN_FLAGS) ... src/core/test/test_core.c -> $(SAN_DIR)/test_core"; \
+	$(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core $$cflags $(SAN_CORE) src/core/test/test_core.c $$objs -o $(SAN_DIR)/test_core; \
 	for h in request response; do \
-	  $(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc $$cflags $(SAN_CORE) fuzz/fuzz_$$h.c fuzz/replay.c $$objs \
+	  $(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core $$cflags $(SAN_CORE) fuzz/fuzz_$$h.c fuzz/replay.c $$objs \
 	    -o $(SAN_DIR)/replay_$$h; \
 	done; \
 	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
@@ -67,8 +68,8 @@ sanitize-build: $(SAN_PREREQ)
 	suffix=$$($(SAN_PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'); \
 	rm -rf $(SAN_SITE)/skirr; mkdir -p $(SAN_SITE)/skirr; \
 	cp src/skirr/*.py $(SAN_SITE)/skirr/; cp src/skirr/*.pyi src/skirr/py.typed $(SAN_SITE)/skirr/ 2>/dev/null || true; \
-	echo "$(SAN_CC) -shared -fPIC $(SAN_FLAGS) src/sk_*.c -> $(SAN_SITE)/skirr/_native$$suffix"; \
-	$(SAN_CC) -shared -fPIC $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc -I$$pyinc $$cflags src/sk_*.c $$objs \
+	echo "$(SAN_CC) -shared -fPIC $(SAN_FLAGS) src/core/*.c src/ext/*.c -> $(SAN_SITE)/skirr/_native$$suffix"; \
+	$(SAN_CC) -shared -fPIC $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core -Isrc/ext -I$$pyinc $$cflags $(SAN_CORE) $(SAN_EXT) $$objs \
 	  -o $(SAN_SITE)/skirr/_native$$suffix
 
 # The whole conformance suite (every case runs on asyncio and uvloop) against that build.
