@@ -20,7 +20,8 @@ LINT_H := $(wildcard src/core/*.h src/ext/*.h)
 lint: lint-layers lint-tidy lint-format
 
 # The byte-level core (src/core/) is plain C: it must never include Python.h or any header of
-# the extension (src/ext/), so fuzzers, sanitizers and the C unit tests can drive it alone.
+# the extension (src/ext/), so fuzzers, sanitizers and the C unit tests can drive it alone. The
+# transport knows protocol handlers only through its handler table, so it includes none of theirs.
 LINT_EXT_H := $(notdir $(wildcard src/ext/*.h))
 lint-layers:
 	@bad=$$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](Python\.h|$(subst $(eval) ,|,$(LINT_EXT_H)))[">]' \
@@ -28,6 +29,12 @@ lint-layers:
 	if [ -n "$$bad" ]; then \
 	  echo "lint: the core (src/core/) includes Python.h or an extension header:"; echo "$$bad"; exit 1; \
 	fi; echo "lint-layers: src/core/ includes neither Python.h nor src/ext/ headers"
+	@bad=$$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"sk_(http1|asgi|server)\.h"' \
+	  src/ext/sk_transport.c src/ext/sk_transport.h src/ext/sk_module.h); \
+	if [ -n "$$bad" ]; then \
+	  echo "lint: the transport includes a protocol handler's header (it knows handlers only"; \
+	  echo "through sk_handler_ops_t):"; echo "$$bad"; exit 1; \
+	fi; echo "lint-layers: the transport (src/ext/sk_transport.*) includes no handler header"
 
 lint-tidy:
 	@set -e; \

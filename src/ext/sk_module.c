@@ -7,10 +7,9 @@
  * Never: touches sockets or parses HTTP; keeps no global mutable state (the PyModuleDef and
  * PyType_Spec tables below are constant after load).
  */
-#include "sk_native.h"
+#include "sk_module.h"
 
-extern PyType_Spec sk_server_spec;  /* sk_server.c */
-extern PyType_Spec sk_request_spec; /* sk_request.c */
+#include "sk_http.h" /* llhttp's HTTP_METHOD_MAP, for the method cache */
 
 static struct PyModuleDef sk_module_def;
 

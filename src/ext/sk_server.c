@@ -1,841 +1,116 @@
-/* sk_server.c — the native reactor: the Server type, its epoll set, client sockets and timers.
+/* sk_server.c — the Server type: one listening socket served over HTTP/1.1 by a native reactor.
  *
- * Owns: accepting (accept4), reading (one recv per readiness: the short-read rule), feeding the
- * sans-I/O parser, the per-connection output buffer and EPOLLOUT, flow control (which connections
- * are read), the keep-alive/linger timer (one timerfd in the same epoll set, one sweep per tick),
- * refusals (the one error sink: refuse()), pipelining (the next buffered request starts as the
- * previous response completes; responses that follow each other at once leave in one write), and
- * connection lifetime. One epoll descriptor is
- * registered with the running loop through loop.add_reader, so asyncio and uvloop only wake it.
- * Never: builds scopes or talks ASGI (sk_request.c does); frees a connection while a frame may
- * still hold it (closed connections are reaped at the end of each entry point: server_reap()).
+ * Owns: the Server object (its configuration, the application, the counters Python reads), the
+ * reactor it drives (sk_transport.c) with the HTTP/1.1 handler (sk_http1.c) as the protocol of
+ * every accepted connection, the reactor's two Python callbacks (loop.add_reader's _on_ready and
+ * loop.call_soon's _run_pending, each resetting the eager-start budget first), how request tasks
+ * are made (asyncio.Task directly when the loop has no task factory, eagerly on 3.12+), and the
+ * graceful-shutdown steps Python calls (stop_accepting, shutdown, close).
+ * Never: touches a socket itself, parses HTTP or talks ASGI.
  */
-#include "sk_native.h"
+#include "sk_http1.h"
+#include "sk_transport.h"
 
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <arpa/inet.h>
-#include <string.h>
-#include <sys/epoll.h>
-#include <sys/timerfd.h>
-#include <sys/un.h>
-#include <time.h>
-#include <unistd.h>
+typedef struct {
+    PyObject_HEAD sk_http1_server_t http; /* what the HTTP/1.1 handler serves with */
+    sk_reactor_t *reactor;
+    PyObject *on_ready;    /* bound _on_ready, given to loop.add_reader */
+    PyObject *run_pending; /* bound _run_pending, given to loop.call_soon */
+    int listen_fd;
+    uint8_t started, closed;
+} ServerObject;
 
-#define LINGER_SECONDS 2.0 /* after a server-side close: read and discard for at most this long */
-
-static double
-monotonic(void)
+static PyObject *
+server_on_ready(PyObject *op, PyObject *Py_UNUSED(arg))
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-const char *
-sk_server_date(ServerObject *s)
-{
-    int64_t now = (int64_t)time(NULL);
-    if (now != s->date_sec) {
-        s->date_sec = now;
-        sk_format_date(now, s->date);
+    /* New reference to None. loop.add_reader callback: the reactor handles at most 16 ready
+     * descriptors (level-triggered: the rest are reported on the next wake-up). */
+    ServerObject *s = (ServerObject *)op;
+    if (s->reactor != NULL && !s->closed) {
+        s->http.eager_budget = SK_MAX_EAGER;
+        sk_reactor_on_ready(s->reactor);
     }
-    return s->date;
-}
-
-static int listen_register(ServerObject *s, int add);
-
-/* ---- connection lists ------------------------------------------------------------------------- */
-
-static void
-timer_disarm(sk_conn_t *c)
-{
-    ServerObject *s = c->server;
-    if (!c->in_idle) {
-        return;
-    }
-    if (c->idle_prev) {
-        c->idle_prev->idle_next = c->idle_next;
-    }
-    else {
-        s->idle_head = c->idle_next;
-    }
-    if (c->idle_next) {
-        c->idle_next->idle_prev = c->idle_prev;
-    }
-    else {
-        s->idle_tail = c->idle_prev;
-    }
-    c->idle_prev = c->idle_next = NULL;
-    c->in_idle = 0;
-    c->timer_kind = SK_TIMER_NONE;
-}
-
-static void
-timer_arm(sk_conn_t *c, int kind, double seconds)
-{
-    ServerObject *s = c->server;
-    timer_disarm(c);
-    c->timer_kind = (uint8_t)kind;
-    c->deadline = monotonic() + seconds;
-    c->idle_prev = s->idle_tail;
-    c->idle_next = NULL;
-    if (s->idle_tail) {
-        s->idle_tail->idle_next = c;
-    }
-    else {
-        s->idle_head = c;
-    }
-    s->idle_tail = c;
-    c->in_idle = 1;
-}
-
-/* Between requests: the keep-alive timer, or the head timer if the next request has begun. */
-static void
-conn_arm_idle(sk_conn_t *c)
-{
-    ServerObject *s = c->server;
-    if (sk_buf_len(&c->in) > 0 || !sk_parser_idle(&c->parser)) {
-        if (c->timer_kind != SK_TIMER_HEAD) {
-            timer_arm(c, SK_TIMER_HEAD, s->head_timeout);
-        }
-    }
-    else {
-        timer_arm(c, SK_TIMER_KEEPALIVE, s->keep_alive);
-    }
-}
-
-static void
-conn_free(sk_conn_t *c)
-{
-    sk_parser_free(&c->parser);
-    sk_buf_free(&c->in);
-    sk_buf_free(&c->out);
-    Py_CLEAR(c->client);
-    Py_CLEAR(c->local);
-    c->server->st->live_conns--;
-    PyMem_Free(c);
-}
-
-/* Frees every closed connection. Called when no frame below holds a connection pointer. */
-static void
-server_reap(ServerObject *s)
-{
-    while (s->reap_head) {
-        sk_conn_t *c = s->reap_head;
-        s->reap_head = c->reap_next;
-        conn_free(c);
-    }
-}
-
-/* ---- epoll mask and closing ------------------------------------------------------------------- */
-
-void
-sk_conn_update_events(sk_conn_t *c)
-{
-    if (c->closed) {
-        return;
-    }
-    uint32_t want = EPOLLRDHUP;
-    RequestObject *r = c->current;
-    if (c->lingering) {
-        want |= EPOLLIN;
-    }
-    else if (!c->close_after_write && sk_buf_len(&c->in) < SK_INPUT_HIGH_WATER &&
-             sk_buf_len(&c->out) < SK_WRITE_HIGH_WATER &&
-             !(r != NULL && r->body_buffered >= SK_BODY_HIGH_WATER)) {
-        want |= EPOLLIN;
-    }
-    if (sk_buf_len(&c->out) > 0 && !c->out_deferred) {
-        want |= EPOLLOUT;
-    }
-    if (want != c->epoll_events) {
-        struct epoll_event ev = {.events = want, .data.ptr = c};
-        if (epoll_ctl(c->server->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0) {
-            c->epoll_events = want;
-        }
-    }
-}
-
-void
-sk_conn_close(sk_conn_t *c)
-{
-    ServerObject *s = c->server;
-    if (c->closed) {
-        return;
-    }
-    c->closed = 1;
-    if (c->pending) { /* unlink: a reaped connection must not stay on the pending list */
-        sk_conn_t **pp = &s->pending_head, *prev = NULL;
-        while (*pp != NULL && *pp != c) {
-            prev = *pp;
-            pp = &(*pp)->pending_next;
-        }
-        if (*pp == c) {
-            *pp = c->pending_next;
-            if (s->pending_tail == c) {
-                s->pending_tail = prev;
-            }
-        }
-        c->pending = 0;
-    }
-    if (c->current) {
-        sk_request_disconnect(c->current); /* detaches: c->current becomes NULL */
-    }
-    timer_disarm(c);
-    (void)epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
-    c->fd = -1;
-    if (c->all_prev) {
-        c->all_prev->all_next = c->all_next;
-    }
-    else {
-        s->all_head = c->all_next;
-    }
-    if (c->all_next) {
-        c->all_next->all_prev = c->all_prev;
-    }
-    s->connections--;
-    if (s->accept_paused && s->accepting && s->limit_connections > 0 &&
-        s->connections < s->limit_connections && listen_register(s, 1) == 0) {
-        s->accept_paused = 0;
-    }
-    c->reap_next = s->reap_head;
-    s->reap_head = c;
-}
-
-/* The server is done with the connection and its output is flushed: half-close and read what
- * the peer still sends for a while, so unread input does not turn our last response into a RST. */
-static void
-conn_linger(sk_conn_t *c)
-{
-    if (c->current) {
-        sk_request_disconnect(c->current);
-    }
-    if (shutdown(c->fd, SHUT_WR) < 0) {
-        sk_conn_close(c);
-        return;
-    }
-    c->lingering = 1;
-    timer_arm(c, SK_TIMER_LINGER, LINGER_SECONDS);
-    sk_conn_update_events(c);
-}
-
-/* The peer went away (EOF, reset, error): tell the request and close. */
-static void
-conn_peer_gone(sk_conn_t *c)
-{
-    sk_conn_close(c);
-}
-
-int
-sk_conn_write(sk_conn_t *c)
-{
-    int progress = 0;
-    int was_high = sk_buf_len(&c->out) >= SK_WRITE_HIGH_WATER;
-    c->out_deferred = 0;
-    while (sk_buf_len(&c->out) > 0) {
-        ssize_t n = send(c->fd, sk_buf_head(&c->out), sk_buf_len(&c->out), MSG_NOSIGNAL);
-        if (n > 0) {
-            sk_buf_consume(&c->out, (size_t)n);
-            progress = 1;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            break;
-        }
-        conn_peer_gone(c);
-        return -1;
-    }
-    RequestObject *r = c->current;
-    if (r != NULL && r->drain_waiter != NULL && sk_buf_len(&c->out) < SK_WRITE_HIGH_WATER) {
-        PyObject *fut = r->drain_waiter; /* move out before calling into the loop */
-        r->drain_waiter = NULL;
-        PyObject *done = PyObject_CallMethodNoArgs(fut, r->st->s_done);
-        if (done == Py_False) {
-            PyObject *res = PyObject_CallMethodOneArg(fut, r->st->s_set_result, Py_None);
-            if (res == NULL) {
-                PyErr_WriteUnraisable(fut);
-            }
-            Py_XDECREF(res);
-        }
-        else if (done == NULL) {
-            PyErr_WriteUnraisable(fut);
-        }
-        Py_XDECREF(done);
-        Py_DECREF(fut);
-    }
-    if (sk_buf_len(&c->out) == 0 && c->close_after_write && !c->lingering) {
-        conn_linger(c);
-        return 0;
-    }
-    if (was_high && sk_buf_len(&c->out) < SK_WRITE_HIGH_WATER && c->current == NULL &&
-        sk_buf_len(&c->in) > 0) {
-        sk_conn_schedule(c); /* pipelined requests held back by unread responses may go on */
-    }
-    if (!c->lingering) {
-        if (sk_buf_len(&c->out) > 0) {
-            if (progress || c->timer_kind != SK_TIMER_WRITE) {
-                timer_arm(c, SK_TIMER_WRITE, c->server->write_timeout);
-            }
-        }
-        else if (c->timer_kind == SK_TIMER_WRITE) {
-            timer_disarm(c);
-            if (c->current == NULL) {
-                conn_arm_idle(c);
-            }
-        }
-    }
-    sk_conn_update_events(c);
-    return 0;
-}
-
-/* The one error sink: answers status, never reaches the app, and closes after the write. */
-static void
-refuse(sk_conn_t *c, int status)
-{
-    int started = 0;
-    if (c->current) {
-        started = c->current->resp.started && c->current->resp.head_written;
-        sk_request_disconnect(c->current);
-    }
-    if (!started) {
-        /* c->out may still hold earlier pipelined responses: the refusal goes after them. */
-        int head = (c->parser.method == HTTP_HEAD); /* valid on SK_EV_ERROR too */
-        if (sk_resp_error(&c->out, status, head, sk_server_date(c->server)) < 0) {
-            sk_conn_close(c);
-            return;
-        }
-    }
-    c->close_after_write = 1;
-    (void)sk_conn_write(c);
-}
-
-void
-sk_server_abort_response(sk_conn_t *c)
-{
-    RequestObject *r = c->current;
-    if (r != NULL && r->resp.head_written && r->resp.framing == SK_FRAME_CLOSE) {
-        /* A close-delimited body would look complete after a FIN: reset instead. */
-        struct linger lg = {.l_onoff = 1, .l_linger = 0};
-        (void)setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-        sk_buf_consume(&c->out, sk_buf_len(&c->out));
-    }
-    else if (sk_buf_len(&c->out) > 0) {
-        /* Best effort: what was already produced goes out; the message stays incomplete. */
-        (void)send(c->fd, sk_buf_head(&c->out), sk_buf_len(&c->out), MSG_NOSIGNAL);
-    }
-    if (!c->closed) {
-        sk_conn_close(c);
-    }
-}
-
-/* ---- parsing ---------------------------------------------------------------------------------- */
-
-/* Parses data for connection c until the input is used up or a request blocks further parsing
- * (its response is pending, or its unconsumed body is over the high-water mark). Returns bytes
- * consumed. The connection may be closed on return. */
-/* Parses one request's worth of events and starts its app (which, when started eagerly, may
- * answer before this returns). Returns bytes consumed. */
-static size_t
-conn_parse_one(sk_conn_t *c, const char *data, size_t len)
-{
-    size_t total = 0;
-    RequestObject *to_run =
-        NULL; /* strong: a request whose app starts once these bytes are parsed */
-    /* Runs until the parser says it needs more input (SK_EV_NONE): after a head or body event
-     * the parser may have an event due with no bytes left (the end of a Content-Length body). */
-    while (!c->closed) {
-        RequestObject *r = c->current;
-        if (r != NULL && r->body_complete) {
-            break;
-        }
-        if (r == NULL && sk_buf_len(&c->out) >= SK_WRITE_HIGH_WATER) {
-            break; /* earlier responses are not read yet: start no new request (bounded memory) */
-        }
-        /* Over the body mark no more bytes are fed; but the end of a Content-Length body whose
-         * last byte was in the last piece carries none and is due now: collect it with an
-         * empty execute, or the app's next receive() waits for bytes that never come. */
-        int paused = (r != NULL && r->body_buffered >= SK_BODY_HIGH_WATER);
-        sk_event_t ev;
-        size_t n = sk_parser_execute(&c->parser, data + total, paused ? 0 : len - total, &ev);
-        total += n;
-        if (ev.type == SK_EV_NONE) {
-            break;
-        }
-        if (ev.type == SK_EV_HEAD) {
-            ServerObject *s = c->server;
-            if (c->timer_kind == SK_TIMER_HEAD || c->timer_kind == SK_TIMER_KEEPALIVE) {
-                timer_disarm(c);
-            }
-            if (s->limit_concurrency > 0 && s->active_requests >= s->limit_concurrency) {
-                refuse(c, 503); /* --limit-concurrency: over capacity, try again later */
-                break;
-            }
-            s->total_requests++;
-            c->requests++;
-            r = sk_request_new(c->server, c);
-            if (r == NULL) {
-                PyErr_WriteUnraisable((PyObject *)c->server);
-                refuse(c, 500);
-                break;
-            }
-            c->current = r; /* strong: released by detach */
-            to_run = (RequestObject *)Py_NewRef(r);
-        }
-        else if (ev.type == SK_EV_BODY) {
-            if (r != NULL && sk_request_body(r, ev.data, ev.len) < 0) {
-                PyErr_WriteUnraisable((PyObject *)c->server);
-                refuse(c, 500);
-                break;
-            }
-        }
-        else if (ev.type == SK_EV_END) {
-            if (r != NULL) {
-                sk_request_end(r);
-            }
-            c->discarding = 0;
-        }
-        else { /* SK_EV_ERROR: the one error sink */
-            refuse(c, ev.status);
-            break;
-        }
-    }
-    if (to_run != NULL) {
-        if (to_run->conn == c && !c->closed && !c->close_after_write &&
-            sk_request_run(to_run) < 0) {
-            if (PyErr_Occurred()) {
-                PyErr_WriteUnraisable((PyObject *)c->server);
-            }
-            refuse(c, 500);
-        }
-        Py_DECREF(to_run);
-    }
-    return total;
-}
-
-/* Parses data for connection c until the input is used up or a request blocks further parsing
- * (its response is pending, or its unconsumed body is over the high-water mark). A request whose
- * eagerly started app answered at once lets the next pipelined one go in the same pass; their
- * responses are written together when the pass ends (c->parsing defers sk_request.c's writes).
- * Returns bytes consumed. The connection may be closed on return. */
-static size_t
-conn_parse(sk_conn_t *c, const char *data, size_t len)
-{
-    size_t total = 0;
-    c->parsing = 1;
-    do {
-        total += conn_parse_one(c, data + total, len - total);
-    } while (!c->closed && !c->close_after_write && c->current == NULL && total < len &&
-             c->server->eager_budget > 0 && c->server->eager);
-    c->parsing = 0;
-    if (!c->closed && sk_buf_len(&c->out) > 0) {
-        RequestObject *r = c->current;
-        if (!c->close_after_write && r != NULL && !r->stepped) {
-            /* Responses to pipelined requests wait for the first step of the request just
-             * started: if it answers at once, they all leave in one write; if not, that step's
-             * end writes them (sk_conn_flush_deferred). */
-            c->out_deferred = 1;
-        }
-        else {
-            (void)sk_conn_write(c);
-        }
-    }
-    return total;
-}
-
-/* Parses what c has buffered, keeps the rest, and re-derives its epoll mask. */
-static void
-conn_process_buffered(sk_conn_t *c)
-{
-    if (c->closed || c->lingering || sk_buf_len(&c->in) == 0) {
-        return;
-    }
-    size_t used = conn_parse(c, sk_buf_head(&c->in), sk_buf_len(&c->in));
-    if (c->closed || c->close_after_write) {
-        return; /* refused: what is left is never parsed */
-    }
-    sk_buf_consume(&c->in, used);
-    sk_conn_update_events(c);
-}
-
-static void
-conn_readable(sk_conn_t *c, uint32_t events)
-{
-    ServerObject *s = c->server;
-    if (!(c->epoll_events & EPOLLIN)) {
-        if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-            conn_peer_gone(c);
-        }
-        return;
-    }
-    ssize_t n = recv(c->fd, s->readbuf, SK_READ_SIZE, 0);
-    if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            conn_peer_gone(c);
-        }
-        return;
-    }
-    if (n == 0) {
-        conn_peer_gone(c);
-        return;
-    }
-    if (c->lingering) {
-        return; /* discard */
-    }
-    if (c->timer_kind == SK_TIMER_KEEPALIVE) {
-        timer_arm(c, SK_TIMER_HEAD, s->head_timeout); /* the next request head has begun */
-    }
-    if (sk_buf_len(&c->in) > 0) {
-        if (sk_buf_append(&c->in, s->readbuf, (size_t)n) < 0) {
-            sk_conn_close(c);
-            return;
-        }
-        conn_process_buffered(c);
-        return;
-    }
-    size_t used = conn_parse(c, s->readbuf, (size_t)n);
-    if (c->closed || c->close_after_write) {
-        return;
-    }
-    if (used < (size_t)n) {
-        if (sk_buf_append(&c->in, s->readbuf + used, (size_t)n - used) < 0) {
-            sk_conn_close(c);
-            return;
-        }
-        if (c->current == NULL) {
-            /* An eagerly started app already finished its response: go on with the rest. */
-            sk_conn_schedule(c);
-        }
-    }
-    sk_conn_update_events(c);
-}
-
-void
-sk_conn_request_done(sk_conn_t *c, int keep_alive)
-{
-    ServerObject *s = c->server;
-    RequestObject *r = c->current;
-    if (r == NULL) {
-        return;
-    }
-    /* A body the app did not read is read and discarded so the connection stays usable, unless
-     * the client may be waiting for a 100 Continue that never came (RFC 9110 §10.1.1) or more
-     * than SK_DISCARD_MAX bytes of it are still announced. */
-    int discard = 0;
-    if (!r->body_complete) {
-        sk_parser_t *p = &c->parser;
-        int waits_for_100 = r->expect_continue && !r->continue_sent;
-        int too_much =
-            p->has_content_length && p->content_length - p->body_received > SK_DISCARD_MAX;
-        discard = !waits_for_100 && !too_much;
-    }
-    int reuse = keep_alive && (r->body_complete || discard) && !s->shutting_down && !c->closed;
-    if (reuse && discard) {
-        c->discarding = 1;
-    }
-    r->conn = NULL;
-    c->current = NULL;
-    Py_DECREF(r);
-    if (c->closed) {
-        return;
-    }
-    if (!reuse) {
-        c->close_after_write = 1;
-        (void)sk_conn_write(c);
-        return;
-    }
-    if (c->timer_kind != SK_TIMER_WRITE) {
-        conn_arm_idle(c);
-    }
-    if (sk_buf_len(&c->in) > 0) {
-        if (c->parsing) {
-            sk_conn_schedule(c); /* the pass on the stack owns the input */
-        }
-        else {
-            /* A pipelined request is buffered: start it now rather than a loop iteration later.
-             * Lazily (this may run inside the previous app's send()): its app never runs nested
-             * in another's; its Task gets a fresh copy of the server's context, not the caller's.
-             * The response just completed waits in out (see conn_parse). */
-            int budget = s->eager_budget;
-            s->eager_budget = 0;
-            conn_process_buffered(c);
-            s->eager_budget = budget;
-            return;
-        }
-    }
-    sk_conn_update_events(c);
+    Py_RETURN_NONE;
 }
 
 static PyObject *
 server_run_pending(PyObject *op, PyObject *Py_UNUSED(arg))
 {
-    /* New reference to None. loop.call_soon target: parses buffered pipelined input. */
+    /* New reference to None. loop.call_soon target: feeds buffered input (pipelined requests,
+     * more of a body once flow control let go). */
     ServerObject *s = (ServerObject *)op;
-    s->pending_scheduled = 0;
-    s->eager_budget = SK_MAX_EAGER;
-    while (s->pending_head) {
-        sk_conn_t *c = s->pending_head;
-        s->pending_head = c->pending_next;
-        if (s->pending_head == NULL) {
-            s->pending_tail = NULL;
-        }
-        c->pending_next = NULL;
-        c->pending = 0;
-        /* the next pipelined request, or more of a body once flow control let go */
-        conn_process_buffered(c);
+    if (s->reactor != NULL) {
+        s->http.eager_budget = SK_MAX_EAGER;
+        sk_reactor_run_pending(s->reactor);
     }
-    server_reap(s);
     Py_RETURN_NONE;
 }
 
-void
-sk_conn_schedule(sk_conn_t *c)
-{
-    ServerObject *s = c->server;
-    if (c->pending || c->closed) {
-        return;
-    }
-    c->pending = 1;
-    c->pending_next = NULL;
-    if (s->pending_tail) {
-        s->pending_tail->pending_next = c;
-    }
-    else {
-        s->pending_head = c;
-    }
-    s->pending_tail = c;
-    if (!s->pending_scheduled) {
-        /* In the server's own context: this may run inside an app task's send(), whose context
-         * must not leak into the next request's task (which copies the current context). */
-        PyObject *args[3] = {s->loop, s->run_pending, s->context};
-        PyObject *h = PyObject_VectorcallMethod(
-            s->st->s_call_soon, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, s->call_soon_kw);
-        if (h == NULL) {
-            PyErr_WriteUnraisable((PyObject *)s);
-            return;
-        }
-        Py_DECREF(h);
-        s->pending_scheduled = 1;
-    }
-}
-
-void
-sk_conn_flush_deferred(sk_conn_t *c)
-{
-    if (c->closed || !c->out_deferred || c->parsing) {
-        return; /* inside a parse pass, the pass writes at its end */
-    }
-    if (sk_conn_write(c) == 0) {
-        sk_conn_update_events(c);
-    }
-}
-
-/* ---- accepting and timers --------------------------------------------------------------------- */
-
-static int
-listen_register(ServerObject *s, int add)
-{
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->listen_fd};
-    return epoll_ctl(s->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, s->listen_fd, add ? &ev : NULL);
-}
-
-static void
-server_accept(ServerObject *s)
-{
-    for (int i = 0; i < SK_MAX_ACCEPTS && s->accepting; i++) {
-        struct sockaddr_storage addr = {0};
-        socklen_t alen = sizeof(addr);
-        int fd =
-            accept4(s->listen_fd, (struct sockaddr *)&addr, &alen, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) {
-                continue;
-            }
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                /* Out of descriptors: stop polling the listener until the next timer tick. */
-                if (listen_register(s, 0) == 0) {
-                    s->accept_paused = 1;
-                }
-            }
-            return;
-        }
-        if (addr.ss_family == AF_INET || addr.ss_family == AF_INET6) {
-            int one = 1;
-            (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        }
-        sk_conn_t *c = PyMem_Calloc(1, sizeof(sk_conn_t));
-        if (c == NULL) {
-            close(fd);
-            return;
-        }
-        c->fd = fd;
-        c->server = s;
-        s->st->live_conns++;
-        memcpy(&c->peer, &addr, alen);
-        c->peer_len = alen;
-        sk_parser_init(&c->parser, &s->limits);
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
-        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            close(fd);
-            conn_free(c);
-            return;
-        }
-        c->epoll_events = ev.events;
-        c->all_next = s->all_head;
-        if (s->all_head) {
-            s->all_head->all_prev = c;
-        }
-        s->all_head = c;
-        s->connections++;
-        timer_arm(c, SK_TIMER_HEAD, s->head_timeout);
-        if (s->limit_connections > 0 && s->connections >= s->limit_connections) {
-            /* --limit-connections: resume when one closes (sk_conn_close) */
-            if (listen_register(s, 0) == 0) {
-                s->accept_paused = 1;
-            }
-            return;
-        }
-    }
-}
-
-static void
-server_tick(ServerObject *s)
-{
-    uint64_t expirations;
-    if (read(s->timerfd, &expirations, sizeof(expirations)) < 0) {
-        /* EAGAIN: a spurious wake-up; the sweep below is harmless. */
-    }
-    double now = monotonic();
-    sk_conn_t *c = s->idle_head;
-    while (c != NULL) {
-        sk_conn_t *next = c->idle_next;
-        if (c->in_idle && c->deadline <= now) {
-            if (c->timer_kind == SK_TIMER_HEAD && !c->discarding &&
-                (sk_buf_len(&c->in) > 0 || !sk_parser_idle(&c->parser))) {
-                refuse(c, 408); /* RFC 9110 §15.5.9: some of a request head, never all of it */
-            }
-            else {
-                sk_conn_close(c); /* idle, linger over, no write progress, or no byte at all */
-            }
-        }
-        c = next;
-    }
-    /* EMFILE pauses accepting until this tick; --limit-connections until a connection closes
-     * (sk_conn_close): a tick must not resume it over the cap. */
-    if (s->accept_paused && s->accepting &&
-        (s->limit_connections == 0 || s->connections < s->limit_connections) &&
-        listen_register(s, 1) == 0) {
-        s->accept_paused = 0;
-    }
-}
-
-static PyObject *
-server_on_ready(PyObject *op, PyObject *Py_UNUSED(arg))
-{
-    /* New reference to None. loop.add_reader callback: handles at most SK_MAX_EVENTS ready
-     * descriptors (level-triggered: the rest are reported on the next wake-up). */
-    ServerObject *s = (ServerObject *)op;
-    struct epoll_event evs[SK_MAX_EVENTS];
-    if (s->closed) {
-        Py_RETURN_NONE;
-    }
-    s->eager_budget = SK_MAX_EAGER;
-    int n = epoll_wait(s->epfd, evs, SK_MAX_EVENTS, 0);
-    for (int i = 0; i < n; i++) {
-        void *tag = evs[i].data.ptr;
-        uint32_t e = evs[i].events;
-        if (tag == &s->listen_fd) {
-            server_accept(s);
-            continue;
-        }
-        if (tag == &s->timerfd) {
-            server_tick(s);
-            continue;
-        }
-        sk_conn_t *c = tag;
-        if (c->closed) {
-            continue;
-        }
-        if (e & EPOLLERR) {
-            conn_peer_gone(c);
-            continue;
-        }
-        if (e & EPOLLOUT) {
-            if (sk_conn_write(c) < 0 || c->closed) {
-                continue;
-            }
-        }
-        if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) {
-            conn_readable(c, e);
-        }
-    }
-    server_reap(s);
-    Py_RETURN_NONE;
-}
-
-/* ---- Python-visible methods ------------------------------------------------------------------- */
+/* ---- Python-visible methods ----------------------------------------------------------------- */
 
 static PyObject *
 server_start(PyObject *op, PyObject *Py_UNUSED(arg))
 {
     /* New reference to None, or NULL with an exception. */
     ServerObject *s = (ServerObject *)op;
+    sk_http1_server_t *h = &s->http;
+    PyObject *factory = NULL, *asyncio = NULL, *res = NULL;
     if (s->started || s->closed) {
         PyErr_SetString(PyExc_RuntimeError, "server already started or closed");
         return NULL;
     }
-    PyObject *fd = PyLong_FromLong(s->epfd);
+    PyObject *fd = PyLong_FromLong(sk_reactor_fd(s->reactor));
     if (fd == NULL) {
         return NULL;
     }
-    PyObject *h = PyObject_CallMethodObjArgs(s->loop, s->st->s_add_reader, fd, s->on_ready, NULL);
+    PyObject *added =
+        PyObject_CallMethodObjArgs(h->loop, h->st->s_add_reader, fd, s->on_ready, NULL);
     Py_DECREF(fd);
-    if (h == NULL) {
+    if (added == NULL) {
         return NULL;
     }
-    Py_DECREF(h);
-    Py_XSETREF(s->context, PyContext_CopyCurrent());
-    if (s->context == NULL) {
-        return NULL;
+    Py_DECREF(added);
+    Py_XSETREF(h->context, PyContext_CopyCurrent());
+    if (h->context == NULL) {
+        goto error;
     }
     /* With no custom task factory (a factory must see every task), request tasks are made by
      * calling asyncio.Task directly. Eager start (3.12+): the app runs up to its first real
      * suspension inside the reactor callback, as the request's own asyncio.Task (current_task()
      * is that task). */
-    PyObject *factory = PyObject_CallMethod(s->loop, "get_task_factory", NULL);
+    factory = PyObject_CallMethod(h->loop, "get_task_factory", NULL);
     if (factory == NULL) {
-        return NULL;
+        goto error;
     }
-    int no_factory = (factory == Py_None);
-    Py_DECREF(factory);
-    if (no_factory) {
-        PyObject *asyncio = PyImport_ImportModule("asyncio");
+    if (factory == Py_None) {
+        asyncio = PyImport_ImportModule("asyncio");
         if (asyncio == NULL) {
-            return NULL;
+            goto error;
         }
-        Py_XSETREF(s->task_type, PyObject_GetAttrString(asyncio, "Task"));
-        Py_DECREF(asyncio);
+        Py_XSETREF(h->task_type, PyObject_GetAttrString(asyncio, "Task"));
 #if PY_VERSION_HEX >= 0x030C0000
-        s->eager = 1;
-        Py_XSETREF(s->task_kw, Py_BuildValue("(sss)", "loop", "eager_start", "context"));
+        h->eager = 1;
+        Py_XSETREF(h->task_kw, Py_BuildValue("(sss)", "loop", "eager_start", "context"));
 #else
-        Py_XSETREF(s->task_kw, Py_BuildValue("(ss)", "loop", "context"));
+        Py_XSETREF(h->task_kw, Py_BuildValue("(ss)", "loop", "context"));
 #endif
-        if (s->task_type == NULL || s->task_kw == NULL) {
-            return NULL;
+        if (h->task_type == NULL || h->task_kw == NULL) {
+            goto error;
         }
     }
-    if (listen_register(s, 1) < 0) {
-        return PyErr_SetFromErrno(PyExc_OSError);
+    if (sk_reactor_start_accepting(s->reactor) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto error;
     }
     s->started = 1;
-    s->accepting = 1;
-    Py_RETURN_NONE;
+    res = Py_NewRef(Py_None);
+    goto done;
+error:
+    res = NULL;
+done:
+    Py_XDECREF(factory);
+    Py_XDECREF(asyncio);
+    return res;
 }
 
 static PyObject *
@@ -843,11 +118,8 @@ server_stop_accepting(PyObject *op, PyObject *Py_UNUSED(arg))
 {
     /* New reference to None. */
     ServerObject *s = (ServerObject *)op;
-    if (s->accepting) {
-        if (!s->accept_paused) {
-            (void)listen_register(s, 0);
-        }
-        s->accepting = 0;
+    if (s->reactor != NULL) {
+        sk_reactor_stop_accepting(s->reactor);
     }
     Py_RETURN_NONE;
 }
@@ -857,16 +129,10 @@ server_shutdown(PyObject *op, PyObject *Py_UNUSED(arg))
 {
     /* New reference to None. Closes idle connections; busy ones close after their response. */
     ServerObject *s = (ServerObject *)op;
-    s->shutting_down = 1;
-    sk_conn_t *c = s->all_head;
-    while (c != NULL) {
-        sk_conn_t *next = c->all_next;
-        if (c->current == NULL && sk_buf_len(&c->out) == 0 && !c->lingering) {
-            sk_conn_close(c);
-        }
-        c = next;
+    s->http.shutting_down = 1;
+    if (s->reactor != NULL) {
+        sk_reactor_shutdown(s->reactor);
     }
-    server_reap(s);
     Py_RETURN_NONE;
 }
 
@@ -877,32 +143,21 @@ server_close_all(ServerObject *s)
         return;
     }
     s->closed = 1;
-    if (s->accepting && !s->accept_paused) {
-        (void)listen_register(s, 0);
+    if (s->reactor == NULL) {
+        return;
     }
-    s->accepting = 0;
-    while (s->all_head) {
-        sk_conn_close(s->all_head);
-    }
-    if (s->started) {
-        PyObject *fd = PyLong_FromLong(s->epfd);
-        PyObject *r = fd ? PyObject_CallMethodOneArg(s->loop, s->st->s_remove_reader, fd) : NULL;
+    int epfd = sk_reactor_fd(s->reactor);
+    sk_reactor_close(s->reactor);
+    if (s->started && s->http.loop != NULL) {
+        PyObject *fd = PyLong_FromLong(epfd);
+        PyObject *r =
+            fd ? PyObject_CallMethodOneArg(s->http.loop, s->http.st->s_remove_reader, fd) : NULL;
         if (r == NULL) {
             PyErr_Clear(); /* the loop may already be closed */
         }
         Py_XDECREF(r);
         Py_XDECREF(fd);
     }
-    if (s->epfd >= 0) {
-        close(s->epfd);
-        s->epfd = -1;
-    }
-    if (s->timerfd >= 0) {
-        close(s->timerfd);
-        s->timerfd = -1;
-    }
-    s->pending_head = s->pending_tail = NULL;
-    server_reap(s);
 }
 
 static PyObject *
@@ -917,21 +172,22 @@ static PyObject *
 server_get_connections(PyObject *op, void *Py_UNUSED(closure))
 {
     /* New reference. */
-    return PyLong_FromSsize_t(((ServerObject *)op)->connections);
+    ServerObject *s = (ServerObject *)op;
+    return PyLong_FromSsize_t(s->reactor ? sk_reactor_connections(s->reactor) : 0);
 }
 
 static PyObject *
 server_get_total(PyObject *op, void *Py_UNUSED(closure))
 {
     /* New reference. */
-    return PyLong_FromUnsignedLongLong(((ServerObject *)op)->total_requests);
+    return PyLong_FromUnsignedLongLong(((ServerObject *)op)->http.total_requests);
 }
 
 static PyObject *
 server_get_active(PyObject *op, void *Py_UNUSED(closure))
 {
     /* New reference. */
-    return PyLong_FromSsize_t(((ServerObject *)op)->active_requests);
+    return PyLong_FromSsize_t(((ServerObject *)op)->http.active_requests);
 }
 
 static PyObject *
@@ -978,65 +234,58 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     if (s == NULL) {
         return NULL;
     }
-    s->epfd = -1;
-    s->timerfd = -1;
+    sk_http1_server_t *h = &s->http;
     s->listen_fd = listen_fd;
-    s->st = sk_get_state_by_type(tp);
-    if (s->st == NULL) {
+    h->st = sk_get_state_by_type(tp);
+    if (h->st == NULL) {
         goto error;
     }
-    s->st->live_servers++;
-    s->app = Py_NewRef(app);
-    s->loop = Py_NewRef(loop);
-    s->logger = Py_NewRef(logger);
-    s->state = Py_NewRef(state);
-    s->unix_path = Py_NewRef(unix_path);
-    s->root_path = root_path ? Py_NewRef(root_path) : PyUnicode_FromString("");
-    if (s->root_path == NULL) {
+    h->st->live_servers++;
+    h->owner = (PyObject *)s;
+    h->app = Py_NewRef(app);
+    h->loop = Py_NewRef(loop);
+    h->logger = Py_NewRef(logger);
+    h->state = Py_NewRef(state);
+    h->unix_path = Py_NewRef(unix_path);
+    h->root_path = root_path ? Py_NewRef(root_path) : PyUnicode_FromString("");
+    if (h->root_path == NULL) {
         goto error;
     }
-    s->root_path_b = PyUnicode_AsUTF8String(s->root_path);
-    if (s->root_path_b == NULL) {
+    h->root_path_b = PyUnicode_AsUTF8String(h->root_path);
+    if (h->root_path_b == NULL) {
         goto error;
     }
-    s->keep_alive = keep_alive;
-    s->head_timeout = head_timeout;
-    s->write_timeout = write_timeout;
-    s->limit_concurrency = limit_concurrency;
-    s->limit_connections = limit_connections;
-    sk_limits_default(&s->limits);
-    s->limits.max_body = max_body;
-    s->limits.max_request_line = (size_t)max_line;
-    s->limits.max_fields = (uint32_t)max_fields;
-    s->limits.max_field_section = (size_t)max_section;
+    h->keep_alive = keep_alive;
+    h->head_timeout = head_timeout;
+    h->limit_concurrency = limit_concurrency;
+    sk_limits_default(&h->limits);
+    h->limits.max_body = max_body;
+    h->limits.max_request_line = (size_t)max_line;
+    h->limits.max_fields = (uint32_t)max_fields;
+    h->limits.max_field_section = (size_t)max_section;
     s->on_ready = PyObject_GetAttrString((PyObject *)s, "_on_ready");
-    if (s->on_ready == NULL) {
-        goto error;
-    }
     s->run_pending = PyObject_GetAttrString((PyObject *)s, "_run_pending");
-    if (s->run_pending == NULL) {
+    h->call_soon_kw = Py_BuildValue("(s)", "context");
+    h->context = PyContext_CopyCurrent();
+    if (s->on_ready == NULL || s->run_pending == NULL || h->call_soon_kw == NULL ||
+        h->context == NULL) {
         goto error;
     }
-    s->call_soon_kw = Py_BuildValue("(s)", "context");
-    s->context = PyContext_CopyCurrent();
-    if (s->call_soon_kw == NULL || s->context == NULL) {
-        goto error;
-    }
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (s->epfd < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto error;
-    }
-    s->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (s->timerfd < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto error;
-    }
-    struct itimerspec its = {.it_interval = {1, 0}, .it_value = {1, 0}};
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->timerfd};
-    if (timerfd_settime(s->timerfd, 0, &its, NULL) < 0 ||
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->timerfd, &ev) < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
+    sk_reactor_config_t cfg = {
+        .st = h->st,
+        .loop = h->loop,
+        .run_pending = s->run_pending,
+        .context = &h->context, /* start() replaces it: the reactor reads it where it is */
+        .call_soon_kw = h->call_soon_kw,
+        .ops = &sk_http1_ops,
+        .open = sk_http1_open,
+        .owner = h,
+        .listen_fd = listen_fd,
+        .write_timeout = write_timeout,
+        .limit_connections = limit_connections,
+    };
+    s->reactor = sk_reactor_new(&cfg);
+    if (s->reactor == NULL) {
         goto error;
     }
     return (PyObject *)s;
@@ -1050,22 +299,23 @@ static int
 server_traverse(PyObject *op, visitproc visit, void *arg)
 {
     ServerObject *s = (ServerObject *)op;
+    sk_http1_server_t *h = &s->http;
     Py_VISIT(Py_TYPE(op));
-    Py_VISIT(s->app);
-    Py_VISIT(s->loop);
-    Py_VISIT(s->logger);
-    Py_VISIT(s->state);
-    Py_VISIT(s->root_path);
-    Py_VISIT(s->root_path_b);
-    Py_VISIT(s->unix_path);
+    Py_VISIT(h->app);
+    Py_VISIT(h->loop);
+    Py_VISIT(h->logger);
+    Py_VISIT(h->state);
+    Py_VISIT(h->root_path);
+    Py_VISIT(h->root_path_b);
+    Py_VISIT(h->unix_path);
+    Py_VISIT(h->context);
+    Py_VISIT(h->call_soon_kw);
+    Py_VISIT(h->task_type);
+    Py_VISIT(h->task_kw);
     Py_VISIT(s->on_ready);
     Py_VISIT(s->run_pending);
-    Py_VISIT(s->context);
-    Py_VISIT(s->call_soon_kw);
-    Py_VISIT(s->task_type);
-    Py_VISIT(s->task_kw);
-    for (sk_conn_t *c = s->all_head; c != NULL; c = c->all_next) {
-        Py_VISIT(c->current);
+    if (s->reactor != NULL) {
+        return sk_reactor_traverse(s->reactor, visit, arg);
     }
     return 0;
 }
@@ -1074,20 +324,23 @@ static int
 server_clear(PyObject *op)
 {
     ServerObject *s = (ServerObject *)op;
+    sk_http1_server_t *h = &s->http;
     server_close_all(s);
-    Py_CLEAR(s->app);
-    Py_CLEAR(s->loop);
-    Py_CLEAR(s->logger);
-    Py_CLEAR(s->state);
-    Py_CLEAR(s->root_path);
-    Py_CLEAR(s->root_path_b);
-    Py_CLEAR(s->unix_path);
+    sk_reactor_free(s->reactor); /* before the references it borrows go */
+    s->reactor = NULL;
+    Py_CLEAR(h->app);
+    Py_CLEAR(h->loop);
+    Py_CLEAR(h->logger);
+    Py_CLEAR(h->state);
+    Py_CLEAR(h->root_path);
+    Py_CLEAR(h->root_path_b);
+    Py_CLEAR(h->unix_path);
+    Py_CLEAR(h->context);
+    Py_CLEAR(h->call_soon_kw);
+    Py_CLEAR(h->task_type);
+    Py_CLEAR(h->task_kw);
     Py_CLEAR(s->on_ready);
     Py_CLEAR(s->run_pending);
-    Py_CLEAR(s->context);
-    Py_CLEAR(s->call_soon_kw);
-    Py_CLEAR(s->task_type);
-    Py_CLEAR(s->task_kw);
     return 0;
 }
 
@@ -1095,15 +348,11 @@ static void
 server_dealloc(PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
+    ServerObject *s = (ServerObject *)op;
     PyObject_GC_UnTrack(op);
-    if (((ServerObject *)op)->loop != NULL) {
-        server_clear(op);
-    }
-    else {
-        server_close_all((ServerObject *)op);
-    }
-    if (((ServerObject *)op)->st != NULL) {
-        ((ServerObject *)op)->st->live_servers--;
+    server_clear(op);
+    if (s->http.st != NULL) {
+        s->http.st->live_servers--;
     }
     tp->tp_free(op);
     Py_DECREF(tp);

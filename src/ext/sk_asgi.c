@@ -1,0 +1,211 @@
+/* sk_asgi.c — ASGI pieces any protocol handler's scope and messages are built from.
+ *
+ * Owns: path decoding, the headers list, address tuples, message lookups, the awaitable an app
+ * call returned, the application-error log call (see sk_asgi.h). Never: keeps state, touches a
+ * connection or calls back into a handler.
+ */
+#include "sk_asgi.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <strings.h>
+
+void
+sk_asgi_log_error(sk_state *st, PyObject *logger, const char *msg, PyObject *exc)
+{
+    PyObject *meth = NULL, *args = NULL, *kwargs = NULL, *res = NULL;
+    if (logger == Py_None) {
+        return;
+    }
+    meth = PyObject_GetAttr(logger, st->s_error);
+    args = Py_BuildValue("(s)", msg);
+    kwargs = exc ? Py_BuildValue("{s:O}", "exc_info", exc) : NULL;
+    if (meth == NULL || args == NULL || (exc && kwargs == NULL)) {
+        goto error;
+    }
+    res = PyObject_Call(meth, args, kwargs);
+    if (res == NULL) {
+        goto error;
+    }
+    goto done;
+error:
+    PyErr_WriteUnraisable(logger);
+done:
+    Py_XDECREF(meth);
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    Py_XDECREF(res);
+}
+
+PyObject *
+sk_asgi_address(const struct sockaddr_storage *ss)
+{
+    /* New reference (see sk_asgi.h). */
+    char host[INET6_ADDRSTRLEN];
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+        return Py_BuildValue("(si)", host, (int)ntohs(a->sin_port));
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+        return Py_BuildValue("(si)", host, (int)ntohs(a->sin6_port));
+    }
+    Py_RETURN_NONE;
+}
+
+static int
+hexval(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+PyObject *
+sk_asgi_path(PyObject *root_path, const char *p, size_t n)
+{
+    /* New reference (see sk_asgi.h). */
+    PyObject *path = NULL, *res = NULL;
+    char *tmp = NULL;
+    if (memchr(p, '%', n) == NULL) {
+        path = PyUnicode_DecodeUTF8(p, (Py_ssize_t)n, "replace");
+    }
+    else {
+        tmp = PyMem_Malloc(n ? n : 1);
+        if (tmp == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        size_t o = 0;
+        for (size_t i = 0; i < n; i++) {
+            int hi, lo;
+            if (p[i] == '%' && i + 2 < n && (hi = hexval(p[i + 1])) >= 0 &&
+                (lo = hexval(p[i + 2])) >= 0) {
+                tmp[o++] = (char)(hi * 16 + lo);
+                i += 2;
+            }
+            else {
+                tmp[o++] = p[i];
+            }
+        }
+        path = PyUnicode_DecodeUTF8(tmp, (Py_ssize_t)o, "replace");
+    }
+    if (path == NULL) {
+        goto error;
+    }
+    if (PyUnicode_GET_LENGTH(root_path) == 0) {
+        res = Py_NewRef(path);
+    }
+    else {
+        res = PyUnicode_Concat(root_path, path);
+    }
+    goto done;
+error:
+    res = NULL;
+done:
+    PyMem_Free(tmp);
+    Py_XDECREF(path);
+    return res;
+}
+
+PyObject *
+sk_asgi_headers(const sk_parser_t *p, const char *authority, size_t authority_len)
+{
+    /* New reference (see sk_asgi.h). */
+    PyObject *list = PyList_New(p->nfields);
+    if (list == NULL) {
+        return NULL;
+    }
+    for (uint32_t i = 0; i < p->nfields; i++) {
+        const sk_field_t *f = &p->fields[i];
+        const char *src = sk_parser_ptr(p, f->name);
+        const char *vp = sk_parser_ptr(p, f->value);
+        size_t vlen = f->value.len;
+        if (authority != NULL && f->name.len == sizeof("host") - 1 &&
+            strncasecmp(src, "host", sizeof("host") - 1) == 0) {
+            /* RFC 9112 §3.2.2: with an absolute-form target the Host field is replaced by the
+             * target's authority, so the app sees one answer to "which host". */
+            vp = authority;
+            vlen = authority_len;
+        }
+        PyObject *name = PyBytes_FromStringAndSize(NULL, f->name.len);
+        PyObject *value = PyBytes_FromStringAndSize(vp, (Py_ssize_t)vlen);
+        if (name == NULL || value == NULL) {
+            Py_XDECREF(name);
+            Py_XDECREF(value);
+            goto error;
+        }
+        char *dst = PyBytes_AS_STRING(name);
+        for (uint32_t k = 0; k < f->name.len; k++) {
+            char ch = src[k];
+            dst[k] = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
+        }
+        PyObject *pair = PyTuple_New(2);
+        if (pair == NULL) {
+            Py_DECREF(name);
+            Py_DECREF(value);
+            goto error;
+        }
+        PyTuple_SET_ITEM(pair, 0, name);
+        PyTuple_SET_ITEM(pair, 1, value);
+        PyList_SET_ITEM(list, i, pair);
+    }
+    return list;
+error:
+    Py_DECREF(list);
+    return NULL;
+}
+
+int
+sk_asgi_msg_get(PyObject *msg, PyObject *key, PyObject **out)
+{
+    *out = NULL;
+    if (PyDict_Check(msg)) {
+        PyObject *v = PyDict_GetItemWithError(msg, key); /* borrowed */
+        if (v == NULL) {
+            return PyErr_Occurred() ? -1 : 0;
+        }
+        *out = Py_NewRef(v);
+        return 1;
+    }
+    PyObject *v = PyObject_GetItem(msg, key);
+    if (v == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_KeyError)) {
+            PyErr_Clear();
+            return 0;
+        }
+        return -1;
+    }
+    *out = v;
+    return 1;
+}
+
+PyObject *
+sk_asgi_awaitable_iter(PyObject *obj)
+{
+    /* New reference (see sk_asgi.h). */
+    if (PyCoro_CheckExact(obj)) {
+        return Py_NewRef(obj);
+    }
+    PyAsyncMethods *am = Py_TYPE(obj)->tp_as_async;
+    if (am == NULL || am->am_await == NULL) {
+        PyErr_Format(PyExc_TypeError,
+                     "the ASGI application returned %.100s, which is not awaitable",
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    PyObject *it = am->am_await(obj);
+    if (it != NULL && !PyIter_Check(it)) {
+        PyErr_Format(PyExc_TypeError, "__await__() returned non-iterator of type '%.100s'",
+                     Py_TYPE(it)->tp_name);
+        Py_CLEAR(it);
+    }
+    return it;
+}

@@ -1,0 +1,44 @@
+/* sk_asgi.h — ASGI pieces that any protocol handler's scope and messages are built from.
+ *
+ * Owns: percent-decoding a path into the scope's `path` (ASGI www 2.5), the `headers` list from a
+ * parsed head, (host, port) address tuples for `client`/`server`, reading a key of an ASGI
+ * message, turning what an app call returned into something to drive, and the application-error
+ * log call. Never: keeps state, touches a connection, or calls back into a handler.
+ *
+ * Result convention for lookups (as CPython's PyDict_GetItemRef): an int, 1 = found (a new
+ * reference in *out), 0 = absent (*out = NULL, no exception), -1 = failed (*out = NULL, exception
+ * set).
+ */
+#ifndef SK_ASGI_H
+#define SK_ASGI_H
+
+#include "sk_module.h"
+#include "sk_http.h"
+
+#include <sys/socket.h>
+
+/* logger.error(msg, exc_info=exc) (exc may be NULL); a failure to log is reported as unraisable.
+ * Nothing when logger is None. */
+void sk_asgi_log_error(sk_state *st, PyObject *logger, const char *msg, PyObject *exc);
+
+/* New reference: (host, port) for an IPv4/IPv6 address, None for any other family; NULL with an
+ * exception. */
+PyObject *sk_asgi_address(const struct sockaddr_storage *ss);
+
+/* New reference: root_path + the percent-decoded path p[0..n) decoded as UTF-8 with U+FFFD for
+ * invalid sequences (as urllib.parse.unquote does); NULL with an exception. */
+PyObject *sk_asgi_path(PyObject *root_path, const char *p, size_t n);
+
+/* New reference: [(lower-cased name, value), ...] in received order and with duplicates, from the
+ * parsed head. With an absolute-form request-target (authority != NULL) each Host field's value
+ * is replaced by that authority (RFC 9112 §3.2.2). NULL with an exception. */
+PyObject *sk_asgi_headers(const sk_parser_t *p, const char *authority, size_t authority_len);
+
+/* msg[key] for a dict or any mapping. 1 (new reference in *out), 0 (absent), -1 (exception). */
+int sk_asgi_msg_get(PyObject *msg, PyObject *key, PyObject **out);
+
+/* New reference: what to drive for an app call's result `obj`: a coroutine itself, else its
+ * __await__() iterator; NULL with TypeError when obj is not awaitable. */
+PyObject *sk_asgi_awaitable_iter(PyObject *obj);
+
+#endif

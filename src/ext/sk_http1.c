@@ -1,0 +1,1546 @@
+/* sk_http1.c — the HTTP/1.1 protocol handler and the ASGI `http` Request.
+ *
+ * Owns, per connection: the request parser, refusals (the one error sink: refuse()), the
+ * request-head and keep-alive deadlines, starting one Request per parsed head, pipelining (the
+ * next buffered request starts as the previous response completes), the persistence decision and
+ * the write-timing policy (settle_output(): when output leaves). Per request: the scope (a fresh
+ * mutable dict), the body queue and receive() events, validating send() messages and handing them
+ * to the serializer, 100-continue, the fairness quota, and driving the app: the Request is the
+ * coroutine its asyncio.Task runs, so it sees the app end in the same step (500 before the
+ * response head, abort after it, quiet server-generated disconnects and cancellations).
+ * Never: touches a socket or the reactor (only the sk_transport_* API), or lets an application's
+ * failure reach another request or the server.
+ *
+ * States of a Request (each an enum, changed only by its set_*() function):
+ *   rx   (request message)  BODY -> COMPLETE (message ended) -> DELIVERED (final event given)
+ *   tx   (response)         OPEN -> COMPLETE | FAILED (cannot be completed) | GONE (client left)
+ *   app  (application call) NEW -> STARTED (task made) -> RUNNING (stepped) -> DONE; the
+ *                           request counts in active_requests exactly while STARTED or RUNNING
+ *   cont (100-continue)     NONE | EXPECTED -> SENT
+ */
+#include "sk_http1.h"
+
+#include "sk_asgi.h"
+#include "sk_resp.h"
+
+#include <assert.h>
+#include <string.h>
+#include <time.h>
+
+#define BODY_HIGH_WATER (64 * 1024) /* stop reading while this much request body is unconsumed */
+#define FAIRNESS_QUOTA 128          /* ready receive/send operations per request before one yield */
+#define DISCARD_MAX (1024 * 1024)   /* unread request body dropped to keep a connection (bytes) */
+
+/* The handler's deadline kinds (sk_transport_set_deadline). RFC 9112 §9.5 leaves timeouts to the
+ * server. */
+enum {
+    DL_HEAD = 1,  /* request head not complete: 408 if any byte arrived, then close */
+    DL_KEEPALIVE, /* idle between requests: close quietly */
+};
+
+enum rx_state { RX_BODY = 0, RX_COMPLETE, RX_DELIVERED };
+enum tx_state { TX_OPEN = 0, TX_COMPLETE, TX_FAILED, TX_GONE };
+enum app_state { APP_NEW = 0, APP_STARTED, APP_RUNNING, APP_DONE };
+enum cont_state { CONT_NONE = 0, CONT_EXPECTED, CONT_SENT };
+
+typedef struct RequestObject RequestObject;
+
+/* One connection's HTTP/1.1 state. Freed by release() when the reactor reaps the transport. */
+typedef struct {
+    sk_transport_t *t;      /* borrowed: outlives this (release() runs before it is freed) */
+    sk_http1_server_t *srv; /* borrowed: owned by the Server, which outlives every connection */
+    sk_parser_t parser;
+    RequestObject *current; /* strong: the request being received/answered, NULL between */
+    PyObject *client;       /* strong: scope "client", made once per connection (None for UDS) */
+    PyObject *local;        /* strong: scope "server", made once per connection */
+    uint8_t closed;         /* the transport told closed(): nothing more is sent */
+    uint8_t discarding;     /* reading and dropping the rest of an answered request's body */
+} http1_conn_t;
+
+struct RequestObject {
+    PyObject_HEAD sk_state *st;
+    PyObject *owner;          /* strong: the Server, keeping srv alive */
+    sk_http1_server_t *srv;   /* borrowed from owner */
+    http1_conn_t *conn;       /* NULL once detached (connection closed or moved on) */
+    PyObject *task;           /* strong while running: the asyncio.Task whose coroutine is this */
+    PyObject *coro;           /* strong while running: what the app call returned, driven by this */
+    PyObject *receive_waiter; /* future resolved with the next receive() event */
+    PyObject *drain_waiter; /* future resolved when unsent output drops below the high-water mark */
+    PyObject *body;         /* list of bytes not yet delivered by receive() */
+    PyObject *scope;        /* built at the head, handed to the app by request_run() */
+    size_t body_buffered;   /* bytes in body */
+    unsigned ops;           /* ready operations since the last yield (fairness quota) */
+    enum rx_state rx;
+    enum tx_state tx;
+    enum app_state app;
+    enum cont_state cont;
+    uint8_t keep_alive;        /* the request allows a persistent connection */
+    uint8_t http_minor;        /* 0 or 1 */
+    uint8_t is_head;           /* method HEAD */
+    uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app (not logged) */
+    sk_resp_t resp;
+};
+
+static void conn_request_done(http1_conn_t *c, int keep_alive);
+static void request_detach(RequestObject *r);
+
+/* ---- state transitions ---------------------------------------------------------------------- */
+
+static void
+set_rx(RequestObject *r, enum rx_state to)
+{
+    assert(to > r->rx);
+    r->rx = to;
+}
+
+static void
+set_tx(RequestObject *r, enum tx_state to)
+{
+    assert(r->tx == TX_OPEN && to != TX_OPEN); /* every end of a response is final */
+    r->tx = to;
+}
+
+/* The only place active_requests changes: +1 entering STARTED, -1 leaving STARTED/RUNNING. */
+static void
+set_app(RequestObject *r, enum app_state to)
+{
+    assert(to > r->app);
+    int was_running = (r->app == APP_STARTED || r->app == APP_RUNNING);
+    int running = (to == APP_STARTED || to == APP_RUNNING);
+    r->app = to;
+    if (running && !was_running) {
+        r->srv->active_requests++;
+    }
+    else if (was_running && !running) {
+        r->srv->active_requests--;
+    }
+    assert(r->srv->active_requests >= 0);
+}
+
+static const char *
+server_date(sk_http1_server_t *srv)
+{
+    /* IMF-fixdate for now, formatted once per second. Borrowed: valid until the next second. */
+    int64_t now = (int64_t)time(NULL);
+    if (now != srv->date_sec) {
+        srv->date_sec = now;
+        sk_format_date(now, srv->date);
+    }
+    return srv->date;
+}
+
+/* ---- reading and writing -------------------------------------------------------------------- */
+
+/* Flow control for request bodies: the transport reads while the current request's unconsumed
+ * body is under BODY_HIGH_WATER. */
+static void
+sync_reading(http1_conn_t *c)
+{
+    RequestObject *r = c->current;
+    sk_transport_pause_reading(c->t, r != NULL && r->body_buffered >= BODY_HIGH_WATER);
+}
+
+/* The write-timing policy of HTTP/1.1, in one place. Output leaves at once (sk_transport_write),
+ * except:
+ *  - inside a pass over received bytes: the transport writes when data_received() returns, so
+ *    the responses of requests answered within one pass leave in one write;
+ *  - while a request started behind unsent responses (pipelining) has not taken its first step:
+ *    if it answers within that step its response joins them (one write per batch); its first
+ *    step's end releases the output either way;
+ *  - a final response with pipelined input behind it (send_body()): it is not written on its
+ *    own, since the next request starts at once and this rule applies to it.
+ * Called at the end of every pass and of every app step. */
+static void
+settle_output(http1_conn_t *c)
+{
+    RequestObject *r = c->current;
+    if (r != NULL && r->app == APP_STARTED && sk_transport_out_len(c->t) > 0 &&
+        sk_transport_is_open(c->t)) {
+        sk_transport_hold(c->t);
+    }
+    else {
+        sk_transport_release(c->t);
+    }
+}
+
+/* The one error sink: answers status (never reaching the app) and closes after the write. */
+static void
+refuse(http1_conn_t *c, int status)
+{
+    int started = 0;
+    if (c->current) {
+        started = c->current->resp.started && c->current->resp.head_written;
+        request_detach(c->current);
+    }
+    if (!started) {
+        /* The output may still hold earlier pipelined responses: the refusal goes after them. */
+        int head = (c->parser.method == HTTP_HEAD); /* valid on SK_EV_ERROR too */
+        if (sk_resp_error(sk_transport_out(c->t), status, head, server_date(c->srv)) < 0) {
+            sk_transport_close(c->t, SK_CLOSE_NOW);
+            return;
+        }
+    }
+    sk_transport_close(c->t, SK_CLOSE_AFTER_WRITE);
+}
+
+/* The app failed mid-response: close without the message ever looking complete. */
+static void
+abort_response(http1_conn_t *c, RequestObject *r)
+{
+    /* A close-delimited body would look complete after a FIN: reset instead. */
+    sk_transport_abort(c->t, r->resp.head_written && r->resp.framing == SK_FRAME_CLOSE);
+}
+
+/* ---- scope ---------------------------------------------------------------------------------- */
+
+static PyObject *
+build_scope(http1_conn_t *c)
+{
+    /* New reference: the request's scope dict; NULL with an exception. */
+    sk_http1_server_t *srv = c->srv;
+    sk_state *st = srv->st;
+    sk_parser_t *p = &c->parser;
+    PyObject *scope = NULL, *v = NULL;
+    const char *t = sk_parser_ptr(p, p->target);
+    size_t tlen = p->target.len;
+    if (t == NULL) { /* no head block: never for a parsed request, but keep t valid */
+        t = "";
+        tlen = 0;
+    }
+
+    scope = PyDict_Copy(st->scope_proto);
+    if (scope == NULL) {
+        goto error;
+    }
+#define SET(key, expr)                                        \
+    do {                                                      \
+        v = (expr);                                           \
+        if (v == NULL || PyDict_SetItem(scope, (key), v) < 0) \
+            goto error;                                       \
+        Py_CLEAR(v);                                          \
+    } while (0)
+
+    SET(st->s_asgi, PyDict_Copy(st->asgi_proto));
+    if (p->http_minor == 0) {
+        SET(st->s_http_version, Py_NewRef(st->s_1_0));
+    }
+    if (p->method < SK_METHOD_CACHE && st->methods[p->method] != NULL) {
+        SET(st->s_method, Py_NewRef(st->methods[p->method]));
+    }
+    else {
+        SET(st->s_method, PyUnicode_FromString(sk_parser_method_name(p)));
+    }
+    /* absolute-form (RFC 9112 §3.2.2): path and query come from the URL; "/" when empty. */
+    const char *authority = NULL;
+    size_t authority_len = 0;
+    if (tlen > 0 && t[0] != '/' && t[0] != '*') {
+        const char *sep = NULL;
+        for (size_t i = 0; i + 2 < tlen; i++) {
+            if (t[i] == ':' && t[i + 1] == '/' && t[i + 2] == '/') {
+                sep = t + i + 3;
+                break;
+            }
+        }
+        if (sep != NULL) {
+            const char *end = t + tlen;
+            const char *ps = sep;
+            while (ps < end && *ps != '/' && *ps != '?') {
+                ps++;
+            }
+            authority = sep;
+            authority_len = (size_t)(ps - sep);
+            tlen = (size_t)(end - ps);
+            t = ps;
+        }
+    }
+    const char *q = tlen > 0 ? memchr(t, '?', tlen) : NULL;
+    size_t plen = q ? (size_t)(q - t) : tlen;
+    const char *path_p = t;
+    static const char slash[] = "/";
+    if (plen == 0 && (tlen == 0 || t[0] == '?')) {
+        path_p = slash;
+        plen = sizeof(slash) - 1;
+    }
+    SET(st->s_path, sk_asgi_path(srv->root_path, path_p, plen));
+    Py_ssize_t rlen = PyBytes_GET_SIZE(srv->root_path_b);
+    if (rlen == 0) {
+        SET(st->s_raw_path, PyBytes_FromStringAndSize(path_p, (Py_ssize_t)plen));
+    }
+    else {
+        v = PyBytes_FromStringAndSize(NULL, rlen + (Py_ssize_t)plen);
+        if (v == NULL) {
+            goto error;
+        }
+        memcpy(PyBytes_AS_STRING(v), PyBytes_AS_STRING(srv->root_path_b), (size_t)rlen);
+        memcpy(PyBytes_AS_STRING(v) + rlen, path_p, plen);
+        if (PyDict_SetItem(scope, st->s_raw_path, v) < 0) {
+            goto error;
+        }
+        Py_CLEAR(v);
+    }
+    if (q != NULL) {
+        SET(st->s_query_string, PyBytes_FromStringAndSize(q + 1, (Py_ssize_t)(t + tlen - q - 1)));
+    }
+    else {
+        SET(st->s_query_string, Py_NewRef(st->empty_bytes));
+    }
+    SET(st->s_root_path, Py_NewRef(srv->root_path));
+    SET(st->s_headers, sk_asgi_headers(p, authority, authority_len));
+    if (c->client == NULL) {
+        socklen_t plen_unused;
+        const struct sockaddr_storage *peer = sk_transport_peer(c->t, &plen_unused);
+        c->client = (srv->unix_path != Py_None) ? Py_NewRef(Py_None) : sk_asgi_address(peer);
+        if (c->client == NULL) {
+            goto error;
+        }
+    }
+    SET(st->s_client, Py_NewRef(c->client));
+    if (c->local == NULL) {
+        struct sockaddr_storage ss;
+        if (srv->unix_path != Py_None) {
+            c->local = PyTuple_Pack(2, srv->unix_path, Py_None);
+        }
+        else if (sk_transport_local(c->t, &ss) == 0) {
+            c->local = sk_asgi_address(&ss);
+        }
+        else {
+            c->local = Py_NewRef(Py_None);
+        }
+        if (c->local == NULL) {
+            goto error;
+        }
+    }
+    SET(st->s_server, Py_NewRef(c->local));
+    if (srv->state != Py_None) {
+        SET(st->s_state, PyDict_Check(srv->state)
+                             ? PyDict_Copy(srv->state)
+                             : PyObject_CallMethodNoArgs(srv->state, st->s_copy));
+    }
+#undef SET
+    return scope;
+error:
+    Py_XDECREF(v);
+    Py_XDECREF(scope);
+    return NULL;
+}
+
+/* ---- request helpers ------------------------------------------------------------------------ */
+
+static PyObject *
+ready(RequestObject *r, PyObject *value)
+{
+    /* New reference: an awaitable returning value (stolen; NULL = None). After FAIRNESS_QUOTA
+     * ready operations of this request it yields to the loop once first. */
+    if (++r->ops >= FAIRNESS_QUOTA) {
+        r->ops = 0;
+        return sk_ready_new(r->st, value, 1);
+    }
+    if (value == NULL) {
+        return Py_NewRef(r->st->send_done);
+    }
+    return sk_ready_new(r->st, value, 0);
+}
+
+static PyObject *
+raise_disconnected(RequestObject *r)
+{
+    /* Always NULL with skirr.ClientDisconnected set. */
+    r->raised_disconnect = 1;
+    PyErr_SetString(r->st->ClientDisconnected, "client disconnected");
+    return NULL;
+}
+
+static void
+resolve_waiter(PyObject **slot, PyObject *result, PyObject *exc_type, sk_state *st)
+{
+    /* Moves the future out of *slot and, unless it is already done (cancelled), sets its result
+     * (result, borrowed) or, with exc_type, an exc_type("client disconnected") exception. Failures
+     * are reported as unraisable. */
+    PyObject *fut = *slot;
+    PyObject *res = NULL, *exc = NULL;
+    if (fut == NULL) {
+        return;
+    }
+    *slot = NULL; /* moved out before calling into the loop */
+    PyObject *done = PyObject_CallMethodNoArgs(fut, st->s_done);
+    if (done == NULL) {
+        goto error;
+    }
+    if (done == Py_False) {
+        if (exc_type != NULL) {
+            exc = PyObject_CallFunction(exc_type, "s", "client disconnected");
+            res = exc ? PyObject_CallMethodOneArg(fut, st->s_set_exception, exc) : NULL;
+        }
+        else {
+            res = PyObject_CallMethodOneArg(fut, st->s_set_result, result);
+        }
+        if (res == NULL) {
+            goto error;
+        }
+    }
+    goto done;
+error:
+    PyErr_WriteUnraisable(fut);
+done:
+    Py_XDECREF(done);
+    Py_XDECREF(res);
+    Py_XDECREF(exc);
+    Py_DECREF(fut);
+}
+
+/* ---- receive -------------------------------------------------------------------------------- */
+
+static int
+next_message(RequestObject *r, PyObject **out)
+{
+    /* The next receive() event if one is ready: 1 (new reference in *out), 0 (none yet), -1
+     * (exception set). */
+    sk_state *st = r->st;
+    PyObject *msg = NULL, *data = NULL;
+    *out = NULL;
+    if (r->body_buffered > 0 || r->rx == RX_COMPLETE) {
+        Py_ssize_t n = r->body ? PyList_GET_SIZE(r->body) : 0;
+        if (n == 0) {
+            data = Py_NewRef(st->empty_bytes);
+        }
+        else if (n == 1) {
+            data = Py_NewRef(PyList_GET_ITEM(r->body, 0));
+        }
+        else {
+            data = PyObject_CallMethod(st->empty_bytes, "join", "O", r->body);
+        }
+        if (data == NULL || (r->body && PyList_SetSlice(r->body, 0, n, NULL) < 0)) {
+            goto error;
+        }
+        r->body_buffered = 0;
+        int more = (r->rx == RX_BODY);
+        msg = PyDict_New();
+        if (msg == NULL || PyDict_SetItem(msg, st->s_type, st->s_http_request) < 0 ||
+            PyDict_SetItem(msg, st->s_body, data) < 0 ||
+            PyDict_SetItem(msg, st->s_more_body, more ? Py_True : Py_False) < 0) {
+            goto error;
+        }
+        if (!more) {
+            set_rx(r, RX_DELIVERED);
+        }
+        Py_DECREF(data);
+        if (r->conn != NULL) {
+            /* flow control: the body was consumed, so read and parse more */
+            sync_reading(r->conn);
+            if (sk_transport_in_len(r->conn->t) > 0) {
+                sk_transport_feed_soon(r->conn->t);
+            }
+        }
+        *out = msg;
+        return 1;
+    }
+    if (r->tx != TX_OPEN || r->conn == NULL) {
+        msg = PyDict_Copy(st->disconnect_msg);
+        if (msg == NULL) {
+            return -1;
+        }
+        *out = msg;
+        return 1;
+    }
+    return 0;
+error:
+    Py_XDECREF(data);
+    Py_XDECREF(msg);
+    return -1;
+}
+
+static void
+wake_receiver(RequestObject *r)
+{
+    /* Resolves a waiting receive() with the next event, if any. A cancelled waiter is dropped
+     * without consuming the event. */
+    PyObject *fut = r->receive_waiter;
+    PyObject *msg = NULL;
+    if (fut == NULL) {
+        return;
+    }
+    PyObject *done = PyObject_CallMethodNoArgs(fut, r->st->s_done);
+    if (done == NULL) {
+        PyErr_WriteUnraisable(fut);
+        return;
+    }
+    int is_done = (done == Py_True);
+    Py_DECREF(done);
+    if (is_done) {
+        Py_CLEAR(r->receive_waiter);
+        return;
+    }
+    int rc = next_message(r, &msg);
+    if (rc < 0) {
+        PyErr_WriteUnraisable(fut);
+    }
+    if (rc <= 0) {
+        return;
+    }
+    resolve_waiter(&r->receive_waiter, msg, NULL, r->st);
+    Py_DECREF(msg);
+}
+
+static PyObject *
+request_receive(PyObject *op, PyObject *Py_UNUSED(arg))
+{
+    /* New reference: an awaitable for the next event (ASGI www 2.5 http.request /
+     * http.disconnect); NULL with RuntimeError if a receive() is already waiting. */
+    RequestObject *r = (RequestObject *)op;
+    PyObject *msg = NULL;
+    int rc = next_message(r, &msg);
+    if (rc != 0) {
+        return rc > 0 ? ready(r, msg) : NULL;
+    }
+    if (r->receive_waiter != NULL) {
+        PyObject *done = PyObject_CallMethodNoArgs(r->receive_waiter, r->st->s_done);
+        if (done == NULL) {
+            return NULL;
+        }
+        int is_done = (done == Py_True);
+        Py_DECREF(done);
+        if (!is_done) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "receive() is already being awaited for this request");
+            return NULL;
+        }
+        Py_CLEAR(r->receive_waiter);
+    }
+    http1_conn_t *c = r->conn;
+    if (r->cont == CONT_EXPECTED && !r->resp.head_written && c != NULL) {
+        /* RFC 9110 §10.1.1: the app wants the content, so ask the client for it. */
+        r->cont = CONT_SENT;
+        if (sk_buf_append(sk_transport_out(c->t), SK_CONTINUE_RESPONSE, SK_CONTINUE_RESPONSE_LEN) <
+            0) {
+            return PyErr_NoMemory();
+        }
+        (void)sk_transport_write(c->t);
+        if (r->conn == NULL) { /* the write found the peer gone */
+            return ready(r, PyDict_Copy(r->st->disconnect_msg));
+        }
+    }
+    PyObject *fut = PyObject_CallMethodNoArgs(r->srv->loop, r->st->s_create_future);
+    if (fut == NULL) {
+        return NULL;
+    }
+    r->receive_waiter = Py_NewRef(fut);
+    return fut;
+}
+
+/* ---- send ----------------------------------------------------------------------------------- */
+
+static PyObject *
+send_start(RequestObject *r, PyObject *msg)
+{
+    /* New reference to the completion awaitable, or NULL with an exception. */
+    sk_header_t stack_hdrs[32];
+    sk_header_t *hdrs = stack_hdrs;
+    PyObject *status_o = NULL, *headers = NULL, *seq = NULL, *keep = NULL, *res = NULL;
+    if (r->resp.started) {
+        PyErr_SetString(
+            PyExc_RuntimeError,
+            "Unexpected ASGI message 'http.response.start' sent, after response already started.");
+        goto error;
+    }
+    if (r->conn == NULL || r->tx == TX_GONE) {
+        raise_disconnected(r);
+        goto error;
+    }
+    int rc = sk_asgi_msg_get(msg, r->st->s_status, &status_o);
+    if (rc <= 0) {
+        if (rc == 0) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "'http.response.start' message is missing 'status'");
+        }
+        goto error;
+    }
+    if (!PyLong_Check(status_o)) {
+        PyErr_Format(PyExc_TypeError, "ASGI 'status' must be an int, not %.100s",
+                     Py_TYPE(status_o)->tp_name);
+        goto error;
+    }
+    int overflow = 0;
+    long status = PyLong_AsLongAndOverflow(status_o, &overflow);
+    if (status == -1 && PyErr_Occurred()) {
+        goto error;
+    }
+    if (overflow || status < 200 || status > 599) {
+        /* http.response.start carries the final response (ASGI www 2.5): a 1xx would leave the
+         * client waiting for a final response that never comes. */
+        PyErr_Format(PyExc_RuntimeError, "ASGI 'status' must be in 200..599, got %S", status_o);
+        goto error;
+    }
+    if (sk_asgi_msg_get(msg, r->st->s_headers, &headers) < 0) {
+        goto error;
+    }
+    Py_ssize_t n = 0;
+    if (headers != NULL) {
+        seq = PySequence_Fast(headers, "ASGI 'headers' must be an iterable of [name, value] pairs");
+        if (seq == NULL) {
+            goto error;
+        }
+        n = PySequence_Fast_GET_SIZE(seq);
+        keep = PyList_New(0);
+        if (keep == NULL) {
+            goto error;
+        }
+        if (n > (Py_ssize_t)(sizeof(stack_hdrs) / sizeof(stack_hdrs[0]))) {
+            hdrs = PyMem_Malloc((size_t)n * sizeof(sk_header_t));
+            if (hdrs == NULL) {
+                PyErr_NoMemory();
+                goto error;
+            }
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *pair = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, i),
+                                             "each ASGI header must be a [name, value] pair");
+            if (pair == NULL) {
+                goto error;
+            }
+            int app_err = PyList_Append(keep, pair);
+            Py_DECREF(pair); /* kept alive by keep */
+            if (app_err < 0) {
+                goto error;
+            }
+            if (PySequence_Fast_GET_SIZE(pair) != 2) {
+                PyErr_SetString(PyExc_TypeError, "each ASGI header must be a [name, value] pair");
+                goto error;
+            }
+            PyObject *name = PySequence_Fast_GET_ITEM(pair, 0);
+            PyObject *value = PySequence_Fast_GET_ITEM(pair, 1);
+            if (!PyBytes_Check(name) || !PyBytes_Check(value)) {
+                PyErr_SetString(PyExc_TypeError, "ASGI header names and values must be bytes");
+                goto error;
+            }
+            hdrs[i].name = PyBytes_AS_STRING(name);
+            hdrs[i].name_len = (size_t)PyBytes_GET_SIZE(name);
+            hdrs[i].value = PyBytes_AS_STRING(value);
+            hdrs[i].value_len = (size_t)PyBytes_GET_SIZE(value);
+        }
+    }
+    sk_req_info_t info = {
+        .http_minor = r->http_minor,
+        .head = r->is_head,
+        .keep_alive = r->keep_alive,
+        .force_close = r->srv->shutting_down || (r->cont == CONT_EXPECTED && r->rx == RX_BODY),
+    };
+    rc = sk_resp_start(&r->resp, &info, (int)status, hdrs, (size_t)n);
+    if (rc < 0) {
+        if (rc == SK_ENOMEM) {
+            PyErr_NoMemory();
+        }
+        else {
+            PyErr_SetString(PyExc_RuntimeError, sk_strerror(rc));
+        }
+        goto error;
+    }
+    res = ready(r, NULL);
+    goto done;
+error:
+    res = NULL;
+done:
+    if (hdrs != stack_hdrs) {
+        PyMem_Free(hdrs);
+    }
+    Py_XDECREF(status_o);
+    Py_XDECREF(headers);
+    Py_XDECREF(seq);
+    Py_XDECREF(keep);
+    return res;
+}
+
+static PyObject *
+send_body(RequestObject *r, PyObject *msg)
+{
+    /* New reference to the completion awaitable (a Future while draining), or NULL with an
+     * exception. */
+    PyObject *body = NULL, *more_o = NULL, *res = NULL;
+    Py_buffer view = {0};
+    int have_view = 0;
+    if (!r->resp.started) {
+        PyErr_SetString(
+            PyExc_RuntimeError,
+            "Unexpected ASGI message 'http.response.body' sent, before 'http.response.start'.");
+        goto error;
+    }
+    if (r->tx == TX_COMPLETE || r->tx == TX_FAILED) {
+        PyErr_SetString(
+            PyExc_RuntimeError,
+            "Unexpected ASGI message 'http.response.body' sent, after response already completed.");
+        goto error;
+    }
+    if (r->conn == NULL || r->tx == TX_GONE) {
+        raise_disconnected(r);
+        goto error;
+    }
+    if (sk_asgi_msg_get(msg, r->st->s_body, &body) < 0) {
+        goto error;
+    }
+    if (body != NULL) {
+        if (PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
+            PyErr_Format(PyExc_TypeError, "ASGI 'body' must be bytes, not %.100s",
+                         Py_TYPE(body)->tp_name);
+            goto error;
+        }
+        have_view = 1;
+    }
+    if (sk_asgi_msg_get(msg, r->st->s_more_body, &more_o) < 0) {
+        goto error;
+    }
+    int more = more_o ? PyObject_IsTrue(more_o) : 0;
+    if (more < 0) {
+        goto error;
+    }
+    http1_conn_t *c = r->conn;
+    if (c == NULL) { /* the conversions above ran Python code, which may have closed it */
+        raise_disconnected(r);
+        goto error;
+    }
+    int rc = sk_resp_body(&r->resp, sk_transport_out(c->t), have_view ? view.buf : "",
+                          have_view ? (size_t)view.len : 0, more, server_date(r->srv));
+    if (rc == SK_ETOOLONG || rc == SK_ETOOSHORT) {
+        set_tx(r, TX_FAILED);
+        abort_response(c, r); /* the message must never look complete */
+        PyErr_SetString(PyExc_RuntimeError, rc == SK_ETOOLONG
+                                                ? "Response content longer than Content-Length"
+                                                : "Response content shorter than Content-Length");
+        goto error;
+    }
+    if (rc < 0) {
+        if (rc == SK_ENOMEM) {
+            PyErr_NoMemory();
+        }
+        else {
+            PyErr_SetString(PyExc_RuntimeError, sk_strerror(rc));
+        }
+        goto error;
+    }
+    if (!more) {
+        set_tx(r, TX_COMPLETE);
+    }
+    /* settle_output(): a final body with pipelined input behind it is not written alone. */
+    int follow = !more && r->resp.keep_alive && sk_transport_in_len(c->t) > 0;
+    if (!follow && (sk_transport_write(c->t) < 0 || r->conn == NULL)) {
+        raise_disconnected(r);
+        goto error;
+    }
+    if (!more) {
+        conn_request_done(c, r->resp.keep_alive);
+        wake_receiver(r); /* a pending receive() now sees http.disconnect */
+        res = ready(r, NULL);
+        goto done;
+    }
+    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
+        /* Backpressure: complete only when the unsent output is below the high-water mark
+         * (the transport's writable() entry resolves it). */
+        PyObject *fut = PyObject_CallMethodNoArgs(r->srv->loop, r->st->s_create_future);
+        if (fut == NULL) {
+            goto error;
+        }
+        Py_XSETREF(r->drain_waiter, Py_NewRef(fut));
+        res = fut;
+        goto done;
+    }
+    res = ready(r, NULL);
+    goto done;
+error:
+    res = NULL;
+done:
+    if (have_view) {
+        PyBuffer_Release(&view);
+    }
+    Py_XDECREF(body);
+    Py_XDECREF(more_o);
+    return res;
+}
+
+static PyObject *
+request_send(PyObject *op, PyObject *msg)
+{
+    /* New reference: an awaitable completing when the message is accepted; NULL with
+     * RuntimeError/TypeError for an invalid or out-of-order message, or ClientDisconnected. */
+    RequestObject *r = (RequestObject *)op;
+    PyObject *type = NULL;
+    PyObject *res = NULL;
+    int rc = sk_asgi_msg_get(msg, r->st->s_type, &type);
+    if (rc <= 0) {
+        if (rc == 0) {
+            PyErr_SetString(PyExc_RuntimeError, "ASGI message has no 'type'");
+        }
+        return NULL;
+    }
+    if (PyUnicode_Check(type) && PyUnicode_Compare(type, r->st->s_http_response_body) == 0) {
+        res = send_body(r, msg);
+    }
+    else if (PyUnicode_Check(type) && PyUnicode_Compare(type, r->st->s_http_response_start) == 0) {
+        res = send_start(r, msg);
+    }
+    else if (!PyErr_Occurred()) {
+        PyErr_Format(PyExc_RuntimeError, "Unexpected ASGI message type %R", type);
+    }
+    Py_DECREF(type);
+    return res;
+}
+
+/* ---- the app task --------------------------------------------------------------------------- */
+
+/* The Request object is the coroutine its asyncio.Task runs: it drives what the app call returned
+ * (a coroutine through am_send, or any awaitable's __await__ iterator) and, the moment that ends,
+ * finishes the exchange in the same step: no done callback, no extra loop iteration. The app's
+ * own coroutine still runs inside the request's Task (asyncio.current_task() is that Task). */
+
+static void
+request_finish(RequestObject *r, PyObject *exc, int cancelled)
+{
+    /* The app ended: returned (exc NULL), raised exc (borrowed), or was cancelled. Reports it and
+     * answers what the app left unanswered: a clean 500 before the response head (RFC 9110
+     * §15.6.1), an abort after it (no truncated response sent as complete). Idempotent. */
+    if (r->app == APP_DONE || r->app == APP_NEW) {
+        return;
+    }
+    set_app(r, APP_DONE);
+    Py_CLEAR(r->task);
+    if (exc != NULL) {
+        int quiet =
+            r->raised_disconnect && PyErr_GivenExceptionMatches(exc, r->st->ClientDisconnected);
+        if (!quiet) {
+            sk_asgi_log_error(r->st, r->srv->logger, "Exception in ASGI application", exc);
+        }
+    }
+    else if (!cancelled && r->tx == TX_OPEN) {
+        sk_asgi_log_error(r->st, r->srv->logger,
+                          r->resp.started ? "ASGI callable returned without completing response."
+                                          : "ASGI callable returned without starting response.",
+                          NULL);
+    }
+    http1_conn_t *c = r->conn;
+    if (c != NULL && r->tx != TX_COMPLETE) {
+        if (!r->resp.head_written) {
+            if (sk_resp_error(sk_transport_out(c->t), 500, r->is_head, server_date(r->srv)) < 0) {
+                sk_transport_close(c->t, SK_CLOSE_NOW);
+            }
+            else {
+                set_tx(r, TX_COMPLETE);
+                conn_request_done(c, 0);
+            }
+        }
+        else {
+            abort_response(c, r);
+        }
+    }
+    wake_receiver(r);
+}
+
+static PySendResult
+request_ended(RequestObject *r, PySendResult res, PyObject **result)
+{
+    /* Turns the end of the app's coroutine into the end of the request's: a return or an
+     * Exception finishes the exchange and returns None to the Task (the exception is reported
+     * here, not left on the Task); cancellation and BaseExceptions such as KeyboardInterrupt
+     * finish it and propagate, so the Task is cancelled or the loop stops as it would have. */
+    if (res == PYGEN_NEXT) {
+        return res;
+    }
+    Py_CLEAR(r->coro);
+    if (res == PYGEN_RETURN) {
+        Py_CLEAR(*result);
+        request_finish(r, NULL, 0);
+        *result = Py_NewRef(Py_None);
+        return PYGEN_RETURN;
+    }
+    PyObject *typ, *val, *tb;
+    PyErr_Fetch(&typ, &val, &tb);
+    PyErr_NormalizeException(&typ, &val, &tb);
+    if (val != NULL && tb != NULL) {
+        PyException_SetTraceback(val, tb);
+    }
+    int cancelled = PyErr_GivenExceptionMatches(val, r->st->CancelledError);
+    int propagate = cancelled || !PyErr_GivenExceptionMatches(val, PyExc_Exception);
+    request_finish(r, cancelled ? NULL : val, cancelled);
+    if (propagate) {
+        PyErr_Restore(typ, val, tb);
+        *result = NULL;
+        return PYGEN_ERROR;
+    }
+    Py_XDECREF(typ);
+    Py_XDECREF(val);
+    Py_XDECREF(tb);
+    *result = Py_NewRef(Py_None);
+    return PYGEN_RETURN;
+}
+
+static void
+step_begin(RequestObject *r)
+{
+    if (r->app == APP_STARTED) {
+        set_app(r, APP_RUNNING);
+    }
+}
+
+static void
+step_end(RequestObject *r)
+{
+    if (r->conn != NULL) {
+        settle_output(r->conn); /* the first step's end releases held output */
+    }
+}
+
+static PySendResult
+request_am_send(PyObject *op, PyObject *arg, PyObject **result)
+{
+    /* am_send: one step of the app. PYGEN_NEXT with what it yielded (new reference), PYGEN_RETURN
+     * with None, or PYGEN_ERROR with an exception set. */
+    RequestObject *r = (RequestObject *)op;
+    if (r->coro == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited request coroutine");
+        *result = NULL;
+        return PYGEN_ERROR;
+    }
+    step_begin(r);
+    PySendResult res = request_ended(r, PyIter_Send(r->coro, arg, result), result);
+    step_end(r);
+    return res;
+}
+
+static PyObject *
+as_method_result(PySendResult res, PyObject *result)
+{
+    /* New reference (result is stolen): a send()/throw() method's answer for an am_send-style
+     * outcome: the yielded value, or NULL with StopIteration on return (or the error set). */
+    if (res == PYGEN_RETURN) {
+        Py_DECREF(result);
+        PyErr_SetNone(PyExc_StopIteration);
+        return NULL;
+    }
+    return result;
+}
+
+static void
+raise_thrown(PyObject *const *args, Py_ssize_t nargs)
+{
+    /* Sets the exception coroutine.throw(args) names: an instance, or a type and value. */
+    if (nargs == 0) {
+        PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument");
+    }
+    else if (PyExceptionInstance_Check(args[0])) {
+        PyErr_SetObject((PyObject *)Py_TYPE(args[0]), args[0]);
+    }
+    else {
+        PyErr_SetObject(args[0], nargs > 1 ? args[1] : NULL);
+    }
+}
+
+static PyObject *
+request_send_value(PyObject *op, PyObject *arg)
+{
+    /* New reference: coroutine.send(value): the yielded value, or NULL with StopIteration. */
+    PyObject *result = NULL;
+    PySendResult res = request_am_send(op, arg, &result);
+    return as_method_result(res, result);
+}
+
+static PyObject *
+request_iternext(PyObject *op)
+{
+    /* New reference: next(coroutine), as send(None). */
+    return request_send_value(op, Py_None);
+}
+
+static PyObject *
+request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* New reference: coroutine.throw(...) passed on to the app (Task.cancel() comes this way);
+     * the yielded value, or NULL with StopIteration or the exception the app let out. */
+    RequestObject *r = (RequestObject *)op;
+    PyObject *result = NULL;
+    PySendResult res;
+    if (r->coro == NULL) {
+        raise_thrown(args, nargs);
+        return NULL;
+    }
+    step_begin(r);
+    PyObject *meth = PyObject_GetAttr(r->coro, r->st->s_throw);
+    if (meth == NULL) {
+        /* an __await__ iterator without throw(): the exception goes to the app as raised */
+        PyErr_Clear();
+        raise_thrown(args, nargs);
+        res = PYGEN_ERROR;
+    }
+    else {
+        result = PyObject_Vectorcall(meth, args, (size_t)nargs, NULL);
+        Py_DECREF(meth);
+        if (result != NULL) {
+            res = PYGEN_NEXT;
+        }
+        else if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+            PyErr_Clear();
+            result = Py_NewRef(Py_None);
+            res = PYGEN_RETURN;
+        }
+        else {
+            res = PYGEN_ERROR;
+        }
+    }
+    res = request_ended(r, res, &result);
+    step_end(r);
+    return as_method_result(res, result);
+}
+
+static PyObject *
+request_close(PyObject *op, PyObject *Py_UNUSED(arg))
+{
+    /* New reference to None: coroutine.close(): closes the app's coroutine; the exchange is
+     * finished as a cancelled one (500 or abort, nothing logged). */
+    RequestObject *r = (RequestObject *)op;
+    PyObject *coro = r->coro;
+    r->coro = NULL;
+    int failed = 0;
+    if (coro != NULL) {
+        PyObject *meth = PyObject_GetAttr(coro, r->st->s_close);
+        PyObject *res = meth ? PyObject_CallNoArgs(meth) : NULL;
+        if (meth == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+        }
+        else if (res == NULL) {
+            failed = 1;
+        }
+        Py_XDECREF(meth);
+        Py_XDECREF(res);
+        Py_DECREF(coro);
+    }
+    if (failed) {
+        PyObject *typ, *val, *tb;
+        PyErr_Fetch(&typ, &val, &tb);
+        request_finish(r, NULL, 1);
+        PyErr_Restore(typ, val, tb);
+        return NULL;
+    }
+    request_finish(r, NULL, 1);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+request_await(PyObject *op)
+{
+    /* New reference: __await__ returns the request itself (it is its own iterator). */
+    return Py_NewRef(op);
+}
+
+static PyMethodDef receive_def = {
+    "receive", request_receive, METH_NOARGS,
+    "ASGI receive(): awaitable of the next http.request / http.disconnect event."};
+static PyMethodDef send_def = {"send", request_send, METH_O,
+                               "ASGI send(message): http.response.start / http.response.body."};
+
+static RequestObject *
+request_new(http1_conn_t *c)
+{
+    /* New reference: the request for the head just parsed, with its scope; NULL with an
+     * exception. The app is not called yet (request_run). */
+    sk_http1_server_t *srv = c->srv;
+    sk_state *st = srv->st;
+    sk_parser_t *p = &c->parser;
+    RequestObject *r = (RequestObject *)st->request_type->tp_alloc(st->request_type, 0);
+    if (r == NULL) {
+        return NULL;
+    }
+    r->st = st;
+    st->live_requests++;
+    r->owner = Py_NewRef(srv->owner);
+    r->srv = srv;
+    r->conn = c;
+    r->cont = p->expect_continue ? CONT_EXPECTED : CONT_NONE;
+    r->keep_alive = p->keep_alive;
+    r->http_minor = p->http_minor;
+    r->is_head = (p->method == HTTP_HEAD);
+    r->scope = build_scope(c);
+    if (r->scope == NULL) {
+        r->conn = NULL;
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
+}
+
+static int
+request_run(RequestObject *r)
+{
+    /* Calls the app and starts its task. 0, or -1: with an exception set if the task could not
+     * be set up, without one if the app failed to start (already logged). Either way the caller
+     * answers 500. */
+    sk_state *st = r->st;
+    sk_http1_server_t *srv = r->srv;
+    PyObject *receive = NULL, *send = NULL, *ret = NULL, *task = NULL, *ctx = NULL;
+    PyObject *scope = r->scope; /* moved out: the app owns the scope from now on */
+    int rc = -1;
+    r->scope = NULL;
+    receive = PyCFunction_New(&receive_def, (PyObject *)r);
+    send = PyCFunction_New(&send_def, (PyObject *)r);
+    if (scope == NULL || receive == NULL || send == NULL) {
+        goto done;
+    }
+    PyObject *args[3] = {scope, receive, send};
+    ret = PyObject_Vectorcall(srv->app, args, 3, NULL);
+    if (ret == NULL) {
+        goto app_error;
+    }
+    r->coro = sk_asgi_awaitable_iter(ret);
+    if (r->coro == NULL) {
+        goto app_error;
+    }
+    /* A fresh copy of the server's context, never the caller's: this may run inside the previous
+     * request's send() (a pipelined request started at once), whose context must not leak. */
+    ctx = PyContext_Copy(srv->context);
+    if (ctx == NULL) {
+        goto app_error;
+    }
+    set_app(r, APP_STARTED);
+    if (srv->task_type != NULL) {
+        int eager = srv->eager && srv->eager_budget > 0;
+        srv->eager_budget -= eager;
+        PyObject *targs[4] = {(PyObject *)r, srv->loop, ctx, ctx};
+        if (srv->eager) {
+            targs[2] = eager ? Py_True : Py_False;
+        }
+        task = PyObject_Vectorcall(srv->task_type, targs, 1, srv->task_kw);
+    }
+    else {
+        PyObject *targs[3] = {srv->loop, (PyObject *)r, ctx};
+        task = PyObject_VectorcallMethod(st->s_create_task, targs, 2, srv->call_soon_kw);
+    }
+    if (task == NULL) {
+        if (r->app == APP_STARTED || r->app == APP_RUNNING) { /* no task drives it any more */
+            set_app(r, APP_DONE);
+        }
+        goto app_error;
+    }
+    if (r->app != APP_DONE) { /* an eager start may already have finished it */
+        r->task = Py_NewRef(task);
+    }
+    rc = 0;
+    goto done;
+
+app_error : {
+    PyObject *typ, *exc, *tb;
+    PyErr_Fetch(&typ, &exc, &tb);
+    PyErr_NormalizeException(&typ, &exc, &tb);
+    if (exc != NULL && tb != NULL) {
+        PyException_SetTraceback(exc, tb);
+    }
+    sk_asgi_log_error(st, srv->logger, "Exception in ASGI application", exc);
+    Py_XDECREF(typ);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+    PyObject *coro = r->coro ? r->coro : ret;
+    if (coro != NULL && PyCoro_CheckExact(coro)) {
+        PyObject *cr = PyObject_CallMethodNoArgs(coro, st->s_close);
+        Py_XDECREF(cr);
+        PyErr_Clear();
+    }
+    Py_CLEAR(r->coro);
+}
+done:
+    Py_XDECREF(scope);
+    Py_XDECREF(receive);
+    Py_XDECREF(send);
+    Py_XDECREF(ret);
+    Py_XDECREF(task);
+    Py_XDECREF(ctx);
+    return rc;
+}
+
+static int
+request_body(RequestObject *r, const char *data, size_t len)
+{
+    /* Queues a piece of request content (copied: the input buffer is reused). 0 or -1. */
+    if (len == 0) {
+        return 0;
+    }
+    if (r->body == NULL) {
+        r->body = PyList_New(0);
+        if (r->body == NULL) {
+            return -1;
+        }
+    }
+    PyObject *b = PyBytes_FromStringAndSize(data, (Py_ssize_t)len);
+    if (b == NULL) {
+        return -1;
+    }
+    int rc = PyList_Append(r->body, b);
+    Py_DECREF(b);
+    if (rc < 0) {
+        return -1;
+    }
+    r->body_buffered += len;
+    wake_receiver(r);
+    return 0;
+}
+
+static void
+request_detach(RequestObject *r)
+{
+    /* The connection is closing or refusing: a response not complete is lost (GONE); waiters
+     * wake (receive() with http.disconnect, a drain wait with ClientDisconnected). */
+    Py_INCREF(r); /* the connection's reference may be dropped below */
+    http1_conn_t *c = r->conn;
+    if (r->tx == TX_OPEN) {
+        set_tx(r, TX_GONE);
+    }
+    if (c != NULL) {
+        r->conn = NULL;
+        if (c->current == r) {
+            c->current = NULL;
+            Py_DECREF(r);
+        }
+    }
+    wake_receiver(r);
+    if (r->drain_waiter != NULL) {
+        r->raised_disconnect = 1;
+        resolve_waiter(&r->drain_waiter, NULL, r->st->ClientDisconnected, r->st);
+    }
+    Py_DECREF(r);
+}
+
+/* ---- the connection ------------------------------------------------------------------------- */
+
+/* Between requests: the keep-alive deadline, or the head deadline if the next request began. */
+static void
+arm_idle(http1_conn_t *c, int fresh)
+{
+    if (sk_transport_in_len(c->t) > 0 || !sk_parser_idle(&c->parser)) {
+        if (fresh || sk_transport_deadline_kind(c->t) != DL_HEAD) {
+            sk_transport_set_deadline(c->t, DL_HEAD, c->srv->head_timeout);
+        }
+    }
+    else {
+        sk_transport_set_deadline(c->t, DL_KEEPALIVE, c->srv->keep_alive);
+    }
+}
+
+static void
+conn_request_done(http1_conn_t *c, int keep_alive)
+{
+    /* The current response completed (keep_alive: it allows the connection to persist). Decides
+     * whether the connection persists and starts the next pipelined request if one is buffered. */
+    sk_http1_server_t *srv = c->srv;
+    RequestObject *r = c->current;
+    if (r == NULL) {
+        return;
+    }
+    /* A body the app did not read is read and discarded so the connection stays usable, unless
+     * the client may be waiting for a 100 Continue that never came (RFC 9110 §10.1.1) or more
+     * than DISCARD_MAX bytes of it are still announced. */
+    int body_complete = (r->rx != RX_BODY);
+    int discard = 0;
+    if (!body_complete) {
+        sk_parser_t *p = &c->parser;
+        int waits_for_100 = (r->cont == CONT_EXPECTED);
+        int too_much = p->has_content_length && p->content_length - p->body_received > DISCARD_MAX;
+        discard = !waits_for_100 && !too_much;
+    }
+    int reuse = keep_alive && (body_complete || discard) && !srv->shutting_down && !c->closed;
+    if (reuse && discard) {
+        c->discarding = 1;
+    }
+    r->conn = NULL;
+    c->current = NULL;
+    Py_DECREF(r);
+    if (c->closed) {
+        return;
+    }
+    sync_reading(c);
+    if (!reuse) {
+        sk_transport_close(c->t, SK_CLOSE_AFTER_WRITE);
+        return;
+    }
+    arm_idle(c, 0);
+    if (sk_transport_in_len(c->t) > 0) {
+        /* A pipelined request is buffered: start it now rather than a loop iteration later
+         * (inside a pass, the pass on the stack owns the input: soon instead). Lazily, as this
+         * may run inside the previous app's send(): its app never runs nested in another's, and
+         * its Task gets a fresh copy of the server's context. */
+        int budget = srv->eager_budget;
+        srv->eager_budget = 0;
+        sk_transport_feed(c->t);
+        srv->eager_budget = budget;
+    }
+}
+
+/* Parses one request's worth of events and starts its app (which, when started eagerly, may
+ * answer before this returns). Returns bytes consumed. */
+static size_t
+parse_one(http1_conn_t *c, const char *data, size_t len)
+{
+    size_t total = 0;
+    RequestObject *to_run = NULL; /* strong: a request whose app starts once these are parsed */
+    /* Runs until the parser says it needs more input (SK_EV_NONE): after a head or body event
+     * the parser may have an event due with no bytes left (the end of a Content-Length body). */
+    while (sk_transport_is_open(c->t)) {
+        RequestObject *r = c->current;
+        if (r != NULL && r->rx != RX_BODY) {
+            break;
+        }
+        if (r == NULL && sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
+            break; /* earlier responses are not read yet: start no new request (bounded memory) */
+        }
+        /* Over the body mark no more bytes are fed; but the end of a Content-Length body whose
+         * last byte was in the last piece carries none and is due now: collect it with an
+         * empty execute, or the app's next receive() waits for bytes that never come. */
+        int paused = (r != NULL && r->body_buffered >= BODY_HIGH_WATER);
+        sk_event_t ev;
+        size_t n = sk_parser_execute(&c->parser, data + total, paused ? 0 : len - total, &ev);
+        total += n;
+        if (ev.type == SK_EV_NONE) {
+            break;
+        }
+        if (ev.type == SK_EV_HEAD) {
+            sk_http1_server_t *srv = c->srv;
+            int kind = sk_transport_deadline_kind(c->t);
+            if (kind == DL_HEAD || kind == DL_KEEPALIVE) {
+                sk_transport_clear_deadline(c->t);
+            }
+            if (srv->limit_concurrency > 0 && srv->active_requests >= srv->limit_concurrency) {
+                refuse(c, 503); /* --limit-concurrency: over capacity, try again later */
+                break;
+            }
+            srv->total_requests++;
+            r = request_new(c);
+            if (r == NULL) {
+                PyErr_WriteUnraisable(srv->owner);
+                refuse(c, 500);
+                break;
+            }
+            c->current = r; /* strong: released by detach or conn_request_done */
+            to_run = (RequestObject *)Py_NewRef(r);
+        }
+        else if (ev.type == SK_EV_BODY) {
+            if (r != NULL && request_body(r, ev.data, ev.len) < 0) {
+                PyErr_WriteUnraisable(c->srv->owner);
+                refuse(c, 500);
+                break;
+            }
+        }
+        else if (ev.type == SK_EV_END) {
+            if (r != NULL) {
+                set_rx(r, RX_COMPLETE);
+                wake_receiver(r);
+            }
+            c->discarding = 0;
+        }
+        else { /* SK_EV_ERROR: the one error sink */
+            refuse(c, ev.status);
+            break;
+        }
+    }
+    if (sk_transport_is_open(c->t)) {
+        sync_reading(c);
+    }
+    if (to_run != NULL) {
+        if (to_run->conn == c && sk_transport_is_open(c->t) && request_run(to_run) < 0) {
+            if (PyErr_Occurred()) {
+                PyErr_WriteUnraisable(c->srv->owner);
+            }
+            refuse(c, 500);
+        }
+        Py_DECREF(to_run);
+    }
+    return total;
+}
+
+/* ---- the handler table ---------------------------------------------------------------------- */
+
+static size_t
+h1_data_received(void *h, const char *data, size_t len)
+{
+    /* Parses until the input is used up or a request blocks further parsing (its response is
+     * pending, or its unconsumed body is over the high-water mark). A request whose eagerly
+     * started app answered at once lets the next pipelined one go in the same pass. */
+    http1_conn_t *c = h;
+    size_t total = 0;
+    if (sk_transport_deadline_kind(c->t) == DL_KEEPALIVE) {
+        sk_transport_set_deadline(c->t, DL_HEAD, c->srv->head_timeout); /* a head has begun */
+    }
+    do {
+        total += parse_one(c, data + total, len - total);
+    } while (sk_transport_is_open(c->t) && c->current == NULL && total < len &&
+             c->srv->eager_budget > 0 && c->srv->eager);
+    if (!sk_transport_is_open(c->t)) {
+        return total;
+    }
+    if (c->current == NULL && total < len) {
+        sk_transport_feed_soon(c->t); /* the rest waits for no request: go on next iteration */
+    }
+    settle_output(c);
+    return total;
+}
+
+static void
+h1_writable(void *h)
+{
+    http1_conn_t *c = h;
+    RequestObject *r = c->current;
+    if (r != NULL) {
+        if (r->drain_waiter != NULL && sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER) {
+            resolve_waiter(&r->drain_waiter, Py_None, NULL, r->st);
+        }
+        return;
+    }
+    arm_idle(c, 1);
+    if (sk_transport_in_len(c->t) > 0) {
+        sk_transport_feed_soon(c->t); /* pipelined requests held back by unread responses */
+    }
+}
+
+static void
+h1_deadline(void *h, int kind)
+{
+    http1_conn_t *c = h;
+    if (kind == DL_HEAD && !c->discarding &&
+        (sk_transport_in_len(c->t) > 0 || !sk_parser_idle(&c->parser))) {
+        refuse(c, 408); /* RFC 9110 §15.5.9: some of a request head, never all of it */
+        return;
+    }
+    sk_transport_close(c->t, SK_CLOSE_NOW); /* idle, or no byte of a head at all */
+}
+
+static void
+h1_shutdown(void *h)
+{
+    http1_conn_t *c = h;
+    if (c->current == NULL && sk_transport_out_len(c->t) == 0) {
+        sk_transport_close(c->t, SK_CLOSE_NOW);
+    }
+}
+
+static void
+h1_closed(void *h, int Py_UNUSED(reason))
+{
+    http1_conn_t *c = h;
+    c->closed = 1;
+    if (c->current) {
+        request_detach(c->current); /* c->current becomes NULL */
+    }
+}
+
+static void
+h1_release(void *h)
+{
+    http1_conn_t *c = h;
+    assert(c->current == NULL);
+    sk_parser_free(&c->parser);
+    Py_CLEAR(c->client);
+    Py_CLEAR(c->local);
+    PyMem_Free(c);
+}
+
+static int
+h1_traverse(void *h, visitproc visit, void *arg)
+{
+    http1_conn_t *c = h;
+    Py_VISIT(c->current);
+    return 0;
+}
+
+const sk_handler_ops_t sk_http1_ops = {
+    .data_received = h1_data_received,
+    .writable = h1_writable,
+    .deadline = h1_deadline,
+    .shutdown = h1_shutdown,
+    .closed = h1_closed,
+    .release = h1_release,
+    .traverse = h1_traverse,
+};
+
+void *
+sk_http1_open(void *owner, sk_transport_t *t)
+{
+    sk_http1_server_t *srv = owner;
+    http1_conn_t *c = PyMem_Calloc(1, sizeof(http1_conn_t));
+    if (c == NULL) {
+        return NULL;
+    }
+    c->t = t;
+    c->srv = srv;
+    sk_parser_init(&c->parser, &srv->limits);
+    sk_transport_set_deadline(t, DL_HEAD, srv->head_timeout);
+    return c;
+}
+
+/* ---- type ----------------------------------------------------------------------------------- */
+
+static int
+request_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    RequestObject *r = (RequestObject *)op;
+    Py_VISIT(Py_TYPE(op));
+    Py_VISIT(r->owner);
+    Py_VISIT(r->task);
+    Py_VISIT(r->coro);
+    Py_VISIT(r->receive_waiter);
+    Py_VISIT(r->drain_waiter);
+    Py_VISIT(r->body);
+    Py_VISIT(r->scope);
+    return 0;
+}
+
+static int
+request_clear(PyObject *op)
+{
+    RequestObject *r = (RequestObject *)op;
+    if (r->owner != NULL && (r->app == APP_STARTED || r->app == APP_RUNNING)) {
+        /* dropped unfinished (its Task was destroyed with the loop): no longer in flight */
+        set_app(r, APP_DONE);
+    }
+    Py_CLEAR(r->owner);
+    Py_CLEAR(r->task);
+    Py_CLEAR(r->coro);
+    Py_CLEAR(r->receive_waiter);
+    Py_CLEAR(r->drain_waiter);
+    Py_CLEAR(r->body);
+    Py_CLEAR(r->scope);
+    return 0;
+}
+
+static void
+request_dealloc(PyObject *op)
+{
+    PyTypeObject *tp = Py_TYPE(op);
+    PyObject_GC_UnTrack(op);
+    if (((RequestObject *)op)->st != NULL) {
+        ((RequestObject *)op)->st->live_requests--;
+    }
+    request_clear(op);
+    sk_resp_free(&((RequestObject *)op)->resp);
+    tp->tp_free(op);
+    Py_DECREF(tp);
+}
+
+static PyMethodDef request_methods[] = {
+    {"send", request_send_value, METH_O, "coroutine.send(value): one step of the app."},
+    {"throw", (PyCFunction)(void (*)(void))request_throw, METH_FASTCALL,
+     "coroutine.throw(exc): raise exc inside the app (Task.cancel() comes this way)."},
+    {"close", request_close, METH_NOARGS, "coroutine.close(): close the app's coroutine."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot request_slots[] = {
+    {Py_am_await, request_await},
+    {Py_am_send, request_am_send},
+    {Py_tp_iter, PyObject_SelfIter},
+    {Py_tp_iternext, request_iternext},
+    {Py_tp_methods, request_methods},
+    {Py_tp_traverse, request_traverse},
+    {Py_tp_clear, request_clear},
+    {Py_tp_dealloc, request_dealloc},
+    {Py_tp_doc,
+     (void *)"One HTTP request/response exchange (internal); the coroutine its Task runs."},
+    {0, NULL},
+};
+
+PyType_Spec sk_request_spec = {
+    .name = "skirr._native.Request",
+    .basicsize = sizeof(RequestObject),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = request_slots,
+};

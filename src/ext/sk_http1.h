@@ -1,0 +1,55 @@
+/* sk_http1.h — the HTTP/1.1 protocol handler, serving the ASGI `http` scope.
+ *
+ * The first handler a transport gets (sk_reactor_config_t.open = sk_http1_open): it parses
+ * requests with the byte-level parser, refuses bad ones itself, runs one ASGI application call
+ * per request (the Request object, internal, is the coroutine its asyncio.Task runs) and writes
+ * responses with the byte-level serializer. Its owner (the Server object) fills one
+ * sk_http1_server_t and embeds it; every connection and request reads it through a borrowed
+ * pointer, and each Request holds a strong reference to the owner, so it outlives them all.
+ */
+#ifndef SK_HTTP1_H
+#define SK_HTTP1_H
+
+#include "sk_module.h"
+#include "sk_transport.h"
+#include "sk_http.h"
+
+#define SK_MAX_EAGER 16 /* applications started eagerly per reactor callback */
+
+/* What the HTTP/1.1 handler serves with: configuration, the application and counters. The
+ * PyObject fields are strong references owned by `owner` (its traverse/clear visit them). */
+typedef struct {
+    sk_state *st;
+    PyObject *owner;        /* the Server object embedding this struct (borrowed) */
+    PyObject *app;          /* the ASGI 3 application */
+    PyObject *loop;         /* the running event loop */
+    PyObject *logger;       /* logging.Logger for application errors, or None */
+    PyObject *state;        /* lifespan state (a dict or anything with copy()) or None */
+    PyObject *root_path;    /* str: ASGI root_path */
+    PyObject *root_path_b;  /* bytes: root_path in UTF-8 (raw_path's prefix) */
+    PyObject *unix_path;    /* str for a Unix-domain socket, else None */
+    PyObject *context;      /* contextvars.Context: each app task starts from a fresh copy */
+    PyObject *call_soon_kw; /* ("context",): keyword names for loop.call_soon / create_task */
+    PyObject *task_type;    /* asyncio.Task when the loop has no task factory, else NULL */
+    PyObject *task_kw;      /* ("loop", "context") or, eager, ("loop", "eager_start", "context") */
+    int eager;              /* 3.12+ and task_type: apps start eagerly */
+    int eager_budget;       /* eager starts left in this reactor callback (the owner resets it) */
+    sk_limits_t limits;     /* request limits (sk_http.h) */
+    double keep_alive;      /* seconds: --timeout-keep-alive */
+    double head_timeout;    /* seconds: --timeout-request-head */
+    Py_ssize_t limit_concurrency; /* requests in flight before 503; 0 = unlimited */
+    uint8_t shutting_down;        /* graceful shutdown: responses say close, none follow */
+    Py_ssize_t active_requests;   /* app calls in flight (started, not ended) */
+    uint64_t total_requests;      /* requests started since the server was made */
+    int64_t date_sec;             /* the second `date` was formatted for */
+    char date[30];                /* IMF-fixdate, cached per second */
+} sk_http1_server_t;
+
+/* The handler table (static storage). */
+extern const sk_handler_ops_t sk_http1_ops;
+
+/* sk_handler_open_fn for a reactor serving HTTP/1.1: `owner` is the sk_http1_server_t. Sets the
+ * request-head deadline. The handler, or NULL when out of memory. */
+void *sk_http1_open(void *owner, sk_transport_t *t);
+
+#endif

@@ -1,0 +1,63 @@
+/* sk_module.h — the skirr._native module state, shared by every file of the extension.
+ *
+ * Owns: sk_state (every heap type, exception type, cached object and interned string) and the
+ * ready awaitable. Never: declares an object layout (each file keeps its own private) or any
+ * global mutable state (everything hangs off the module state, reached through a defining type).
+ *
+ * Files of the extension, each including only the headers below it:
+ *   sk_server.c     the Server type: configuration, the reactor's Python callbacks, counters
+ *   sk_http1.c/.h   the HTTP/1.1 protocol handler and the ASGI `http` Request (receive, send, task)
+ *   sk_asgi.c/.h    ASGI pieces any protocol's scope and messages use (paths, headers, addresses)
+ *   sk_transport.c/.h  the reactor (epoll, accept, timer) and its connections (transports)
+ *   sk_module.c/.h  this module: init, state, the ready awaitable
+ * and the byte-level core (src/core/: buffers, the request parser, the response serializer).
+ */
+#ifndef SK_MODULE_H
+#define SK_MODULE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "sk_core.h"
+
+#define SK_METHOD_CACHE 64 /* llhttp method ids cached as interned str (sk_state.methods) */
+
+typedef struct {
+    PyTypeObject *server_type;
+    PyTypeObject *request_type;
+    PyTypeObject *ready_type;
+    PyObject *ClientDisconnected;
+    PyObject *CancelledError; /* asyncio.CancelledError: a cancelled app is not an app error */
+    PyObject *send_done;      /* a Ready holding None, shared: stateless, so safe to reuse */
+    PyObject *asgi_proto;     /* {"version": "3.0", "spec_version": "2.5"}, copied per request */
+    PyObject *scope_proto;    /* fixed scope items, copied per request */
+    PyObject *disconnect_msg; /* {"type": "http.disconnect"} prototype, copied per use */
+    PyObject *empty_bytes;
+    PyObject *methods[SK_METHOD_CACHE];
+    /* interned strings */
+    PyObject *s_type, *s_asgi, *s_http_version, *s_method, *s_scheme, *s_path, *s_raw_path;
+    PyObject *s_query_string, *s_root_path, *s_headers, *s_client, *s_server, *s_state;
+    PyObject *s_body, *s_more_body, *s_status, *s_http, *s_1_0, *s_1_1;
+    PyObject *s_http_request, *s_http_disconnect, *s_http_response_start, *s_http_response_body;
+    PyObject *s_create_task, *s_create_future, *s_throw, *s_close, *s_set_result;
+    PyObject *s_set_exception, *s_done, *s_add_reader;
+    PyObject *s_remove_reader, *s_call_soon, *s_error, *s_copy;
+    /* Live-object counters for the leak and lifetime checks (skirr._native._live()). */
+    Py_ssize_t live_servers, live_conns, live_requests, live_ready;
+} sk_state;
+
+/* The module state for any object whose type was defined by this module. Borrowed pointer. */
+sk_state *sk_get_state_by_type(PyTypeObject *tp);
+
+/* sk_module.c */
+/* A ready awaitable returning value (stolen) after yielding to the loop first if yield_first.
+ * New reference, or NULL with an exception. */
+PyObject *sk_ready_new(sk_state *st, PyObject *value, int yield_first);
+
+/* The types' specs, made into heap types by sk_module.c's exec slot. */
+extern PyType_Spec sk_server_spec;  /* sk_server.c */
+extern PyType_Spec sk_request_spec; /* sk_http1.c */
+
+#endif

@@ -1,0 +1,850 @@
+/* sk_transport.c — the native reactor and its connections (transports).
+ *
+ * Owns: the epoll set (registered with the running loop through loop.add_reader, so asyncio and
+ * uvloop only wake it), accepting (accept4, --limit-connections and EMFILE pauses), reading (one
+ * recv per readiness: the short-read rule), the input and output buffers, the epoll mask they
+ * imply (64 KiB marks: flow control), writing and EPOLLOUT, the one-second timer (timerfd in the
+ * same set) that checks every transport's deadlines, linger after a server-side close, closing,
+ * and freeing closed transports once no frame holds them (reap).
+ * Never: knows what protocol a connection speaks (only the sk_handler_ops_t table), builds Python
+ * objects, or frees a transport or a handler while a stack frame may still use it.
+ *
+ * States of a transport (one enum, changed only by set_state()):
+ *   OPEN -> CLOSING (output being sent before a half-close) -> LINGERING (half-closed, reading and
+ *   discarding until EOF or 2 s) -> CLOSED; OPEN, CLOSING or LINGERING -> CLOSED at any time.
+ */
+#include "sk_transport.h"
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define READ_SIZE (64 * 1024)        /* one recv() into the reactor's shared read buffer */
+#define MAX_EVENTS 16                /* ready descriptors handled per reactor callback */
+#define MAX_ACCEPTS 16               /* accept4() calls per listening-socket readiness */
+#define INPUT_HIGH_WATER (64 * 1024) /* stop reading while this much input is unconsumed */
+#define LINGER_SECONDS 2.0           /* after a server-side close: read and discard this long */
+
+enum tp_state {
+    TP_OPEN = 0,
+    TP_CLOSING,   /* SK_CLOSE_AFTER_WRITE: sending what is left, then LINGERING */
+    TP_LINGERING, /* half-closed by us: reading and discarding until EOF or the deadline */
+    TP_CLOSED,    /* fd closed, handler told; waiting to be reaped */
+};
+
+struct sk_transport {
+    int fd;
+    enum tp_state state;
+    sk_reactor_t *reactor; /* borrowed: the reactor closes every transport before it goes */
+    const sk_handler_ops_t *ops;
+    void *h;                             /* the handler, owned through ops->release */
+    const sk_handler_ops_t *retired_ops; /* a handler switched away from, released at reap */
+    void *retired_h;
+    sk_buf_t in;  /* received bytes the handler has not consumed */
+    sk_buf_t out; /* bytes the kernel has not accepted */
+    uint32_t epoll_events;
+    uint8_t dispatching; /* a data_received() call is on the stack: it writes when it returns */
+    uint8_t held;        /* sk_transport_hold: output waits for sk_transport_release */
+    uint8_t read_paused; /* sk_transport_pause_reading */
+    uint8_t on_pending;  /* on the reactor's pending list (sk_transport_feed_soon) */
+    int deadline_kind;   /* the handler's deadline, 0 = none */
+    double deadline;     /* monotonic seconds */
+    double tp_deadline; /* monotonic seconds: write progress (output pending) or linger; 0 = none */
+    sk_transport_t *all_prev, *all_next;
+    sk_transport_t *pending_next;
+    sk_transport_t *reap_next;
+    struct sockaddr_storage peer;
+    socklen_t peer_len;
+};
+
+struct sk_reactor {
+    sk_reactor_config_t cfg;
+    int epfd;
+    int timerfd;
+    uint8_t accepting;         /* accepting is wanted (start_accepting .. stop_accepting) */
+    uint8_t accept_paused;     /* wanted but the listener is out of the epoll set for now */
+    uint8_t closed;            /* sk_reactor_close ran */
+    uint8_t pending_scheduled; /* run_pending is queued on the loop */
+    Py_ssize_t connections;
+    sk_transport_t *all_head;
+    sk_transport_t *pending_head, *pending_tail;
+    sk_transport_t *reap_head;
+    char readbuf[READ_SIZE];
+};
+
+static double
+monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int tp_flush(sk_transport_t *t);
+static void tp_closed(sk_transport_t *t, int reason);
+
+/* ---- state ---------------------------------------------------------------------------------- */
+
+/* The one place a transport's state changes. */
+static void
+set_state(sk_transport_t *t, enum tp_state to)
+{
+    assert(to > t->state || (to == TP_CLOSED && t->state != TP_CLOSED)); /* only forward */
+    t->state = to;
+}
+
+static void
+update_events(sk_transport_t *t)
+{
+    /* Re-derives the epoll mask: read while open, not paused by the handler and under both marks
+     * (or while lingering); EPOLLOUT while output waits and is not held back. */
+    if (t->state == TP_CLOSED) {
+        return;
+    }
+    uint32_t want = EPOLLRDHUP;
+    if (t->state == TP_LINGERING) {
+        want |= EPOLLIN;
+    }
+    else if (t->state == TP_OPEN && !t->read_paused && sk_buf_len(&t->in) < INPUT_HIGH_WATER &&
+             sk_buf_len(&t->out) < SK_OUTPUT_HIGH_WATER) {
+        want |= EPOLLIN;
+    }
+    if (sk_buf_len(&t->out) > 0 && !t->held && !t->dispatching) {
+        want |= EPOLLOUT;
+    }
+    if (want != t->epoll_events) {
+        struct epoll_event ev = {.events = want, .data.ptr = t};
+        if (epoll_ctl(t->reactor->epfd, EPOLL_CTL_MOD, t->fd, &ev) == 0) {
+            t->epoll_events = want;
+        }
+    }
+}
+
+static int
+listen_register(sk_reactor_t *r, int add)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &r->cfg.listen_fd};
+    return epoll_ctl(r->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, r->cfg.listen_fd,
+                     add ? &ev : NULL);
+}
+
+static void
+unlink_pending(sk_transport_t *t)
+{
+    sk_reactor_t *r = t->reactor;
+    sk_transport_t **pp = &r->pending_head, *prev = NULL;
+    if (!t->on_pending) {
+        return;
+    }
+    while (*pp != NULL && *pp != t) {
+        prev = *pp;
+        pp = &(*pp)->pending_next;
+    }
+    if (*pp == t) {
+        *pp = t->pending_next;
+        if (r->pending_tail == t) {
+            r->pending_tail = prev;
+        }
+    }
+    t->pending_next = NULL;
+    t->on_pending = 0;
+}
+
+/* Closes the socket and tells the handler; the transport is freed by reap(). */
+static void
+tp_closed(sk_transport_t *t, int reason)
+{
+    sk_reactor_t *r = t->reactor;
+    if (t->state == TP_CLOSED) {
+        return;
+    }
+    set_state(t, TP_CLOSED);
+    t->held = 0;
+    unlink_pending(t); /* a reaped transport must not stay on the pending list */
+    (void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, t->fd, NULL);
+    close(t->fd);
+    t->fd = -1;
+    if (t->all_prev) {
+        t->all_prev->all_next = t->all_next;
+    }
+    else {
+        r->all_head = t->all_next;
+    }
+    if (t->all_next) {
+        t->all_next->all_prev = t->all_prev;
+    }
+    r->connections--;
+    if (r->accept_paused && r->accepting && r->cfg.limit_connections > 0 &&
+        r->connections < r->cfg.limit_connections && listen_register(r, 1) == 0) {
+        r->accept_paused = 0;
+    }
+    t->reap_next = r->reap_head;
+    r->reap_head = t;
+    t->ops->closed(t->h, reason); /* last: the handler may call back (no effect any more) */
+}
+
+static void
+tp_free(sk_transport_t *t)
+{
+    t->ops->release(t->h);
+    if (t->retired_ops != NULL) {
+        t->retired_ops->release(t->retired_h);
+    }
+    sk_buf_free(&t->in);
+    sk_buf_free(&t->out);
+    t->reactor->cfg.st->live_conns--;
+    PyMem_Free(t);
+}
+
+/* Frees every closed transport. Called when no frame below holds a transport pointer. */
+static void
+reap(sk_reactor_t *r)
+{
+    while (r->reap_head) {
+        sk_transport_t *t = r->reap_head;
+        r->reap_head = t->reap_next;
+        tp_free(t);
+    }
+}
+
+/* The output is sent and the server is done: half-close and read what the peer still sends for
+ * a while, so unread input does not turn our last response into a RST. */
+static void
+tp_linger(sk_transport_t *t)
+{
+    if (shutdown(t->fd, SHUT_WR) < 0) {
+        tp_closed(t, SK_CLOSED_PEER);
+        return;
+    }
+    set_state(t, TP_LINGERING);
+    t->tp_deadline = monotonic() + LINGER_SECONDS;
+    update_events(t);
+}
+
+/* ---- writing -------------------------------------------------------------------------------- */
+
+/* Sends the output until the kernel takes no more. 0, or -1 when the peer is gone (closed). */
+static int
+tp_flush(sk_transport_t *t)
+{
+    int progress = 0;
+    int was_high = sk_buf_len(&t->out) >= SK_OUTPUT_HIGH_WATER;
+    int was_stalled = t->tp_deadline != 0;
+    assert(t->state == TP_OPEN || t->state == TP_CLOSING);
+    while (sk_buf_len(&t->out) > 0) {
+        ssize_t n = send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL);
+        if (n > 0) {
+            sk_buf_consume(&t->out, (size_t)n);
+            progress = 1;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            break;
+        }
+        tp_closed(t, SK_CLOSED_PEER);
+        return -1;
+    }
+    size_t left = sk_buf_len(&t->out);
+    if (left == 0 && t->state == TP_CLOSING) {
+        t->tp_deadline = 0;
+        tp_linger(t);
+        return 0;
+    }
+    if (left > 0) {
+        if (progress || t->tp_deadline == 0) {
+            t->tp_deadline = monotonic() + t->reactor->cfg.write_timeout;
+        }
+    }
+    else {
+        t->tp_deadline = 0;
+    }
+    if ((was_high && left < SK_OUTPUT_HIGH_WATER) || (was_stalled && left == 0)) {
+        t->ops->writable(t->h);
+        if (t->state == TP_CLOSED) {
+            return 0;
+        }
+    }
+    update_events(t);
+    return 0;
+}
+
+/* ---- dispatching input to the handler ------------------------------------------------------- */
+
+/* Offers data to the handler (switching handlers as often as it asks) and sends what the calls
+ * produced. Returns the bytes consumed by the handlers. */
+static size_t
+dispatch(sk_transport_t *t, const char *data, size_t len)
+{
+    size_t used = 0;
+    assert(!t->dispatching);
+    t->dispatching = 1;
+    for (;;) {
+        const sk_handler_ops_t *ops = t->ops;
+        size_t n = ops->data_received(t->h, data + used, len - used);
+        if (t->state != TP_OPEN) {
+            break;
+        }
+        assert(n <= len - used);
+        used += n;
+        if (t->ops == ops || used == len) {
+            break; /* same handler: it stopped where it wants to; or nothing left for a new one */
+        }
+    }
+    t->dispatching = 0;
+    if ((t->state == TP_OPEN || t->state == TP_CLOSING) && !t->held && sk_buf_len(&t->out) > 0) {
+        (void)tp_flush(t);
+    }
+    return used;
+}
+
+/* Feeds the buffered input; keeps what is not consumed. */
+static void
+feed_buffered(sk_transport_t *t)
+{
+    if (t->state != TP_OPEN || sk_buf_len(&t->in) == 0) {
+        return;
+    }
+    size_t used = dispatch(t, sk_buf_head(&t->in), sk_buf_len(&t->in));
+    if (t->state != TP_OPEN) {
+        return; /* closing: what is left is never offered */
+    }
+    sk_buf_consume(&t->in, used);
+    update_events(t);
+}
+
+static void
+tp_readable(sk_transport_t *t, uint32_t events)
+{
+    sk_reactor_t *r = t->reactor;
+    if (!(t->epoll_events & EPOLLIN)) {
+        if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+            tp_closed(t, SK_CLOSED_PEER);
+        }
+        return;
+    }
+    ssize_t n = recv(t->fd, r->readbuf, READ_SIZE, 0);
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            tp_closed(t, SK_CLOSED_PEER);
+        }
+        return;
+    }
+    if (n == 0) {
+        tp_closed(t, t->state == TP_LINGERING ? SK_CLOSED_LINGER_DONE : SK_CLOSED_PEER);
+        return;
+    }
+    if (t->state != TP_OPEN) {
+        return; /* lingering: discard */
+    }
+    if (sk_buf_len(&t->in) > 0) {
+        if (sk_buf_append(&t->in, r->readbuf, (size_t)n) < 0) {
+            tp_closed(t, SK_CLOSED_NO_MEMORY);
+            return;
+        }
+        feed_buffered(t);
+        return;
+    }
+    size_t used = dispatch(t, r->readbuf, (size_t)n);
+    if (t->state != TP_OPEN) {
+        return;
+    }
+    if (used < (size_t)n && sk_buf_append(&t->in, r->readbuf + used, (size_t)n - used) < 0) {
+        tp_closed(t, SK_CLOSED_NO_MEMORY);
+        return;
+    }
+    update_events(t);
+}
+
+/* ---- the handler's API ---------------------------------------------------------------------- */
+
+sk_buf_t *
+sk_transport_out(sk_transport_t *t)
+{
+    return &t->out;
+}
+
+size_t
+sk_transport_out_len(const sk_transport_t *t)
+{
+    return sk_buf_len(&t->out);
+}
+
+size_t
+sk_transport_in_len(const sk_transport_t *t)
+{
+    return sk_buf_len(&t->in);
+}
+
+int
+sk_transport_is_open(const sk_transport_t *t)
+{
+    return t->state == TP_OPEN;
+}
+
+int
+sk_transport_write(sk_transport_t *t)
+{
+    if (t->state == TP_CLOSED) {
+        return -1;
+    }
+    if (t->dispatching || t->state == TP_LINGERING) {
+        return 0; /* sent when the data_received() call returns */
+    }
+    t->held = 0;
+    return tp_flush(t);
+}
+
+void
+sk_transport_hold(sk_transport_t *t)
+{
+    if (t->state == TP_OPEN) {
+        t->held = 1;
+    }
+}
+
+void
+sk_transport_release(sk_transport_t *t)
+{
+    if (!t->held) {
+        return;
+    }
+    t->held = 0;
+    if (!t->dispatching && t->state == TP_OPEN) {
+        if (sk_buf_len(&t->out) > 0) {
+            (void)tp_flush(t);
+        }
+        else {
+            update_events(t);
+        }
+    }
+}
+
+void
+sk_transport_pause_reading(sk_transport_t *t, int paused)
+{
+    if (t->read_paused != (paused != 0)) {
+        t->read_paused = (paused != 0);
+        update_events(t);
+    }
+}
+
+void
+sk_transport_feed(sk_transport_t *t)
+{
+    if (t->dispatching) {
+        sk_transport_feed_soon(t); /* the call on the stack owns the input */
+        return;
+    }
+    feed_buffered(t);
+}
+
+void
+sk_transport_feed_soon(sk_transport_t *t)
+{
+    sk_reactor_t *r = t->reactor;
+    if (t->on_pending || t->state != TP_OPEN) {
+        return;
+    }
+    t->on_pending = 1;
+    t->pending_next = NULL;
+    if (r->pending_tail) {
+        r->pending_tail->pending_next = t;
+    }
+    else {
+        r->pending_head = t;
+    }
+    r->pending_tail = t;
+    if (!r->pending_scheduled) {
+        /* In the owner's own context: this may run inside an app task's send(), whose context
+         * must not leak into what run_pending starts. */
+        PyObject *args[3] = {r->cfg.loop, r->cfg.run_pending, *r->cfg.context};
+        PyObject *h = PyObject_VectorcallMethod(
+            r->cfg.st->s_call_soon, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, r->cfg.call_soon_kw);
+        if (h == NULL) {
+            PyErr_WriteUnraisable(r->cfg.loop);
+            return;
+        }
+        Py_DECREF(h);
+        r->pending_scheduled = 1;
+    }
+}
+
+void
+sk_transport_set_deadline(sk_transport_t *t, int kind, double seconds)
+{
+    assert(kind > 0);
+    t->deadline_kind = kind;
+    t->deadline = monotonic() + seconds;
+}
+
+void
+sk_transport_clear_deadline(sk_transport_t *t)
+{
+    t->deadline_kind = 0;
+}
+
+int
+sk_transport_deadline_kind(const sk_transport_t *t)
+{
+    return t->deadline_kind;
+}
+
+void
+sk_transport_close(sk_transport_t *t, int how)
+{
+    if (t->state != TP_OPEN) {
+        if (how == SK_CLOSE_NOW && t->state != TP_CLOSED) {
+            tp_closed(t, SK_CLOSED_BY_HANDLER);
+        }
+        return;
+    }
+    if (how == SK_CLOSE_NOW) {
+        tp_closed(t, SK_CLOSED_BY_HANDLER);
+        return;
+    }
+    set_state(t, TP_CLOSING);
+    t->held = 0;
+    t->deadline_kind = 0;
+    (void)tp_flush(t); /* at once, even inside data_received(): nothing more will join it */
+}
+
+void
+sk_transport_abort(sk_transport_t *t, int reset)
+{
+    if (t->state == TP_CLOSED) {
+        return;
+    }
+    if (reset) {
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        (void)setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        sk_buf_consume(&t->out, sk_buf_len(&t->out));
+    }
+    else if (sk_buf_len(&t->out) > 0) {
+        /* Best effort: what was already produced goes out; the message stays incomplete. */
+        (void)send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL);
+    }
+    tp_closed(t, SK_CLOSED_BY_HANDLER);
+}
+
+void
+sk_transport_switch(sk_transport_t *t, const sk_handler_ops_t *ops, void *h)
+{
+    assert(t->state == TP_OPEN && t->retired_ops == NULL);
+    if (t->state != TP_OPEN || t->retired_ops != NULL) {
+        return;
+    }
+    t->retired_ops = t->ops; /* its frames may still be on the stack: released at reap */
+    t->retired_h = t->h;
+    t->ops = ops;
+    t->h = h;
+    t->deadline_kind = 0;
+    if (!t->dispatching && sk_buf_len(&t->in) > 0) {
+        sk_transport_feed_soon(t);
+    }
+}
+
+const struct sockaddr_storage *
+sk_transport_peer(const sk_transport_t *t, socklen_t *len)
+{
+    *len = t->peer_len;
+    return &t->peer;
+}
+
+int
+sk_transport_local(const sk_transport_t *t, struct sockaddr_storage *ss)
+{
+    socklen_t sl = sizeof(*ss);
+    memset(ss, 0, sizeof(*ss));
+    return t->fd >= 0 ? getsockname(t->fd, (struct sockaddr *)ss, &sl) : -1;
+}
+
+/* ---- the reactor ---------------------------------------------------------------------------- */
+
+static void
+reactor_accept(sk_reactor_t *r)
+{
+    for (int i = 0; i < MAX_ACCEPTS && r->accepting; i++) {
+        struct sockaddr_storage addr = {0};
+        socklen_t alen = sizeof(addr);
+        int fd = accept4(r->cfg.listen_fd, (struct sockaddr *)&addr, &alen,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) {
+                continue;
+            }
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* Out of descriptors: stop polling the listener until the next timer tick. */
+                if (listen_register(r, 0) == 0) {
+                    r->accept_paused = 1;
+                }
+            }
+            return;
+        }
+        if (addr.ss_family == AF_INET || addr.ss_family == AF_INET6) {
+            int one = 1;
+            (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
+        sk_transport_t *t = PyMem_Calloc(1, sizeof(sk_transport_t));
+        if (t == NULL) {
+            close(fd);
+            return;
+        }
+        t->fd = fd;
+        t->reactor = r;
+        memcpy(&t->peer, &addr, alen);
+        t->peer_len = alen;
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = t};
+        if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+            close(fd);
+            PyMem_Free(t);
+            return;
+        }
+        t->epoll_events = ev.events;
+        t->ops = r->cfg.ops;
+        t->h = r->cfg.open(r->cfg.owner, t);
+        if (t->h == NULL) {
+            (void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
+            close(fd);
+            PyMem_Free(t);
+            return;
+        }
+        r->cfg.st->live_conns++;
+        t->all_next = r->all_head;
+        if (r->all_head) {
+            r->all_head->all_prev = t;
+        }
+        r->all_head = t;
+        r->connections++;
+        if (r->cfg.limit_connections > 0 && r->connections >= r->cfg.limit_connections) {
+            /* --limit-connections: resume when one closes (tp_closed) */
+            if (listen_register(r, 0) == 0) {
+                r->accept_paused = 1;
+            }
+            return;
+        }
+    }
+}
+
+static void
+reactor_tick(sk_reactor_t *r)
+{
+    uint64_t expirations;
+    if (read(r->timerfd, &expirations, sizeof(expirations)) < 0) {
+        /* EAGAIN: a spurious wake-up; the sweep below is harmless. */
+    }
+    double now = monotonic();
+    sk_transport_t *t = r->all_head;
+    while (t != NULL) {
+        sk_transport_t *next = t->all_next; /* a deadline closes only its own transport */
+        if (t->tp_deadline != 0 && t->tp_deadline <= now) {
+            tp_closed(t,
+                      t->state == TP_LINGERING ? SK_CLOSED_LINGER_DONE : SK_CLOSED_WRITE_TIMEOUT);
+        }
+        else if (t->state == TP_OPEN && t->deadline_kind != 0 && t->deadline <= now &&
+                 sk_buf_len(&t->out) == 0) {
+            int kind = t->deadline_kind;
+            t->deadline_kind = 0;
+            t->ops->deadline(t->h, kind);
+        }
+        t = next;
+    }
+    /* EMFILE pauses accepting until this tick; --limit-connections until a connection closes
+     * (tp_closed): a tick must not resume it over the cap. */
+    if (r->accept_paused && r->accepting &&
+        (r->cfg.limit_connections == 0 || r->connections < r->cfg.limit_connections) &&
+        listen_register(r, 1) == 0) {
+        r->accept_paused = 0;
+    }
+}
+
+sk_reactor_t *
+sk_reactor_new(const sk_reactor_config_t *cfg)
+{
+    sk_reactor_t *r = PyMem_Calloc(1, sizeof(sk_reactor_t));
+    if (r == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    r->cfg = *cfg;
+    r->epfd = epoll_create1(EPOLL_CLOEXEC);
+    r->timerfd = -1;
+    if (r->epfd < 0) {
+        goto error;
+    }
+    r->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (r->timerfd < 0) {
+        goto error;
+    }
+    struct itimerspec its = {.it_interval = {1, 0}, .it_value = {1, 0}};
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &r->timerfd};
+    if (timerfd_settime(r->timerfd, 0, &its, NULL) < 0 ||
+        epoll_ctl(r->epfd, EPOLL_CTL_ADD, r->timerfd, &ev) < 0) {
+        goto error;
+    }
+    return r;
+
+error:
+    PyErr_SetFromErrno(PyExc_OSError);
+    sk_reactor_free(r);
+    return NULL;
+}
+
+int
+sk_reactor_fd(const sk_reactor_t *r)
+{
+    return r->epfd;
+}
+
+int
+sk_reactor_start_accepting(sk_reactor_t *r)
+{
+    if (r->closed || listen_register(r, 1) < 0) {
+        return -1;
+    }
+    r->accepting = 1;
+    r->accept_paused = 0;
+    return 0;
+}
+
+void
+sk_reactor_stop_accepting(sk_reactor_t *r)
+{
+    if (r->accepting) {
+        if (!r->accept_paused) {
+            (void)listen_register(r, 0);
+        }
+        r->accepting = 0;
+        r->accept_paused = 0;
+    }
+}
+
+void
+sk_reactor_on_ready(sk_reactor_t *r)
+{
+    struct epoll_event evs[MAX_EVENTS];
+    if (r->closed) {
+        return;
+    }
+    int n = epoll_wait(r->epfd, evs, MAX_EVENTS, 0);
+    for (int i = 0; i < n; i++) {
+        void *tag = evs[i].data.ptr;
+        uint32_t e = evs[i].events;
+        if (tag == &r->cfg.listen_fd) {
+            reactor_accept(r);
+            continue;
+        }
+        if (tag == &r->timerfd) {
+            reactor_tick(r);
+            continue;
+        }
+        sk_transport_t *t = tag;
+        if (t->state == TP_CLOSED) {
+            continue;
+        }
+        if (e & EPOLLERR) {
+            tp_closed(t, SK_CLOSED_PEER);
+            continue;
+        }
+        if ((e & EPOLLOUT) && (t->state == TP_OPEN || t->state == TP_CLOSING)) {
+            if (tp_flush(t) < 0 || t->state == TP_CLOSED) {
+                continue;
+            }
+        }
+        if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) {
+            tp_readable(t, e);
+        }
+    }
+    reap(r);
+}
+
+void
+sk_reactor_run_pending(sk_reactor_t *r)
+{
+    r->pending_scheduled = 0;
+    while (r->pending_head) {
+        sk_transport_t *t = r->pending_head;
+        r->pending_head = t->pending_next;
+        if (r->pending_head == NULL) {
+            r->pending_tail = NULL;
+        }
+        t->pending_next = NULL;
+        t->on_pending = 0;
+        feed_buffered(t);
+    }
+    reap(r);
+}
+
+void
+sk_reactor_shutdown(sk_reactor_t *r)
+{
+    sk_transport_t *t = r->all_head;
+    while (t != NULL) {
+        sk_transport_t *next = t->all_next; /* shutdown() closes only its own transport */
+        if (t->state == TP_OPEN) {
+            t->ops->shutdown(t->h);
+        }
+        t = next;
+    }
+    reap(r);
+}
+
+void
+sk_reactor_close(sk_reactor_t *r)
+{
+    if (r->closed) {
+        return;
+    }
+    r->closed = 1;
+    sk_reactor_stop_accepting(r);
+    while (r->all_head) {
+        tp_closed(r->all_head, SK_CLOSED_SERVER);
+    }
+    if (r->epfd >= 0) {
+        close(r->epfd);
+        r->epfd = -1;
+    }
+    if (r->timerfd >= 0) {
+        close(r->timerfd);
+        r->timerfd = -1;
+    }
+    r->pending_head = r->pending_tail = NULL;
+    reap(r);
+}
+
+void
+sk_reactor_free(sk_reactor_t *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    sk_reactor_close(r);
+    PyMem_Free(r);
+}
+
+Py_ssize_t
+sk_reactor_connections(const sk_reactor_t *r)
+{
+    return r->connections;
+}
+
+int
+sk_reactor_traverse(sk_reactor_t *r, visitproc visit, void *arg)
+{
+    for (sk_transport_t *t = r->all_head; t != NULL; t = t->all_next) {
+        int rc = t->ops->traverse(t->h, visit, arg);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,188 @@
+/* sk_transport.h — the native reactor and its connections (transports), and the table through
+ * which a transport talks to the protocol handler that speaks on it.
+ *
+ * A reactor owns one epoll set registered with the running event loop, the listening socket, a
+ * one-second timer (timerfd) and every accepted connection. A connection is a transport: it owns
+ * the socket, the input buffer (received bytes the handler has not consumed), the output buffer
+ * (bytes the kernel has not accepted), the 64 KiB high-water marks and the epoll mask they imply,
+ * the write-progress and linger deadlines, the handler's one deadline, linger and close. It knows
+ * the protocol spoken on it only through an sk_handler_ops_t and an opaque handler pointer.
+ *
+ * Handlers include this header; this header and sk_transport.c include no handler's.
+ *
+ * Threading: everything runs on the event loop's thread, holding the GIL.
+ * Lifetime: a transport is never freed while a stack frame may still use it. sk_transport_close()
+ * only marks it closed (fd closed, handler told); the reactor frees closed transports at the end
+ * of each of its entry points (sk_reactor_on_ready, sk_reactor_run_pending, sk_reactor_shutdown,
+ * sk_reactor_close), when nothing below holds a pointer to one.
+ */
+#ifndef SK_TRANSPORT_H
+#define SK_TRANSPORT_H
+
+#include "sk_module.h"
+
+#include <sys/socket.h>
+
+/* Output high-water mark (bytes): over it the transport stops reading, and writable() tells the
+ * handler when the output drops back under it. */
+#define SK_OUTPUT_HIGH_WATER (64 * 1024)
+
+typedef struct sk_reactor sk_reactor_t;
+typedef struct sk_transport sk_transport_t;
+
+/* Why a transport closed, as told to the handler's closed() entry. */
+enum sk_close_reason {
+    SK_CLOSED_PEER = 1,      /* EOF, reset or a socket error from the peer */
+    SK_CLOSED_WRITE_TIMEOUT, /* unsent output made no progress for --timeout-write seconds */
+    SK_CLOSED_LINGER_DONE,   /* a server-side close finished lingering (or timed out) */
+    SK_CLOSED_BY_HANDLER,    /* the handler called sk_transport_close(SK_CLOSE_NOW) or _abort */
+    SK_CLOSED_SERVER,        /* the reactor is closing every connection */
+    SK_CLOSED_NO_MEMORY,     /* the transport could not buffer received bytes */
+};
+
+/* The protocol handler table. One per protocol (HTTP/1.1 now; WebSocket next), static storage.
+ * Every entry receives the handler pointer `h` the transport was given (sk_reactor_new's open
+ * function, or sk_transport_switch). Inside every entry the handler may call any sk_transport_*
+ * function on its own transport; it must never free the transport (the reactor does) and must
+ * not free `h` itself (release() does). */
+typedef struct sk_handler_ops {
+    /* Bytes arrived, or the handler asked for its buffered input again (sk_transport_feed,
+     * sk_transport_feed_soon). `data` is borrowed and valid only during the call (the reactor's
+     * read buffer or the transport's input buffer). Returns how many bytes it consumed; the
+     * transport keeps the rest, in order, for the next call. Output written inside this call is
+     * sent when it returns (one write for everything the call produced), unless held
+     * (sk_transport_hold). May close the transport (the return value is then ignored) or switch
+     * protocol (the rest goes to the new handler). Not called while the transport is closing,
+     * lingering or closed. */
+    size_t (*data_received)(void *h, const char *data, size_t len);
+    /* Output dropped below the high-water mark after being at or above it, or drained completely
+     * after a write had to wait for the peer. For waking a sender waiting for drain, resuming
+     * held-back input, restarting an idle deadline. May write and close. */
+    void (*writable)(void *h);
+    /* The handler's deadline (sk_transport_set_deadline) passed; `kind` is the value it gave.
+     * Only called with no output pending (the write-progress deadline governs then). The
+     * deadline is cleared before the call. May write and close, or set a new deadline. */
+    void (*deadline)(void *h, int kind);
+    /* The server is shutting down: close now if nothing is in flight, else finish what is and
+     * close after it. Called once per open transport. */
+    void (*shutdown)(void *h);
+    /* The transport closed (its fd is gone); `reason` is an enum sk_close_reason. Called exactly
+     * once, and never for a handler switched away from. Wake whatever waits on the connection;
+     * no sk_transport_* call has any effect from here on. */
+    void (*closed)(void *h, int reason);
+    /* Frees `h`. Called exactly once, when no frame can still hold `h`: after closed() when the
+     * reactor reaps the transport, or after a switch away from this handler. */
+    void (*release)(void *h);
+    /* GC support: visits the Python objects `h` holds strongly. */
+    int (*traverse)(void *h, visitproc visit, void *arg);
+} sk_handler_ops_t;
+
+/* Makes the handler for a transport just accepted (its deadline, if any, is set here). Returns
+ * the handler pointer, or NULL (out of memory: the connection is closed). */
+typedef void *(*sk_handler_open_fn)(void *owner, sk_transport_t *t);
+
+/* ---- the reactor ---------------------------------------------------------------------------- */
+
+/* Borrowed pointers the reactor uses; the owner (the Server object) keeps each alive for the
+ * reactor's whole life. */
+typedef struct {
+    sk_state *st;
+    PyObject *loop;              /* the running event loop */
+    PyObject *run_pending;       /* callable for loop.call_soon: must call sk_reactor_run_pending */
+    PyObject *const *context;    /* where the owner keeps the contextvars.Context run_pending is
+                               * scheduled in (read at each use: the owner may replace it) */
+    PyObject *call_soon_kw;      /* ("context",) */
+    const sk_handler_ops_t *ops; /* the protocol every accepted connection starts with */
+    sk_handler_open_fn open;     /* makes its handler */
+    void *owner;                 /* passed to open */
+    int listen_fd;               /* listening socket (not owned: the caller closes it) */
+    double write_timeout;        /* seconds without write progress before closing */
+    Py_ssize_t limit_connections; /* open connections before accepting pauses; 0 = unlimited */
+} sk_reactor_config_t;
+
+/* New reactor (epoll set and 1 s timerfd made, nothing registered with the loop yet), or NULL
+ * with an OSError/MemoryError set. */
+sk_reactor_t *sk_reactor_new(const sk_reactor_config_t *cfg);
+/* The epoll descriptor to give to loop.add_reader (its callback calls sk_reactor_on_ready). */
+int sk_reactor_fd(const sk_reactor_t *r);
+/* Polls the listening socket: 0, or -1 with errno set. */
+int sk_reactor_start_accepting(sk_reactor_t *r);
+/* Stops polling the listening socket (idempotent). */
+void sk_reactor_stop_accepting(sk_reactor_t *r);
+/* The loop's add_reader callback: handles at most SK_MAX_EVENTS ready descriptors. */
+void sk_reactor_on_ready(sk_reactor_t *r);
+/* The call_soon callback: feeds every transport that asked for sk_transport_feed_soon. */
+void sk_reactor_run_pending(sk_reactor_t *r);
+/* Calls each open transport's shutdown() entry. */
+void sk_reactor_shutdown(sk_reactor_t *r);
+/* Closes every transport (SK_CLOSED_SERVER), the epoll set and the timer. Idempotent. */
+void sk_reactor_close(sk_reactor_t *r);
+/* Closes (if not yet) and frees. NULL is allowed. */
+void sk_reactor_free(sk_reactor_t *r);
+/* Open connections. */
+Py_ssize_t sk_reactor_connections(const sk_reactor_t *r);
+/* GC: visits what every transport's handler holds. */
+int sk_reactor_traverse(sk_reactor_t *r, visitproc visit, void *arg);
+
+/* ---- a transport, as its handler sees it ---------------------------------------------------- */
+
+/* How sk_transport_close closes. */
+enum sk_close_how {
+    SK_CLOSE_NOW = 1,    /* close the socket at once; unsent output is dropped */
+    SK_CLOSE_AFTER_WRITE /* send the output, half-close, read and discard for up to 2 s, close */
+};
+
+/* The output buffer. Borrowed: append bytes, then call sk_transport_write. */
+sk_buf_t *sk_transport_out(sk_transport_t *t);
+/* Unsent output, in bytes. */
+size_t sk_transport_out_len(const sk_transport_t *t);
+/* Received bytes not yet consumed by the handler, in bytes. */
+size_t sk_transport_in_len(const sk_transport_t *t);
+/* 1 while open (not closing after write, not lingering, not closed). */
+int sk_transport_is_open(const sk_transport_t *t);
+
+/* Sends the output now, ending any hold, unless a data_received() call is on the stack (it is
+ * sent when that returns). 0, or -1 when the peer is gone (the transport is closed, the handler
+ * was told). */
+int sk_transport_write(sk_transport_t *t);
+/* Holds the output: the end of a data_received() call and EPOLLOUT send nothing until
+ * sk_transport_release, sk_transport_write or a close. */
+void sk_transport_hold(sk_transport_t *t);
+/* Ends a hold and sends what is pending (unless a data_received() call is on the stack: it is
+ * sent when that returns). No-op when not held. */
+void sk_transport_release(sk_transport_t *t);
+
+/* Stops (paused = 1) or resumes reading from the socket. Independent of the transport's own
+ * pauses (64 KiB of unconsumed input or of unsent output). */
+void sk_transport_pause_reading(sk_transport_t *t, int paused);
+/* Offers the buffered input to the handler now; inside a data_received() call, soon instead. */
+void sk_transport_feed(sk_transport_t *t);
+/* Offers the buffered input to the handler on the next loop iteration (loop.call_soon). */
+void sk_transport_feed_soon(sk_transport_t *t);
+
+/* The handler's one deadline: `kind` (> 0, the handler's own meaning) passes to its deadline()
+ * entry once `seconds` have passed (checked once a second) with no output pending. */
+void sk_transport_set_deadline(sk_transport_t *t, int kind, double seconds);
+void sk_transport_clear_deadline(sk_transport_t *t);
+/* The kind of the deadline set, or 0. */
+int sk_transport_deadline_kind(const sk_transport_t *t);
+
+/* Closes as `how` says (enum sk_close_how). SK_CLOSE_NOW tells the handler (closed()) before it
+ * returns; SK_CLOSE_AFTER_WRITE tells it when the socket finally closes. */
+void sk_transport_close(sk_transport_t *t, int how);
+/* Closes a connection whose message cannot be completed. reset = 1: drop the unsent output and
+ * reset the connection (RST), for a message whose end would otherwise look complete (a
+ * close-delimited body); 0: send what is produced, best effort, and close. */
+void sk_transport_abort(sk_transport_t *t, int reset);
+/* Hands the connection to another protocol: from now on `ops`/`h` get its events, and the input
+ * the current handler has not consumed (what follows the bytes it consumed in the data_received
+ * call it is in, or the buffered input) goes to the new handler's data_received. The old handler
+ * gets no closed() and is released once no frame can hold it. Only valid while open. */
+void sk_transport_switch(sk_transport_t *t, const sk_handler_ops_t *ops, void *h);
+
+/* The peer's address (as accept() returned it) and its length. Borrowed. */
+const struct sockaddr_storage *sk_transport_peer(const sk_transport_t *t, socklen_t *len);
+/* The local address of the connection (getsockname): 0, or -1 with errno. */
+int sk_transport_local(const sk_transport_t *t, struct sockaddr_storage *ss);
+
+#endif
