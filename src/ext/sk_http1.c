@@ -1227,6 +1227,7 @@ conn_request_done(http1_conn_t *c, int keep_alive)
     if (r == NULL) {
         return;
     }
+    assert(r->tx == TX_COMPLETE && r->conn == c);
     /* A body the app did not read is read and discarded so the connection stays usable, unless
      * the client may be waiting for a 100 Continue that never came (RFC 9110 §10.1.1) or more
      * than DISCARD_MAX bytes of it are still announced. */
@@ -1310,7 +1311,8 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
                 refuse(c, 500);
                 break;
             }
-            c->current = r; /* strong: released by detach or conn_request_done */
+            assert(c->current == NULL); /* one request at a time: parse_one stops at a head */
+            c->current = r;             /* strong: released by detach or conn_request_done */
             to_run = (RequestObject *)Py_NewRef(r);
         }
         else if (ev.type == SK_EV_BODY) {

@@ -6,6 +6,7 @@
  * responses with the byte-level serializer. Its owner (the Server object) fills one
  * sk_http1_server_t and embeds it; every connection and request reads it through a borrowed
  * pointer, and each Request holds a strong reference to the owner, so it outlives them all.
+ * Never: reaches into the transport or the reactor except through sk_transport.h.
  */
 #ifndef SK_HTTP1_H
 #define SK_HTTP1_H

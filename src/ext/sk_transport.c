@@ -193,6 +193,7 @@ tp_closed(sk_transport_t *t, int reason)
 static void
 tp_free(sk_transport_t *t)
 {
+    assert(t->state == TP_CLOSED && t->fd == -1 && !t->on_pending);
     t->ops->release(t->h);
     if (t->retired_ops != NULL) {
         t->retired_ops->release(t->retired_h);

@@ -9,6 +9,8 @@
  * the protocol spoken on it only through an sk_handler_ops_t and an opaque handler pointer.
  *
  * Handlers include this header; this header and sk_transport.c include no handler's.
+ * Never: parses, builds Python objects other than the loop calls it needs, or knows which
+ * protocol a connection speaks.
  *
  * Threading: everything runs on the event loop's thread, holding the GIL.
  * Lifetime: a transport is never freed while a stack frame may still use it. sk_transport_close()
