@@ -14,8 +14,9 @@
  * States of a Request (each an enum, changed only by its set_*() function):
  *   rx   (request message)  BODY -> COMPLETE (message ended) -> DELIVERED (final event given)
  *   tx   (response)         OPEN -> COMPLETE | FAILED (cannot be completed) | GONE (client left)
- *   app  (application call) NEW -> STARTED (task made) -> RUNNING (stepped) -> DONE; the
- *                           request counts in active_requests exactly while STARTED or RUNNING
+ *   app  (application call) NEW -> STARTED (task made) -> RUNNING (the app was called, in the
+ *                           task's first step) -> DONE; the request counts in active_requests
+ *                           exactly while STARTED or RUNNING
  *   cont (100-continue)     NONE | EXPECTED -> SENT
  */
 #include "sk_http1.h"
@@ -36,6 +37,7 @@
 enum {
     DL_HEAD = 1,  /* request head not complete: 408 if any byte arrived, then close */
     DL_KEEPALIVE, /* idle between requests: close quietly */
+    DL_BODY,      /* no request body byte while skirr wants one: 408 if no response began */
 };
 
 enum rx_state { RX_BODY = 0, RX_COMPLETE, RX_DELIVERED };
@@ -59,17 +61,17 @@ typedef struct {
 
 struct RequestObject {
     PyObject_HEAD sk_state *st;
-    PyObject *owner;          /* strong: the Server, keeping srv alive */
-    sk_http1_server_t *srv;   /* borrowed from owner */
-    http1_conn_t *conn;       /* NULL once detached (connection closed or moved on) */
-    PyObject *task;           /* strong while running: the asyncio.Task whose coroutine is this */
-    PyObject *coro;           /* strong while running: what the app call returned, driven by this */
-    PyObject *receive_waiter; /* future resolved with the next receive() event */
-    PyObject *drain_waiter; /* future resolved when unsent output drops below the high-water mark */
-    PyObject *body;         /* list of bytes not yet delivered by receive() */
-    PyObject *scope;        /* built at the head, handed to the app by request_run() */
-    size_t body_buffered;   /* bytes in body */
-    unsigned ops;           /* ready operations since the last yield (fairness quota) */
+    PyObject *owner;        /* strong: the Server, keeping srv alive */
+    sk_http1_server_t *srv; /* borrowed from owner */
+    http1_conn_t *conn;     /* NULL once detached (connection closed or moved on) */
+    PyObject *task;         /* strong while running: the asyncio.Task whose coroutine is this */
+    PyObject *coro;         /* strong while running: what the app call returned, driven by this */
+    PyObject *receive_waiters; /* list of futures waiting in receive(), first served first */
+    PyObject *drain_waiters;   /* list of futures waiting in send() for output to drain */
+    PyObject *body;            /* list of bytes not yet delivered by receive() */
+    PyObject *scope;           /* built at the head, handed to the app at the first step */
+    size_t body_buffered;      /* bytes in body */
+    unsigned ops;              /* ready operations since the last yield (fairness quota) */
     enum rx_state rx;
     enum tx_state tx;
     enum app_state app;
@@ -183,12 +185,46 @@ refuse(http1_conn_t *c, int status)
     sk_transport_close(c->t, SK_CLOSE_AFTER_WRITE);
 }
 
+/* Whether skirr closes the connection after r's response whatever the response says: during a
+ * graceful shutdown, when the client may still wait for a 100 Continue that never came (RFC 9110
+ * §10.1.1), or when more than DISCARD_MAX bytes of request content would have to be read and
+ * dropped. The one place persistence is decided on skirr's side (RFC 9112 §9.6: a server that
+ * will close says so in the response, so the head is built with it: send_body). */
+static int
+server_closes_after(http1_conn_t *c, RequestObject *r)
+{
+    if (c->srv->shutting_down || c->closed) {
+        return 1;
+    }
+    if (r->rx != RX_BODY) {
+        return 0;
+    }
+    if (r->cont == CONT_EXPECTED) {
+        return 1;
+    }
+    const sk_parser_t *p = &c->parser;
+    return p->has_content_length && p->content_length - p->body_received > DISCARD_MAX;
+}
+
 /* The app failed mid-response: close without the message ever looking complete. */
 static void
 abort_response(http1_conn_t *c, RequestObject *r)
 {
     /* A close-delimited body would look complete after a FIN: reset instead. */
     sk_transport_abort(c->t, r->resp.head_written && r->resp.framing == SK_FRAME_CLOSE);
+}
+
+/* Answers r with 500 (RFC 9110 §15.6.1) and closes after it: nothing of the app's response was
+ * written. */
+static void
+answer_500(http1_conn_t *c, RequestObject *r)
+{
+    if (sk_resp_error(sk_transport_out(c->t), 500, r->is_head, server_date(c->srv)) < 0) {
+        sk_transport_close(c->t, SK_CLOSE_NOW);
+        return;
+    }
+    set_tx(r, TX_COMPLETE);
+    conn_request_done(c, 0);
 }
 
 /* ---- scope ---------------------------------------------------------------------------------- */
@@ -350,18 +386,14 @@ raise_disconnected(RequestObject *r)
     return NULL;
 }
 
-static void
-resolve_waiter(PyObject **slot, PyObject *result, PyObject *exc_type, sk_state *st)
+static int
+resolve_future(sk_state *st, PyObject *fut, PyObject *result, PyObject *exc_type)
 {
-    /* Moves the future out of *slot and, unless it is already done (cancelled), sets its result
-     * (result, borrowed) or, with exc_type, an exc_type("client disconnected") exception. Failures
-     * are reported as unraisable. */
-    PyObject *fut = *slot;
+    /* Unless fut is already done (cancelled), sets its result (result, borrowed) or, with
+     * exc_type, an exc_type("client disconnected") exception. 1 if it was set, 0 if fut was done;
+     * a failure is reported as unraisable (0). */
     PyObject *res = NULL, *exc = NULL;
-    if (fut == NULL) {
-        return;
-    }
-    *slot = NULL; /* moved out before calling into the loop */
+    int set = 0;
     PyObject *done = PyObject_CallMethodNoArgs(fut, st->s_done);
     if (done == NULL) {
         goto error;
@@ -377,6 +409,7 @@ resolve_waiter(PyObject **slot, PyObject *result, PyObject *exc_type, sk_state *
         if (res == NULL) {
             goto error;
         }
+        set = 1;
     }
     goto done;
 error:
@@ -385,7 +418,61 @@ done:
     Py_XDECREF(done);
     Py_XDECREF(res);
     Py_XDECREF(exc);
-    Py_DECREF(fut);
+    return set;
+}
+
+static void
+resolve_all(sk_state *st, PyObject **list, PyObject *result, PyObject *exc_type)
+{
+    /* Resolves every future of *list (see resolve_future) and drops the list. Moved out first:
+     * a future's callbacks may add new waiters, which go to a new list. */
+    PyObject *waiters = *list;
+    if (waiters == NULL) {
+        return;
+    }
+    *list = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(waiters); i++) {
+        (void)resolve_future(st, PyList_GET_ITEM(waiters, i), result, exc_type);
+    }
+    Py_DECREF(waiters);
+}
+
+static PyObject *
+add_waiter(RequestObject *r, PyObject **list)
+{
+    /* New reference: a new future of the loop, appended to *list (made on first use); NULL with
+     * an exception. */
+    PyObject *fut = NULL;
+    if (*list == NULL) {
+        *list = PyList_New(0);
+        if (*list == NULL) {
+            return NULL;
+        }
+    }
+    fut = PyObject_CallMethodNoArgs(r->srv->loop, r->st->s_create_future);
+    if (fut == NULL || PyList_Append(*list, fut) < 0) {
+        Py_XDECREF(fut);
+        return NULL;
+    }
+    return fut;
+}
+
+/* Every waiter of a request that will get no more events: receive() gets http.disconnect (or
+ * what is left of the body), send() waiting for drain completes (the response is complete) or
+ * raises ClientDisconnected (it is not). */
+static void wake_receivers(RequestObject *r);
+
+static void
+release_waiters(RequestObject *r)
+{
+    wake_receivers(r);
+    if (r->drain_waiters != NULL) {
+        int ok = (r->tx == TX_COMPLETE);
+        if (!ok) {
+            r->raised_disconnect = 1;
+        }
+        resolve_all(r->st, &r->drain_waiters, Py_None, ok ? NULL : r->st->ClientDisconnected);
+    }
 }
 
 /* ---- receive -------------------------------------------------------------------------------- */
@@ -450,61 +537,66 @@ error:
 }
 
 static void
-wake_receiver(RequestObject *r)
+wake_receivers(RequestObject *r)
 {
-    /* Resolves a waiting receive() with the next event, if any. A cancelled waiter is dropped
-     * without consuming the event. */
-    PyObject *fut = r->receive_waiter;
-    PyObject *msg = NULL;
-    if (fut == NULL) {
+    /* Hands the events that are ready to the waiting receive() calls, first come first served;
+     * once the exchange is over every waiter gets http.disconnect. A cancelled waiter is dropped
+     * without consuming an event. */
+    PyObject *waiters = r->receive_waiters;
+    if (waiters == NULL) {
         return;
     }
-    PyObject *done = PyObject_CallMethodNoArgs(fut, r->st->s_done);
-    if (done == NULL) {
-        PyErr_WriteUnraisable(fut);
-        return;
+    Py_INCREF(waiters); /* a future's callback may replace r->receive_waiters */
+    while (PyList_GET_SIZE(waiters) > 0) {
+        PyObject *fut = Py_NewRef(PyList_GET_ITEM(waiters, 0));
+        PyObject *done = PyObject_CallMethodNoArgs(fut, r->st->s_done);
+        int is_done = (done == Py_True);
+        Py_XDECREF(done);
+        if (done == NULL) {
+            PyErr_WriteUnraisable(fut);
+            Py_DECREF(fut);
+            break;
+        }
+        PyObject *msg = NULL;
+        int rc = is_done ? 0 : next_message(r, &msg);
+        if (rc < 0) {
+            PyErr_WriteUnraisable(fut);
+        }
+        if (!is_done && rc <= 0) {
+            Py_DECREF(fut);
+            break; /* nothing ready for the first waiter: it keeps its place */
+        }
+        if (PySequence_DelItem(waiters, 0) < 0) {
+            PyErr_WriteUnraisable(fut);
+            Py_XDECREF(msg);
+            Py_DECREF(fut);
+            break;
+        }
+        if (msg != NULL) {
+            (void)resolve_future(r->st, fut, msg, NULL);
+            Py_DECREF(msg);
+        }
+        Py_DECREF(fut);
     }
-    int is_done = (done == Py_True);
-    Py_DECREF(done);
-    if (is_done) {
-        Py_CLEAR(r->receive_waiter);
-        return;
+    if (r->receive_waiters == waiters && PyList_GET_SIZE(waiters) == 0) {
+        Py_CLEAR(r->receive_waiters);
     }
-    int rc = next_message(r, &msg);
-    if (rc < 0) {
-        PyErr_WriteUnraisable(fut);
-    }
-    if (rc <= 0) {
-        return;
-    }
-    resolve_waiter(&r->receive_waiter, msg, NULL, r->st);
-    Py_DECREF(msg);
+    Py_DECREF(waiters);
 }
 
 static PyObject *
 request_receive(PyObject *op, PyObject *Py_UNUSED(arg))
 {
     /* New reference: an awaitable for the next event (ASGI www 2.5 http.request /
-     * http.disconnect); NULL with RuntimeError if a receive() is already waiting. */
+     * http.disconnect); NULL with an exception. Concurrent receive() calls are served in the
+     * order they were made. */
     RequestObject *r = (RequestObject *)op;
     PyObject *msg = NULL;
-    int rc = next_message(r, &msg);
-    if (rc != 0) {
-        return rc > 0 ? ready(r, msg) : NULL;
-    }
-    if (r->receive_waiter != NULL) {
-        PyObject *done = PyObject_CallMethodNoArgs(r->receive_waiter, r->st->s_done);
-        if (done == NULL) {
-            return NULL;
+    if (r->receive_waiters == NULL || PyList_GET_SIZE(r->receive_waiters) == 0) {
+        int rc = next_message(r, &msg);
+        if (rc != 0) {
+            return rc > 0 ? ready(r, msg) : NULL;
         }
-        int is_done = (done == Py_True);
-        Py_DECREF(done);
-        if (!is_done) {
-            PyErr_SetString(PyExc_RuntimeError,
-                            "receive() is already being awaited for this request");
-            return NULL;
-        }
-        Py_CLEAR(r->receive_waiter);
     }
     http1_conn_t *c = r->conn;
     if (r->cont == CONT_EXPECTED && !r->resp.head_written && c != NULL) {
@@ -519,12 +611,7 @@ request_receive(PyObject *op, PyObject *Py_UNUSED(arg))
             return ready(r, PyDict_Copy(r->st->disconnect_msg));
         }
     }
-    PyObject *fut = PyObject_CallMethodNoArgs(r->srv->loop, r->st->s_create_future);
-    if (fut == NULL) {
-        return NULL;
-    }
-    r->receive_waiter = Py_NewRef(fut);
-    return fut;
+    return add_waiter(r, &r->receive_waiters);
 }
 
 /* ---- send ----------------------------------------------------------------------------------- */
@@ -575,12 +662,18 @@ send_start(RequestObject *r, PyObject *msg)
     }
     Py_ssize_t n = 0;
     if (headers != NULL) {
-        seq = PySequence_Fast(headers, "ASGI 'headers' must be an iterable of [name, value] pairs");
+        /* Snapshots (tuples) of the list and of each pair: converting a pair may run the app's
+         * code (__iter__), which must not be able to free a name or value already taken. */
+        seq = PySequence_Tuple(headers);
         if (seq == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_SetString(PyExc_TypeError,
+                                "ASGI 'headers' must be an iterable of [name, value] pairs");
+            }
             goto error;
         }
-        n = PySequence_Fast_GET_SIZE(seq);
-        keep = PyList_New(0);
+        n = PyTuple_GET_SIZE(seq);
+        keep = PyTuple_New(n);
         if (keep == NULL) {
             goto error;
         }
@@ -592,22 +685,21 @@ send_start(RequestObject *r, PyObject *msg)
             }
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *pair = PySequence_Fast(PySequence_Fast_GET_ITEM(seq, i),
-                                             "each ASGI header must be a [name, value] pair");
+            PyObject *pair = PySequence_Tuple(PyTuple_GET_ITEM(seq, i));
             if (pair == NULL) {
+                if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                    PyErr_SetString(PyExc_TypeError,
+                                    "each ASGI header must be a [name, value] pair");
+                }
                 goto error;
             }
-            int app_err = PyList_Append(keep, pair);
-            Py_DECREF(pair); /* kept alive by keep */
-            if (app_err < 0) {
-                goto error;
-            }
-            if (PySequence_Fast_GET_SIZE(pair) != 2) {
+            PyTuple_SET_ITEM(keep, i, pair); /* keep owns it: alive until the head is built */
+            if (PyTuple_GET_SIZE(pair) != 2) {
                 PyErr_SetString(PyExc_TypeError, "each ASGI header must be a [name, value] pair");
                 goto error;
             }
-            PyObject *name = PySequence_Fast_GET_ITEM(pair, 0);
-            PyObject *value = PySequence_Fast_GET_ITEM(pair, 1);
+            PyObject *name = PyTuple_GET_ITEM(pair, 0);  /* borrowed from pair */
+            PyObject *value = PyTuple_GET_ITEM(pair, 1); /* borrowed from pair */
             if (!PyBytes_Check(name) || !PyBytes_Check(value)) {
                 PyErr_SetString(PyExc_TypeError, "ASGI header names and values must be bytes");
                 goto error;
@@ -618,11 +710,15 @@ send_start(RequestObject *r, PyObject *msg)
             hdrs[i].value_len = (size_t)PyBytes_GET_SIZE(value);
         }
     }
+    if (r->conn == NULL) { /* the conversions above ran Python code, which may have closed it */
+        raise_disconnected(r);
+        goto error;
+    }
     sk_req_info_t info = {
         .http_minor = r->http_minor,
         .head = r->is_head,
         .keep_alive = r->keep_alive,
-        .force_close = r->srv->shutting_down || (r->cont == CONT_EXPECTED && r->rx == RX_BODY),
+        .force_close = server_closes_after(r->conn, r), /* again when the head is built */
     };
     rc = sk_resp_start(&r->resp, &info, (int)status, hdrs, (size_t)n);
     if (rc < 0) {
@@ -696,11 +792,19 @@ send_body(RequestObject *r, PyObject *msg)
         raise_disconnected(r);
         goto error;
     }
+    if (!r->resp.head_written) {
+        r->resp.req.force_close = server_closes_after(c, r); /* announced: RFC 9112 §9.6 */
+    }
     int rc = sk_resp_body(&r->resp, sk_transport_out(c->t), have_view ? view.buf : "",
                           have_view ? (size_t)view.len : 0, more, server_date(r->srv));
     if (rc == SK_ETOOLONG || rc == SK_ETOOSHORT) {
-        set_tx(r, TX_FAILED);
-        abort_response(c, r); /* the message must never look complete */
+        if (r->resp.head_written) {
+            set_tx(r, TX_FAILED);
+            abort_response(c, r); /* the message must never look complete */
+        }
+        else {
+            answer_500(c, r); /* nothing of it was written: the client gets a clean 500 */
+        }
         PyErr_SetString(PyExc_RuntimeError, rc == SK_ETOOLONG
                                                 ? "Response content longer than Content-Length"
                                                 : "Response content shorter than Content-Length");
@@ -726,19 +830,14 @@ send_body(RequestObject *r, PyObject *msg)
     }
     if (!more) {
         conn_request_done(c, r->resp.keep_alive);
-        wake_receiver(r); /* a pending receive() now sees http.disconnect */
+        release_waiters(r); /* receive() sees http.disconnect; senders waiting for drain go on */
         res = ready(r, NULL);
         goto done;
     }
     if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
         /* Backpressure: complete only when the unsent output is below the high-water mark
          * (the transport's writable() entry resolves it). */
-        PyObject *fut = PyObject_CallMethodNoArgs(r->srv->loop, r->st->s_create_future);
-        if (fut == NULL) {
-            goto error;
-        }
-        Py_XSETREF(r->drain_waiter, Py_NewRef(fut));
-        res = fut;
+        res = add_waiter(r, &r->drain_waiters); /* each sender waits: one list for all */
         goto done;
     }
     res = ready(r, NULL);
@@ -816,28 +915,23 @@ request_finish(RequestObject *r, PyObject *exc, int cancelled)
     http1_conn_t *c = r->conn;
     if (c != NULL && r->tx != TX_COMPLETE) {
         if (!r->resp.head_written) {
-            if (sk_resp_error(sk_transport_out(c->t), 500, r->is_head, server_date(r->srv)) < 0) {
-                sk_transport_close(c->t, SK_CLOSE_NOW);
-            }
-            else {
-                set_tx(r, TX_COMPLETE);
-                conn_request_done(c, 0);
-            }
+            answer_500(c, r);
         }
         else {
             abort_response(c, r);
         }
     }
-    wake_receiver(r);
+    release_waiters(r);
 }
 
 static PySendResult
 request_ended(RequestObject *r, PySendResult res, PyObject **result)
 {
-    /* Turns the end of the app's coroutine into the end of the request's: a return or an
-     * Exception finishes the exchange and returns None to the Task (the exception is reported
-     * here, not left on the Task); cancellation and BaseExceptions such as KeyboardInterrupt
-     * finish it and propagate, so the Task is cancelled or the loop stops as it would have. */
+    /* Turns the end of the app's coroutine into the end of the request's: a return or any
+     * exception, BaseExceptions such as SystemExit and KeyboardInterrupt included, finishes the
+     * exchange and returns None to the Task (the exception is the request's failure, reported
+     * here: it never reaches the loop and never stops the server). Only cancellation finishes it
+     * and propagates, so the Task ends cancelled. */
     if (res == PYGEN_NEXT) {
         return res;
     }
@@ -855,9 +949,8 @@ request_ended(RequestObject *r, PySendResult res, PyObject **result)
         PyException_SetTraceback(val, tb);
     }
     int cancelled = PyErr_GivenExceptionMatches(val, r->st->CancelledError);
-    int propagate = cancelled || !PyErr_GivenExceptionMatches(val, PyExc_Exception);
     request_finish(r, cancelled ? NULL : val, cancelled);
-    if (propagate) {
+    if (cancelled) {
         PyErr_Restore(typ, val, tb);
         *result = NULL;
         return PYGEN_ERROR;
@@ -869,12 +962,46 @@ request_ended(RequestObject *r, PySendResult res, PyObject **result)
     return PYGEN_RETURN;
 }
 
-static void
-step_begin(RequestObject *r)
+static PyMethodDef receive_def;
+static PyMethodDef send_def;
+
+static int
+call_app(RequestObject *r)
 {
-    if (r->app == APP_STARTED) {
-        set_app(r, APP_RUNNING);
+    /* The first step: calls app(scope, receive, send) inside the request's own Task, so even its
+     * synchronous part runs in the request's fresh context, never nested in another request's
+     * step. r->coro becomes what to drive. 0, or -1 with an exception (the app's own). */
+    PyObject *scope = r->scope; /* moved out: the app owns the scope from now on */
+    PyObject *receive = NULL, *send = NULL, *ret = NULL;
+    int rc = -1;
+    r->scope = NULL;
+    set_app(r, APP_RUNNING);
+    receive = PyCFunction_New(&receive_def, (PyObject *)r);
+    send = PyCFunction_New(&send_def, (PyObject *)r);
+    if (scope == NULL || receive == NULL || send == NULL) {
+        goto done;
     }
+    PyObject *args[3] = {scope, receive, send};
+    ret = PyObject_Vectorcall(r->srv->app, args, 3, NULL);
+    if (ret == NULL) {
+        goto done;
+    }
+    r->coro = sk_asgi_awaitable_iter(ret);
+    if (r->coro == NULL && PyCoro_CheckExact(ret)) {
+        /* not driven: close it, so no "coroutine was never awaited" warning follows */
+        PyObject *typ, *val, *tb;
+        PyErr_Fetch(&typ, &val, &tb);
+        PyObject *cr = PyObject_CallMethodNoArgs(ret, r->st->s_close);
+        Py_XDECREF(cr);
+        PyErr_Restore(typ, val, tb);
+    }
+    rc = r->coro != NULL ? 0 : -1;
+done:
+    Py_XDECREF(scope);
+    Py_XDECREF(receive);
+    Py_XDECREF(send);
+    Py_XDECREF(ret);
+    return rc;
 }
 
 static void
@@ -891,13 +1018,19 @@ request_am_send(PyObject *op, PyObject *arg, PyObject **result)
     /* am_send: one step of the app. PYGEN_NEXT with what it yielded (new reference), PYGEN_RETURN
      * with None, or PYGEN_ERROR with an exception set. */
     RequestObject *r = (RequestObject *)op;
-    if (r->coro == NULL) {
+    PySendResult res;
+    *result = NULL;
+    if (r->app == APP_STARTED) {
+        res = call_app(r) < 0 ? PYGEN_ERROR : PyIter_Send(r->coro, arg, result);
+    }
+    else if (r->coro == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited request coroutine");
-        *result = NULL;
         return PYGEN_ERROR;
     }
-    step_begin(r);
-    PySendResult res = request_ended(r, PyIter_Send(r->coro, arg, result), result);
+    else {
+        res = PyIter_Send(r->coro, arg, result);
+    }
+    res = request_ended(r, res, result);
     step_end(r);
     return res;
 }
@@ -956,9 +1089,16 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     PySendResult res;
     if (r->coro == NULL) {
         raise_thrown(args, nargs);
-        return NULL;
+        if (r->app != APP_STARTED) {
+            return NULL;
+        }
+        /* thrown in before the first step (a Task cancelled before it ran): the app is never
+         * called, and the exchange ends as for an app that raised it */
+        Py_CLEAR(r->scope);
+        res = request_ended(r, PYGEN_ERROR, &result);
+        step_end(r);
+        return as_method_result(res, result);
     }
-    step_begin(r);
     PyObject *meth = PyObject_GetAttr(r->coro, r->st->s_throw);
     if (meth == NULL) {
         /* an __await__ iterator without throw(): the exception goes to the app as raised */
@@ -1065,34 +1205,16 @@ request_new(http1_conn_t *c)
 static int
 request_run(RequestObject *r)
 {
-    /* Calls the app and starts its task. 0, or -1: with an exception set if the task could not
-     * be set up, without one if the app failed to start (already logged). Either way the caller
-     * answers 500. */
+    /* Starts the request's Task (the app itself is called in its first step: call_app). 0, or
+     * -1 with an exception set (the caller answers 500). */
     sk_state *st = r->st;
     sk_http1_server_t *srv = r->srv;
-    PyObject *receive = NULL, *send = NULL, *ret = NULL, *task = NULL, *ctx = NULL;
-    PyObject *scope = r->scope; /* moved out: the app owns the scope from now on */
-    int rc = -1;
-    r->scope = NULL;
-    receive = PyCFunction_New(&receive_def, (PyObject *)r);
-    send = PyCFunction_New(&send_def, (PyObject *)r);
-    if (scope == NULL || receive == NULL || send == NULL) {
-        goto done;
-    }
-    PyObject *args[3] = {scope, receive, send};
-    ret = PyObject_Vectorcall(srv->app, args, 3, NULL);
-    if (ret == NULL) {
-        goto app_error;
-    }
-    r->coro = sk_asgi_awaitable_iter(ret);
-    if (r->coro == NULL) {
-        goto app_error;
-    }
+    PyObject *task = NULL;
     /* A fresh copy of the server's context, never the caller's: this may run inside the previous
      * request's send() (a pipelined request started at once), whose context must not leak. */
-    ctx = PyContext_Copy(srv->context);
+    PyObject *ctx = PyContext_Copy(srv->context);
     if (ctx == NULL) {
-        goto app_error;
+        return -1;
     }
     set_app(r, APP_STARTED);
     if (srv->task_type != NULL) {
@@ -1108,45 +1230,24 @@ request_run(RequestObject *r)
         PyObject *targs[3] = {srv->loop, (PyObject *)r, ctx};
         task = PyObject_VectorcallMethod(st->s_create_task, targs, 2, srv->call_soon_kw);
     }
+    Py_DECREF(ctx);
     if (task == NULL) {
-        if (r->app == APP_STARTED || r->app == APP_RUNNING) { /* no task drives it any more */
+        /* No task drives it: the app was never called (or its first step was lost with the
+         * task); either way it is no longer in flight. */
+        Py_CLEAR(r->scope);
+        Py_CLEAR(r->coro);
+        if (r->app == APP_STARTED || r->app == APP_RUNNING) {
             set_app(r, APP_DONE);
         }
-        goto app_error;
+        return -1;
     }
     if (r->app != APP_DONE) { /* an eager start may already have finished it */
-        r->task = Py_NewRef(task);
+        r->task = task;
     }
-    rc = 0;
-    goto done;
-
-app_error : {
-    PyObject *typ, *exc, *tb;
-    PyErr_Fetch(&typ, &exc, &tb);
-    PyErr_NormalizeException(&typ, &exc, &tb);
-    if (exc != NULL && tb != NULL) {
-        PyException_SetTraceback(exc, tb);
+    else {
+        Py_DECREF(task);
     }
-    sk_asgi_log_error(st, srv->logger, "Exception in ASGI application", exc);
-    Py_XDECREF(typ);
-    Py_XDECREF(exc);
-    Py_XDECREF(tb);
-    PyObject *coro = r->coro ? r->coro : ret;
-    if (coro != NULL && PyCoro_CheckExact(coro)) {
-        PyObject *cr = PyObject_CallMethodNoArgs(coro, st->s_close);
-        Py_XDECREF(cr);
-        PyErr_Clear();
-    }
-    Py_CLEAR(r->coro);
-}
-done:
-    Py_XDECREF(scope);
-    Py_XDECREF(receive);
-    Py_XDECREF(send);
-    Py_XDECREF(ret);
-    Py_XDECREF(task);
-    Py_XDECREF(ctx);
-    return rc;
+    return 0;
 }
 
 static int
@@ -1172,7 +1273,7 @@ request_body(RequestObject *r, const char *data, size_t len)
         return -1;
     }
     r->body_buffered += len;
-    wake_receiver(r);
+    wake_receivers(r);
     return 0;
 }
 
@@ -1193,11 +1294,7 @@ request_detach(RequestObject *r)
             Py_DECREF(r);
         }
     }
-    wake_receiver(r);
-    if (r->drain_waiter != NULL) {
-        r->raised_disconnect = 1;
-        resolve_waiter(&r->drain_waiter, NULL, r->st->ClientDisconnected, r->st);
-    }
+    release_waiters(r);
     Py_DECREF(r);
 }
 
@@ -1229,18 +1326,9 @@ conn_request_done(http1_conn_t *c, int keep_alive)
     }
     assert(r->tx == TX_COMPLETE && r->conn == c);
     /* A body the app did not read is read and discarded so the connection stays usable, unless
-     * the client may be waiting for a 100 Continue that never came (RFC 9110 §10.1.1) or more
-     * than DISCARD_MAX bytes of it are still announced. */
-    int body_complete = (r->rx != RX_BODY);
-    int discard = 0;
-    if (!body_complete) {
-        sk_parser_t *p = &c->parser;
-        int waits_for_100 = (r->cont == CONT_EXPECTED);
-        int too_much = p->has_content_length && p->content_length - p->body_received > DISCARD_MAX;
-        discard = !waits_for_100 && !too_much;
-    }
-    int reuse = keep_alive && (body_complete || discard) && !srv->shutting_down && !c->closed;
-    if (reuse && discard) {
+     * server_closes_after() says otherwise. */
+    int reuse = keep_alive && !server_closes_after(c, r);
+    if (reuse && r->rx == RX_BODY) {
         c->discarding = 1;
     }
     r->conn = NULL;
@@ -1325,7 +1413,7 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
         else if (ev.type == SK_EV_END) {
             if (r != NULL) {
                 set_rx(r, RX_COMPLETE);
-                wake_receiver(r);
+                wake_receivers(r);
             }
             c->discarding = 0;
         }
@@ -1339,9 +1427,7 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
     }
     if (to_run != NULL) {
         if (to_run->conn == c && sk_transport_is_open(c->t) && request_run(to_run) < 0) {
-            if (PyErr_Occurred()) {
-                PyErr_WriteUnraisable(c->srv->owner);
-            }
+            PyErr_WriteUnraisable(c->srv->owner);
             refuse(c, 500);
         }
         Py_DECREF(to_run);
@@ -1382,8 +1468,8 @@ h1_writable(void *h)
     http1_conn_t *c = h;
     RequestObject *r = c->current;
     if (r != NULL) {
-        if (r->drain_waiter != NULL && sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER) {
-            resolve_waiter(&r->drain_waiter, Py_None, NULL, r->st);
+        if (r->drain_waiters != NULL && sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER) {
+            resolve_all(r->st, &r->drain_waiters, Py_None, NULL);
         }
         return;
     }
@@ -1478,8 +1564,8 @@ request_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(r->owner);
     Py_VISIT(r->task);
     Py_VISIT(r->coro);
-    Py_VISIT(r->receive_waiter);
-    Py_VISIT(r->drain_waiter);
+    Py_VISIT(r->receive_waiters);
+    Py_VISIT(r->drain_waiters);
     Py_VISIT(r->body);
     Py_VISIT(r->scope);
     return 0;
@@ -1496,8 +1582,8 @@ request_clear(PyObject *op)
     Py_CLEAR(r->owner);
     Py_CLEAR(r->task);
     Py_CLEAR(r->coro);
-    Py_CLEAR(r->receive_waiter);
-    Py_CLEAR(r->drain_waiter);
+    Py_CLEAR(r->receive_waiters);
+    Py_CLEAR(r->drain_waiters);
     Py_CLEAR(r->body);
     Py_CLEAR(r->scope);
     return 0;
