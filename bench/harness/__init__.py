@@ -5,9 +5,8 @@
     peers.py      the servers: install, command lines, start and stop
     measure.py    one measured run: /proc CPU and memory, wrk, h2load, app CPU
     traced.py     the syscall gate (strace) and instructions per request (callgrind)
-    matrix.py     profiles, plan and order of a matrix run, its metadata
     report.py     rounds aggregated, verdicts, the markdown report
+    matrix.py     profiles, plan and order of a matrix run, its metadata
 
-Dependencies point one way: env <- workloads <- peers <- measure, traced <- matrix, with report
-used by matrix and run.py. Only the standard library is used.
+Each module imports only modules above it in this list. Only the standard library is used.
 """
