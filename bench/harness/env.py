@@ -34,9 +34,6 @@ CLIENT_CPU = "1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
-if str(APPS) not in sys.path:
-    sys.path.insert(0, str(APPS))  # the expected bodies come from the apps themselves
-
 
 def log(*args):
     print(f"[bench {time.strftime('%H:%M:%S')}]", *args, file=sys.stderr, flush=True)

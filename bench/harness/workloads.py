@@ -12,10 +12,13 @@ copy here.
 from __future__ import annotations
 
 import socket
+import sys
 import time
 
-from . import env  # noqa: F401  (puts bench/apps on sys.path before raw_apps is imported)
+from .env import APPS
 
+if str(APPS) not in sys.path:
+    sys.path.insert(0, str(APPS))  # the apps are imported by name: raw_apps here, any in direct_caller
 import raw_apps  # noqa: E402  (the expected bodies come from the apps themselves)
 
 HELLO = raw_apps.HELLO
