@@ -1,0 +1,207 @@
+"""The matrix: which servers run which workloads, how many rounds, in which order.
+
+Owns: the profiles (quick: the CI smoke test; full: every peer and row), the plan a run follows
+(the profile with the command line's subsets and overrides), the fresh random server order for
+every row of every round (seeded, the seed recorded), the run's metadata (commit, machine,
+interpreters, versions, configuration, what could not be installed or started), and the run folder
+with runs.json, results.json and report.md.
+
+Never: measures anything itself (measure.py does, one run at a time) or renders a figure
+(report.py does); a peer that cannot be installed or started is listed as not measured, never
+fatal; the exit status is 1 only when a skirr run failed.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import random
+
+from .env import (CLIENT_CPU, PEERS_VENV, ROOT, SKIRR_VENV, ensure_tools, git_commit, interp_identity,
+                  log, machine_info, new_run_dir, run_text, venv_python)
+from .measure import app_cpu, idle_memory, measure_fixed, measure_row, measure_stream
+from .peers import SERVERS, build_limit, ensure_peers, peer_groups, pip_versions
+from .report import aggregate, fmt, skirr_failed, write_report
+from .workloads import workload_order
+
+PROFILES = {
+    # <= 5 minutes, CI smoke test of the harness; no pass/fail on speed.
+    "quick": dict(
+        servers=["skirr", "uvicorn-httptools", "limit-c"],
+        rows=[("raw_get", 64), ("post_4k", 64), ("fastapi_json", 64)],
+        rounds=3, duration=3, warmup=1,
+        fixed_rate=[("raw_get", 64)], fixed_pcts=[50], fixed_duration=3,
+        stream_samples=10, stream_rounds=1,
+    ),
+    "full": dict(
+        servers=["skirr", "uvicorn-httptools", "uvicorn-h11", "granian", "hypercorn", "peregrine",
+                 "weft", "gunicorn-uvicorn", "limit-c", "nginx"],
+        rows=[("raw_get", 1), ("raw_get", 16), ("raw_get", 64), ("raw_get", 256),
+              ("post_4k", 64), ("post_4k", 256), ("get_64k", 64), ("get_64k", 256),
+              ("fastapi_json", 64), ("fastapi_json", 256),
+              ("pipelined_get", 64), ("pipelined_get", 256)],
+        rounds=5, duration=5, warmup=1,
+        fixed_rate=[("raw_get", 64), ("fastapi_json", 64)], fixed_pcts=[25, 50, 75],
+        fixed_duration=8,
+        stream_samples=20, stream_rounds=3,
+    ),
+}
+
+
+def plan(args):
+    """(profile settings, servers, rows) from the profile and the command line's overrides;
+    SystemExit for an unknown server."""
+    prof = dict(PROFILES[args.profile])
+    for k in ("rounds", "duration", "warmup"):
+        if getattr(args, k) is not None:
+            prof[k] = getattr(args, k)
+    servers = args.servers.split(",") if args.servers else prof["servers"]
+    rows = prof["rows"]
+    if args.workloads:
+        keep = set(args.workloads.split(","))
+        rows = [r for r in rows if r[0] in keep]
+    if args.conns:
+        cs = [int(x) for x in args.conns.split(",")]
+        rows = workload_order({(w, c) for w, _ in rows for c in cs})
+    if "skirr" not in servers:
+        servers.insert(0, "skirr")
+    for s in servers:
+        if s not in SERVERS:
+            raise SystemExit(f"unknown server {s}; known: {', '.join(SERVERS)}")
+    return prof, servers, rows
+
+
+def shuffled(live, workload):
+    """The live servers that serve `workload`, in a fresh random order."""
+    order = [s for s in live if workload in SERVERS[s].serves]
+    random.shuffle(order)
+    return order
+
+
+def describe_setup(args, started, label, servers, rows, prof, groups, tools, install, status, seed):
+    """The run's metadata, as results.json records it."""
+    return {
+        "date": started.isoformat(timespec="seconds"), "profile": args.profile, "label": label,
+        "commit": git_commit(), "machine": machine_info(),
+        "interpreter": {"skirr": interp_identity(venv_python(SKIRR_VENV)),
+                        "peers": interp_identity(venv_python(PEERS_VENV)) if groups else None},
+        "versions": {"skirr-venv": {k: v for k, v in pip_versions(venv_python(SKIRR_VENV)).items()
+                                    if k in ("skirr", "fastapi", "pydantic", "starlette", "uvloop")},
+                     "peers-venv": {k: v for k, v in pip_versions(venv_python(PEERS_VENV)).items()
+                                    if k in ("uvicorn", "httptools", "h11", "granian", "hypercorn",
+                                             "peregrine-server", "weft-server", "gunicorn",
+                                             "uvicorn-worker", "fastapi", "pydantic", "starlette",
+                                             "uvloop")} if groups else {},
+                     "wrk": run_text(["wrk", "-v"]).splitlines()[0],
+                     "h2load": (run_text(["h2load", "--version"]).splitlines() or ["?"])[0],
+                     "nginx": run_text([tools.get("nginx") or "nginx", "-v"]),
+                     "cc": run_text([os.environ.get("CC", "cc"), "--version"]).splitlines()[0]},
+        "config": {"servers": servers, "rows": rows, **{k: v for k, v in prof.items()
+                                                          if k not in ("servers", "rows")}},
+        "install": install, "not_measured": status, "seed": seed,
+    }
+
+
+def run(args):
+    """The whole matrix as `run.py matrix` describes it; returns the exit status."""
+    prof, servers, rows = plan(args)
+    os.sched_setaffinity(0, {int(CLIENT_CPU)})
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    random.seed(seed)
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    label = args.label or args.profile
+    outdir = new_run_dir(label, started)
+    log(f"results in {outdir.relative_to(ROOT)}")
+
+    tools = ensure_tools(["wrk", "h2load", "taskset", "gcc"] + (["nginx"] if "nginx" in servers else []))
+    for t in ("wrk", "taskset"):
+        if not tools[t]:
+            raise SystemExit(f"bench: {t} is required and could not be installed")
+    groups = peer_groups(servers)
+    install = ensure_peers(groups, reinstall=args.reinstall) if groups else {}
+    if "limit-c" in servers:
+        build_limit()
+
+    status = {}  # server -> why it is not measured
+    for s in servers:
+        g = SERVERS[s].group
+        if g and not install.get(g, {}).get("ok"):
+            status[s] = "failed to install: " + install.get(g, {}).get("error", "?").strip()[-600:]
+        if s == "nginx" and not tools.get("nginx"):
+            status[s] = "nginx is not installed and could not be installed"
+
+    meta = describe_setup(args, started, label, servers, rows, prof, groups, tools, install, status,
+                          seed)
+    log("machine:", meta["machine"]["cpu"], "load", " ".join(meta["machine"]["loadavg_at_start"]))
+
+    live = [s for s in servers if s not in status]
+    # Idle memory, which doubles as a start-up check: a server that cannot start is not measured.
+    log("idle memory / start check")
+    idle = idle_memory(live, outdir)
+    for s, r in idle.items():
+        if not r["ok"]:
+            status[s] = "failed to start: " + r["error"]
+            log(f"  {s}: {status[s][:300]}")
+    live = [s for s in live if s not in status]
+
+    runs = []
+    total = sum(1 for _ in range(prof["rounds"]) for w, _ in rows for s in live
+                if w in SERVERS[s].serves)
+    done = 0
+    for rnd in range(prof["rounds"]):
+        for wl, conns in rows:
+            for s in shuffled(live, wl):
+                done += 1
+                row = measure_row(s, wl, conns, prof, outdir, f"r{rnd}-{wl}-c{conns}-{s}")
+                row["round"] = rnd
+                runs.append(row)
+                if row["ok"]:
+                    log(f"[{done}/{total}] r{rnd} {wl} c{conns} {s}: {row['rps']:,.0f} req/s "
+                        f"p99 {fmt(row['p99_ms'], '.2f')} ms cpu {row['cpu_us_per_req']:.1f} us/req "
+                        f"gen {row['gen_cpu']:.0%} other/steal cpu0 {row['other_cpu0']:.0%}/"
+                        f"{row['steal_cpu0']:.0%}")
+                else:
+                    log(f"[{done}/{total}] r{rnd} {wl} c{conns} {s}: FAILED {row['error'][:300]}")
+                (outdir / "runs.json").write_text(json.dumps(runs, indent=1))
+
+    agg = aggregate(runs, prof["rounds"])  # the fixed rates are shares of each median req/s
+
+    log("app CPU per request, called directly")
+    appcpu = app_cpu(sorted({w for w, _ in rows}), args.app_n)
+
+    fixed = []
+    if prof["fixed_rate"] and tools.get("h2load") and not args.no_fixed:
+        log("fixed-rate latency (h2load)")
+        for wl, conns in prof["fixed_rate"]:
+            for s in shuffled(live, wl):
+                a = agg.get((wl, conns, s))
+                if not a or not a["rps"]:
+                    continue
+                rates = [(p, a["rps"] * p / 100) for p in prof["fixed_pcts"]]
+                rs = measure_fixed(s, wl, conns, rates, prof["fixed_duration"], outdir,
+                                   f"fixed-{wl}-c{conns}-{s}")
+                for r in rs:
+                    log(f"  {wl} {s} {r.get('pct')}%: " + (
+                        f"p99 {r['p99_ms']:.2f} ms at {r['achieved_rps']:,.0f}/{r['offered_rps']:,.0f} req/s"
+                        if r["ok"] else f"FAILED {r['error'][:200]}"))
+                fixed.extend(rs)
+
+    streams = []
+    if prof["stream_samples"] and not args.no_stream:
+        log("streaming first chunk / total")
+        for rnd in range(prof["stream_rounds"]):
+            for s in shuffled(live, "streaming"):
+                r = measure_stream(s, prof["stream_samples"], outdir, f"stream-r{rnd}-{s}")
+                r["round"] = rnd
+                streams.append(r)
+
+    result = {"meta": meta, "idle": idle, "runs": runs, "app_cpu": appcpu, "fixed_rate": fixed,
+              "streaming": streams}
+    (outdir / "results.json").write_text(json.dumps(result, indent=1))
+    report, agg = write_report(result, outdir, args.summary)
+    if args.summary:
+        log(f"summary written to {args.summary}")
+    print(report)
+    log(f"results in {outdir.relative_to(ROOT)}")
+    return 1 if skirr_failed(agg) else 0

@@ -1,0 +1,377 @@
+"""Measuring one server: CPU, memory and the load generators, for one run of the matrix.
+
+Owns: what /proc says about a server's process tree (utime+stime, peak RSS and PSS from
+smaps_rollup, that every thread is pinned to the server CPU) and about CPU 0 (other load, steal);
+the wrk run (its Lua report script, its own CPU share) and the h2load fixed-rate run (percentiles
+from its per-request log); one measured run per row (`measure_row`), per fixed-rate server
+(`measure_fixed`), per streaming sample set (`measure_stream`), idle memory, and the app's own CPU
+per request called directly (`app_cpu`, through a pinned `run.py app-cpu` child).
+
+Never: chooses what to run or in which order (matrix.py does), aggregates rounds or judges a figure
+(report.py does), or lets a failed run raise: each returns a result with "ok" and "error". The
+traced gates (strace, callgrind) are in traced.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .env import (CLIENT_CPU, CLK_TCK, RUN_PY, SERVER_CPU, SKIRR_VENV, describe, venv_python)
+from .peers import Server
+from .workloads import (STREAM_APP, STREAM_EXPECT, WORKLOADS, Conn, check_stream, check_workload,
+                        direct_caller)
+
+WRK_ERRORS = ("connect", "read", "write", "status", "timeout")
+
+# ----------------------------------------------------------------------------------------------
+# /proc
+
+
+def cpu_ticks(pids):
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total
+
+
+def memory(pids):
+    """(RSS bytes, PSS bytes) summed over pids."""
+    rss = pss = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return rss, pss
+
+
+def cpu0_busy():
+    """(busy, steal) jiffies of CPU 0: busy = user+nice+system+irq+softirq; steal = taken by the
+    hypervisor."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{SERVER_CPU} "):
+            v = [int(x) for x in line.split()[1:]]
+            return v[0] + v[1] + v[2] + v[5] + v[6], v[7]
+    return 0, 0
+
+
+def affinity_ok(pids):
+    want = {int(SERVER_CPU)}
+    for pid in pids:
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                if os.sched_getaffinity(int(tid)) != want:
+                    return False
+        except OSError:
+            continue
+    return True
+
+
+class Sampler(threading.Thread):
+    """Peak RSS/PSS of the server's process tree while it runs."""
+
+    def __init__(self, pids, interval=0.5):
+        super().__init__(daemon=True)
+        self.pids, self.interval = pids, interval
+        self.rss = self.pss = 0
+        self.halt = threading.Event()
+
+    def sample(self):
+        rss, pss = memory(self.pids)
+        self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
+
+    def run(self):
+        while not self.halt.wait(self.interval):
+            self.sample()
+
+    def stop(self):
+        self.halt.set()
+        self.join()
+        self.sample()
+
+
+# ----------------------------------------------------------------------------------------------
+# Load generators
+
+LUA_REPORT = r"""
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'BENCHJSON {"requests":%d,"duration_us":%d,"bytes":%d,"connect":%d,"read":%d,"write":%d,' ..
+    '"status":%d,"timeout":%d,"p50_us":%d,"p90_us":%d,"p99_us":%d,"max_us":%d,"mean_us":%.1f}\n',
+    summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status,
+    e.timeout, latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency.max, latency.mean))
+end
+"""
+
+
+def wrk_script(wl, outdir):
+    path = Path(outdir) / f"wrk-{wl}.lua"
+    if not path.exists():
+        path.write_text(WORKLOADS[wl].get("wrk_lua", "") + LUA_REPORT)
+    return path
+
+
+def run_wrk(wl, port, conns, duration, outdir):
+    """Run wrk pinned to the client CPU; returns its JSON summary plus its CPU seconds."""
+    script = wrk_script(wl, outdir)
+    url = f"http://127.0.0.1:{port}{WORKLOADS[wl]['path']}"
+    argv = ["taskset", "-c", CLIENT_CPU, "wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency",
+            "--timeout", "5s", "-s", str(script), url]
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    m = re.search(r"^BENCHJSON (\{.*\})$", text, re.M)
+    if p.returncode != 0 or not m:
+        raise RuntimeError(f"wrk failed ({p.returncode}): {text[-600:]}")
+    res = json.loads(m.group(1))
+    res["wall_s"] = wall
+    res["cpu_s"] = ru.ru_utime + ru.ru_stime
+    return res
+
+
+def run_h2load(wl, port, conns, rate, duration, outdir):
+    """Fixed offered rate (h2load --rps is per client) with per-request log for percentiles."""
+    spec = WORKLOADS[wl]
+    logf = Path(outdir) / "h2load-last.log"
+    logf.unlink(missing_ok=True)  # h2load appends to an existing log file
+    url = f"http://127.0.0.1:{port}{spec['path']}"
+    argv = ["taskset", "-c", CLIENT_CPU, "h2load", "--h1", "-t1", f"-c{conns}",
+            f"--rps={rate / conns:.3f}", f"-D{duration}", "--warm-up-time=1", f"--log-file={logf}",
+            url]
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out, _ = p.communicate(timeout=duration + 60)
+    wall = time.perf_counter() - t0
+    text = out.decode(errors="replace")
+    lat, non2xx = [], 0
+    for line in logf.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 3:
+            lat.append(int(parts[2]))
+            if not parts[1].startswith("2"):
+                non2xx += 1
+    m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, "
+                  r"(\d+) errored, (\d+) timeout", text)
+    if p.returncode != 0 or not m or not lat:
+        raise RuntimeError(f"h2load failed ({p.returncode}): {text[-600:]}")
+    lat.sort()
+
+    def pct(q):
+        return lat[min(len(lat) - 1, int(q * len(lat)))] / 1000.0
+    return {"offered_rps": rate, "achieved_rps": len(lat) / duration, "requests": len(lat),
+            "failed": int(m.group(5)), "errored": int(m.group(6)), "timeout": int(m.group(7)),
+            "non2xx": non2xx, "p50_ms": pct(0.50), "p90_ms": pct(0.90), "p99_ms": pct(0.99),
+            "p999_ms": pct(0.999), "max_ms": lat[-1] / 1000.0, "wall_s": wall}
+
+
+# ----------------------------------------------------------------------------------------------
+# One measured run each
+
+
+def measure_row(name, wl, conns, cfg, outdir, tag):
+    spec = WORKLOADS[wl]
+    row = {"server": name, "workload": wl, "conns": conns, "ok": False, "error": None}
+    with Server(name, spec["app"], Path(outdir) / "logs", tag) as srv:
+        try:
+            srv.wait_ready(lambda port: check_workload(wl, port))
+            row["pinned"] = affinity_ok(srv.pids())
+            if cfg["warmup"]:
+                w = run_wrk(wl, srv.port, conns, cfg["warmup"], outdir)
+                if any(w[k] for k in WRK_ERRORS):
+                    raise RuntimeError(f"errors during warm-up: {w}")
+            pids = srv.pids()
+            sampler = Sampler(pids)
+            sampler.sample()
+            sampler.start()
+            row["loadavg"] = Path("/proc/loadavg").read_text().split()[0]
+            b0, c0, t0 = cpu0_busy(), cpu_ticks(pids), time.perf_counter()
+            res = run_wrk(wl, srv.port, conns, cfg["duration"], outdir)
+            c1, b1, t1 = cpu_ticks(pids), cpu0_busy(), time.perf_counter()
+            sampler.stop()
+            wall = t1 - t0
+            server_cpu = (c1 - c0) / CLK_TCK
+            errors = {k: res[k] for k in WRK_ERRORS}
+            n = res["requests"]
+            row.update(
+                requests=n, rps=n / (res["duration_us"] / 1e6), errors=errors,
+                # wrk's percentiles are wrong under pipelining: its coordinated-omission correction
+                # adds samples below the recorded minimum, which percentile() never reaches (it
+                # prints 0). Only pipelined runs are affected; their latency is not reported.
+                p50_ms=None if spec.get("pipeline") else res["p50_us"] / 1000,
+                p99_ms=None if spec.get("pipeline") else res["p99_us"] / 1000,
+                max_ms=res["max_us"] / 1000,
+                server_cpu_s=server_cpu, cpu_us_per_req=server_cpu / n * 1e6 if n else None,
+                server_util=server_cpu / wall, gen_cpu=res["cpu_s"] / res["wall_s"],
+                client_bound=res["cpu_s"] / res["wall_s"] >= 0.9,
+                other_cpu0=max(0.0, (b1[0] - b0[0]) / CLK_TCK - server_cpu) / wall,
+                steal_cpu0=(b1[1] - b0[1]) / CLK_TCK / wall,
+                rss_mib=sampler.rss / 2**20, pss_mib=sampler.pss / 2**20,
+            )
+            check_workload(wl, srv.port)  # exact status and body after the run
+            if sum(errors.values()):
+                raise RuntimeError(f"wrk reported errors {errors}")
+            if n == 0:
+                raise RuntimeError("no request completed")
+            row["ok"] = True
+        except Exception as exc:  # noqa: BLE001
+            row["error"] = describe(exc)
+    tail = srv.log_tail(600)
+    if tail:
+        row["server_log_tail"] = tail
+    return row
+
+
+def stream_samples(port, samples):
+    """(first-chunk ms, total ms) of `samples` sequential streaming requests on one keep-alive
+    connection, after one that warms the connection and the app."""
+    c = Conn(port)
+    firsts, totals = [], []
+    try:
+        req = c.request_bytes("GET", "/stream")
+        for i in range(samples + 1):
+            got = []
+            t0 = time.perf_counter()
+            c.sock.sendall(req)
+            status, _, body = c.read_response(on_body=got.append)
+            t1 = time.perf_counter()
+            if status != 200 or body != STREAM_EXPECT:
+                raise AssertionError(f"status {status} body {body!r}")
+            if i:  # the first sample warms the connection and the app
+                firsts.append((got[0] - t0) * 1000)
+                totals.append((t1 - t0) * 1000)
+    finally:
+        c.close()
+    return firsts, totals
+
+
+def measure_stream(name, samples, outdir, tag):
+    out = {"server": name, "ok": False, "error": None}
+    with Server(name, STREAM_APP, Path(outdir) / "logs", tag) as srv:
+        try:
+            srv.wait_ready(check_stream)
+            firsts, totals = stream_samples(srv.port, samples)
+            check_stream(srv.port)
+            out.update(ok=True, first_chunk_ms=statistics.median(firsts),
+                       total_ms=statistics.median(totals), first_chunk_samples=firsts,
+                       total_samples=totals)
+        except Exception as exc:  # noqa: BLE001
+            out["error"] = describe(exc)
+    return out
+
+
+def fixed_rate_run(srv, wl, conns, rate, duration, outdir):
+    """One h2load run at `rate` requests per second against the running server; its figures with
+    the server's approximate CPU per request. RuntimeError on any failed or non-2xx request."""
+    pids = srv.pids()
+    c0, t0 = cpu_ticks(pids), time.perf_counter()
+    res = run_h2load(wl, srv.port, conns, rate, duration, outdir)
+    cpu = (cpu_ticks(pids) - c0) / CLK_TCK
+    # The interval includes h2load's 1 s warm-up, so CPU/request is approximate.
+    res["cpu_us_per_req"] = cpu / max(1, res["requests"]) * 1e6 * duration / (
+        time.perf_counter() - t0)
+    return res
+
+
+def measure_fixed(name, wl, conns, rates, duration, outdir, tag):
+    out = []
+    with Server(name, WORKLOADS[wl]["app"], Path(outdir) / "logs", tag) as srv:
+        try:
+            srv.wait_ready(lambda port: check_workload(wl, port))
+        except Exception as exc:  # noqa: BLE001
+            return [{"server": name, "workload": wl, "conns": conns, "pct": None, "ok": False,
+                     "error": describe(exc, 800)}]
+        for pct, rate in rates:
+            r = {"server": name, "workload": wl, "conns": conns, "pct": pct, "ok": False,
+                 "error": None}
+            try:
+                r.update(fixed_rate_run(srv, wl, conns, rate, duration, outdir))
+                check_workload(wl, srv.port)
+                errs = r["failed"] + r["errored"] + r["timeout"] + r["non2xx"]
+                if errs:
+                    raise RuntimeError(f"h2load: {errs} failed/errored/timeout/non-2xx requests")
+                r["ok"] = True
+            except Exception as exc:  # noqa: BLE001
+                r["error"] = describe(exc, 800)
+            out.append(r)
+    return out
+
+
+def idle_memory(servers, outdir):
+    out = {}
+    for name in servers:
+        try:
+            srv = Server(name, WORKLOADS["raw_get"]["app"], Path(outdir) / "logs", f"idle-{name}")
+        except Exception as exc:  # noqa: BLE001
+            out[name] = {"ok": False, "error": str(exc)}
+            continue
+        with srv:
+            try:
+                srv.wait_ready(lambda port: check_workload("raw_get", port))
+                time.sleep(0.5)
+                rss, pss = memory(srv.pids())
+                out[name] = {"ok": True, "rss_mib": rss / 2**20, "pss_mib": pss / 2**20,
+                             "processes": len(srv.pids()), "pinned": affinity_ok(srv.pids())}
+            except Exception as exc:  # noqa: BLE001
+                out[name] = {"ok": False, "error": describe(exc)}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The app's own CPU per request
+
+
+def app_cpu(workloads, n):
+    """The apps' own CPU per request, called directly (no network), pinned to the server CPU."""
+    out = {}
+    for wl in workloads:
+        argv = ["taskset", "-c", SERVER_CPU, venv_python(SKIRR_VENV), str(RUN_PY), "app-cpu",
+                "--workload", wl, "--n", str(n)]
+        p = subprocess.run(argv, capture_output=True, text=True)
+        try:
+            out[wl] = json.loads(p.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            out[wl] = {"error": (p.stdout + p.stderr)[-800:]}
+    return out
+
+
+def app_cpu_child(wl, n):
+    """The `run.py app-cpu` side: prints {"us_per_req": median, "samples": [5 samples]} of the
+    process CPU per call of the workload's app, after a warm-up, on uvloop."""
+    import asyncio
+    import uvloop
+    run = direct_caller(wl)
+
+    async def main():
+        await run(max(100, n // 10))  # warm-up
+        got = []
+        for _ in range(5):
+            t0 = time.process_time()
+            await run(n)
+            got.append((time.process_time() - t0) / n * 1e6)
+        return got
+
+    samples = uvloop.run(main()) if hasattr(uvloop, "run") else asyncio.run(main())
+    print(json.dumps({"us_per_req": statistics.median(samples), "samples": samples}))

@@ -1,0 +1,360 @@
+"""The servers measured: how each is installed, started on a loopback port and stopped.
+
+Owns: the server table (skirr, the peers uvicorn with httptools or h11, granian, hypercorn,
+peregrine-server, weft-server, gunicorn with uvicorn-worker, and the limits: the C responder in
+limit_http.c and nginx), each one's command line, the peers' venv (bench/.venv-peers, made from the
+skirr venv's base interpreter, one peers.txt group at a time, the app's dependencies pinned to the
+skirr venv's versions), building the C limit, and `Server`: one server process in its own process
+group, pinned to the server CPU, optionally under a tracer, its log in a file.
+
+Never: sends the workload's requests or times anything (workloads.py and measure.py do); a peer
+that fails to install is recorded with its reason, never fatal; a server is never left running
+(stop() kills its whole process group).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from .env import (APPS, BENCH, BUILD, PEERS_FILE, PEERS_VENV, SERVER_CPU, SKIRR_VENV, base_python,
+                  log, tool_path, venv_python)
+from .workloads import ALL_WORKLOADS, BIG, JSON_BODY, WORKLOADS
+
+# ----------------------------------------------------------------------------------------------
+# Installing: a separate venv from the same base interpreter, app dependencies pinned to the skirr
+# venv's
+
+
+def read_peers_file():
+    peers = {}
+    for line in PEERS_FILE.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, reqs = line.partition(":")
+            peers[name.strip()] = reqs.split()
+    return peers
+
+
+def ensure_peers(groups, reinstall=False):
+    """Install each requirement group separately; a failure is recorded, never fatal."""
+    state_file = PEERS_VENV / "bench-state.json"
+    freeze = subprocess.run([venv_python(SKIRR_VENV), "-m", "pip", "freeze"],
+                            capture_output=True, text=True).stdout
+    constraints = "\n".join(l for l in freeze.splitlines()
+                            if l and not l.lower().startswith(("skirr", "-e", "#")))
+    base = base_python()
+    base_key = hashlib.sha256((base + "\n" + constraints).encode()).hexdigest()
+    state = {}
+    if state_file.exists():
+        state = json.loads(state_file.read_text())
+    if state.get("base_key") != base_key or not (PEERS_VENV / "bin" / "python").exists():
+        log(f"creating {PEERS_VENV} from {base}")
+        shutil.rmtree(PEERS_VENV, ignore_errors=True)
+        subprocess.run([base, "-m", "venv", str(PEERS_VENV)], check=True)
+        state = {"base_key": base_key, "groups": {}}
+    cfile = PEERS_VENV / "constraints.txt"
+    cfile.write_text(constraints + "\n")
+    pip = [venv_python(PEERS_VENV), "-m", "pip", "install", "-q", "-c", str(cfile)]
+    if "app-deps" not in state["groups"]:
+        p = subprocess.run(pip + ["fastapi", "pydantic", "uvloop"], capture_output=True, text=True)
+        if p.returncode != 0:
+            raise SystemExit("bench: could not install the app's dependencies into the peers' venv:\n"
+                             + p.stderr[-2000:])
+        state["groups"]["app-deps"] = {"reqs": [], "ok": True, "error": ""}
+    specs = read_peers_file()
+    for group in groups:
+        reqs = specs[group]
+        have = state["groups"].get(group)
+        if have and have["reqs"] == reqs and (have["ok"] or not reinstall):
+            continue
+        log(f"installing peer group {group}: {' '.join(reqs)}")
+        p = subprocess.run(pip + reqs, capture_output=True, text=True)
+        err = "\n".join(l for l in p.stderr.splitlines() if not l.startswith("WARNING: Location"))
+        state["groups"][group] = {"reqs": reqs, "ok": p.returncode == 0,
+                                  "error": "" if p.returncode == 0 else err[-1500:]}
+        state_file.write_text(json.dumps(state, indent=1))
+    state_file.write_text(json.dumps(state, indent=1))
+    return state["groups"]
+
+
+def peer_groups(names):
+    """The peers.txt groups the named servers need, sorted."""
+    return sorted({SERVERS[s].group for s in names if SERVERS[s].group})
+
+
+def pip_versions(python):
+    out = subprocess.run([python, "-m", "pip", "list", "--format", "json"],
+                         capture_output=True, text=True).stdout
+    try:
+        return {d["name"].lower(): d["version"] for d in json.loads(out)}
+    except ValueError:
+        return {}
+
+
+def build_limit():
+    BUILD.mkdir(parents=True, exist_ok=True)
+    exe = BUILD / "limit_http"
+    src = BENCH / "limit_http.c"
+    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+        cc = os.environ.get("CC", "cc")
+        subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-o", str(exe), str(src)], check=True)
+    return exe
+
+
+# ----------------------------------------------------------------------------------------------
+# Command lines: each builder takes (app "module:attr" in bench/apps, port, a private temporary
+# folder the server may write into) and returns the argv
+
+
+NGINX_CONF = """\
+worker_processes 1;
+daemon off;
+user root;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    sendfile on;
+    keepalive_requests 100000000;
+    keepalive_timeout 75s;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location = /json {{ default_type application/json; return 200 '{json}'; }}
+        location = /64k {{ default_type application/octet-stream; alias {tmp}/64k.bin; }}
+        location / {{ default_type text/plain; return 200 'Hello, world!'; }}
+    }}
+}}
+"""
+
+
+def skirr_argv(app, port, tmp):
+    return [venv_python(SKIRR_VENV), "-m", "skirr", app, "--app-dir", str(APPS), "--loop", "uvloop",
+            "--lifespan", "off", "--log-level", "warning", "--host", "127.0.0.1", "--port", str(port)]
+
+
+def uvicorn_argv(http):
+    def argv(app, port, tmp):
+        return [venv_python(PEERS_VENV), "-m", "uvicorn", app, "--app-dir", str(APPS), "--loop",
+                "uvloop", "--http", http, "--lifespan", "off", "--no-access-log", "--log-level",
+                "warning", "--host", "127.0.0.1", "--port", str(port)]
+    return argv
+
+
+def granian_argv(app, port, tmp):
+    # asginl = the ASGI interface without lifespan; one worker, one runtime thread.
+    return [venv_python(PEERS_VENV), "-m", "granian", "--interface", "asginl", "--loop", "uvloop",
+            "--workers", "1", "--runtime-threads", "1", "--blocking-threads", "1", "--http", "1",
+            "--no-ws", "--no-access-log", "--log-level", "warning", "--working-dir", str(APPS),
+            "--host", "127.0.0.1", "--port", str(port), app]
+
+
+def hypercorn_argv(app, port, tmp):
+    return [venv_python(PEERS_VENV), "-m", "hypercorn", "--worker-class", "uvloop", "--workers", "1",
+            "--log-level", "warning", "--bind", f"127.0.0.1:{port}", app]
+
+
+def peregrine_argv(app, port, tmp):
+    return [venv_python(PEERS_VENV), "-m", "peregrine", "--workers", "1", "--no-lifespan",
+            "--no-http2", "--log-level", "warning", "--python-path", str(APPS), "--host",
+            "127.0.0.1", "--port", str(port), app]
+
+
+def weft_argv(app, port, tmp):
+    return [venv_python(PEERS_VENV), "-m", "weft", app, "--workers", "1", "--no-lifespan",
+            "--app-dir", str(APPS), "--log-level", "warning", "--host", "127.0.0.1", "--port",
+            str(port)]
+
+
+def gunicorn_argv(app, port, tmp):
+    return [venv_python(PEERS_VENV), "-m", "gunicorn", "--workers", "1", "--worker-class",
+            "uvicorn_worker.UvicornWorker", "--log-level", "warning", "--chdir", str(APPS),
+            "--bind", f"127.0.0.1:{port}", app]
+
+
+def limit_argv(app, port, tmp):
+    return [str(BUILD / "limit_http"), str(port)]
+
+
+def nginx_argv(app, port, tmp):
+    tmp = Path(tmp)
+    (tmp / "64k.bin").write_bytes(BIG)
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, json=JSON_BODY.decode()))
+    return [tool_path("nginx"), "-c", str(conf), "-e", str(tmp / "error.log")]
+
+
+class Peer(NamedTuple):
+    argv: Callable  # (app, port, tmp) -> argv
+    group: str | None  # its peers.txt group; None: nothing to install
+    kind: str  # "skirr", "peer" or "limit"
+    serves: set  # the workloads it can serve
+
+
+SERVERS = {
+    "skirr": Peer(skirr_argv, None, "skirr", ALL_WORKLOADS),
+    "uvicorn-httptools": Peer(uvicorn_argv("httptools"), "uvicorn", "peer", ALL_WORKLOADS),
+    "uvicorn-h11": Peer(uvicorn_argv("h11"), "uvicorn", "peer", ALL_WORKLOADS),
+    "granian": Peer(granian_argv, "granian", "peer", ALL_WORKLOADS),
+    "hypercorn": Peer(hypercorn_argv, "hypercorn", "peer", ALL_WORKLOADS),
+    "peregrine": Peer(peregrine_argv, "peregrine", "peer", ALL_WORKLOADS),
+    "weft": Peer(weft_argv, "weft", "peer", ALL_WORKLOADS),
+    "gunicorn-uvicorn": Peer(gunicorn_argv, "gunicorn-uvicorn", "peer", ALL_WORKLOADS),
+    "limit-c": Peer(limit_argv, None, "limit", set(WORKLOADS)),
+    "nginx": Peer(nginx_argv, None, "limit", {"raw_get", "get_64k", "fastapi_json", "pipelined_get"}),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Running one
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port):
+    hexport = f":{port:04X}"
+    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            for line in Path(f).read_text().splitlines()[1:]:
+                parts = line.split()
+                if parts[1].endswith(hexport) and parts[3] == "0A":
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def require_listening(port):
+    """A readiness check that sends nothing (so a traced server's first connection is the
+    measured one): ConnectionRefusedError until the port listens."""
+    if not listening(port):
+        raise ConnectionRefusedError
+
+
+def proc_tree(root):
+    """root and all its descendants (pids)."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+class Server:
+    """One server serving `app` on a free loopback port, in its own process group, its output in
+    logdir/<tag>.log. `wrap` goes before the command (a tracer: strace, valgrind); `pin` puts the
+    server (inside the tracer) on the server CPU with taskset. A context manager: leaving the
+    `with` block stops it."""
+
+    def __init__(self, name, app, logdir, tag, wrap=(), pin=True):
+        self.name, self.app = name, app
+        self.traced = bool(wrap)
+        self.port = free_port()
+        self.tmp = tempfile.mkdtemp(prefix=f"bench-{name}-")
+        argv = SERVERS[name].argv(app, self.port, self.tmp)
+        self.argv = list(wrap) + (["taskset", "-c", SERVER_CPU] if pin else []) + argv
+        self.logpath = Path(logdir) / f"{tag}.log"
+        self.logpath.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=str(APPS))
+        env.pop("VIRTUAL_ENV", None)
+        self._log = open(self.logpath, "wb")
+        self.proc = subprocess.Popen(self.argv, cwd=APPS, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def wait_ready(self, check, timeout=30.0):
+        """Calls check(port) until it returns; RuntimeError with the log's tail if the server
+        exits first or `timeout` seconds pass."""
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"exited with {self.proc.returncode}: {self.log_tail()}")
+            try:
+                check(self.port)
+                return
+            except ConnectionRefusedError:
+                last = "connection refused"
+            except Exception as exc:  # noqa: BLE001
+                last = f"{type(exc).__name__}: {exc}"
+                if "refused" not in str(exc).lower():
+                    time.sleep(0.2)
+            time.sleep(0.05)
+        raise RuntimeError(f"not ready after {timeout:.0f}s ({last}): {self.log_tail()}")
+
+    def pids(self):
+        return proc_tree(self.proc.pid)
+
+    def log_tail(self, n=1200):
+        try:
+            if not self._log.closed:
+                self._log.flush()
+            data = self.logpath.read_bytes()
+        except OSError:
+            return ""
+        return data[-n:].decode(errors="replace").strip()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def stop(self):
+        """SIGINT, then SIGTERM, then SIGKILL until it exits. Untraced: SIGINT to the main process
+        (a master stops its workers itself) with 8 s to exit, then the whole group, 4 s each.
+        Traced: every signal to the whole group (the tracer and its server), 60 s after SIGINT
+        (valgrind writes its dump), then 8 s each."""
+        if self.traced:
+            steps = ((signal.SIGINT, 60, os.killpg), (signal.SIGTERM, 8, os.killpg),
+                     (signal.SIGKILL, 8, os.killpg))
+        else:
+            steps = ((signal.SIGINT, 8, os.kill), (signal.SIGTERM, 4, os.killpg),
+                     (signal.SIGKILL, 4, os.killpg))
+        if self.proc.poll() is None:
+            for sig, wait, kill in steps:
+                try:
+                    kill(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        # Whatever of its group outlived it (a worker), by the group we created.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self._log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)

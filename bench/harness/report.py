@@ -1,0 +1,253 @@
+"""The matrix's report: rounds aggregated, peers compared with skirr, the markdown written.
+
+Owns: the aggregation of a row's rounds (median req/s with min-max, median p99, median CPU per
+request, peak RSS/PSS, summed errors), the per-round comparison of each peer with skirr and its
+verdict ("ahead" only when every round agrees; CPU per request decides where either side was
+client-bound), efficiency against the limit, and the markdown of report.md and bench/RESULTS.md
+(LEVERS.md appended), rendered from a run's results.json alone so `run.py report` can redo it.
+
+Never: starts a server, runs a load generator or reads /proc; it reads only a run's results and
+LEVERS.md, so re-rendering an old run gives the same report.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from .env import LEVERS
+from .peers import SERVERS
+from .workloads import workload_order
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def fmt(v, spec=",.0f", none="–"):
+    return none if v is None else format(v, spec)
+
+
+def aggregate(runs, rounds):
+    agg = {}
+    for r in runs:
+        agg.setdefault((r["workload"], r["conns"], r["server"]), []).append(r)
+    out = {}
+    for key, rs in agg.items():
+        ok = [r for r in rs if r["ok"]]
+        e = {}
+        for r in rs:
+            for k, v in (r.get("errors") or {}).items():
+                e[k] = e.get(k, 0) + v
+        out[key] = {
+            "rounds": len(rs), "rounds_ok": len(ok), "failed": len(ok) != len(rs),
+            "errors_first": next((r["error"] for r in rs if r["error"]), None),
+            "rps": median([r["rps"] for r in ok]),
+            "rps_min": min((r["rps"] for r in ok), default=None),
+            "rps_max": max((r["rps"] for r in ok), default=None),
+            "p99_ms": median([r["p99_ms"] for r in ok if r["p99_ms"] is not None]),
+            "cpu_us_per_req": median([r["cpu_us_per_req"] for r in ok]),
+            "rss_mib": max((r["rss_mib"] for r in ok), default=None),
+            "pss_mib": max((r["pss_mib"] for r in ok), default=None),
+            "errors": e, "gen_cpu": max((r["gen_cpu"] for r in ok), default=None),
+            "client_bound": any(r["client_bound"] for r in ok),
+            "server_util": median([r["server_util"] for r in ok]),
+            "other_cpu0": max((r["other_cpu0"] for r in ok), default=None),
+            "steal_cpu0": max((r["steal_cpu0"] for r in ok), default=None),
+            "pinned": all(r.get("pinned", True) for r in ok),
+        }
+    return out
+
+
+def compare(runs):
+    """Per row and peer: ratios to skirr within each round, and whether every round agrees."""
+    by = {}
+    for r in runs:
+        if r["ok"]:
+            by[(r["workload"], r["conns"], r["round"], r["server"])] = r
+    out = {}
+    keys = {(w, c, s) for (w, c, _, s) in by if s != "skirr"}
+    for w, c, s in sorted(keys):
+        ratios, cpu_ratios, wins, losses, n = [], [], 0, 0, 0
+        for (w2, c2, rnd, s2), r in by.items():
+            if (w2, c2, s2) != (w, c, s) or (w, c, rnd, "skirr") not in by:
+                continue
+            k = by[(w, c, rnd, "skirr")]
+            n += 1
+            ratios.append(r["rps"] / k["rps"])
+            cpu_ratios.append(r["cpu_us_per_req"] / k["cpu_us_per_req"])
+            if k["client_bound"] or r["client_bound"]:  # compare CPU per request there
+                better = k["cpu_us_per_req"] < r["cpu_us_per_req"]
+            else:
+                better = k["rps"] > r["rps"]
+            wins += better
+            losses += not better
+        if not n:
+            continue
+        if wins == n:
+            verdict = f"skirr ahead in {n}/{n}"
+        elif losses == n:
+            verdict = f"{s} ahead in {n}/{n}"
+        else:
+            verdict = f"mixed (skirr ahead in {wins}/{n})"
+        out[(w, c, s)] = {"rounds": n, "rps_ratio": median(ratios), "rps_ratio_min": min(ratios),
+                          "rps_ratio_max": max(ratios), "cpu_ratio": median(cpu_ratios),
+                          "verdict": verdict}
+    return out
+
+
+def skirr_failed(agg):
+    """The rows where a skirr run failed (the matrix's exit status)."""
+    return [k for k, a in agg.items() if a["failed"] and k[2] == "skirr"]
+
+
+def write_report(result, outdir, summary=None):
+    """Renders report.md into the run folder `outdir` (and `summary`, when given) from the run's
+    results; returns (the markdown, the aggregate)."""
+    runs = result["runs"]
+    agg = aggregate(runs, result["meta"]["config"]["rounds"])
+    report = render_report(result, agg, compare(runs), result["meta"]["not_measured"])
+    (Path(outdir) / "report.md").write_text(report)
+    if summary:
+        Path(summary).write_text(report)
+    return report, agg
+
+
+def rerender(run_dir, summary=None):
+    """Re-renders the report of a finished matrix run from its results.json; returns it."""
+    result = json.loads((Path(run_dir) / "results.json").read_text())
+    return write_report(result, run_dir, summary)[0]
+
+
+def render_report(result, agg, cmp, status):
+    meta = result["meta"]
+    m = meta["machine"]
+    cfg = meta["config"]
+    L = []
+    L.append(f"# skirr benchmark ({meta['profile']})\n")
+    L.append(f"- Date: {meta['date']}; commit {meta['commit']}")
+    L.append(f"- Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, "
+             f"kernel {m['kernel']}, governor {m['governor']}; load average at start "
+             f"{' '.join(m['loadavg_at_start'])}")
+    L.append(f"- Interpreter: skirr venv {meta['interpreter']['skirr']}; peers' venv "
+             f"{meta['interpreter']['peers']}")
+    v = meta["versions"]
+    L.append(f"- Versions: skirr venv {json.dumps(v['skirr-venv'])}; peers {json.dumps(v['peers-venv'])}")
+    L.append(f"- Tools: {v['wrk']}; {v['h2load']}; {v['nginx']}; {v['cc']}")
+    L.append(f"- Server-order seed: {meta['seed']} (`--seed` repeats the order)")
+    L.append(f"- Method: server and all its threads on CPU 0 (`taskset -c 0`), `wrk -t1` and h2load "
+             f"on CPU 1; {cfg['rounds']} rounds of {cfg['duration']} s after {cfg['warmup']} s "
+             "warm-up, a fresh server per run, servers in a fresh random order for every row of "
+             "every round; status and exact body checked before and after every run. Req/s is "
+             "the median over rounds (min–max), p99 the median of per-run wrk p99s, CPU the "
+             "server's utime+stime (all its processes) over the measured interval per completed "
+             "request; RSS/PSS the peak of its processes' sums. No p99 for pipelined_get: wrk's "
+             "percentiles are broken under pipelining (they print 0). `client-bound`: wrk used >= 90% "
+             "of its core (compare CPU/request there). `other/steal`: the largest share of CPU 0 "
+             "used by anything but the server during a run, and taken by the hypervisor (noise "
+             "from other work on the machine).")
+    L.append("")
+    if status:
+        L.append("## Not measured\n")
+        for s, why in status.items():
+            L.append(f"- **{s}**: {why.splitlines()[-1] if why else '?'}")
+        L.append("")
+    L.append("## Throughput\n")
+    L.append("| workload | conns | server | req/s | min–max | p99 ms | CPU µs/req | RSS MiB | PSS MiB "
+             "| errors | gen CPU | other/steal | vs skirr (req/s ratio, verdict) |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = workload_order({(w, c) for (w, c, _) in agg})
+    for w, c in rows:
+        names = sorted((s for (w2, c2, s) in agg if (w2, c2) == (w, c)),
+                       key=lambda s: (s != "skirr", -(agg[(w, c, s)]["rps"] or 0)))
+        for s in names:
+            a = agg[(w, c, s)]
+            flags = []
+            if a["failed"]:
+                flags.append(f"FAILED {a['rounds'] - a['rounds_ok']}/{a['rounds']}")
+            if a["client_bound"]:
+                flags.append("client-bound")
+            if not a["pinned"]:
+                flags.append("NOT PINNED")
+            k = cmp.get((w, c, s))
+            vs = (f"{k['rps_ratio']:.2f} ({k['rps_ratio_min']:.2f}–{k['rps_ratio_max']:.2f}); "
+                  f"cpu {k['cpu_ratio']:.2f}; {k['verdict']}") if k else ""
+            errs = sum(a["errors"].values())
+            L.append(
+                f"| {w} | {c} | {s}{' ' + ', '.join(flags) if flags else ''} | {fmt(a['rps'])} | "
+                f"{fmt(a['rps_min'])}–{fmt(a['rps_max'])} | {fmt(a['p99_ms'], '.2f')} | "
+                f"{fmt(a['cpu_us_per_req'], '.1f')} | {fmt(a['rss_mib'], '.1f')} | "
+                f"{fmt(a['pss_mib'], '.1f')} | {errs} | {fmt(a['gen_cpu'] and a['gen_cpu'] * 100, '.0f')}% | "
+                f"{fmt(a['other_cpu0'] and a['other_cpu0'] * 100, '.0f')}%/"
+                f"{fmt(a['steal_cpu0'] and a['steal_cpu0'] * 100, '.0f')}% | {vs} |")
+    fails = [(k, a["errors_first"]) for k, a in agg.items() if a["errors_first"]]
+    if fails:
+        L.append("\nFailures (first per row):\n")
+        for (w, c, s), e in fails:
+            L.append(f"- {w} c{c} {s}: `{e[:400]}`")
+    sk = agg.get(("pipelined_get", 64, "skirr")), agg.get(("raw_get", 64, "skirr"))
+    if all(sk) and sk[0]["rps"] and sk[1]["rps"]:
+        L.append(f"\nskirr pipelined_get / raw_get at c64: {sk[0]['rps'] / sk[1]['rps']:.2f}×")
+
+    L.append("\n## Efficiency against the limit\n")
+    L.append("(limit CPU/request + the app's own CPU/request called directly) ÷ the server's "
+             "CPU/request; the limit is the lower of limit-c and nginx in the same row.\n")
+    L.append("| workload | conns | limit µs/req | app µs/req | server | server µs/req | efficiency |")
+    L.append("|---|---|---|---|---|---|---|")
+    for w, c in rows:
+        lim = [agg[(w, c, s)]["cpu_us_per_req"] for s in ("limit-c", "nginx")
+               if (w, c, s) in agg and agg[(w, c, s)]["cpu_us_per_req"]]
+        app = result["app_cpu"].get(w, {}).get("us_per_req")
+        if not lim or app is None:
+            continue
+        for s in sorted(s for (w2, c2, s) in agg if (w2, c2) == (w, c) and SERVERS[s].kind != "limit"):
+            a = agg[(w, c, s)]
+            if a["cpu_us_per_req"]:
+                L.append(f"| {w} | {c} | {min(lim):.2f} | {app:.2f} | {s} | {a['cpu_us_per_req']:.2f} "
+                         f"| {(min(lim) + app) / a['cpu_us_per_req']:.2f} |")
+    errs = {w: r["error"] for w, r in result["app_cpu"].items() if "error" in r}
+    for w, e in errs.items():
+        L.append(f"\napp CPU for {w} failed: `{e[-300:]}`")
+
+    if result["fixed_rate"]:
+        L.append("\n## Fixed-rate latency (h2load --rps, HTTP/1.1)\n")
+        L.append("Offered rate = the given share of the server's own median req/s above.\n")
+        L.append("| workload | conns | server | load | offered | achieved | p50 ms | p99 ms | p99.9 ms "
+                 "| max ms | CPU µs/req |")
+        L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in sorted(result["fixed_rate"], key=lambda r: (r["workload"], r["pct"] or 0, r["server"])):
+            if r["ok"]:
+                L.append(f"| {r['workload']} | {r['conns']} | {r['server']} | {r['pct']}% | "
+                         f"{r['offered_rps']:,.0f} | {r['achieved_rps']:,.0f} | {r['p50_ms']:.2f} | "
+                         f"{r['p99_ms']:.2f} | {r['p999_ms']:.2f} | {r['max_ms']:.2f} | "
+                         f"{r['cpu_us_per_req']:.1f} |")
+            else:
+                L.append(f"| {r['workload']} | {r['conns']} | {r['server']} | {r['pct']}% | FAILED: "
+                         f"{r['error'][:200]} | | | | | | |")
+
+    if result["streaming"]:
+        L.append("\n## Streaming (app waits 50 ms after the first chunk; sequential samples on one "
+                 "keep-alive connection; medians)\n")
+        L.append("| server | rounds ok | first chunk ms (median of round medians) | total ms |")
+        L.append("|---|---|---|---|")
+        by = {}
+        for r in result["streaming"]:
+            by.setdefault(r["server"], []).append(r)
+        for s, rs in sorted(by.items()):
+            ok = [r for r in rs if r["ok"]]
+            if ok:
+                L.append(f"| {s} | {len(ok)}/{len(rs)} | {median([r['first_chunk_ms'] for r in ok]):.3f} "
+                         f"| {median([r['total_ms'] for r in ok]):.3f} |")
+            else:
+                L.append(f"| {s} | 0/{len(rs)} FAILED: {rs[0]['error'][:200]} | | |")
+
+    L.append("\n## Idle memory (raw app, after one request)\n")
+    L.append("| server | RSS MiB | PSS MiB | processes |")
+    L.append("|---|---|---|---|")
+    for s, r in result["idle"].items():
+        if r["ok"]:
+            L.append(f"| {s} | {r['rss_mib']:.1f} | {r['pss_mib']:.1f} | {r['processes']} |")
+    L.append("")
+    if LEVERS.exists():
+        L.append("\n" + LEVERS.read_text().strip() + "\n")
+    return "\n".join(L)

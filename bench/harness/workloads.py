@@ -1,0 +1,238 @@
+"""The workloads: which app each one serves, the request it sends and the exact answer it expects.
+
+Owns: the workload table (raw_get, post_4k, get_64k, fastapi_json, pipelined_get, and streaming),
+the request shapes wrk sends for them (its Lua request scripts), a minimal HTTP/1.1 client for the
+exact status-and-body checks made before and after every run, and the app called directly with a
+workload's scope (no network) for the app's own CPU per request.
+
+Never: starts or stops a server, reads /proc or times a run (measure.py does), or decides what a
+figure means (report.py does). The expected bodies come from the apps in bench/apps, never from a
+copy here.
+"""
+from __future__ import annotations
+
+import socket
+import sys
+import time
+
+from .env import APPS
+
+if str(APPS) not in sys.path:
+    sys.path.insert(0, str(APPS))  # the apps are imported by name: raw_apps here, any in direct_caller
+import raw_apps  # noqa: E402  (the expected bodies come from the apps themselves)
+
+HELLO = raw_apps.HELLO
+BIG = raw_apps.BIG
+POST_BODY = b"0123456789abcdef" * 256  # 4 KiB, the same bytes the wrk script sends
+JSON_BODY = b'{"id":1,"name":"widget","price":9.99,"tags":["a","b"]}'
+PIPELINE_DEPTH = 16
+
+# wrk's request shapes beyond a plain GET of the workload's path (prepended to the report script).
+LUA_POST = """
+wrk.method = "POST"
+wrk.body = string.rep("0123456789abcdef", 256)
+wrk.headers["Content-Type"] = "application/octet-stream"
+"""
+LUA_PIPELINE = """
+local batch
+init = function(args)
+  local r = {}
+  for i = 1, %d do r[i] = wrk.format(nil, nil) end
+  batch = table.concat(r)
+end
+request = function() return batch end
+""" % PIPELINE_DEPTH
+
+# name -> app (module:attr in bench/apps), request path, method, request body, exact response body,
+# requests per write when pipelined, wrk's Lua request shape
+WORKLOADS = {
+    "raw_get": dict(app="raw_apps:raw", path="/", method="GET", body=b"", expect=HELLO),
+    "post_4k": dict(app="raw_apps:echo", path="/echo", method="POST", body=POST_BODY, expect=POST_BODY,
+                    wrk_lua=LUA_POST),
+    "get_64k": dict(app="raw_apps:big", path="/64k", method="GET", body=b"", expect=BIG),
+    "fastapi_json": dict(app="fastapi_json:app", path="/json", method="GET", body=b"", expect=JSON_BODY),
+    "pipelined_get": dict(app="raw_apps:raw", path="/", method="GET", body=b"", expect=HELLO,
+                          pipeline=PIPELINE_DEPTH, wrk_lua=LUA_PIPELINE),
+}
+STREAM_APP = "raw_apps:stream"
+STREAM_EXPECT = raw_apps.STREAM_FIRST + raw_apps.STREAM_LAST
+ALL_WORKLOADS = set(WORKLOADS) | {"streaming"}
+
+
+def workload_order(rows):
+    """(workload, conns) rows sorted in the table's order, then by connection count."""
+    return sorted(rows, key=lambda r: (list(WORKLOADS).index(r[0]), r[1]))
+
+
+# ----------------------------------------------------------------------------------------------
+# A minimal HTTP/1.1 client for the exact checks, streaming samples and the traced gates
+
+
+class Conn:
+    def __init__(self, port, timeout=10.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.t_first = None
+
+    def close(self):
+        self.sock.close()
+
+    def _fill(self):
+        data = self.sock.recv(262144)
+        if not data:
+            raise ConnectionError("connection closed by the server")
+        if self.t_first is None:
+            self.t_first = time.perf_counter()
+        self.buf += data
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def _take(self, n):
+        while len(self.buf) < n:
+            self._fill()
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def read_response(self, on_body=None):
+        """(status, headers, body); on_body(t) is called when the first body bytes arrive."""
+        self.t_first = None if not self.buf else time.perf_counter()
+        status_line = self._line()
+        status = int(status_line.split()[1])
+        headers = {}
+        while True:
+            line = self._line()
+            if not line:
+                break
+            k, _, v = line.partition(b":")
+            headers[k.strip().lower()] = v.strip()
+        body = []
+        if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+            while True:
+                size = int(self._line().split(b";")[0], 16)
+                if size == 0:
+                    while self._line():
+                        pass
+                    break
+                chunk = self._take(size)
+                if on_body and not body:
+                    on_body(time.perf_counter())
+                body.append(chunk)
+                self._take(2)
+        else:
+            n = int(headers.get(b"content-length", b"0"))
+            if n:
+                while not self.buf:
+                    self._fill()
+                if on_body:
+                    on_body(time.perf_counter())
+                body.append(self._take(n))
+        return status, headers, b"".join(body)
+
+    @staticmethod
+    def request_bytes(method, path, body=b""):
+        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        if body:
+            head += f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n"
+        return head.encode() + b"\r\n" + body
+
+
+def check_workload(wl, port):
+    """Exact status and body over one keep-alive connection (and one pipelined batch)."""
+    spec = WORKLOADS[wl]
+    c = Conn(port)
+    try:
+        req = c.request_bytes(spec["method"], spec["path"], spec["body"])
+        for _ in range(2):
+            c.sock.sendall(req)
+            status, _, body = c.read_response()
+            if status != 200 or body != spec["expect"]:
+                raise AssertionError(f"{wl}: status {status}, body {len(body)} bytes "
+                                     f"{body[:60]!r} (expected {len(spec['expect'])} bytes)")
+        n = spec.get("pipeline", 0)
+        if n:
+            c.sock.sendall(req * n)
+            for i in range(n):
+                status, _, body = c.read_response()
+                if status != 200 or body != spec["expect"]:
+                    raise AssertionError(f"{wl}: pipelined response {i}: status {status}, "
+                                         f"body {body[:60]!r}")
+    finally:
+        c.close()
+
+
+def check_stream(port):
+    c = Conn(port)
+    try:
+        c.sock.sendall(c.request_bytes("GET", "/stream"))
+        status, _, body = c.read_response()
+        if status != 200 or body != STREAM_EXPECT:
+            raise AssertionError(f"streaming: status {status}, body {body!r}")
+    finally:
+        c.close()
+
+
+def exact_sequential(c, req, n):
+    """n requests one after another on connection c; how many answered 200 with HELLO."""
+    good = 0
+    for _ in range(n):
+        c.sock.sendall(req)
+        status, _, body = c.read_response()
+        good += status == 200 and body == HELLO
+    return good
+
+
+def exact_pipelined(c, req, batches):
+    """batches of PIPELINE_DEPTH requests, each batch in one write, every response read before the
+    next batch; how many answered 200 with HELLO."""
+    good = 0
+    for _ in range(batches):
+        c.sock.sendall(req * PIPELINE_DEPTH)
+        for _ in range(PIPELINE_DEPTH):
+            status, _, body = c.read_response()
+            good += status == 200 and body == HELLO
+    return good
+
+
+# ----------------------------------------------------------------------------------------------
+# The app called directly, no server between
+
+
+def direct_caller(wl):
+    """An async function run(k) that calls the workload's app k times with its scope and request,
+    as a server would, discarding what the app sends."""
+    spec = WORKLOADS[wl]
+    mod, _, attr = spec["app"].partition(":")
+    app = getattr(__import__(mod), attr)
+    body = spec["body"]
+    scope0 = {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.5"}, "http_version": "1.1",
+        "method": spec["method"], "scheme": "http", "path": spec["path"],
+        "raw_path": spec["path"].encode(), "query_string": b"", "root_path": "",
+        "headers": [(b"host", b"127.0.0.1")] + (
+            [(b"content-type", b"application/octet-stream"),
+             (b"content-length", str(len(body)).encode())] if body else []),
+        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {},
+    }
+    message = {"type": "http.request", "body": body, "more_body": False}
+    sent = []
+
+    async def receive():
+        return message
+
+    async def send(m):
+        sent.append(m)
+
+    async def run(k):
+        for _ in range(k):
+            scope = dict(scope0)
+            scope["headers"] = list(scope0["headers"])
+            scope["state"] = {}
+            await app(scope, receive, send)
+            sent.clear()
+
+    return run
