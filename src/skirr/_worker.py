@@ -72,6 +72,9 @@ def main() -> int:
     server._on_loop = pipe.start
     server._on_started = lambda: pipe.send(READY)
     server._on_max_requests = lambda: pipe.send(RETIRE)
+    # Until the loop's own handler is installed (after the application is imported), SIGTERM
+    # still means a graceful stop, never the default death.
+    signal.signal(signal.SIGTERM, lambda signum, frame: server.request_shutdown())
     try:
         return server.run()
     except ConfigError as exc:

@@ -37,6 +37,10 @@ logger = logging.getLogger("skirr.error")
 
 _T = TypeVar("_T")
 _POLL_INTERVAL = 0.05  # seconds between checks while draining
+# Seconds between the last accept and closing idle connections: a connection accepted just before
+# the listener closed, whose request is already in its socket buffer, gets that request read (and
+# answered) instead of being closed as idle.
+_ACCEPT_GRACE = 0.05
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -186,6 +190,7 @@ class Server:
                     native.stop_accepting()
                 for sock in socks:
                     sock.close()
+                await self._unless_forced(asyncio.sleep(_ACCEPT_GRACE))
                 await self._drain(natives)
                 for native in natives:
                     native.close()

@@ -307,7 +307,10 @@ class Supervisor:
         if was_successor:
             slot.successor = None
         if self._stopping:
-            if returncode != 0:
+            # A worker stopped before it served had nothing in flight: SIGTERM's default death
+            # (before its handler was installed) is a clean stop too.
+            clean = returncode == 0 or (not worker.ready and returncode == -signal.SIGTERM)
+            if not clean:
                 self._stop_status = 1
             logger.info("Worker [%d] stopped (%s)", worker.pid, _status(returncode))
             return
