@@ -369,7 +369,8 @@ def test_blocked_worker_is_replaced_after_the_heartbeat_timeout(tmp_path, loop):
         line = f"Worker [{victim}] (slot "
         _wait_for(lambda: line in proc.stderr and "did not answer the heartbeat for 1 s: "
                   "killing it" in proc.stderr, 4, "the heartbeat kill", proc)
-        assert 0.9 <= time.monotonic() - started < 3.5
+        # The last beat came up to a fifth of the timeout before the loop blocked.
+        assert 0.7 <= time.monotonic() - started < 3.5
         thread.join(10)
         # Its connection died with it (closed without a response).
         assert isinstance(blocked[0], (OSError, h11.RemoteProtocolError)), blocked
