@@ -154,21 +154,28 @@ class Skirr:
         args: the command-line arguments after ``-m skirr``.
         tmp_path: where stdout, stderr and the apps' event log ($SKIRR_TEST_LOG) go.
         cwd: the working directory (default: conformance/apps, so ``basic:app`` imports).
+        env: variables added to the environment.
+        pass_fds: descriptors the process inherits (``--fd``).
+        command: what runs instead of ``python -m skirr`` (``gunicorn``, a shell wrapper).
     """
 
-    def __init__(self, args: Sequence[str], tmp_path: Path, cwd: Path | None = None) -> None:
-        self.args = [sys.executable, "-m", "skirr", *args]
+    def __init__(self, args: Sequence[str], tmp_path: Path, cwd: Path | None = None, *,
+                 env: dict[str, str] | None = None, pass_fds: Sequence[int] = (),
+                 command: Sequence[str] | None = None) -> None:
+        self.args = [*(command or [sys.executable, "-m", "skirr"]), *args]
         self.events_path = tmp_path / "events.log"
         self._out_path = tmp_path / "stdout.txt"
         self._err_path = tmp_path / "stderr.txt"
+        extra_env = env
         env = dict(os.environ)
         env["SKIRR_TEST_LOG"] = str(self.events_path)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(extra_env or {})
         with open(self._out_path, "wb") as out, open(self._err_path, "wb") as err:
             self.proc = subprocess.Popen(
                 self.args, cwd=str(cwd or APPS_DIR), env=env, stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err,
+                stdout=out, stderr=err, pass_fds=tuple(pass_fds),
             )
 
     def __enter__(self) -> Skirr:

@@ -52,6 +52,14 @@ CONNECTION_FD_RESERVE_MIN = 64
 # The largest --backlog: listen() takes a C int, and Linux caps the backlog at net.core.somaxconn
 # anyway (4096 by default since 5.4); 65535 was somaxconn's ceiling for most of Linux's history.
 MAX_BACKLOG = 65535
+# Seconds a supervised worker may go without answering the supervisor's heartbeat (its event loop
+# writes to a pipe every fifth of this) before it is killed and replaced (--timeout-worker-healthcheck).
+DEFAULT_TIMEOUT_WORKER_HEALTHCHECK = 5.0
+# The mode of a Unix-domain socket file (--uds-perms): connectable by any user, as uvicorn's.
+DEFAULT_UDS_PERMS = 0o666
+# --reload's patterns when none are given (uvicorn's): watch Python files, not editor droppings.
+DEFAULT_RELOAD_INCLUDES = ("*.py",)
+DEFAULT_RELOAD_EXCLUDES = (".*", ".py[cod]", ".sw.*", "~*")
 
 
 def default_limit_connections() -> int:
@@ -142,6 +150,28 @@ class Config:
         timeout_graceful_shutdown: seconds in-flight requests may take after a shutdown request
             before their connections are closed (default 25); ``None`` waits for ever.
         app_dir: a directory put first on ``sys.path`` before importing ``app``.
+        fd: an inherited, bound stream socket's descriptor to serve on instead of ``host:port``
+            (uvicorn's ``--fd``; systemd socket activation passes 3). Not with ``uds`` or a
+            ``host``/``port`` other than the defaults.
+        uds_perms: the mode bits of the ``uds`` socket file (default ``0o666``).
+        workers: worker processes (default 1: no supervisor). Above 1, a supervisor process binds
+            the socket(s) and runs that many workers (``app`` must then be a ``"module:attr"``
+            string); see ``skirr.supervisor``.
+        reuse_port: with ``workers`` > 1 on TCP (Linux), each worker slot gets its own
+            ``SO_REUSEPORT`` listener so the kernel spreads connections (default True); False
+            shares one listener.
+        timeout_worker_healthcheck: seconds a worker may leave the supervisor's heartbeat
+            unanswered (a blocked event loop) before it is killed and replaced (default 5, > 0).
+        reload: restart the worker when a watched file changes (development; needs watchfiles).
+        reload_dirs: directories to watch (default: the current directory).
+        reload_includes: glob patterns of file names to watch (default ``["*.py"]``).
+        reload_excludes: glob patterns of file or directory names to ignore (default
+            ``[".*", ".py[cod]", ".sw.*", "~*"]``).
+        health_check_path: a path (``/healthz``) answered by skirr itself, never by the
+            application: 200 ``OK`` while serving, 503 ``draining`` once shutting down.
+        drain_delay: seconds, after SIGTERM, during which skirr keeps accepting and serving while
+            ``health_check_path`` answers 503 (so a load balancer stops routing first); then the
+            graceful shutdown (default 0).
 
     Raises:
         ConfigError: on construction, for a value of the wrong type or out of range;
@@ -169,6 +199,21 @@ class Config:
     limit_max_requests_jitter: int = 0
     timeout_graceful_shutdown: float | None = DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN
     app_dir: str = "."
+    fd: int | None = None
+    uds_perms: int = DEFAULT_UDS_PERMS
+    workers: int = 1
+    reuse_port: bool = True
+    timeout_worker_healthcheck: float = DEFAULT_TIMEOUT_WORKER_HEALTHCHECK
+    reload: bool = False
+    reload_dirs: list[str] = dataclasses.field(default_factory=list)
+    reload_includes: list[str] = dataclasses.field(
+        default_factory=lambda: list(DEFAULT_RELOAD_INCLUDES)
+    )
+    reload_excludes: list[str] = dataclasses.field(
+        default_factory=lambda: list(DEFAULT_RELOAD_EXCLUDES)
+    )
+    health_check_path: str | None = None
+    drain_delay: float = 0.0
 
     def __post_init__(self) -> None:
         if isinstance(self.app, str):
@@ -206,6 +251,50 @@ class Config:
             raise ConfigError(f"root_path must be empty or start with '/'; got {self.root_path!r}")
         if self.root_path.endswith("/"):
             self.root_path = self.root_path.rstrip("/")
+        self._check_process_settings()
+
+    def _check_process_settings(self) -> None:
+        """Validates the address source (host:port, uds, fd), workers, reload and draining."""
+        if self.fd is not None:
+            _check_number("fd", self.fd, integer=True)
+        if self.uds is not None and self.fd is not None:
+            raise ConfigError("uds and fd cannot be used together")
+        if (self.uds is not None or self.fd is not None) and (
+            self.host != "127.0.0.1" or self.port != 8000
+        ):
+            which = "uds" if self.uds is not None else "fd"
+            raise ConfigError(f"{which} cannot be used together with host or port")
+        _check_number("uds_perms", self.uds_perms, integer=True)
+        if self.uds_perms > 0o7777:
+            raise ConfigError(f"uds_perms must be a mode in 0..0o7777; got {self.uds_perms!r}")
+        _check_number("workers", self.workers, integer=True, minimum=1)
+        if not isinstance(self.reuse_port, bool):
+            raise ConfigError(f"reuse_port must be True or False; got {self.reuse_port!r}")
+        _check_number("timeout_worker_healthcheck", self.timeout_worker_healthcheck,
+                      integer=False, positive=True)
+        _check_number("drain_delay", self.drain_delay, integer=False)
+        if self.health_check_path is not None and (
+            not isinstance(self.health_check_path, str)
+            or not self.health_check_path.startswith("/")
+        ):
+            raise ConfigError(
+                f"health_check_path must start with '/'; got {self.health_check_path!r}"
+            )
+        for name in ("reload_dirs", "reload_includes", "reload_excludes"):
+            value = getattr(self, name)
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{name} must be a list of strings; got {value!r}")
+            setattr(self, name, list(value))
+        if (self.workers > 1 or self.reload) and not isinstance(self.app, str):
+            raise ConfigError(
+                "workers and reload need the application as a 'module:attr' string (each worker "
+                "process imports it)"
+            )
+
+    @property
+    def supervised(self) -> bool:
+        """True when a supervisor process runs the workers (``workers`` > 1 or ``reload``)."""
+        return self.workers > 1 or self.reload
 
     @property
     def connection_limit(self) -> int:

@@ -8,6 +8,7 @@ traceback for a mistake the user can fix from the message.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import traceback
@@ -17,6 +18,10 @@ from typing import NoReturn
 from . import __version__
 from .config import (
     DEFAULT_LIMIT_REQUEST_BODY,
+    DEFAULT_RELOAD_EXCLUDES,
+    DEFAULT_RELOAD_INCLUDES,
+    DEFAULT_TIMEOUT_WORKER_HEALTHCHECK,
+    DEFAULT_UDS_PERMS,
     DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN,
     DEFAULT_TIMEOUT_REQUEST_HEAD,
     DEFAULT_TIMEOUT_WRITE,
@@ -80,6 +85,48 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _mode(text: str) -> int:
+    try:
+        value = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid octal mode: {text!r}") from None
+    if not 0 <= value <= 0o7777:
+        raise argparse.ArgumentTypeError(f"invalid octal mode: {text!r} (not in 0..7777)")
+    return value
+
+
+def _web_concurrency() -> int:
+    """The default of --workers: $WEB_CONCURRENCY (as uvicorn and gunicorn read it), else 1."""
+    text = os.environ.get("WEB_CONCURRENCY")
+    if text is None or text == "":
+        return 1
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        _Parser(prog="skirr").error(f"WEB_CONCURRENCY must be an integer >= 1: {text!r}")
+    return value
+
+
+def _systemd_fd() -> int | None:
+    """The socket systemd passed (socket activation: ``LISTEN_PID`` is this process and
+    ``LISTEN_FDS`` is 1 -> descriptor 3); ``None`` without one. The variables are removed, so
+    that child processes do not take them for their own (as sd_listen_fds(1) does).
+
+    Exits with status 2 when ``LISTEN_FDS`` names more than one socket (skirr serves one)."""
+    pid, count = os.environ.get("LISTEN_PID"), os.environ.get("LISTEN_FDS")
+    if pid is None or count is None or pid != str(os.getpid()):
+        return None
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)
+    if count != "1":
+        _Parser(prog="skirr").error(
+            f"LISTEN_FDS={count}: skirr serves exactly one socket-activated socket"
+        )
+    return 3  # SD_LISTEN_FDS_START
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``skirr`` argument parser."""
     parser = _Parser(
@@ -89,9 +136,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add = parser.add_argument
     add("app", metavar="APP", help="the application as module:attribute, e.g. main:app")
-    add("--host", default="127.0.0.1", help="bind to this address (default: %(default)s)")
-    add("--port", type=_port, default=8000, help="bind to this TCP port (default: %(default)s)")
+    add("--host", default=None, help="bind to this address (default: 127.0.0.1)")
+    add("--port", type=_port, default=None, help="bind to this TCP port (default: 8000)")
     add("--uds", metavar="PATH", help="bind to this Unix-domain socket instead of host:port")
+    add("--uds-perms", type=_mode, default=DEFAULT_UDS_PERMS, metavar="MODE",
+        help="octal mode of the --uds socket file (default: 666)")
+    add("--fd", type=_int_at_least(0), default=None, metavar="N",
+        help="serve on this inherited, bound socket descriptor instead of host:port (systemd "
+        "socket activation, LISTEN_FDS=1, is used by itself when no address is given)")
+    add("--workers", type=_int_at_least(1), default=None, metavar="N",
+        help="worker processes under a supervisor (default: $WEB_CONCURRENCY or 1)")
+    add("--reuse-port", action=argparse.BooleanOptionalAction, default=True,
+        help="with --workers on Linux TCP, one SO_REUSEPORT listener per worker, so the kernel "
+        "spreads connections; --no-reuse-port shares one listener (default: on)")
+    add("--timeout-worker-healthcheck", type=_positive_seconds,
+        default=DEFAULT_TIMEOUT_WORKER_HEALTHCHECK, metavar="SECONDS",
+        help="kill and replace a worker whose event loop has not answered the supervisor's "
+        "heartbeat for this long (default: %(default)g)")
+    add("--reload", action="store_true",
+        help="restart the worker when a watched file changes (development; needs watchfiles)")
+    add("--reload-dir", action="append", default=[], metavar="DIR", dest="reload_dirs",
+        help="with --reload, watch this directory (repeatable; default: the current directory)")
+    add("--reload-include", action="append", default=[], metavar="GLOB", dest="reload_includes",
+        help="with --reload, also watch file names matching GLOB (repeatable; default: *.py)")
+    add("--reload-exclude", action="append", default=[], metavar="GLOB",
+        dest="reload_excludes", help="with --reload, ignore file or directory names matching "
+        "GLOB (repeatable; default: .* .py[cod] .sw.* ~*)")
+    add("--health-check-path", default=None, metavar="PATH",
+        help="answer GET PATH itself, never calling the app: 200 while serving, 503 while "
+        "shutting down (default: none)")
+    add("--drain-delay", type=_seconds, default=0.0, metavar="SECONDS",
+        help="after SIGTERM, keep accepting and serving this long while --health-check-path "
+        "answers 503, then shut down gracefully (default: %(default)g)")
     add("--loop", choices=LOOPS, default="auto",
         help="event loop; auto = uvloop when installed, else asyncio (default: %(default)s)")
     add("--lifespan", choices=LIFESPANS, default="auto",
@@ -142,13 +218,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI; returns the process exit status (0 after a clean shutdown)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    address = (args.host is not None) or (args.port is not None)
+    if args.uds is not None and args.fd is not None:
+        parser.error("--uds and --fd cannot be used together")
+    for flag in ("uds", "fd"):
+        if getattr(args, flag) is not None and address:
+            parser.error(f"--{flag} cannot be used together with --host or --port")
+    if args.fd is None and args.uds is None and not address:
+        args.fd = _systemd_fd()
+    if not args.reload:
+        for flag in ("reload_dirs", "reload_includes", "reload_excludes"):
+            if getattr(args, flag):
+                parser.error(f"--{flag[:-1].replace('_', '-')} needs --reload")
+    includes, excludes = _reload_patterns(args.reload_includes, args.reload_excludes)
     try:
         config = Config(
             app=args.app,
-            host=args.host,
-            port=args.port,
+            host="127.0.0.1" if args.host is None else args.host,
+            port=8000 if args.port is None else args.port,
             uds=args.uds,
+            fd=args.fd,
+            uds_perms=args.uds_perms,
+            workers=_web_concurrency() if args.workers is None else args.workers,
+            reuse_port=args.reuse_port,
+            timeout_worker_healthcheck=args.timeout_worker_healthcheck,
+            reload=args.reload,
+            reload_dirs=args.reload_dirs,
+            reload_includes=includes,
+            reload_excludes=excludes,
+            health_check_path=args.health_check_path,
+            drain_delay=args.drain_delay,
             loop=args.loop,
             lifespan=args.lifespan,
             root_path=args.root_path,
@@ -171,17 +272,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from .server import Server  # imports the extension
 
-    server = Server(config)
     try:
-        return server.run()
+        if config.supervised:
+            from .supervisor import Supervisor
+
+            return Supervisor(config).run()
+        return Server(config).run()
     except ConfigError as exc:
-        if isinstance(exc, AppImportError) and exc.__cause__ is not None:
-            # The application's own code failed: its traceback is the useful part.
-            traceback.print_exception(exc.__cause__)
-        print(f"skirr: error: {exc}", file=sys.stderr)
+        report_error(exc)
         return 1
     except KeyboardInterrupt:
         return 1
+
+
+def _reload_patterns(includes: list[str], excludes: list[str]) -> tuple[list[str], list[str]]:
+    """uvicorn's rule: the defaults plus the given patterns; a pattern given to one list is
+    taken out of the other's defaults."""
+    inc = [p for p in DEFAULT_RELOAD_INCLUDES if p not in excludes] + includes
+    exc = [p for p in DEFAULT_RELOAD_EXCLUDES if p not in includes] + excludes
+    return inc, exc
+
+
+def report_error(exc: ConfigError) -> None:
+    """Prints ``skirr: error: <exc>`` on stderr, after the application's traceback when its own
+    module raised while being imported (``AppImportError``)."""
+    if isinstance(exc, AppImportError) and exc.__cause__ is not None:
+        # The application's own code failed: its traceback is the useful part.
+        traceback.print_exception(exc.__cause__)
+    print(f"skirr: error: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,10 @@ logger = logging.getLogger("skirr.error")
 
 _T = TypeVar("_T")
 _POLL_INTERVAL = 0.05  # seconds between checks while draining
+# Seconds between the last accept and closing idle connections: a connection accepted just before
+# the listener closed, whose request is already in its socket buffer, gets that request read (and
+# answered) instead of being closed as idle.
+_ACCEPT_GRACE = 0.05
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -45,23 +49,36 @@ class Server:
 
     Args:
         config: the settings (see :class:`skirr.Config`).
+        sockets: bound stream sockets to serve on instead of binding ``config``'s address (a
+            supervisor or gunicorn bound them); skirr closes these objects when it stops but never
+            removes a Unix socket's file. Default: bind ``config``'s address.
 
     Attributes:
         config: the settings.
         started: a ``threading.Event`` set once the server accepts connections.
+        draining: True once shutdown started (``health_check_path`` answers 503).
         exit_code: ``None`` while running; then 0 after a clean shutdown, 1 after a failed lifespan
             startup or shutdown, a forced exit, or an error raised by :meth:`run`.
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, sockets: list[socket.socket] | None = None) -> None:
         self.config = config
         self.started = threading.Event()
         self.exit_code: int | None = None
+        self.draining = False
         self._port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
         self._stop_requested = False
+        self._given = list(sockets) if sockets is not None else None
+        # Hooks for skirr's own worker processes and gunicorn's worker class (skirr._worker,
+        # skirr.workers): the signals handled, a call with the running loop before anything else,
+        # a call once accepting, and one at --limit-max-requests instead of shutting down.
+        self._signals: tuple[int, ...] = _HANDLED_SIGNALS
+        self._on_loop: Callable[[asyncio.AbstractEventLoop], None] | None = None
+        self._on_started: Callable[[], None] | None = None
+        self._on_max_requests: Callable[[], None] | None = None
 
     @property
     def port(self) -> int | None:
@@ -118,12 +135,23 @@ class Server:
         if self._stop_requested:
             self._stop.set()
 
-        sock = self._bind()  # before any application code: a port in use is reported first
-        native: Any | None = None
+        owned = self._given is None
+        # Before any application code: a port in use is reported first.
+        socks = [bind_socket(config)] if owned else list(self._given or ())
+        tcp = [s for s in socks if s.family in (socket.AF_INET, socket.AF_INET6)]
+        if tcp:
+            self._port = tcp[0].getsockname()[1]
+        natives: list[Any] = []
         watcher: asyncio.Future[None] | None = None
         handlers: list[int] = []
         try:
+            if self._on_loop is not None:
+                self._on_loop(loop)
             app = config.load_app()
+            if config.health_check_path:
+                from .health import HealthCheck
+
+                app = HealthCheck(app, config.health_check_path, self)
             lifespan = Lifespan(app, config.lifespan)
             handlers = self._install_signal_handlers(loop)
             started = await self._unless_forced(lifespan.startup())
@@ -133,36 +161,39 @@ class Server:
                 self.exit_code = 1
                 return
             if not self._stop.is_set():
-                sock.listen(config.backlog)
-                native = _native.Server(
-                    app,
-                    loop,
-                    sock.fileno(),
-                    unix_path=config.uds,
-                    root_path=config.root_path,
-                    state=lifespan.state,
-                    timeout_keep_alive=float(config.timeout_keep_alive),
-                    timeout_request_head=float(config.timeout_request_head),
-                    timeout_write=float(config.timeout_write),
-                    limit_request_body=config.limit_request_body,
-                    limit_concurrency=config.limit_concurrency or 0,
-                    limit_connections=config.connection_limit,
-                    logger=logging.getLogger("skirr.error"),
-                )
-                native.start()
-                logger.info("skirr running on %s (Press CTRL+C to quit)", self._url(sock))
+                for sock in socks:
+                    sock.setblocking(False)
+                    sock.listen(config.backlog)
+                    natives.append(self._native_server(app, loop, sock, lifespan.state))
+                for native in natives:
+                    native.start()
+                for sock in socks:
+                    logger.info("skirr running on %s (Press CTRL+C to quit)", self._url(sock))
                 self.started.set()
+                if self._on_started is not None:
+                    self._on_started()
                 if config.limit_max_requests:
                     limit = config.limit_max_requests + random.randint(
                         0, config.limit_max_requests_jitter
                     )
-                    watcher = asyncio.ensure_future(self._watch_max_requests(native, limit))
+                    watcher = asyncio.ensure_future(self._watch_max_requests(natives, limit))
                 await self._stop.wait()
+                self.draining = True
+                if config.drain_delay and not self._force.is_set():
+                    logger.info(
+                        "Draining for %g s: still serving, %s answers 503",
+                        config.drain_delay, config.health_check_path or "no health check path",
+                    )
+                    await self._unless_forced(asyncio.sleep(config.drain_delay))
                 logger.info("Shutting down")
-                native.stop_accepting()
-                sock.close()
-                await self._drain(native)
-                native.close()
+                for native in natives:
+                    native.stop_accepting()
+                for sock in socks:
+                    sock.close()
+                await self._unless_forced(asyncio.sleep(_ACCEPT_GRACE))
+                await self._drain(natives)
+                for native in natives:
+                    native.close()
                 await asyncio.sleep(0)  # let the app tasks see their disconnects
             if self._force.is_set():
                 lifespan.cancel()
@@ -175,10 +206,11 @@ class Server:
         finally:
             if watcher is not None:
                 watcher.cancel()  # asyncio.Runner finishes it on the way out
-            if native is not None:
+            for native in natives:
                 native.close()
-            sock.close()
-            if config.uds:
+            for sock in socks:
+                sock.close()
+            if owned and config.uds:
                 with contextlib.suppress(OSError):
                     os.unlink(config.uds)
             for signum in handlers:
@@ -186,30 +218,64 @@ class Server:
             if self.exit_code is None:
                 self.exit_code = 1
 
-    async def _watch_max_requests(self, native: Any, limit: int) -> None:
+    def _native_server(
+        self, app: Any, loop: asyncio.AbstractEventLoop, sock: socket.socket, state: Any
+    ) -> Any:
+        config = self.config
+        unix_path = None
+        if sock.family == socket.AF_UNIX:
+            name = sock.getsockname()
+            unix_path = name if isinstance(name, str) and name else (config.uds or "")
+        return _native.Server(
+            app,
+            loop,
+            sock.fileno(),
+            unix_path=unix_path,
+            root_path=config.root_path,
+            state=state,
+            timeout_keep_alive=float(config.timeout_keep_alive),
+            timeout_request_head=float(config.timeout_request_head),
+            timeout_write=float(config.timeout_write),
+            limit_request_body=config.limit_request_body,
+            limit_concurrency=config.limit_concurrency or 0,
+            limit_connections=config.connection_limit,
+            logger=logging.getLogger("skirr.error"),
+        )
+
+    async def _watch_max_requests(self, natives: list[Any], limit: int) -> None:
         """Starts the graceful shutdown once ``limit`` requests have started
-        (--limit-max-requests)."""
+        (--limit-max-requests); under a supervisor, asks it for a replacement instead (it stops
+        this server once the replacement serves)."""
         assert self._stop is not None
         while not self._stop.is_set():
-            if native.total_requests >= limit:
+            if sum(native.total_requests for native in natives) >= limit:
+                if self._on_max_requests is not None:
+                    logger.info("Maximum request limit of %d exceeded. Asking for a replacement.",
+                                limit)
+                    self._on_max_requests()
+                    return
                 logger.info("Maximum request limit of %d exceeded. Terminating process.", limit)
                 self._stop.set()
                 return
             await asyncio.sleep(_POLL_INTERVAL)
 
-    async def _drain(self, native: Any) -> None:
+    async def _drain(self, natives: list[Any]) -> None:
         """Waits until no connection and no request is left, the graceful timeout, or a force."""
         assert self._force is not None
-        native.shutdown()
+        for native in natives:
+            native.shutdown()
         timeout = self.config.timeout_graceful_shutdown
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        while native.connections or native.active_requests:
+        while True:
+            connections = sum(n.connections for n in natives)
+            if not connections and not sum(n.active_requests for n in natives):
+                return
             if self._force.is_set():
                 logger.warning(
                     "Forced exit: closing %d connection(s), %d request(s) in flight",
-                    native.connections,
-                    native.active_requests,
+                    connections,
+                    sum(n.active_requests for n in natives),
                 )
                 return
             if deadline is not None and loop.time() >= deadline:
@@ -217,8 +283,8 @@ class Server:
                     "Graceful shutdown timed out after %g s: closing %d connection(s), "
                     "%d request(s) in flight",
                     timeout,
-                    native.connections,
-                    native.active_requests,
+                    connections,
+                    sum(n.active_requests for n in natives),
                 )
                 return
             await asyncio.sleep(_POLL_INTERVAL)
@@ -244,7 +310,7 @@ class Server:
         if threading.current_thread() is not threading.main_thread():
             return []
         installed: list[int] = []
-        for signum in _HANDLED_SIGNALS:
+        for signum in self._signals:
             loop.add_signal_handler(signum, self._on_signal, signum)
             installed.append(signum)
         return installed
@@ -260,42 +326,83 @@ class Server:
         else:
             self._stop.set()
 
-    def _bind(self) -> socket.socket:
-        """A bound, non-blocking, not yet listening socket.
-
-        Raises:
-            ConfigError: the address could not be bound (in use, bad host, no permission, ...).
-        """
-        config = self.config
-        if config.uds:
-            return _bind_unix(config.uds)
-        host, port = config.host, config.port
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
-            raise ConfigError(f"could not bind to {where}: {exc.strerror or exc}") from None
-        self._port = sock.getsockname()[1]
-        return sock
-
     def _url(self, sock: socket.socket) -> str:
-        if self.config.uds:
-            return f"unix socket {self.config.uds}"
-        host = self.config.host
+        if sock.family == socket.AF_UNIX:
+            return f"unix socket {sock.getsockname() or self.config.uds}"
+        host, port = sock.getsockname()[:2]
+        if self._given is None and self.config.fd is None:
+            host = self.config.host
         if sock.family == socket.AF_INET6:
             host = f"[{host}]"
-        return f"http://{host}:{self._port}"
+        return f"http://{host}:{port}"
 
 
-def _bind_unix(path: str) -> socket.socket:
+def bind_socket(config: Config) -> socket.socket:
+    """The one bound, non-blocking, not yet listening socket of ``config``: its inherited ``fd``,
+    a Unix-domain socket at ``uds`` (mode ``uds_perms``), or TCP ``host:port``.
+
+    Raises:
+        ConfigError: the address could not be bound (in use, bad host, no permission, ...), or
+            ``fd`` is not a bound stream socket.
+    """
+    if config.fd is not None:
+        return socket_from_fd(config.fd)
+    if config.uds:
+        return _bind_unix(config.uds, config.uds_perms)
+    return bind_tcp(config.host, config.port)
+
+
+def bind_tcp(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (IPv6 when ``host`` contains ``:``), non-blocking,
+    not listening; with ``reuse_port``, ``SO_REUSEPORT`` is set first (Linux spreads new
+    connections over every listener of the group).
+
+    Raises:
+        ConfigError: the address could not be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host}:{port}"
+        raise ConfigError(f"could not bind to {where}: {exc.strerror or exc}") from None
+    return sock
+
+
+def socket_from_fd(fd: int) -> socket.socket:
+    """The socket object of an inherited descriptor (``--fd``, systemd's ``LISTEN_FDS``).
+
+    Raises:
+        ConfigError: ``fd`` is not open, not a stream socket, or not bound.
+    """
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError as exc:
+        raise ConfigError(f"--fd {fd}: {exc.strerror or exc}") from None
+    try:
+        name = sock.getsockname()
+        if sock.type != socket.SOCK_STREAM:
+            raise ConfigError(f"--fd {fd}: not a stream socket")
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and name[1] == 0:
+            raise ConfigError(f"--fd {fd}: the socket is not bound")
+        sock.setblocking(False)
+    except BaseException:
+        sock.detach()
+        raise
+    return sock
+
+
+def _bind_unix(path: str, perms: int = 0o666) -> socket.socket:
     """Binds a Unix-domain socket at ``path``, removing a stale socket file left by a dead
-    server (one nobody accepts on). The file is made connectable by any user (mode 0666, as
-    uvicorn), so that a proxy running as another user can connect.
+    server (one nobody accepts on). The file gets mode ``perms`` (``--uds-perms``; by default
+    0666, connectable by any user, as uvicorn's, so that a proxy running as another user can
+    connect).
 
     Raises:
         ConfigError: ``path`` is in use, is not a socket, or cannot be bound.
@@ -327,7 +434,7 @@ def _bind_unix(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.bind(path)
-        os.chmod(path, 0o666)
+        os.chmod(path, perms)
         sock.setblocking(False)
     except OSError as exc:
         sock.close()
@@ -348,4 +455,9 @@ def run(app: Callable[..., Any] | str, **config_kwargs: Any) -> int:
     Raises:
         ConfigError: a bad setting, an app that cannot be loaded, an address that cannot be bound.
     """
-    return Server(Config(app, **config_kwargs)).run()
+    config = Config(app, **config_kwargs)
+    if config.supervised:
+        from .supervisor import Supervisor
+
+        return Supervisor(config).run()
+    return Server(config).run()

@@ -1,0 +1,156 @@
+"""Inherited sockets, Unix socket modes, address conflicts, health check and drain (issue 12).
+
+--fd N and systemd's LISTEN_FDS serve a socket the test binds and passes in; --uds-perms sets the
+socket file's mode; an address given twice is a usage error; --health-check-path is answered
+without calling the application, 503 while --drain-delay keeps serving after SIGTERM.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import sys
+import time
+
+import pytest
+
+try:
+    from . import _proc
+except ImportError:
+    import _proc
+
+pytestmark = _proc.each_loop
+
+
+@pytest.mark.rule("skirr-cli-address-conflict")
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--uds", "/tmp/x.sock", "--port", "9000"], "--uds cannot be used together with --host or --port"),
+        (["--uds", "/tmp/x.sock", "--host", "::1"], "--uds cannot be used together with --host or --port"),
+        (["--fd", "3", "--port", "9000"], "--fd cannot be used together with --host or --port"),
+        (["--fd", "3", "--uds", "/tmp/x.sock"], "--uds and --fd cannot be used together"),
+        (["--reload-dir", "."], "--reload-dir needs --reload"),
+        (["--reload-include", "*.txt"], "--reload-include needs --reload"),
+        (["--uds-perms", "9"], "argument --uds-perms: invalid octal mode: '9'"),
+    ],
+    ids=["uds-port", "uds-host", "fd-port", "fd-uds", "reload-dir", "reload-include",
+         "bad-perms"],
+)
+def test_conflicting_addresses_are_usage_errors(tmp_path, loop, args, line):
+    status, stderr = _proc.run_to_exit(["basic:app", "--loop", loop, *args], tmp_path)
+    assert (status, stderr) == (2, f"skirr: error: {line}\n")
+
+
+@pytest.mark.rule("skirr-cli-fd")
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_fd_serves_an_inherited_tcp_socket(tmp_path, loop, workers):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        fd = sock.fileno()
+        with _proc.Skirr(["basic:app", "--loop", loop, "--fd", str(fd), "--workers", workers],
+                         tmp_path, pass_fds=[fd]) as proc:
+            proc.wait_accepting(port)
+            r = _proc.request(port)
+            assert (r.status, r.body) == (200, b"ok")
+            assert f"skirr running on http://127.0.0.1:{port}" in proc.stderr
+            assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-cli-fd")
+def test_fd_serves_an_inherited_unix_socket(tmp_path, loop):
+    path = str(tmp_path / "s.sock")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(path)
+        fd = sock.fileno()
+        with _proc.Skirr(["basic:app", "--loop", loop, "--fd", str(fd)], tmp_path,
+                         pass_fds=[fd]) as proc:
+            proc.wait_accepting(path)
+            r = _proc.request(path, target="/scope")
+            assert r.status == 200 and b'"server": ["' + path.encode() + b'", null]' in r.body
+            assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-cli-fd")
+def test_fd_not_a_socket_is_one_line_status_1(tmp_path, loop):
+    status, stderr = _proc.run_to_exit(["basic:app", "--loop", loop, "--fd", "97"], tmp_path)
+    assert (status, stderr) == (1, "skirr: error: --fd 97: Bad file descriptor\n")
+
+
+def _systemd(tmp_path, loop, sock, count="1", extra=()):
+    """skirr started as systemd starts a socket-activated service: the socket on descriptor 3,
+    LISTEN_PID set to the service's own pid (a wrapper sets both, then execs skirr in place)."""
+    fd = sock.fileno()
+    script = (
+        "import os, sys\n"
+        f"os.dup2({fd}, 3)\n"
+        "os.environ['LISTEN_PID'] = str(os.getpid())\n"
+        f"os.environ['LISTEN_FDS'] = '{count}'\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'skirr', *sys.argv[1:]])\n"
+    )
+    return _proc.Skirr(["basic:app", "--loop", loop, *extra], tmp_path, pass_fds=[fd],
+                       command=[sys.executable, "-c", script])
+
+
+@pytest.mark.rule("skirr-cli-listen-fds")
+def test_listen_fds_socket_activation(tmp_path, loop):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        with _systemd(tmp_path, loop, sock) as proc:
+            proc.wait_accepting(port)
+            assert _proc.request(port).body == b"ok"
+            assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-cli-listen-fds")
+def test_listen_fds_above_one_is_a_usage_error(tmp_path, loop):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        with _systemd(tmp_path, loop, sock, count="2") as proc:
+            assert proc.wait() == 2
+            assert proc.stderr == (
+                "skirr: error: LISTEN_FDS=2: skirr serves exactly one socket-activated socket\n")
+
+
+@pytest.mark.rule("skirr-cli-uds-perms")
+@pytest.mark.parametrize("perms, mode", [(None, 0o666), ("600", 0o600), ("660", 0o660)])
+def test_uds_perms(tmp_path, loop, perms, mode):
+    path = str(tmp_path / "s.sock")
+    args = ["basic:app", "--loop", loop, "--uds", path]
+    if perms:
+        args += ["--uds-perms", perms]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(path)
+        assert stat.S_IMODE(os.stat(path).st_mode) == mode
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-health-check-path", "skirr-drain-delay")
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_health_check_and_drain_delay(tmp_path, loop, workers):
+    port = _proc.free_port()
+    args = ["basic:app", "--loop", loop, "--port", str(port), "--workers", workers,
+            "--health-check-path", "/healthz", "--drain-delay", "1.5"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(port)
+        r = _proc.request(port, target="/healthz")
+        assert (r.status, r.body, r.header(b"content-type")) == (
+            200, b"OK\n", b"text/plain; charset=utf-8")
+        # The application never saw it: its /scope handler logs every call it gets.
+        assert not any(e.startswith("request") for e in proc.events)
+        assert _proc.request(port, target="/scope").status == 200
+        assert sum(e.startswith("request") for e in proc.events) == 1
+        proc.proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        time.sleep(0.3)
+        # Draining: new connections are still accepted and served; the health path says 503.
+        r = _proc.request(port, target="/healthz")
+        assert (r.status, r.body, r.header(b"connection")) == (503, b"draining\n", b"close")
+        assert _proc.request(port).body == b"ok"
+        assert proc.wait(10) == 0
+        assert time.monotonic() - sent >= 1.5
+        assert not _proc.accepts(port)

@@ -1,0 +1,514 @@
+"""--workers N under skirr's supervisor (issue 12): binding, spread, hand-over, heartbeat,
+recycling and the process signals, over real processes, signals and sockets.
+
+The application (apps/workers_app.py) answers with its worker's pid, so each case sees which
+worker served. The heavy cases run on the default loop (uvloop) only, to stay within a 2-core
+machine; the supervisor itself has no event loop, and the loop-dependent heartbeat case runs on
+both loops. Every wait is bounded.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+
+import h11
+import pytest
+
+try:
+    from . import _proc
+except ImportError:
+    import _proc
+
+APP = "workers_app:app"
+
+
+def _serve(tmp_path, *args, env=None, **kw):
+    port = _proc.free_port()
+    proc = _proc.Skirr([APP, "--port", str(port), *args], tmp_path, env=env, **kw)
+    return proc, port
+
+
+def _get(port, target="/", timeout=_proc.IO_TIMEOUT):
+    r = _proc.request(port, "GET", target, timeout=timeout)
+    assert r.status == 200, r
+    return r.body.decode()
+
+
+def _pid_of(port):
+    return int(_get(port).split()[0])
+
+
+def _wait_for(predicate, timeout, what, proc=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    extra = f"\nstderr:\n{proc.stderr}" if proc is not None else ""
+    raise AssertionError(f"not within {timeout} s: {what}{extra}")
+
+
+def _started_pids(proc):
+    return [int(p) for p in re.findall(r"Started worker \[(\d+)\]", proc.stderr)]
+
+
+def _serving_pids(port, n, timeout=20.0):
+    """The distinct pids answering new connections, once n of them have been seen (workers
+    still starting are waited for, up to ``timeout`` seconds)."""
+    seen = set()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen.add(_pid_of(port))
+        if len(seen) == n:
+            return seen
+    raise AssertionError(f"only {len(seen)} of {n} workers answered within {timeout} s")
+
+
+class Load:
+    """Client threads making requests until stopped: ``new`` threads on a new connection each,
+    ``keep`` threads on keep-alive connections. Records (time, pid, version) of every answer and
+    every failure. A keep-alive request whose reused connection was closed before any response
+    byte is retried on a new connection (RFC 9110 9.2.2) and counted in ``retries``."""
+
+    def __init__(self, port, new=2, keep=0, target="/"):
+        self.port = port
+        self.target = target
+        self.answers: list[tuple[float, int, str]] = []
+        self.failures: list[tuple[float, str]] = []
+        self.retries = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._new, daemon=True) for _ in range(new)]
+        self.threads += [threading.Thread(target=self._keep, daemon=True) for _ in range(keep)]
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def stop(self):
+        self._stop.set()
+        for t in self.threads:
+            t.join(_proc.IO_TIMEOUT + 2)
+
+    def _record(self, body):
+        pid, _, version = body.decode().partition(" ")
+        with self._lock:
+            self.answers.append((time.monotonic(), int(pid), version))
+
+    def _fail(self, exc, kind="new"):
+        with self._lock:
+            self.failures.append((time.monotonic(), f"{kind}: {exc!r}"))
+
+    def _new(self):
+        while not self._stop.is_set():
+            try:
+                r = _proc.request(self.port, "GET", self.target)
+                assert r.status == 200, r.status
+                self._record(r.body)
+            except (OSError, AssertionError, h11.RemoteProtocolError) as exc:
+                self._fail(exc)
+                time.sleep(0.01)
+
+    def _keep(self):
+        sock = None
+        conn = None
+        while not self._stop.is_set():
+            reused = sock is not None
+            try:
+                if sock is None:
+                    sock = _proc.connect(self.port)
+                    conn = h11.Connection(h11.CLIENT)
+                _proc.send_request(sock, conn, "GET", self.target)
+                try:
+                    first = sock.recv(65536)
+                except ConnectionResetError:
+                    first = b""
+                if not first and reused:
+                    # Closed before any response byte: the idle connection was closed by the
+                    # server as the request went out. Retried on a new connection.
+                    with self._lock:
+                        self.retries += 1
+                    sock.close()
+                    sock = None
+                    continue
+                conn.receive_data(first)
+                r = _proc.read_response(sock, conn)
+                assert r.status == 200, r.status
+                self._record(r.body)
+                if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE or \
+                        r.header(b"connection") == b"close":
+                    sock.close()
+                    sock = None
+                else:
+                    conn.start_next_cycle()
+            except (OSError, AssertionError, h11.RemoteProtocolError) as exc:
+                self._fail(exc, "keep-alive")
+                if sock is not None:
+                    sock.close()
+                sock = None
+                time.sleep(0.01)
+        if sock is not None:
+            sock.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# Startup
+
+
+@pytest.mark.rule("skirr-workers-bind-first")
+def test_port_in_use_is_reported_once_before_any_worker(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        status, stderr = _proc.run_to_exit([APP, "--workers", "3", "--port", str(port)],
+                                           tmp_path)
+    assert (status, stderr) == (
+        1, f"skirr: error: could not bind to 127.0.0.1:{port}: Address already in use\n")
+
+
+@pytest.mark.rule("skirr-workers-bind-first")
+def test_port_held_by_another_reuse_port_group_is_refused(tmp_path):
+    # SO_REUSEPORT would let a second group join the first silently: the plain bind refuses.
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        status, stderr = _proc.run_to_exit([APP, "--workers", "2", "--port", str(port)],
+                                           tmp_path)
+    assert status == 1
+    assert stderr.endswith(f"could not bind to 127.0.0.1:{port}: Address already in use\n")
+
+
+@pytest.mark.rule("skirr-workers-startup-failure-once")
+def test_import_error_exits_1_once(tmp_path):
+    status, stderr = _proc.run_to_exit(
+        ["nope:app", "--workers", "3", "--port", str(_proc.free_port())], tmp_path)
+    assert status == 1
+    assert stderr.count('skirr: error: could not import module "nope"') == 1
+    assert len(re.findall(r"Started worker", stderr)) == 1
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.rule("skirr-workers-startup-failure-once")
+def test_lifespan_failure_exits_1_once(tmp_path):
+    status, stderr = _proc.run_to_exit(
+        ["basic:startup_failed", "--workers", "3", "--port", str(_proc.free_port())], tmp_path)
+    assert status == 1
+    assert stderr.count("database unreachable") == 1
+    assert len(re.findall(r"Started worker", stderr)) == 1
+
+
+@pytest.mark.rule("skirr-workers-web-concurrency")
+def test_web_concurrency_sets_the_worker_count(tmp_path):
+    proc, port = _serve(tmp_path, env={"WEB_CONCURRENCY": "3"})
+    with proc:
+        proc.wait_accepting(port)
+        assert len(_serving_pids(port, 3)) == 3
+        assert "for 3 worker(s)" in proc.stderr
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-workers-web-concurrency")
+@pytest.mark.parametrize("value", ["0", "two", "-1"])
+def test_bad_web_concurrency_is_a_usage_error(tmp_path, value):
+    with _proc.Skirr([APP, "--port", str(_proc.free_port())], tmp_path,
+                     env={"WEB_CONCURRENCY": value}) as proc:
+        status = proc.wait()
+        stderr = proc.stderr
+    assert (status, stderr) == (
+        2, f"skirr: error: WEB_CONCURRENCY must be an integer >= 1: {value!r}\n")
+
+
+# ----------------------------------------------------------------------------------------------
+# Spreading connections
+
+
+def _listen_entries(port):
+    """LISTEN sockets on 127.0.0.1:port in /proc/net/tcp (one per listener)."""
+    want = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as f:
+        return sum(1 for line in f if line.split()[1] == want and line.split()[3] == "0A")
+
+
+@pytest.mark.rule("skirr-workers-spread")
+def test_2000_connections_spread_over_4_workers(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "4")
+    with proc:
+        proc.wait_accepting(port)
+        _wait_for(lambda: proc.stderr.count("skirr running on") == 4, 20, "4 workers", proc)
+        assert _listen_entries(port) == 4
+        counts: Counter[int] = Counter()
+        lock = threading.Lock()
+
+        def client(n):
+            for _ in range(n):
+                pid = _pid_of(port)
+                with lock:
+                    counts[pid] += 1
+
+        threads = [threading.Thread(target=client, args=(500,)) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(90)
+        assert sum(counts.values()) == 2000
+        assert len(counts) == 4, counts
+        assert all(400 <= c <= 600 for c in counts.values()), counts
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-workers-no-reuse-port")
+def test_no_reuse_port_shares_one_listener(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "2", "--no-reuse-port")
+    with proc:
+        proc.wait_accepting(port)
+        _wait_for(lambda: proc.stderr.count("skirr running on") == 2, 20, "2 workers", proc)
+        assert _listen_entries(port) == 1
+        assert len(_serving_pids(port, 2)) == 2
+        assert proc.stop() == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Replacing workers
+
+
+@pytest.mark.rule("skirr-workers-handover")
+def test_kill_9_queued_connections_are_served_by_the_replacement(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "2")
+    with proc:
+        proc.wait_accepting(port)
+        pids = _serving_pids(port, 2)
+        victim = min(pids)
+        with Load(port, new=2) as load:
+            time.sleep(0.3)
+            os.kill(victim, signal.SIGSTOP)  # it accepts nothing more: its queue fills
+            time.sleep(0.05)
+            queued = []
+            for _ in range(24):
+                sock = _proc.connect(port)
+                conn = h11.Connection(h11.CLIENT)
+                _proc.send_request(sock, conn, "GET", "/")
+                queued.append((sock, conn))
+            time.sleep(0.2)
+            killed_at = time.monotonic()
+            os.kill(victim, signal.SIGKILL)
+            bodies = []
+            for sock, conn in queued:
+                with sock:
+                    r = _proc.read_response(sock, conn)  # a reset would raise here
+                    assert r.status == 200
+                    bodies.append(r.body.decode())
+            time.sleep(0.5)
+        new_pids = {int(b.split()[0]) for b in bodies} - pids
+        assert len(new_pids) == 1, bodies  # some queued ones waited for the replacement
+        (new_pid,) = new_pids
+        first = min(t for t, pid, _ in load.answers if pid == new_pid)
+        assert first - killed_at < 1.0, f"replacement first served after {first - killed_at} s"
+        # Only requests in flight on the stopped worker when it was killed may fail: at most
+        # one per load thread.
+        assert len(load.failures) <= 2, load.failures
+        assert all(t >= killed_at - 0.5 for t, _ in load.failures), load.failures
+        assert f"Worker [{victim}] (slot" in proc.stderr and "died (killed by SIGKILL)" in \
+            proc.stderr
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-workers-restart-backoff")
+def test_failing_restarts_back_off(tmp_path):
+    fail = tmp_path / "fail"
+    proc, port = _serve(tmp_path, "--workers", "2",
+                        env={"SKIRR_TEST_FAIL_FILE": str(fail)})
+    with proc:
+        proc.wait_accepting(port)
+        pids = _serving_pids(port, 2)
+        fail.write_text("x")
+        os.kill(min(pids), signal.SIGKILL)
+        _wait_for(lambda: "restarting in 0.4 s" in proc.stderr, 10, "3 failed restarts", proc)
+        stderr = proc.stderr
+        assert stderr.index("restarting in 0.1 s") < stderr.index("restarting in 0.2 s") < \
+            stderr.index("restarting in 0.4 s")
+        fail.unlink()
+        _wait_for(lambda: len(_serving_pids(port, 2) - pids) == 1, 10, "a new worker serves",
+                  proc)
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-workers-heartbeat")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_blocked_worker_is_replaced_after_the_heartbeat_timeout(tmp_path, loop):
+    proc, port = _serve(tmp_path, "--workers", "2", "--loop", loop,
+                        "--timeout-worker-healthcheck", "1")
+    with proc:
+        proc.wait_accepting(port)
+        pids = _serving_pids(port, 2)
+        blocked = []
+
+        def block():
+            try:
+                blocked.append(_get(port, "/block?s=30", timeout=15))
+            except (OSError, AssertionError, h11.RemoteProtocolError) as exc:
+                blocked.append(exc)
+
+        thread = threading.Thread(target=block, daemon=True)
+        thread.start()
+        victim = int(_wait_for(lambda: [e for e in proc.events if e.startswith("block ")], 5,
+                               "the block request", proc)[0].split()[1])
+        started = time.monotonic()
+        line = f"Worker [{victim}] (slot "
+        _wait_for(lambda: line in proc.stderr and "did not answer the heartbeat for 1 s: "
+                  "killing it" in proc.stderr, 4, "the heartbeat kill", proc)
+        # The last beat came up to a fifth of the timeout before the loop blocked.
+        assert 0.7 <= time.monotonic() - started < 3.5
+        thread.join(10)
+        # Its connection died with it (closed without a response).
+        assert isinstance(blocked[0], (OSError, h11.RemoteProtocolError)), blocked
+        _wait_for(lambda: len(_serving_pids(port, 2) - (pids - {victim})) == 1, 10,
+                  "a replacement serves", proc)
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-workers-max-requests")
+def test_max_requests_starts_the_replacement_first(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "2", "--limit-max-requests", "25")
+    with proc:
+        proc.wait_accepting(port)
+        _serving_pids(port, 2)
+        with Load(port, new=2, keep=1) as load:
+            _wait_for(lambda: proc.stderr.count("reached its request limit") >= 2, 30,
+                      "two recyclings", proc)
+            _wait_for(lambda: proc.stderr.count("stopped (exit status 0)") >= 2, 15,
+                      "two old workers stopped", proc)
+        assert load.failures == []
+        stderr = proc.stderr
+        first = re.search(r"Worker \[(\d+)\] reached its request limit", stderr)
+        old = first.group(1)
+        # The replacement serves before the old one is stopped.
+        assert re.search(rf"Worker \[\d+\] serves slot \d+: stopping worker \[{old}\]", stderr)
+        assert stderr.index(f"stopping worker [{old}]") < stderr.index(f"Worker [{old}] stopped")
+        assert len({pid for _, pid, _ in load.answers}) >= 3
+        assert proc.stop() == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Signals
+
+
+@pytest.mark.rule("skirr-signals-term-graceful")
+def test_sigterm_completes_requests_in_flight_on_every_worker(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "3")
+    with proc:
+        proc.wait_accepting(port)
+        _serving_pids(port, 3)
+        results = []
+        lock = threading.Lock()
+
+        def slow():
+            try:
+                body = _get(port, "/slow?s=2")
+            except (OSError, AssertionError) as exc:
+                body = exc
+            with lock:
+                results.append(body)
+
+        threads = []
+        for _ in range(60):
+            t = threading.Thread(target=slow, daemon=True)
+            t.start()
+            threads.append(t)
+            time.sleep(0.01)
+            busy = {e.split()[1] for e in proc.events if e.startswith("slow-start")}
+            if len(busy) == 3:
+                break
+        assert len(busy) == 3, busy
+        proc.proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        for t in threads:
+            t.join(10)
+        assert len(results) == len(threads)
+        assert all(isinstance(b, str) and b.startswith("done ") for b in results), results
+        assert {b.split()[1] for b in results} == busy
+        assert sum(1 for e in proc.events if e.startswith("shutdown ")) == 3
+
+
+@pytest.mark.rule("skirr-signals-second-forces")
+def test_second_sigterm_exits_1_at_once(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "2")
+    with proc:
+        proc.wait_accepting(port)
+        sock = _proc.connect(port)
+        conn = h11.Connection(h11.CLIENT)
+        _proc.send_request(sock, conn, "GET", "/slow?s=20")
+        _wait_for(lambda: any(e.startswith("slow-start") for e in proc.events), 5, "slow", proc)
+        proc.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert proc.stop(signal.SIGTERM, 5) == 1
+        assert time.monotonic() - started < 2
+        assert "Forced exit: killing" in proc.stderr
+        sock.close()
+
+
+@pytest.mark.rule("skirr-signals-hup-roll")
+def test_sighup_rolls_to_new_code_under_load_without_failures(tmp_path):
+    version = tmp_path / "version"
+    version.write_text("v1")
+    proc, port = _serve(tmp_path, "--workers", "2",
+                        env={"SKIRR_TEST_VERSION_FILE": str(version)})
+    with proc:
+        proc.wait_accepting(port)
+        old = _serving_pids(port, 2)
+        with Load(port, new=2, keep=2) as load:
+            time.sleep(0.5)
+            version.write_text("v2")
+            hup_at = time.monotonic()
+            proc.proc.send_signal(signal.SIGHUP)
+            _wait_for(lambda: all(f"Worker [{p}] stopped" in proc.stderr for p in old), 30,
+                      "both old workers stopped", proc)
+            done_at = time.monotonic()
+            time.sleep(0.5)
+        assert load.failures == [], (load.failures, load.retries)
+        before = [v for t, _, v in load.answers if t < hup_at]
+        after = [v for t, _, v in load.answers if t > done_at]
+        assert before and set(before) == {"v1"}
+        assert after and set(after) == {"v2"}
+        assert {p for t, p, _ in load.answers if t > done_at}.isdisjoint(old)
+        print(f"SIGHUP roll: {len(load.answers)} answers, 0 failures, "
+              f"{load.retries} keep-alive retries")
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-signals-ttin-ttou")
+def test_sigttin_adds_and_sigttou_removes_a_worker(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "2")
+    with proc:
+        proc.wait_accepting(port)
+        _serving_pids(port, 2)
+        proc.proc.send_signal(signal.SIGTTIN)
+        _wait_for(lambda: "SIGTTIN: 3 worker(s)" in proc.stderr, 5, "SIGTTIN", proc)
+        _wait_for(lambda: proc.stderr.count("skirr running on") == 3, 15, "3rd worker", proc)
+        assert _listen_entries(port) == 3
+        assert len(_serving_pids(port, 3)) == 3
+        third = _started_pids(proc)[-1]
+        proc.proc.send_signal(signal.SIGTTOU)
+        _wait_for(lambda: f"Worker [{third}] stopped (exit status 0)" in proc.stderr, 10,
+                  "SIGTTOU", proc)
+        assert _listen_entries(port) == 2
+        assert {_pid_of(port) for _ in range(40)} <= set(_started_pids(proc)[:2])
+        proc.proc.send_signal(signal.SIGTTOU)
+        proc.proc.send_signal(signal.SIGTTOU)
+        _wait_for(lambda: "SIGTTOU: one worker left, keeping it" in proc.stderr, 5,
+                  "SIGTTOU floor", proc)
+        assert _pid_of(port) in _started_pids(proc)[:2]
+        assert proc.stop() == 0

@@ -1,0 +1,496 @@
+"""The supervisor of ``--workers N`` (and ``--reload``): binds, runs, watches and replaces workers.
+
+Owns: the listening sockets (bound here, before any worker starts, so a port in use is reported
+once), one worker process per slot (``python -m skirr._worker``, a fresh interpreter that imports
+the application itself), their heartbeats, restarts, recycling and the process signals. Never:
+imports the application or touches a client connection.
+
+Slots. On Linux over TCP each slot has its own ``SO_REUSEPORT`` listener, so the kernel spreads
+new connections over the workers; the supervisor keeps every slot's socket open for the slot's
+whole life and hands the same socket to the slot's next worker, so connections queued on a dead
+worker's socket are served by its successor instead of being reset (closing a reuse-port
+listener drops its queue). ``reuse_port=False``, a Unix-domain socket or an inherited ``fd`` share
+one listener between every slot instead.
+
+Startup. The first worker starts alone; once it accepts, the others start. If it fails (an import
+error, a failed lifespan startup) its error was printed once and the supervisor exits 1, with no
+restart loop. Later, a worker that dies before accepting is restarted after a back-off that
+doubles from 0.1 s up to 10 s; one that dies while serving is restarted at once.
+
+Heartbeat. Each worker's event loop writes a byte to its pipe every fifth of
+``timeout_worker_healthcheck``; a worker silent for that long (a blocked loop) is killed (SIGKILL)
+and replaced, with an error line naming it.
+
+Replacing a worker without dropping connections (SIGHUP, ``--limit-max-requests``): start the
+slot's new worker on the same socket, wait until it accepts, then stop the old one gracefully
+(SIGTERM). Both accept from the one socket meanwhile, so no connection is refused or reset.
+
+Signals (as gunicorn's arbiter):
+
+    SIGTERM, SIGINT  graceful: every worker gets SIGTERM (its --drain-delay, then its graceful
+                     shutdown); exit 0 once all have exited cleanly (1 if one failed). A second
+                     one: SIGKILL every worker, exit 1.
+    SIGHUP           rolling restart with fresh application code, one slot at a time.
+    SIGTTIN          one worker more (a new slot).
+    SIGTTOU          one worker fewer (the newest slot; never below one).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from . import _worker
+from .config import Config, configure_logging
+from .server import bind_socket, bind_tcp
+
+logger = logging.getLogger("skirr.error")
+
+BACKOFF_FIRST = 0.1  # seconds before restarting a worker that failed its startup once
+BACKOFF_MAX = 10.0  # the back-off doubles per consecutive failure up to this
+TICK = 0.05  # seconds: the longest the supervisor sleeps between checks
+KILL_MARGIN = 5.0  # seconds past the workers' own graceful timeout before they are killed
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
+            signal.SIGCHLD)
+
+
+@dataclasses.dataclass(eq=False)
+class _Slot:
+    index: int
+    sock: socket.socket
+    own: bool  # the slot's own SO_REUSEPORT listener (closed with the slot)
+    current: _Worker | None = None
+    successor: _Worker | None = None  # started to replace current; current stops once it serves
+    failures: int = 0  # consecutive failed startups
+    restart_at: float | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class _Worker:
+    slot: _Slot
+    proc: subprocess.Popen[bytes]
+    pipe: int
+    ready: bool = False
+    last_beat: float = 0.0
+    stopping: bool = False  # we sent SIGTERM
+    killed: bool = False  # we sent SIGKILL (heartbeat)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+def _status(returncode: int) -> str:
+    if returncode < 0:
+        return f"killed by {signal.Signals(-returncode).name}"
+    return f"exit status {returncode}"
+
+
+class Supervisor:
+    """Runs ``config.workers`` worker processes of ``config`` (``app`` a ``"module:attr"``).
+
+    Args:
+        config: the settings; ``workers``, ``reuse_port``, ``timeout_worker_healthcheck`` and the
+            ``reload*`` fields are the supervisor's, the rest is handed to every worker.
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.slots: list[_Slot] = []
+        self.workers: list[_Worker] = []
+        self.exit_code: int | None = None
+        self._pending: list[int] = []  # signals received, handled by the loop
+        self._changes: list[str] = []  # --reload: changed paths, from the watcher thread
+        self._shared: socket.socket | None = None
+        self._port: int | None = None
+        self._starting = True  # the first worker has not accepted yet
+        self._stopping = False
+        self._stop_deadline = 0.0
+        self._stop_status = 0
+        self._roll: list[_Slot] = []
+        self._rolling: _Slot | None = None
+        self._wake_w = -1
+        self._sel: selectors.BaseSelector | None = None
+        self._where = ""
+
+    # -- the main loop
+
+    def run(self) -> int:
+        """Binds, runs the workers until a shutdown signal; returns the exit status.
+
+        Raises:
+            ConfigError: the address could not be bound (before any worker starts).
+        """
+        config = self.config
+        configure_logging(config.log_level_number)
+        self._bind()
+        self._sel = selectors.DefaultSelector()
+        wake_r, self._wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._sel.register(wake_r, selectors.EVENT_READ, None)
+        old_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        previous = {signum: signal.signal(signum, self._on_signal) for signum in _SIGNALS}
+        reloader = None
+        try:
+            logger.info("Started supervisor [%d] for %d worker(s) on %s", os.getpid(),
+                        config.workers, self._where)
+            if config.reload:
+                from .reload import Reloader
+
+                reloader = Reloader(config, self._on_change)
+                reloader.start()
+            self._spawn(self.slots[0])  # alone first: a failed startup is reported once
+            while self.exit_code is None:
+                self._step(wake_r)
+            return self.exit_code
+        finally:
+            if reloader is not None:
+                reloader.stop()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            signal.set_wakeup_fd(old_wakeup)
+            for worker in self.workers:
+                worker.proc.kill()
+                worker.proc.wait()
+                os.close(worker.pipe)
+            self.workers.clear()
+            self._close_sockets()
+            self._sel.close()
+            os.close(wake_r)
+            os.close(self._wake_w)
+
+    def _step(self, wake_r: int) -> None:
+        assert self._sel is not None
+        for key, _events in self._sel.select(TICK):
+            if key.data is None:
+                try:
+                    while os.read(wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+            else:
+                self._read(key.data)
+        while self._pending:
+            self._handle_signal(self._pending.pop(0))
+        if self._changes:
+            changed, self._changes[:] = list(self._changes), []
+            self._reload(changed)
+        for worker in list(self.workers):
+            returncode = worker.proc.poll()
+            if returncode is not None:
+                self._exited(worker, returncode)
+        now = time.monotonic()
+        if self._stopping:
+            if not self.workers:
+                self.exit_code = self._stop_status
+            elif now >= self._stop_deadline:
+                logger.warning("%d worker(s) still running past the graceful timeout: killing",
+                               len(self.workers))
+                self._stop_status = 1
+                for worker in self.workers:
+                    worker.proc.kill()
+            return
+        self._check_heartbeats(now)
+        for slot in self.slots:
+            if slot.restart_at is not None and now >= slot.restart_at:
+                slot.restart_at = None
+                self._spawn(slot)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._pending.append(signum)  # the wake-up fd makes select() return
+
+    def _on_change(self, paths: list[str]) -> None:
+        """Called from the --reload watcher's thread."""
+        self._changes.extend(paths)
+        try:
+            os.write(self._wake_w, b"\0")
+        except (BlockingIOError, OSError):
+            pass
+
+    # -- workers
+
+    def _spawn(self, slot: _Slot, successor: bool = False) -> _Worker:
+        config = self.config
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        fields.update(workers=1, reload=False)
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        spec = {"config": fields, "fds": [slot.sock.fileno()], "pipe": write_end}
+        env = dict(os.environ)
+        env[_worker.ENV] = json.dumps(spec)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "skirr._worker"],
+                pass_fds=(write_end, slot.sock.fileno()),
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+        finally:
+            os.close(write_end)
+        worker = _Worker(slot, proc, read_end, last_beat=time.monotonic())
+        self.workers.append(worker)
+        assert self._sel is not None
+        self._sel.register(read_end, selectors.EVENT_READ, worker)
+        if successor:
+            slot.successor = worker
+        else:
+            slot.current = worker
+        logger.info("Started worker [%d] (slot %d)", proc.pid, slot.index)
+        return worker
+
+    def _read(self, worker: _Worker) -> None:
+        try:
+            data = os.read(worker.pipe, 4096)
+        except BlockingIOError:
+            return
+        if not data:  # the worker closed its end (it is exiting): the exit is seen by poll()
+            assert self._sel is not None
+            self._sel.unregister(worker.pipe)
+            return
+        worker.last_beat = time.monotonic()
+        if _worker.READY in data and not worker.ready:
+            self._ready(worker)
+        if _worker.RETIRE in data:
+            self._retire(worker)
+
+    def _ready(self, worker: _Worker) -> None:
+        worker.ready = True
+        slot = worker.slot
+        slot.failures = 0
+        if worker is slot.successor:
+            old, slot.current, slot.successor = slot.current, worker, None
+            if old is not None:
+                logger.info("Worker [%d] serves slot %d: stopping worker [%d]", worker.pid,
+                            slot.index, old.pid)
+                self._stop_worker(old)
+        if self._starting:
+            self._starting = False
+            for other in self.slots:
+                if other.current is None and other.successor is None:
+                    self._spawn(other)
+        if slot is self._rolling:
+            self._rolling = None
+            self._advance_roll()
+
+    def _retire(self, worker: _Worker) -> None:
+        """--limit-max-requests: the replacement first, then the old worker stops."""
+        slot = worker.slot
+        if worker is slot.current and slot.successor is None and not self._stopping:
+            logger.info("Worker [%d] reached its request limit: starting its replacement",
+                        worker.pid)
+            self._spawn(slot, successor=True)
+
+    def _stop_worker(self, worker: _Worker) -> None:
+        if not worker.stopping:
+            worker.stopping = True
+            worker.proc.send_signal(signal.SIGTERM)
+
+    def _exited(self, worker: _Worker, returncode: int) -> None:
+        assert self._sel is not None
+        self.workers.remove(worker)
+        if worker.pipe in self._sel.get_map():
+            self._sel.unregister(worker.pipe)
+        os.close(worker.pipe)
+        slot = worker.slot
+        was_successor = worker is slot.successor
+        if slot.current is worker:
+            slot.current = None
+        if was_successor:
+            slot.successor = None
+        if self._stopping:
+            # A worker stopped before it served had nothing in flight: SIGTERM's default death
+            # (before its handler was installed) is a clean stop too.
+            clean = returncode == 0 or (not worker.ready and returncode == -signal.SIGTERM)
+            if not clean:
+                self._stop_status = 1
+            logger.info("Worker [%d] stopped (%s)", worker.pid, _status(returncode))
+            return
+        if worker.stopping:
+            logger.info("Worker [%d] stopped (%s)", worker.pid, _status(returncode))
+            return
+        if slot not in self.slots:
+            return
+        if not worker.ready:
+            self._failed_startup(worker, returncode, was_successor)
+            return
+        if not worker.killed:
+            logger.warning("Worker [%d] (slot %d) died (%s): restarting it", worker.pid,
+                           slot.index, _status(returncode))
+        if slot.current is None and slot.successor is None:
+            self._spawn(slot)
+
+    def _failed_startup(self, worker: _Worker, returncode: int, was_successor: bool) -> None:
+        slot = worker.slot
+        if self._starting:
+            if self.config.reload:
+                logger.error("The application failed to start: waiting for a change")
+                return
+            self.exit_code = 1  # its error was printed by the worker, once
+            return
+        if was_successor and slot.current is not None:
+            logger.error("New worker [%d] (slot %d) failed to start (%s): worker [%d] keeps "
+                         "serving", worker.pid, slot.index, _status(returncode),
+                         slot.current.pid)
+            if slot is self._rolling:
+                self._rolling = None
+                self._roll.clear()
+            return
+        if self.config.reload:
+            logger.error("The application failed to start: waiting for a change")
+            return
+        slot.failures += 1
+        delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (slot.failures - 1))
+        logger.warning("Worker [%d] (slot %d) failed to start (%s): restarting in %g s",
+                       worker.pid, slot.index, _status(returncode), delay)
+        slot.restart_at = time.monotonic() + delay
+
+    def _check_heartbeats(self, now: float) -> None:
+        timeout = self.config.timeout_worker_healthcheck
+        for worker in self.workers:
+            if worker.ready and not worker.killed and now - worker.last_beat > timeout:
+                logger.error("Worker [%d] (slot %d) did not answer the heartbeat for %g s: "
+                             "killing it", worker.pid, worker.slot.index, timeout)
+                worker.killed = True
+                worker.proc.kill()
+
+    # -- signals
+
+    def _handle_signal(self, signum: int) -> None:
+        if signum == signal.SIGCHLD:
+            return
+        if signum in (signal.SIGINT, signal.SIGTERM):
+            if self._stopping:
+                logger.warning("Forced exit: killing %d worker(s)", len(self.workers))
+                for worker in self.workers:
+                    worker.proc.kill()
+                    worker.proc.wait()
+                self.exit_code = 1
+                return
+            self._stopping = True
+            graceful = self.config.timeout_graceful_shutdown
+            self._stop_deadline = time.monotonic() + self.config.drain_delay + KILL_MARGIN + (
+                graceful if graceful is not None else float("inf"))
+            logger.info("%s: stopping %d worker(s)", signal.Signals(signum).name,
+                        len(self.workers))
+            for worker in self.workers:
+                self._stop_worker(worker)
+            self._close_sockets()  # the workers' copies keep listening while they drain
+            return
+        if self._stopping:
+            return
+        if signum == signal.SIGHUP:
+            logger.info("SIGHUP: restarting %d worker(s) one at a time", len(self.slots))
+            self._roll = [s for s in self.slots if s is not self._rolling]
+            self._advance_roll()
+        elif signum == signal.SIGTTIN:
+            self._add_slot()
+            logger.info("SIGTTIN: %d worker(s)", len(self.slots))
+            self._spawn(self.slots[-1])
+        elif signum == signal.SIGTTOU:
+            if len(self.slots) <= 1:
+                logger.info("SIGTTOU: one worker left, keeping it")
+                return
+            slot = self.slots.pop()
+            logger.info("SIGTTOU: %d worker(s)", len(self.slots))
+            if slot in self._roll:
+                self._roll.remove(slot)
+            if slot is self._rolling:
+                self._rolling = None
+                self._advance_roll()
+            for worker in (slot.current, slot.successor):
+                if worker is not None:
+                    self._stop_worker(worker)
+            if slot.own:
+                slot.sock.close()  # the worker's copy stays open until it stops accepting
+
+    def _advance_roll(self) -> None:
+        while self._roll and self._rolling is None:
+            slot = self._roll.pop(0)
+            if slot not in self.slots:
+                continue
+            if slot.current is None or slot.successor is not None:
+                continue  # (re)starting anyway: it gets the fresh code
+            self._rolling = slot
+            self._spawn(slot, successor=True)
+
+    def _reload(self, changed: list[str]) -> None:
+        if self._stopping:
+            return
+        shown = ", ".join(sorted(set(changed))[:3])
+        logger.warning("Detected changes in %s: reloading", shown)
+        for slot in self.slots:
+            if slot.current is None and slot.successor is None:
+                slot.restart_at = None
+                self._spawn(slot)
+        self._roll = [s for s in self.slots if s.current is not None]
+        self._rolling = None
+        self._advance_roll()
+
+    # -- sockets
+
+    def _bind(self) -> None:
+        config = self.config
+        reuse = (
+            config.reuse_port
+            and config.fd is None
+            and not config.uds
+            and sys.platform == "linux"
+            and hasattr(socket, "SO_REUSEPORT")
+        )
+        if not reuse:
+            self._shared = bind_socket(config)
+            for index in range(config.workers):
+                self.slots.append(_Slot(index, self._shared, own=False))
+            self._where = self._describe(self._shared)
+            return
+        # A plain bind first: it fails for a port anyone holds (a reuse-port bind would join
+        # another skirr's group silently), and picks the port when config.port is 0.
+        probe = bind_tcp(config.host, config.port)
+        self._port = probe.getsockname()[1]
+        probe.close()
+        try:
+            for _ in range(config.workers):
+                self._add_slot()
+        except BaseException:
+            self._close_sockets()
+            raise
+        self._where = self._describe(self.slots[0].sock)
+
+    def _add_slot(self) -> None:
+        index = max((s.index for s in self.slots), default=-1) + 1
+        if self._shared is not None:
+            self.slots.append(_Slot(index, self._shared, own=False))
+            return
+        sock = bind_tcp(self.config.host, self._port or 0, reuse_port=True)
+        self.slots.append(_Slot(index, sock, own=True))
+
+    def _describe(self, sock: socket.socket) -> str:
+        if sock.family == socket.AF_UNIX:
+            return f"unix socket {sock.getsockname() or self.config.uds}"
+        host, port = sock.getsockname()[:2]
+        return f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else \
+            f"http://{host}:{port}"
+
+    def _close_sockets(self) -> None:
+        for slot in self.slots:
+            slot.sock.close()
+        if self._shared is not None:
+            self._shared.close()
+            if self.config.uds and self.config.fd is None and not self._stopping_keeps_file():
+                try:
+                    os.unlink(self.config.uds)
+                except OSError:
+                    pass
+
+    def _stopping_keeps_file(self) -> bool:
+        """While workers drain on a Unix socket, its file stays until they have all exited."""
+        return bool(self.workers)
