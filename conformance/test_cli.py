@@ -287,3 +287,27 @@ def test_root_path_is_in_scope(tmp_path, loop):
             "/api", "/api/scope", "/api/scope"
         )
         assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-cli-signal-forced")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_second_signal_forced_exit_is_quiet_with_fastapi(tmp_path, signum, loop):
+    """Issue 11 item 12: a second Ctrl-C with a FastAPI app in flight exits 1 with the one
+    warning; Starlette's lifespan.shutdown.failed answer to the cancellation is not an error."""
+    port = _proc.free_port()
+    args = ["fastapi_slow:app", "--loop", loop, "--port", str(port)]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(port)
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
+        time.sleep(0.3)  # the request is in flight: the first signal waits for it
+        proc.proc.send_signal(signum)
+        time.sleep(0.5)
+        assert proc.proc.poll() is None, proc.stderr
+        assert proc.stop(signum) == 1
+        sock.close()
+        err = proc.stderr
+        warnings = [line for line in err.splitlines() if line.startswith("WARNING:")]
+        assert len(warnings) == 1 and "Forced exit" in warnings[0], err
+        assert "ERROR" not in err and "Traceback" not in err, err
+        assert "Application shutdown complete" not in err, err

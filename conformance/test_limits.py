@@ -207,3 +207,43 @@ def test_cli_limit_max_requests_exits_zero(tmp_path, loop):
         assert [request(port).status for _ in range(2)] == [200, 200]
         assert proc.wait(5.0) == 0
         assert "Maximum request limit of 2 exceeded" in proc.stderr
+
+
+@pytest.mark.rule("skirr-limit-connections-logged")
+def test_limit_connections_pause_and_resume_are_logged(serve, echo_app):
+    """Issue 11 item 13: reaching limit_connections is a warning with the limit, and accepting
+    again is logged at info with the count; a second pause within 5 s is not logged again."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.DEBUG)
+    logger = logging.getLogger("skirr.error")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        with serve(echo_app, limit_connections=2) as srv:
+            a, b = srv.connect(), srv.connect()
+            assert a.request(http_request("GET", "/a")).status == 200
+            assert b.request(http_request("GET", "/b")).status == 200
+            a.close()
+            c = srv.connect()
+            assert c.request(http_request("GET", "/c")).status == 200  # paused again: 2 open
+            b.close()
+            assert c.request(http_request("GET", "/c2")).status == 200
+            time.sleep(0.3)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    lines = [(r.levelname, r.getMessage()) for r in records
+             if "accepting" in r.getMessage()]
+    assert lines[:2] == [
+        ("WARNING", "--limit-connections 2 reached: accepting paused until a connection closes"),
+        ("INFO", "accepting resumed with 1 connections open"),
+    ], lines
+    assert [w for w in lines[2:] if w[0] == "WARNING"] == [], lines

@@ -140,6 +140,124 @@ def test_connection_without_bytes_closed_quietly(serve, echo_app):
         assert_fired(time.monotonic() - t0, "silent connection closed")
 
 
+# -- request body ------------------------------------------------------------------------------
+
+
+def body_recorder(events: Recorder):
+    """Reads the whole body, recording each receive() event; answers 200 with what it got."""
+    async def app(scope, receive, send):
+        body = b""
+        while True:
+            msg = await receive()
+            events.put((msg["type"], msg.get("body", b""), msg.get("more_body", False)))
+            if msg["type"] != "http.request":
+                return
+            body += msg["body"]
+            if not msg["more_body"]:
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+@pytest.mark.rule("skirr-timeout-request-body")
+def test_stalled_body_gets_408_and_the_app_sees_disconnect(serve):
+    """Issue 11 item 11: 3 of 10 announced body bytes, then nothing: after timeout_request_body
+    the client gets 408 with connection: close and EOF, and the app's receive() returns
+    http.disconnect after the 3 bytes."""
+    events = Recorder()
+    with serve(body_recorder(events), timeout_request_body=T) as srv:
+        c = srv.connect()
+        c.send(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+        t0 = time.monotonic()
+        r = c.response()
+        assert_fired(time.monotonic() - t0, "408 sent")
+        assert (r.status, r.get(b"connection"), r.body) == (408, b"close", b"Request Timeout")
+        c.expect_eof()
+        assert events.wait(2) == [("http.request", b"abc", True), ("http.disconnect", b"", False)]
+
+
+@pytest.mark.rule("skirr-timeout-request-body")
+def test_trickling_body_restarts_the_deadline(serve):
+    """A byte every 0.35 s for 2.1 s (longer than T + a tick): each byte restarts the body
+    deadline, so the request is answered whole."""
+    events = Recorder()
+    with serve(body_recorder(events), timeout_request_body=T) as srv:
+        c = srv.connect()
+        c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n")
+        for ch in b"abcdef":
+            time.sleep(0.35)
+            c.send(bytes([ch]))
+        r = c.response()
+        assert (r.status, r.body) == (200, b"abcdef")
+
+
+@pytest.mark.rule("skirr-timeout-request-body")
+def test_body_deadline_does_not_run_while_flow_control_pauses_reading(serve):
+    """The app reads nothing for 2.2 s while 256 KiB are sent at once: skirr stops reading at
+    64 KiB (flow control), which is not a stalled body; then the app reads all of it."""
+    size = 256 * KIB
+
+    async def app(scope, receive, send):
+        await asyncio.sleep(2.2)
+        total = 0
+        while True:
+            msg = await receive()
+            assert msg["type"] == "http.request", msg
+            total += len(msg["body"])
+            if not msg["more_body"]:
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": str(total).encode()})
+
+    with serve(app, timeout_request_body=T) as srv:
+        c = srv.connect()
+        c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % size
+               + b"x" * size)
+        r = c.response()
+        assert (r.status, r.body) == (200, str(size).encode())
+
+
+@pytest.mark.rule("skirr-timeout-request-body")
+def test_body_deadline_after_the_response_began_closes_without_408(serve):
+    """The app starts a streaming response, then waits for a body that stalls: no 408 can follow
+    a started response, so the connection is closed and receive() returns http.disconnect."""
+    events = Recorder()
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"partial", "more_body": True})
+        while True:
+            msg = await receive()
+            events.put(msg["type"])
+            if msg["type"] == "http.disconnect" or not msg.get("more_body"):
+                return
+
+    with serve(app, timeout_request_body=T) as srv:
+        c = srv.connect()
+        c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
+        data = c.read_until_close(timeout=5.0)
+        assert data.startswith(b"HTTP/1.1 200 OK\r\n"), data[:100]
+        assert b"408" not in data
+        assert data.endswith(b"7\r\npartial\r\n"), data[-60:]  # chunked, never completed
+        assert events.wait(2)[-1] == "http.disconnect"
+
+
+@pytest.mark.rule("skirr-timeout-request-body")
+def test_body_timeout_zero_means_none(serve):
+    """timeout_request_body=0: a body that stalls for longer than a tick plus T is still
+    answered once it completes."""
+    events = Recorder()
+    with serve(body_recorder(events), timeout_request_body=0) as srv:
+        c = srv.connect()
+        c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
+        assert c.read_for(2.0) == b""
+        c.send(b"cd")
+        r = c.response()
+        assert (r.status, r.body) == (200, b"abcd")
+
+
 # -- write progress -----------------------------------------------------------------------------
 
 

@@ -134,12 +134,23 @@ server_date(sk_http1_server_t *srv)
 /* ---- reading and writing -------------------------------------------------------------------- */
 
 /* Flow control for request bodies: the transport reads while the current request's unconsumed
- * body is under BODY_HIGH_WATER. */
+ * body is under BODY_HIGH_WATER. The body deadline (--timeout-request-body) runs exactly while
+ * skirr wants body bytes: a request whose body is still arriving and not paused by flow control.
+ * `progress`: body bytes (or the head) just arrived, so it starts again. */
 static void
-sync_reading(http1_conn_t *c)
+sync_reading(http1_conn_t *c, int progress)
 {
     RequestObject *r = c->current;
-    sk_transport_pause_reading(c->t, r != NULL && r->body_buffered >= BODY_HIGH_WATER);
+    int paused = (r != NULL && r->body_buffered >= BODY_HIGH_WATER);
+    sk_transport_pause_reading(c->t, paused);
+    int wants_body = (r != NULL && r->rx == RX_BODY && !paused && c->srv->body_timeout > 0);
+    int kind = sk_transport_deadline_kind(c->t);
+    if (wants_body && (progress || kind != DL_BODY)) {
+        sk_transport_set_deadline(c->t, DL_BODY, c->srv->body_timeout);
+    }
+    else if (!wants_body && kind == DL_BODY) {
+        sk_transport_clear_deadline(c->t);
+    }
 }
 
 /* The write-timing policy of HTTP/1.1, in one place. Output leaves at once (sk_transport_write),
@@ -513,7 +524,7 @@ next_message(RequestObject *r, PyObject **out)
         Py_DECREF(data);
         if (r->conn != NULL) {
             /* flow control: the body was consumed, so read and parse more */
-            sync_reading(r->conn);
+            sync_reading(r->conn, 0);
             if (sk_transport_in_len(r->conn->t) > 0) {
                 sk_transport_feed_soon(r->conn->t);
             }
@@ -1337,7 +1348,7 @@ conn_request_done(http1_conn_t *c, int keep_alive)
     if (c->closed) {
         return;
     }
-    sync_reading(c);
+    sync_reading(c, 0);
     if (!reuse) {
         sk_transport_close(c->t, SK_CLOSE_AFTER_WRITE);
         return;
@@ -1423,7 +1434,7 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
         }
     }
     if (sk_transport_is_open(c->t)) {
-        sync_reading(c);
+        sync_reading(c, total > 0);
     }
     if (to_run != NULL) {
         if (to_run->conn == c && sk_transport_is_open(c->t) && request_run(to_run) < 0) {
@@ -1483,6 +1494,18 @@ static void
 h1_deadline(void *h, int kind)
 {
     http1_conn_t *c = h;
+    if (kind == DL_BODY) {
+        /* No body byte for --timeout-request-body seconds: the app's receive() gets
+         * http.disconnect; 408 (RFC 9110 §15.5.9) if its response has not begun. */
+        RequestObject *r = c->current;
+        if (r != NULL && !r->resp.head_written) {
+            refuse(c, 408);
+        }
+        else {
+            sk_transport_close(c->t, SK_CLOSE_NOW);
+        }
+        return;
+    }
     if (kind == DL_HEAD && !c->discarding &&
         (sk_transport_in_len(c->t) > 0 || !sk_parser_idle(&c->parser))) {
         refuse(c, 408); /* RFC 9110 §15.5.9: some of a request head, never all of it */

@@ -38,6 +38,7 @@ typedef struct {
     sk_limits_t limits;     /* request limits (sk_http.h) */
     double keep_alive;      /* seconds: --timeout-keep-alive */
     double head_timeout;    /* seconds: --timeout-request-head */
+    double body_timeout;    /* seconds: --timeout-request-body; 0 = none */
     Py_ssize_t limit_concurrency; /* requests in flight before 503; 0 = unlimited */
     uint8_t shutting_down;        /* graceful shutdown: responses say close, none follow */
     Py_ssize_t active_requests;   /* app calls in flight (started, not ended) */

@@ -210,23 +210,26 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                              "timeout_write",
                              "limit_concurrency",
                              "limit_connections",
+                             "timeout_request_body",
                              NULL};
     PyObject *app, *loop, *unix_path = Py_None, *root_path = NULL, *state = Py_None;
     PyObject *logger = Py_None;
     int listen_fd;
-    double keep_alive = 5.0, head_timeout = 10.0, write_timeout = 30.0;
+    double keep_alive = 5.0, head_timeout = 10.0, write_timeout = 30.0, body_timeout = 60.0;
     Py_ssize_t limit_concurrency = 0, limit_connections = 0;
     unsigned long long max_body = 0;
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
     ServerObject *s = NULL;
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OOi|$OUOdKnnnOddnn", kwlist, &app, &loop, &listen_fd, &unix_path,
-            &root_path, &state, &keep_alive, &max_body, &max_line, &max_fields, &max_section,
-            &logger, &head_timeout, &write_timeout, &limit_concurrency, &limit_connections)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|$OUOdKnnnOddnnd", kwlist, &app, &loop,
+                                     &listen_fd, &unix_path, &root_path, &state, &keep_alive,
+                                     &max_body, &max_line, &max_fields, &max_section, &logger,
+                                     &head_timeout, &write_timeout, &limit_concurrency,
+                                     &limit_connections, &body_timeout)) {
         return NULL;
     }
     if (max_line <= 0 || max_fields <= 0 || max_section <= 0 || keep_alive < 0 ||
-        head_timeout <= 0 || write_timeout <= 0 || limit_concurrency < 0 || limit_connections < 0) {
+        head_timeout <= 0 || write_timeout <= 0 || body_timeout < 0 || limit_concurrency < 0 ||
+        limit_connections < 0) {
         PyErr_SetString(PyExc_ValueError, "limits and timeouts must be positive");
         return NULL;
     }
@@ -257,6 +260,7 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     }
     h->keep_alive = keep_alive;
     h->head_timeout = head_timeout;
+    h->body_timeout = body_timeout;
     h->limit_concurrency = limit_concurrency;
     sk_limits_default(&h->limits);
     h->limits.max_body = max_body;
@@ -283,6 +287,7 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         .listen_fd = listen_fd,
         .write_timeout = write_timeout,
         .limit_connections = limit_connections,
+        .logger = h->logger,
     };
     s->reactor = sk_reactor_new(&cfg);
     if (s->reactor == NULL) {
@@ -390,7 +395,7 @@ static PyType_Slot server_slots[] = {
                         "timeout_keep_alive=5.0, limit_request_body=0, limit_request_line=8190, "
                         "limit_request_fields=100, limit_request_field_size=65536, logger=None, "
                         "timeout_request_head=10.0, timeout_write=30.0, limit_concurrency=0, "
-                        "limit_connections=0)\n\n"
+                        "limit_connections=0, timeout_request_body=60.0)\n\n"
                         "A native HTTP/1.1 reactor serving one ASGI 3 application on one "
                         "listening socket. See skirr/_native.pyi."},
     {0, NULL},

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
@@ -30,6 +31,7 @@
 #define MAX_EVENTS 16                /* ready descriptors handled per reactor callback */
 #define MAX_ACCEPTS 16               /* accept4() calls per listening-socket readiness */
 #define INPUT_HIGH_WATER (64 * 1024) /* stop reading while this much input is unconsumed */
+#define PAUSE_LOG_INTERVAL 5.0       /* seconds between two "accepting paused" warnings */
 #define LINGER_SECONDS 2.0           /* after a server-side close: read and discard this long */
 
 enum tp_state {
@@ -72,6 +74,8 @@ struct sk_reactor {
     uint8_t accept_paused;     /* wanted but the listener is out of the epoll set for now */
     uint8_t closed;            /* sk_reactor_close ran */
     uint8_t pending_scheduled; /* run_pending is queued on the loop */
+    uint8_t pause_logged;      /* the current pause was logged: log its end too */
+    double pause_logged_at;    /* monotonic seconds of the last "accepting paused" warning */
     Py_ssize_t connections;
     sk_transport_t *all_head;
     sk_transport_t *pending_head, *pending_tail;
@@ -124,6 +128,61 @@ update_events(sk_transport_t *t)
         if (epoll_ctl(t->reactor->epfd, EPOLL_CTL_MOD, t->fd, &ev) == 0) {
             t->epoll_events = want;
         }
+    }
+}
+
+static void
+log_accepting(sk_reactor_t *r, const char *level, const char *msg)
+{
+    /* logger.<level>(msg); a failure to log is reported as unraisable. */
+    if (r->cfg.logger == NULL || r->cfg.logger == Py_None) {
+        return;
+    }
+    PyObject *res = PyObject_CallMethod(r->cfg.logger, level, "s", msg);
+    if (res == NULL) {
+        PyErr_WriteUnraisable(r->cfg.logger);
+    }
+    Py_XDECREF(res);
+}
+
+/* Accepting stops for now (the listener leaves the epoll set): why, with the count of open
+ * connections, logged at most once per PAUSE_LOG_INTERVAL seconds. */
+static void
+accept_pause(sk_reactor_t *r, int err)
+{
+    char msg[200];
+    double now = monotonic();
+    r->accept_paused = 1;
+    if (r->pause_logged_at != 0 && now - r->pause_logged_at < PAUSE_LOG_INTERVAL) {
+        return;
+    }
+    if (err != 0) {
+        (void)snprintf(msg, sizeof(msg),
+                       "accept() failed (%s) with %zd connections open: out of file descriptors "
+                       "or memory; accepting paused for 1 s",
+                       strerror(err), r->connections);
+    }
+    else {
+        (void)snprintf(msg, sizeof(msg),
+                       "--limit-connections %zd reached: accepting paused until a connection "
+                       "closes",
+                       r->cfg.limit_connections);
+    }
+    r->pause_logged_at = now;
+    r->pause_logged = 1;
+    log_accepting(r, "warning", msg);
+}
+
+static void
+accept_resume(sk_reactor_t *r)
+{
+    char msg[100];
+    r->accept_paused = 0;
+    if (r->pause_logged) {
+        r->pause_logged = 0;
+        (void)snprintf(msg, sizeof(msg), "accepting resumed with %zd connections open",
+                       r->connections);
+        log_accepting(r, "info", msg);
     }
 }
 
@@ -183,7 +242,7 @@ tp_closed(sk_transport_t *t, int reason)
     r->connections--;
     if (r->accept_paused && r->accepting && r->cfg.limit_connections > 0 &&
         r->connections < r->cfg.limit_connections && listen_register(r, 1) == 0) {
-        r->accept_paused = 0;
+        accept_resume(r);
     }
     t->reap_next = r->reap_head;
     r->reap_head = t;
@@ -585,8 +644,9 @@ reactor_accept(sk_reactor_t *r)
             }
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 /* Out of descriptors: stop polling the listener until the next timer tick. */
+                int err = errno;
                 if (listen_register(r, 0) == 0) {
-                    r->accept_paused = 1;
+                    accept_pause(r, err);
                 }
             }
             return;
@@ -629,7 +689,7 @@ reactor_accept(sk_reactor_t *r)
         if (r->cfg.limit_connections > 0 && r->connections >= r->cfg.limit_connections) {
             /* --limit-connections: resume when one closes (tp_closed) */
             if (listen_register(r, 0) == 0) {
-                r->accept_paused = 1;
+                accept_pause(r, 0);
             }
             return;
         }
@@ -664,7 +724,7 @@ reactor_tick(sk_reactor_t *r)
     if (r->accept_paused && r->accepting &&
         (r->cfg.limit_connections == 0 || r->connections < r->cfg.limit_connections) &&
         listen_register(r, 1) == 0) {
-        r->accept_paused = 0;
+        accept_resume(r);
     }
 }
 

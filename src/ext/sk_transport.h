@@ -100,6 +100,8 @@ typedef struct {
     int listen_fd;               /* listening socket (not owned: the caller closes it) */
     double write_timeout;        /* seconds without write progress before closing */
     Py_ssize_t limit_connections; /* open connections before accepting pauses; 0 = unlimited */
+    PyObject *logger; /* logging.Logger (or None): accepting paused (a warning, at most once per
+                       * PAUSE_LOG_INTERVAL seconds) and resumed (info) */
 } sk_reactor_config_t;
 
 /* New reactor (epoll set and 1 s timerfd made, nothing registered with the loop yet), or NULL

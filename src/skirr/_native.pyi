@@ -39,6 +39,9 @@ class Server:
             closed and waiting sends raise ClientDisconnected.
         limit_concurrency: requests in flight before new ones get 503; 0 = unlimited.
         limit_connections: open connections before accepting pauses; 0 = unlimited.
+        timeout_request_body: seconds a request body may go without a byte while it is read (not
+            while flow control pauses reading); then receive() gets http.disconnect and the
+            connection closes, with 408 if no response began. 0 = none.
 
     Raises:
         OSError: epoll/timerfd could not be created.
@@ -62,6 +65,7 @@ class Server:
         timeout_write: float = 30.0,
         limit_concurrency: int = 0,
         limit_connections: int = 0,
+        timeout_request_body: float = 60.0,
     ) -> None: ...
     def start(self) -> None:
         """Registers the reactor with the loop and starts accepting."""

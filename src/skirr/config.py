@@ -41,6 +41,8 @@ DEFAULT_TIMEOUT_REQUEST_HEAD = 10.0
 # Seconds unsent response bytes may make no progress (the peer accepts nothing) before the
 # connection is closed and every waiting send() raises ClientDisconnected.
 DEFAULT_TIMEOUT_WRITE = 30.0
+# nginx's client_body_timeout: a request body that stops arriving for this long is given up.
+DEFAULT_TIMEOUT_REQUEST_BODY = 60.0
 # Every timeout is checked by one native timer that ticks once a second: a timeout of T seconds
 # fires between T and T + 1 s after its start.
 TIMER_GRANULARITY = 1.0
@@ -132,6 +134,10 @@ class Config:
         timeout_request_head: seconds a connection may take to complete a request head, from
             accept or from the first byte of the next request (default 10); then 408 if any byte
             arrived, else a quiet close. Must be > 0.
+        timeout_request_body: seconds a request body may go without a byte while skirr wants to
+            read it (not while flow control has paused reading), default 60, 0 = none; then the
+            app's ``receive()`` gets ``http.disconnect`` and the connection is closed, with 408 if
+            no response was started.
         timeout_write: seconds unsent response bytes may make no progress (default 30); then the
             connection is closed and a waiting ``send()`` raises ``ClientDisconnected``. Must be
             > 0.
@@ -191,6 +197,7 @@ class Config:
     timeout_keep_alive: float = 5.0
     timeout_request_head: float = DEFAULT_TIMEOUT_REQUEST_HEAD
     timeout_write: float = DEFAULT_TIMEOUT_WRITE
+    timeout_request_body: float = DEFAULT_TIMEOUT_REQUEST_BODY
     backlog: int = 2048
     limit_request_body: int = DEFAULT_LIMIT_REQUEST_BODY
     limit_concurrency: int | None = None
@@ -236,6 +243,7 @@ class Config:
         _check_number("timeout_request_head", self.timeout_request_head, integer=False,
                       positive=True)
         _check_number("timeout_write", self.timeout_write, integer=False, positive=True)
+        _check_number("timeout_request_body", self.timeout_request_body, integer=False)
         _check_number("limit_request_body", self.limit_request_body, integer=True)
         for name in ("limit_concurrency", "limit_connections", "limit_max_requests"):
             if getattr(self, name) is not None:

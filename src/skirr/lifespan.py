@@ -44,6 +44,7 @@ class Lifespan:
         self._phase: str | None = None  # the phase awaiting the app's answer
         self._answered = asyncio.Event()
         self._sent_any = False
+        self._cancelling = False  # cancel() ran: the forced exit, nothing more is answered
         self._done_phases: set[str] = set()
 
     async def startup(self) -> bool:
@@ -91,8 +92,11 @@ class Lifespan:
         await asyncio.wait({self._task}, timeout=1.0)
 
     def cancel(self) -> None:
-        """Cancels the lifespan task (forced exit)."""
+        """Cancels the lifespan task (forced exit). Quietly: what the application does while it
+        is cancelled (Starlette answers with ``lifespan.shutdown.failed`` and re-raises) is
+        neither an error nor logged; the forced exit has its own one warning."""
         if self._task is not None and not self._task.done():
+            self._cancelling = True
             self._task.cancel()
 
     async def _main(self, scope: dict[str, Any]) -> None:
@@ -101,6 +105,8 @@ class Lifespan:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
+            if self._cancelling:
+                return  # a forced exit: whatever the cancelled app raised is not its failure
             if not self._sent_any and self._phase == _STARTUP and self.mode == "auto":
                 logger.info("ASGI 'lifespan' protocol appears unsupported.")
                 self._supported = False
@@ -140,6 +146,8 @@ class Lifespan:
             _STARTUP: ("lifespan.startup.complete", "lifespan.startup.failed"),
             _SHUTDOWN: ("lifespan.shutdown.complete", "lifespan.shutdown.failed"),
         }
+        if self._cancelling:
+            return  # the forced exit cancelled the task: no event waits for an answer
         if self._phase is None or self._phase in self._done_phases:
             raise RuntimeError(f"unexpected ASGI lifespan message {kind!r}: no event to answer")
         if kind not in expected[self._phase]:

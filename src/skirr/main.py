@@ -24,6 +24,7 @@ from .config import (
     DEFAULT_UDS_PERMS,
     DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN,
     DEFAULT_TIMEOUT_REQUEST_HEAD,
+    DEFAULT_TIMEOUT_REQUEST_BODY,
     DEFAULT_TIMEOUT_WRITE,
     LIFESPANS,
     LOG_LEVELS,
@@ -184,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS", help="a connection must complete its request head this long after "
         "accept or after the first byte of the next request; then 408 (or a quiet close if no "
         "byte came) (default: %(default)g)")
+    add("--timeout-request-body", type=_seconds, default=DEFAULT_TIMEOUT_REQUEST_BODY,
+        metavar="SECONDS", help="a request body that gets no byte for this long while skirr "
+        "reads it ends: the app receives http.disconnect, the client 408 if no response began; "
+        "0 = none (default: %(default)g)")
     add("--timeout-write", type=_positive_seconds, default=DEFAULT_TIMEOUT_WRITE,
         metavar="SECONDS", help="close a connection whose peer accepts no response bytes for "
         "this long; a waiting send() raises ClientDisconnected (default: %(default)g)")
@@ -258,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             timeout_keep_alive=args.timeout_keep_alive,
             timeout_request_head=args.timeout_request_head,
             timeout_write=args.timeout_write,
+            timeout_request_body=args.timeout_request_body,
             backlog=args.backlog,
             limit_request_body=args.limit_request_body,
             limit_concurrency=args.limit_concurrency,

@@ -236,6 +236,7 @@ class Server:
             timeout_keep_alive=float(config.timeout_keep_alive),
             timeout_request_head=float(config.timeout_request_head),
             timeout_write=float(config.timeout_write),
+            timeout_request_body=float(config.timeout_request_body),
             limit_request_body=config.limit_request_body,
             limit_concurrency=config.limit_concurrency or 0,
             limit_connections=config.connection_limit,
