@@ -72,8 +72,9 @@ typedef struct sk_handler_ops {
      * once, and never for a handler switched away from. Wake whatever waits on the connection;
      * no sk_transport_* call has any effect from here on. */
     void (*closed)(void *h, int reason);
-    /* Frees `h`. Called exactly once, when no frame can still hold `h`: after closed() when the
-     * reactor reaps the transport, or after a switch away from this handler. */
+    /* Frees `h`. Called exactly once, when the reactor reaps the closed transport (no frame can
+     * still hold `h` then): after closed(), or, for a handler switched away from, with no
+     * closed() (it may still be on the stack at the switch, so it is kept until the reap). */
     void (*release)(void *h);
     /* GC support: visits the Python objects `h` holds strongly. */
     int (*traverse)(void *h, visitproc visit, void *arg);
