@@ -23,6 +23,7 @@
  * parsed as the next request (request smuggling).
  */
 #include "sk_http.h"
+#include "sk_token.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,43 +39,6 @@ enum { RL_SP_AFTER_METHOD = 1, RL_SP_AFTER_TARGET = 2 };
 /* An empty input for calls without bytes: llhttp must never see a NULL data pointer, because a
  * NULL start would drop a span that is open across calls. */
 static const char empty_input[1] = {0};
-
-/* RFC 9110 §5.6.2 tchar. */
-static int
-is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return 1;
-    /* clang-format off */
-    switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
-    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
-        return 1;
-    default:
-        return 0;
-    }
-    /* clang-format on */
-}
-
-static unsigned char
-lower(unsigned char c)
-{
-    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
-}
-
-/* Case-insensitive comparison of n bytes with a lower-case literal of length n. */
-static int
-ieq(const char *s, size_t n, const char *lit, size_t litlen)
-{
-    if (n != litlen)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (lower((unsigned char)s[i]) != (unsigned char)lit[i])
-            return 0;
-    return 1;
-}
-
-#define IEQ(s, n, lit) ieq((s), (n), lit, sizeof(lit) - 1)
 
 static sk_parser_t *
 from_llh(llhttp_t *llh)
@@ -163,7 +127,7 @@ rl_scan(sk_parser_t *p, const char *data, size_t len)
         }
         switch (p->rl_state) {
         case RL_METHOD:
-            if (is_tchar(c) && p->method_len < p->limits.max_request_line) {
+            if (sk_is_tchar(c) && p->method_len < p->limits.max_request_line) {
                 p->method_len++;
             }
             else if (c == ' ' && p->method_len > 0) {
@@ -448,6 +412,7 @@ on_header_value_complete(llhttp_t *llh)
     sk_parser_t *p = from_llh(llh);
     sk_field_t *f;
     const char *v;
+    size_t n;
 
     if (!p->in_value)
         return 0;
@@ -456,14 +421,11 @@ on_header_value_complete(llhttp_t *llh)
         return 0; /* trailer fields are validated and counted, never stored */
     f = &p->fields[p->nfields];
     v = p->head + f->value.off;
+    n = f->value.len;
     /* RFC 9110 §5.5: leading and trailing whitespace is not part of the field value. */
-    while (f->value.len > 0 && (v[0] == ' ' || v[0] == '\t')) {
-        v++;
-        f->value.off++;
-        f->value.len--;
-    }
-    while (f->value.len > 0 && (v[f->value.len - 1] == ' ' || v[f->value.len - 1] == '\t'))
-        f->value.len--;
+    sk_ows_trim(&v, &n);
+    f->value.off = (uint32_t)(v - p->head);
+    f->value.len = (uint32_t)n;
     p->nfields++;
     return 0;
 }
@@ -531,50 +493,38 @@ valid_host(const char *v, size_t n)
     return 1;
 }
 
-/* Parses every Transfer-Encoding field-line as one list (RFC 9112 §6.1). Returns 0, 400 or 501. */
+/* Parses every Transfer-Encoding field-line as one list (RFC 9112 §6.1):
+ *   Transfer-Encoding = #transfer-coding; transfer-coding = token *( OWS ";" OWS parameter )
+ * Returns 0 when the list is valid and ends in chunked, else what fail() returns, with 400 for an
+ * invalid list and 501 for a coding before chunked that skirr does not implement. */
 static int
-check_transfer_encoding(const sk_parser_t *p)
+check_transfer_encoding(sk_parser_t *p)
 {
+    static const char invalid[] = "invalid Transfer-Encoding";
     int codings = 0;
     int chunked_seen = 0;
     int unknown = 0;
 
     for (uint32_t i = 0; i < p->nfields; i++) {
         const sk_field_t *f = &p->fields[i];
-        const char *s;
-        size_t n;
-        size_t pos = 0;
+        sk_list_iter_t it;
+        const char *e;
+        size_t elen;
 
-        if (!IEQ(sk_parser_ptr(p, f->name), f->name.len, "transfer-encoding"))
+        if (!SK_TOKEN_IEQ(sk_parser_ptr(p, f->name), f->name.len, "transfer-encoding"))
             continue;
-        s = sk_parser_ptr(p, f->value);
-        n = f->value.len;
-        while (pos <= n) {
-            size_t b = pos;
-            size_t e;
-            size_t tok_end;
+        sk_list_init(&it, sk_parser_ptr(p, f->value), f->value.len);
+        while (sk_list_next(&it, &e, &elen) == 1) {
+            size_t tok_len = sk_token_len(e, elen);
 
-            while (pos < n && s[pos] != ',')
-                pos++;
-            e = pos;
-            pos++; /* skip the comma (or step past the end) */
-            while (b < e && (s[b] == ' ' || s[b] == '\t'))
-                b++;
-            while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t'))
-                e--;
-            if (b == e)
-                continue; /* empty list element (RFC 9110 §5.6.1) */
-            tok_end = b;
-            while (tok_end < e && is_tchar((unsigned char)s[tok_end]))
-                tok_end++;
-            if (tok_end == b)
-                return 400;
+            if (tok_len == 0)
+                return fail(p, 400, invalid);
             codings++;
             if (chunked_seen)
-                return 400; /* chunked is not the final coding, or is repeated */
-            if (IEQ(s + b, tok_end - b, "chunked")) {
-                if (tok_end != e)
-                    return 400; /* chunked takes no parameters */
+                return fail(p, 400, invalid); /* chunked is not the final coding, or is repeated */
+            if (SK_TOKEN_IEQ(e, tok_len, "chunked")) {
+                if (tok_len != elen)
+                    return fail(p, 400, invalid); /* chunked takes no parameters */
                 chunked_seen = 1;
             }
             else {
@@ -583,8 +533,10 @@ check_transfer_encoding(const sk_parser_t *p)
         }
     }
     if (codings == 0 || !chunked_seen)
-        return 400; /* RFC 9112 §6.3 (4): chunked is not the final coding, MUST answer 400 */
-    return unknown ? 501 : 0; /* RFC 9112 §6.1: a coding before chunked we do not implement */
+        return fail(p, 400, invalid); /* RFC 9112 §6.3 (4): chunked is not the final coding */
+    if (unknown) /* RFC 9112 §6.1: a coding before chunked that we do not implement */
+        return fail(p, 501, "transfer coding not implemented");
+    return 0;
 }
 
 static int
@@ -601,16 +553,16 @@ on_headers_complete(llhttp_t *llh)
         const char *name = sk_parser_ptr(p, f->name);
         const char *value = sk_parser_ptr(p, f->value);
 
-        if (IEQ(name, f->name.len, "host")) {
+        if (SK_TOKEN_IEQ(name, f->name.len, "host")) {
             p->host_count++;
             if (!valid_host(value, f->value.len))
                 return fail(p, 400, "invalid Host");
         }
-        else if (IEQ(name, f->name.len, "transfer-encoding")) {
+        else if (SK_TOKEN_IEQ(name, f->name.len, "transfer-encoding")) {
             has_te = 1;
         }
-        else if (IEQ(name, f->name.len, "expect")) {
-            if (p->http_minor == 1 && IEQ(value, f->value.len, "100-continue"))
+        else if (SK_TOKEN_IEQ(name, f->name.len, "expect")) {
+            if (p->http_minor == 1 && SK_TOKEN_IEQ(value, f->value.len, "100-continue"))
                 p->expect_continue = 1;
         }
     }
@@ -631,10 +583,8 @@ on_headers_complete(llhttp_t *llh)
         if (llh->flags & F_CONTENT_LENGTH) /* llhttp strict refuses this first; kept as a guard */
             return fail(p, 400, "Transfer-Encoding with Content-Length");
         rc = check_transfer_encoding(p);
-        if (rc == 400)
-            return fail(p, 400, "invalid Transfer-Encoding");
-        if (rc == 501)
-            return fail(p, 501, "transfer coding not implemented");
+        if (rc != 0)
+            return rc;
     }
     p->chunked = (llh->flags & F_CHUNKED) ? 1 : 0;
     p->has_content_length = (llh->flags & F_CONTENT_LENGTH) ? 1 : 0;

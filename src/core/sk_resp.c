@@ -19,6 +19,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "sk_resp.h"
+#include "sk_token.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -95,42 +96,6 @@ reason_phrase(int status)
     default: return "";
     }
 }
-
-/* RFC 9110 §5.6.2 tchar. */
-static int
-is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return 1;
-    /* clang-format off */
-    switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
-    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
-        return 1;
-    default:
-        return 0;
-    }
-    /* clang-format on */
-}
-
-static unsigned char
-lower(unsigned char c)
-{
-    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
-}
-
-static int
-ieq(const char *s, size_t n, const char *lit, size_t litlen)
-{
-    if (n != litlen)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (lower((unsigned char)s[i]) != (unsigned char)lit[i])
-            return 0;
-    return 1;
-}
-
-#define IEQ(s, n, lit) ieq((s), (n), lit, sizeof(lit) - 1)
 
 /* Writes v in decimal; returns the number of bytes (at most 20). */
 static size_t
@@ -234,29 +199,6 @@ parse_content_length(const char *s, size_t n, uint64_t *out)
     return 0;
 }
 
-/* 1 if the comma-separated list s contains the token tok (case-insensitive, OWS trimmed). */
-static int
-list_has_token(const char *s, size_t n, const char *tok, size_t tok_len)
-{
-    size_t pos = 0;
-
-    while (pos <= n) {
-        size_t b = pos;
-        size_t e;
-
-        while (pos < n && s[pos] != ',')
-            pos++;
-        e = pos++;
-        while (b < e && (s[b] == ' ' || s[b] == '\t'))
-            b++;
-        while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t'))
-            e--;
-        if (ieq(s + b, e - b, tok, tok_len))
-            return 1;
-    }
-    return 0;
-}
-
 static int
 is_bodyless(const sk_resp_t *r)
 {
@@ -305,15 +247,10 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
         const sk_header_t *f = &headers[i];
         int write = 1;
 
-        if (f->name_len == 0) {
+        /* RFC 9110 §5.1: field-name = token */
+        if (f->name_len == 0 || sk_token_len(f->name, f->name_len) != f->name_len) {
             rc = SK_EHDRNAME;
             goto error;
-        }
-        for (size_t k = 0; k < f->name_len; k++) {
-            if (!is_tchar((unsigned char)f->name[k])) {
-                rc = SK_EHDRNAME;
-                goto error;
-            }
         }
         for (size_t k = 0; k < f->value_len; k++) {
             unsigned char c = (unsigned char)f->value[k];
@@ -326,7 +263,7 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
                 goto error;
             }
         }
-        if (IEQ(f->name, f->name_len, "content-length")) {
+        if (SK_TOKEN_IEQ(f->name, f->name_len, "content-length")) {
             if (r->app_has_cl) {
                 rc = SK_ECL;
                 goto error;
@@ -337,33 +274,28 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
             r->app_has_cl = 1;
             write = !no_framing_fields;
         }
-        else if (IEQ(f->name, f->name_len, "transfer-encoding")) {
+        else if (SK_TOKEN_IEQ(f->name, f->name_len, "transfer-encoding")) {
             const char *v = f->value;
             size_t n = f->value_len;
 
-            while (n > 0 && (v[0] == ' ' || v[0] == '\t')) {
-                v++;
-                n--;
-            }
-            while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
-                n--;
-            if (r->app_chunked || !IEQ(v, n, "chunked")) {
+            sk_ows_trim(&v, &n);
+            if (r->app_chunked || !SK_TOKEN_IEQ(v, n, "chunked")) {
                 rc = SK_ETE;
                 goto error;
             }
             r->app_chunked = 1;
             write = 0; /* the framing writes its own */
         }
-        else if (IEQ(f->name, f->name_len, "date")) {
+        else if (SK_TOKEN_IEQ(f->name, f->name_len, "date")) {
             r->app_has_date = 1;
         }
-        else if (IEQ(f->name, f->name_len, "server")) {
+        else if (SK_TOKEN_IEQ(f->name, f->name_len, "server")) {
             r->app_has_server = 1;
         }
-        else if (IEQ(f->name, f->name_len, "connection")) {
-            if (list_has_token(f->value, f->value_len, "close", 5))
+        else if (SK_TOKEN_IEQ(f->name, f->name_len, "connection")) {
+            if (SK_LIST_HAS_TOKEN(f->value, f->value_len, "close"))
                 r->app_conn_close = 1;
-            if (list_has_token(f->value, f->value_len, "keep-alive", 10))
+            if (SK_LIST_HAS_TOKEN(f->value, f->value_len, "keep-alive"))
                 r->app_conn_keep_alive = 1;
         }
         if (write) {

@@ -20,6 +20,7 @@
 #include "sk_core.h"
 #include "sk_http.h"
 #include "sk_resp.h"
+#include "sk_token.h"
 #include "llhttp.h"
 
 typedef struct {
@@ -1488,6 +1489,154 @@ test_date(T *t)
     CHECK(t, strlen(d) == 29);
 }
 
+/* ---- tokenizers (sk_token) ------------------------------------------------------------------- */
+
+/* Every list element of s, each followed by "|", e.g. "a|b|" for "a, ,b". */
+static void
+list_elements(const char *s, size_t n, char *out, size_t out_size)
+{
+    sk_list_iter_t it;
+    const char *e;
+    size_t elen;
+    size_t used = 0;
+
+    out[0] = '\0';
+    sk_list_init(&it, s, n);
+    while (sk_list_next(&it, &e, &elen) == 1) {
+        if (used + elen + 2 > out_size)
+            return;
+        memcpy(out + used, e, elen);
+        used += elen;
+        out[used++] = '|';
+        out[used] = '\0';
+    }
+}
+
+#define LIST_IS(t, lit, expect)                                           \
+    do {                                                                  \
+        char got_[128];                                                   \
+        list_elements(lit, sizeof(lit) - 1, got_, sizeof(got_));          \
+        check((t), strcmp(got_, (expect)) == 0, __FILE__, __LINE__, lit); \
+    } while (0)
+
+/* A literal's bytes with their length from sizeof (so embedded NULs count too). */
+#define IEQ_LIT(s, lit) SK_TOKEN_IEQ((s), sizeof(s) - 1, lit)
+#define HAS_TOKEN(s, lit) SK_LIST_HAS_TOKEN((s), sizeof(s) - 1, lit)
+
+static void
+test_token(T *t)
+{
+    static const char tchars[] = "!#$%&'*+-.^_`|~0123456789"
+                                 "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    sk_list_iter_t it;
+    const char *s;
+    const char *e = "x";
+    size_t n;
+    size_t elen = 7;
+    int ntchar = 0;
+
+    /* tchar: exactly the 77 bytes of RFC 9110 §5.6.2 */
+    for (int c = 0; c < 256; c++) {
+        int expect = c != 0 && strchr(tchars, c) != NULL;
+
+        ntchar += sk_is_tchar((unsigned char)c);
+        if (sk_is_tchar((unsigned char)c) != expect)
+            check(t, 0, __FILE__, __LINE__, "sk_is_tchar disagrees with RFC 9110 tchar");
+    }
+    CHECK(t, ntchar == 77);
+    CHECK(t, sizeof(tchars) - 1 == 77);
+    CHECK(t, !sk_is_tchar(' ') && !sk_is_tchar('"') && !sk_is_tchar(',') && !sk_is_tchar(':'));
+    CHECK(t, !sk_is_tchar(0x7f) && !sk_is_tchar(0x80) && !sk_is_tchar(0xff));
+
+    /* token length: the leading run of tchar */
+    CHECK(t, sk_token_len("", 0) == 0);
+    CHECK(t, sk_token_len(NULL, 0) == 0);
+    CHECK(t, sk_token_len("gzip", sizeof("gzip") - 1) == sizeof("gzip") - 1);
+    CHECK(t, sk_token_len("gzip;q=1", sizeof("gzip;q=1") - 1) == sizeof("gzip") - 1);
+    CHECK(t, sk_token_len(" gzip", sizeof(" gzip") - 1) == 0);
+    CHECK(t, sk_token_len("a b", sizeof("a b") - 1) == 1);
+    CHECK(t, sk_token_len("ab\0c", sizeof("ab\0c") - 1) == 2);
+
+    /* OWS: SP and HTAB only */
+    CHECK(t, sk_is_ows(' ') && sk_is_ows('\t'));
+    CHECK(t, !sk_is_ows('\r') && !sk_is_ows('\n') && !sk_is_ows('\v') && !sk_is_ows('\f'));
+    CHECK(t, !sk_is_ows(0) && !sk_is_ows(0xa0));
+    s = " \t a b \t ";
+    n = strlen(s);
+    sk_ows_trim(&s, &n);
+    CHECK(t, n == 3 && memcmp(s, "a b", 3) == 0);
+    s = " \t \t";
+    n = strlen(s);
+    sk_ows_trim(&s, &n);
+    CHECK(t, n == 0);
+    s = "";
+    n = 0;
+    sk_ows_trim(&s, &n);
+    CHECK(t, n == 0 && s[0] == '\0');
+    s = NULL;
+    n = 0;
+    sk_ows_trim(&s, &n);
+    CHECK(t, n == 0 && s == NULL);
+    s = "\r x\n";
+    n = strlen(s);
+    sk_ows_trim(&s, &n);
+    CHECK(t, n == 4); /* CR and LF are not OWS */
+
+    /* ASCII case folding and comparison with a lower-case literal */
+    CHECK(t,
+          sk_ascii_lower('A') == 'a' && sk_ascii_lower('Z') == 'z' && sk_ascii_lower('a') == 'a');
+    CHECK(t,
+          sk_ascii_lower('@') == '@' && sk_ascii_lower('[') == '[' && sk_ascii_lower(0xc4) == 0xc4);
+    CHECK(t, IEQ_LIT("chunked", "chunked"));
+    CHECK(t, IEQ_LIT("ChUnKeD", "chunked"));
+    CHECK(t, IEQ_LIT("CHUNKED", "chunked"));
+    CHECK(t, !IEQ_LIT("chunke", "chunked"));
+    CHECK(t, !IEQ_LIT("chunkedx", "chunked"));
+    CHECK(t, !IEQ_LIT("chunked ", "chunked"));
+    CHECK(t, !IEQ_LIT("chunkee", "chunked"));
+    CHECK(t, IEQ_LIT("", ""));
+    CHECK(t, !IEQ_LIT("", "a"));
+    CHECK(t, !IEQ_LIT("A", "A"));       /* the literal is not folded: it must be lower case */
+    CHECK(t, !IEQ_LIT("\xc4", "\xe4")); /* no case outside ASCII */
+    CHECK(t, sk_token_ieq("Host", sizeof("Host") - 1, "host", sizeof("host") - 1));
+
+    /* comma-separated lists: empty elements skipped, OWS trimmed, split at every comma */
+    LIST_IS(t, "", "");
+    LIST_IS(t, ",", "");
+    LIST_IS(t, ",,,", "");
+    LIST_IS(t, " , \t ,", "");
+    LIST_IS(t, " \t ", "");
+    LIST_IS(t, "a", "a|");
+    LIST_IS(t, "a,b", "a|b|");
+    LIST_IS(t, " a , b ", "a|b|");
+    LIST_IS(t, "\ta\t,\tb\t", "a|b|");
+    LIST_IS(t, ",a,,b,", "a|b|");
+    LIST_IS(t, "gzip, chunked", "gzip|chunked|");
+    LIST_IS(t, "a b , c", "a b|c|");
+    LIST_IS(t, "x;q=\"1,2\"", "x;q=\"1|2\"|");
+    LIST_IS(t, "A,B", "A|B|");
+    /* an exhausted iterator stays exhausted and clears the out-parameters */
+    sk_list_init(&it, "a", sizeof("a") - 1);
+    CHECK(t, sk_list_next(&it, &e, &elen) == 1 && elen == 1 && e[0] == 'a');
+    CHECK(t, sk_list_next(&it, &e, &elen) == 0 && e == NULL && elen == 0);
+    CHECK(t, sk_list_next(&it, &e, &elen) == 0 && e == NULL && elen == 0);
+    sk_list_init(&it, NULL, 0);
+    CHECK(t, sk_list_next(&it, &e, &elen) == 0 && e == NULL && elen == 0);
+
+    /* token membership */
+    CHECK(t, HAS_TOKEN("close", "close"));
+    CHECK(t, HAS_TOKEN("keep-alive, Close", "close"));
+    CHECK(t, HAS_TOKEN(" ,\tCLOSE\t, ", "close"));
+    CHECK(t, HAS_TOKEN("upgrade,keep-alive", "keep-alive"));
+    CHECK(t, !HAS_TOKEN("closed", "close"));
+    CHECK(t, !HAS_TOKEN("clo se", "close"));
+    CHECK(t, !HAS_TOKEN("close;x", "close"));
+    CHECK(t, !HAS_TOKEN("", "close"));
+    CHECK(t, !HAS_TOKEN(",,", "close"));
+    CHECK(t, !SK_LIST_HAS_TOKEN(NULL, 0, "close"));
+    CHECK(t, sk_list_has_token("a,b", sizeof("a,b") - 1, "b", sizeof("b") - 1));
+}
+
 /* ---- core ------------------------------------------------------------------------------------ */
 
 static void
@@ -1544,6 +1693,7 @@ main(void)
         return 2;
     }
     test_core(&t);
+    test_token(&t);
     test_parser_basic(&t);
     test_parser_errors(&t);
     test_parser_limits(&t);
