@@ -149,7 +149,7 @@ rl_scan(sk_parser_t *p, const char *data, size_t len)
                     break;
                 }
                 p->rl_prev_sp = 1;
-                if (p->rl_sp < 255)
+                if (p->rl_sp < UINT8_MAX)
                     p->rl_sp++;
             }
             else if (c == '\r' || c == '\n') {
@@ -274,7 +274,7 @@ on_protocol(llhttp_t *llh, const char *at, size_t len)
     for (size_t i = 0; i < len; i++) {
         if (p->protocol_len < sizeof(p->protocol))
             p->protocol[p->protocol_len] = at[i];
-        if (p->protocol_len < 255)
+        if (p->protocol_len < UINT8_MAX)
             p->protocol_len++;
     }
     return 0;
@@ -288,7 +288,8 @@ on_protocol_complete(llhttp_t *llh)
     if (p->rl_double_sp)
         return fail(p, 400, "more than one SP in the request-line");
     /* llhttp's HTTP_REQUEST mode also accepts RTSP/x.y. */
-    if (p->protocol_len != 4 || memcmp(p->protocol, "HTTP", 4) != 0)
+    if (p->protocol_len != sizeof(p->protocol) ||
+        memcmp(p->protocol, "HTTP", sizeof(p->protocol)) != 0)
         return fail(p, 400, "protocol is not HTTP");
     return 0;
 }
@@ -301,7 +302,7 @@ on_version(llhttp_t *llh, const char *at, size_t len)
     for (size_t i = 0; i < len; i++) {
         if (p->version_len < sizeof(p->version))
             p->version[p->version_len] = at[i];
-        if (p->version_len < 255)
+        if (p->version_len < UINT8_MAX)
             p->version_len++;
     }
     return 0;
@@ -758,7 +759,9 @@ map_llhttp_error(const sk_parser_t *p, llhttp_errno_t err, const char **reason)
         *reason = "malformed request";
     if (err == HPE_INVALID_METHOD)
         return p->rl_method == 1 ? 501 : 400;
-    if (err == HPE_INVALID_VERSION && !p->rl_double_sp && p->version_len == 3 &&
+    /* HTTP-version = HTTP-name "/" DIGIT "." DIGIT (RFC 9112 §2.3): a well-formed version other
+     * than 1.0 and 1.1 is 505, anything else 400. */
+    if (err == HPE_INVALID_VERSION && !p->rl_double_sp && p->version_len == sizeof(p->version) &&
         p->version[0] >= '0' && p->version[0] <= '9' && p->version[1] == '.' &&
         p->version[2] >= '0' && p->version[2] <= '9' &&
         !(p->version[0] == '1' && (p->version[2] == '0' || p->version[2] == '1'))) {

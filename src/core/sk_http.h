@@ -107,8 +107,8 @@ typedef struct {
     uint8_t rl_double_sp; /* bit 1: SP SP after the method, bit 2: SP SP after the target */
     uint8_t version_len;  /* bytes of the HTTP-version digits seen (saturating) */
     uint8_t protocol_len; /* bytes of the protocol name seen (saturating) */
-    char version[4];
-    char protocol[4];
+    char version[sizeof("1.1") - 1];   /* the HTTP-version's first bytes (DIGIT "." DIGIT) */
+    char protocol[sizeof("HTTP") - 1]; /* the protocol name's first bytes (HTTP-name) */
     uint32_t method_len;
 } sk_parser_t;
 

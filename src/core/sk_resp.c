@@ -21,11 +21,39 @@
 #include "sk_resp.h"
 #include "sk_token.h"
 
+#include <assert.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
-const char SK_CONTINUE_RESPONSE[] = "HTTP/1.1 100 Continue\r\n\r\n";
+const char SK_CONTINUE_RESPONSE[] = SK_CONTINUE_RESPONSE_LITERAL;
+
+/* Byte counts come from the literals themselves, never from counting by hand. */
+#define LIT_LEN(lit) (sizeof("" lit) - 1)
+/* The longest decimal and lower-case hex forms of a uint64_t. */
+#define DEC_MAX_LEN LIT_LEN("18446744073709551615")
+#define HEX_MAX_LEN LIT_LEN("ffffffffffffffff")
+
+/* The lines the serializer writes itself (RFC 9112 §4 status-line, RFC 9110 field lines). */
+#define STATUS_LINE_START "HTTP/1.1 "
+#define CRLF "\r\n"
+#define FIELD_SEP ": "
+#define FIELD_TE_CHUNKED "transfer-encoding: chunked\r\n"
+#define FIELD_CONN_CLOSE "connection: close\r\n"
+#define FIELD_CONN_KEEP_ALIVE "connection: keep-alive\r\n"
+#define FIELD_SERVER "server: skirr\r\n"
+#define FIELD_TEXT_PLAIN "content-type: text/plain; charset=utf-8\r\n"
+/* Bytes of a field line "name: value\r\n" around the name and value. */
+#define FIELD_LINE_EXTRA (LIT_LEN(FIELD_SEP) + LIT_LEN(CRLF))
+#define CONTENT_LENGTH_FIELD_MAX (LIT_LEN("content-length") + FIELD_LINE_EXTRA + DEC_MAX_LEN)
+#define DATE_FIELD_LEN (LIT_LEN("date") + FIELD_LINE_EXTRA + SK_DATE_LEN)
+/* The most bytes sk_resp_body() adds after the recorded head: one framing field (content-length is
+ * the longer one), one connection field (keep-alive is the longer one), server, and the blank line;
+ * the date field comes on top when one is sent. */
+#define HEAD_TAIL_MAX                                                                    \
+    (CONTENT_LENGTH_FIELD_MAX + LIT_LEN(FIELD_CONN_KEEP_ALIVE) + LIT_LEN(FIELD_SERVER) + \
+     LIT_LEN(CRLF))
 
 /* Reason phrases of RFC 9110 §15 (and the registered extensions); "" for any other code. */
 static const char *
@@ -97,11 +125,11 @@ reason_phrase(int status)
     }
 }
 
-/* Writes v in decimal; returns the number of bytes (at most 20). */
+/* Writes v in decimal; returns the number of bytes (at most DEC_MAX_LEN). */
 static size_t
 fmt_dec(char *out, uint64_t v)
 {
-    char tmp[20];
+    char tmp[DEC_MAX_LEN];
     size_t n = 0;
 
     do {
@@ -113,12 +141,12 @@ fmt_dec(char *out, uint64_t v)
     return n;
 }
 
-/* Writes v in lower-case hex; returns the number of bytes (at most 16). */
+/* Writes v in lower-case hex; returns the number of bytes (at most HEX_MAX_LEN). */
 static size_t
 fmt_hex(char *out, uint64_t v)
 {
     static const char digits[] = "0123456789abcdef";
-    char tmp[16];
+    char tmp[HEX_MAX_LEN];
     size_t n = 0;
 
     do {
@@ -130,51 +158,57 @@ fmt_hex(char *out, uint64_t v)
     return n;
 }
 
-#define APPEND_LIT(buf, lit) sk_buf_append((buf), (lit), sizeof(lit) - 1)
+#define APPEND_LIT(buf, lit) sk_buf_append((buf), "" lit, LIT_LEN(lit))
 
+/* status-line = HTTP-version SP status-code SP [ reason-phrase ] CRLF (RFC 9112 §4);
+ * status is 100..599 (three digits). */
 static int
 append_status_line(sk_buf_t *b, int status, const char *reason)
 {
-    char line[16];
+    char line[] = STATUS_LINE_START "000 ";
+    char *code = line + LIT_LEN(STATUS_LINE_START);
     int rc;
 
-    memcpy(line, "HTTP/1.1 ", 9);
-    line[9] = (char)('0' + status / 100);
-    line[10] = (char)('0' + status / 10 % 10);
-    line[11] = (char)('0' + status % 10);
-    line[12] = ' ';
-    rc = sk_buf_append(b, line, 13);
+    assert(status >= 100 && status <= 599);
+    code[0] = (char)('0' + status / 100);
+    code[1] = (char)('0' + status / 10 % 10);
+    code[2] = (char)('0' + status % 10);
+    rc = sk_buf_append(b, line, sizeof(line) - 1);
     if (rc == 0)
         rc = sk_buf_append(b, reason, strlen(reason));
     if (rc == 0)
-        rc = APPEND_LIT(b, "\r\n");
+        rc = APPEND_LIT(b, CRLF);
     return rc;
 }
 
 static int
 append_field(sk_buf_t *b, const char *name, size_t name_len, const char *value, size_t value_len)
 {
-    int rc = sk_buf_reserve(b, name_len + value_len + 4);
+    int rc = sk_buf_reserve(b, name_len + value_len + FIELD_LINE_EXTRA);
 
     if (rc < 0)
         return rc;
     rc = sk_buf_append(b, name, name_len);
     if (rc == 0)
-        rc = APPEND_LIT(b, ": ");
+        rc = APPEND_LIT(b, FIELD_SEP);
     if (rc == 0)
         rc = sk_buf_append(b, value, value_len);
     if (rc == 0)
-        rc = APPEND_LIT(b, "\r\n");
+        rc = APPEND_LIT(b, CRLF);
     return rc;
 }
+
+/* append_field() with a string-literal name. */
+#define APPEND_FIELD(b, name, value, value_len) \
+    append_field((b), "" name, LIT_LEN(name), (value), (value_len))
 
 static int
 append_content_length(sk_buf_t *b, uint64_t n)
 {
-    char num[20];
+    char num[DEC_MAX_LEN];
     size_t len = fmt_dec(num, n);
 
-    return append_field(b, "content-length", 14, num, len);
+    return APPEND_FIELD(b, "content-length", num, len);
 }
 
 /* Content-Length from the application: 1*DIGIT, no sign, no whitespace, fits in 64 bits. */
@@ -354,7 +388,8 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
     }
 
     if (!r->head_written) {
-        rc = sk_buf_reserve(out, sk_buf_len(&r->head) + 160 + (date ? 37 : 0));
+        rc =
+            sk_buf_reserve(out, sk_buf_len(&r->head) + HEAD_TAIL_MAX + (date ? DATE_FIELD_LEN : 0));
         if (rc < 0)
             goto error;
         rc = sk_buf_append(out, sk_buf_head(&r->head), sk_buf_len(&r->head));
@@ -363,24 +398,24 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
         if (framing == SK_FRAME_LENGTH && !r->app_has_cl)
             rc = append_content_length(out, content_length);
         else if (framing == SK_FRAME_CHUNKED)
-            rc = APPEND_LIT(out, "transfer-encoding: chunked\r\n");
+            rc = APPEND_LIT(out, FIELD_TE_CHUNKED);
         if (rc < 0)
             goto error;
         if (!keep_alive && !r->app_conn_close)
-            rc = APPEND_LIT(out, "connection: close\r\n");
+            rc = APPEND_LIT(out, FIELD_CONN_CLOSE);
         else if (keep_alive && r->req.http_minor == 0 && !r->app_conn_keep_alive)
-            rc = APPEND_LIT(out, "connection: keep-alive\r\n");
+            rc = APPEND_LIT(out, FIELD_CONN_KEEP_ALIVE);
         if (rc < 0)
             goto error;
         if (!r->app_has_date && date != NULL)
-            rc = append_field(out, "date", 4, date, 29);
+            rc = APPEND_FIELD(out, "date", date, SK_DATE_LEN);
         if (rc < 0)
             goto error;
         if (!r->app_has_server)
-            rc = APPEND_LIT(out, "server: skirr\r\n");
+            rc = APPEND_LIT(out, FIELD_SERVER);
         if (rc < 0)
             goto error;
-        rc = APPEND_LIT(out, "\r\n");
+        rc = APPEND_LIT(out, CRLF);
         if (rc < 0)
             goto error;
     }
@@ -391,21 +426,21 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
     case SK_FRAME_CHUNKED:
         rc = 0;
         if (len > 0) {
-            char size[18];
+            char size[HEX_MAX_LEN + LIT_LEN(CRLF)];
             size_t n = fmt_hex(size, len);
 
             size[n++] = '\r';
             size[n++] = '\n';
-            rc = sk_buf_reserve(out, n + len + 2);
+            rc = sk_buf_reserve(out, n + len + LIT_LEN(CRLF));
             if (rc == 0)
                 rc = sk_buf_append(out, size, n);
             if (rc == 0)
                 rc = sk_buf_append(out, data, len);
             if (rc == 0)
-                rc = APPEND_LIT(out, "\r\n");
+                rc = APPEND_LIT(out, CRLF);
         }
         if (rc == 0 && !more_body)
-            rc = APPEND_LIT(out, "0\r\n\r\n");
+            rc = APPEND_LIT(out, "0" CRLF CRLF); /* last-chunk, empty trailer section */
         break;
     default: /* SK_FRAME_NONE: content is not sent (HEAD, 1xx, 204, 304) */ rc = 0; break;
     }
@@ -442,19 +477,23 @@ sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date)
         reason = "Error";
     reason_len = strlen(reason);
 
-    rc = sk_buf_reserve(out, 200 + 2 * reason_len);
+    /* status-line, content-type, content-length, connection, date, server, blank line, body */
+    rc = sk_buf_reserve(out, LIT_LEN(STATUS_LINE_START "000 " CRLF) + reason_len +
+                                 LIT_LEN(FIELD_TEXT_PLAIN) + CONTENT_LENGTH_FIELD_MAX +
+                                 LIT_LEN(FIELD_CONN_CLOSE) + DATE_FIELD_LEN +
+                                 LIT_LEN(FIELD_SERVER CRLF) + reason_len);
     if (rc == 0)
         rc = append_status_line(out, status, reason);
     if (rc == 0)
-        rc = APPEND_LIT(out, "content-type: text/plain; charset=utf-8\r\n");
+        rc = APPEND_LIT(out, FIELD_TEXT_PLAIN);
     if (rc == 0)
         rc = append_content_length(out, reason_len);
     if (rc == 0)
-        rc = APPEND_LIT(out, "connection: close\r\n");
+        rc = APPEND_LIT(out, FIELD_CONN_CLOSE);
     if (rc == 0 && date != NULL)
-        rc = append_field(out, "date", 4, date, 29);
+        rc = APPEND_FIELD(out, "date", date, SK_DATE_LEN);
     if (rc == 0)
-        rc = APPEND_LIT(out, "server: skirr\r\n\r\n");
+        rc = APPEND_LIT(out, FIELD_SERVER CRLF);
     if (rc == 0 && !head_request)
         rc = sk_buf_append(out, reason, reason_len);
     if (rc < 0)
@@ -466,41 +505,56 @@ error:
     return rc;
 }
 
-void
-sk_format_date(int64_t t, char out[30])
+/* Writes the last `width` decimal digits of v (v >= 0) to o; returns o + width. */
+static char *
+put_digits(char *o, int v, int width)
 {
-    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    for (int i = width - 1; i >= 0; i--) {
+        o[i] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return o + width;
+}
+
+/* Copies a string literal's bytes (without its NUL) to o; evaluates to the byte after them. */
+#define PUT_LIT(o, lit) ((char *)memcpy((o), "" lit, LIT_LEN(lit)) + LIT_LEN(lit))
+
+void
+sk_format_date(int64_t t, char out[SK_DATE_LEN + 1])
+{
+    /* IMF-fixdate = day-name "," SP date1 SP time-of-day SP GMT, with date1 = day SP month SP year
+     * (2DIGIT, 3 letters, 4DIGIT) and time-of-day = hour ":" minute ":" second (2DIGIT each):
+     * RFC 9110 §5.6.7. */
+    static const char days[7][sizeof("Sun")] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char months[12][sizeof("Jan")] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                   "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    static const char epoch[] = "Thu, 01 Jan 1970 00:00:00 GMT";
     time_t tt = (time_t)t;
     struct tm tm;
     int year;
+    char *o = out;
 
     if (gmtime_r(&tt, &tm) == NULL || tm.tm_year + 1900 < 0 || tm.tm_year + 1900 > 9999) {
-        memcpy(out, "Thu, 01 Jan 1970 00:00:00 GMT", 30);
+        memcpy(out, epoch, sizeof(epoch));
         return;
     }
     year = tm.tm_year + 1900;
-    memcpy(out, days[tm.tm_wday], 3);
-    out[3] = ',';
-    out[4] = ' ';
-    out[5] = (char)('0' + tm.tm_mday / 10);
-    out[6] = (char)('0' + tm.tm_mday % 10);
-    out[7] = ' ';
-    memcpy(out + 8, months[tm.tm_mon], 3);
-    out[11] = ' ';
-    out[12] = (char)('0' + year / 1000);
-    out[13] = (char)('0' + year / 100 % 10);
-    out[14] = (char)('0' + year / 10 % 10);
-    out[15] = (char)('0' + year % 10);
-    out[16] = ' ';
-    out[17] = (char)('0' + tm.tm_hour / 10);
-    out[18] = (char)('0' + tm.tm_hour % 10);
-    out[19] = ':';
-    out[20] = (char)('0' + tm.tm_min / 10);
-    out[21] = (char)('0' + tm.tm_min % 10);
-    out[22] = ':';
-    out[23] = (char)('0' + tm.tm_sec / 10);
-    out[24] = (char)('0' + tm.tm_sec % 10);
-    memcpy(out + 25, " GMT", 5);
+    memcpy(o, days[tm.tm_wday], sizeof(days[0]) - 1);
+    o += sizeof(days[0]) - 1;
+    o = PUT_LIT(o, ", ");
+    o = put_digits(o, tm.tm_mday, 2);
+    o = PUT_LIT(o, " ");
+    memcpy(o, months[tm.tm_mon], sizeof(months[0]) - 1);
+    o += sizeof(months[0]) - 1;
+    o = PUT_LIT(o, " ");
+    o = put_digits(o, year, 4);
+    o = PUT_LIT(o, " ");
+    o = put_digits(o, tm.tm_hour, 2);
+    o = PUT_LIT(o, ":");
+    o = put_digits(o, tm.tm_min, 2);
+    o = PUT_LIT(o, ":");
+    o = put_digits(o, tm.tm_sec, 2);
+    o = PUT_LIT(o, " GMT");
+    *o = '\0';
+    assert(o - out == (ptrdiff_t)SK_DATE_LEN);
 }

@@ -1468,7 +1468,8 @@ test_resp_error(T *t)
     sk_buf_consume(&out, sk_buf_len(&out));
     CHECK(t, sk_resp_error(&out, 499, 0, DATE) == 0);
     CHECK(t, starts_with(&out, "HTTP/1.1 499 Error\r\n") && ends_with(&out, "\r\n\r\nError"));
-    CHECK(t, strlen(SK_CONTINUE_RESPONSE) == SK_CONTINUE_RESPONSE_LEN);
+    CHECK(t, strlen(SK_CONTINUE_RESPONSE) == SK_CONTINUE_RESPONSE_LEN &&
+                 SK_CONTINUE_RESPONSE_LEN == 25);
     CHECK(t, strcmp(SK_CONTINUE_RESPONSE, "HTTP/1.1 100 Continue\r\n\r\n") == 0);
     sk_buf_free(&out);
 }
@@ -1476,7 +1477,7 @@ test_resp_error(T *t)
 static void
 test_date(T *t)
 {
-    char d[30];
+    char d[SK_DATE_LEN + 1];
 
     sk_format_date(784111777, d);
     CHECK(t, strcmp(d, "Sun, 06 Nov 1994 08:49:37 GMT") == 0);
@@ -1486,7 +1487,16 @@ test_date(T *t)
     CHECK(t, strcmp(d, "Tue, 29 Feb 2000 00:00:00 GMT") == 0);
     sk_format_date(1735689599, d);
     CHECK(t, strcmp(d, "Tue, 31 Dec 2024 23:59:59 GMT") == 0);
-    CHECK(t, strlen(d) == 29);
+    CHECK(t, strlen(d) == SK_DATE_LEN && SK_DATE_LEN == 29);
+    /* the four-digit years at both ends, and the epoch for years outside 0..9999 */
+    sk_format_date(253402300799LL, d);
+    CHECK(t, strcmp(d, "Fri, 31 Dec 9999 23:59:59 GMT") == 0);
+    sk_format_date(-62135596800LL, d);
+    CHECK(t, strcmp(d, "Mon, 01 Jan 0001 00:00:00 GMT") == 0);
+    sk_format_date(253402300800LL, d);
+    CHECK(t, strcmp(d, "Thu, 01 Jan 1970 00:00:00 GMT") == 0);
+    sk_format_date(-62167219201LL, d);
+    CHECK(t, strcmp(d, "Thu, 01 Jan 1970 00:00:00 GMT") == 0);
 }
 
 /* ---- tokenizers (sk_token) ------------------------------------------------------------------- */
