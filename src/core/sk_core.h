@@ -10,7 +10,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Error codes: always negative, so functions return >= 0 on success. */
+/* How core functions report results. One rule per kind of function; no other shape is used.
+ *
+ *  - An operation that can fail returns int: 0 (or a count >= 0) on success, a negative SK_E*
+ *    code on failure. What it leaves behind on failure is documented with it (sk_buf_*: the
+ *    buffer unchanged; sk_resp_body/sk_resp_error: nothing appended).
+ *  - A lookup or iterator that may find nothing returns int and hands what it found back through
+ *    an out-parameter, as CPython's PyDict_GetItemRef does: 1 found (*out set), 0 nothing there
+ *    (*out set to NULL or 0), negative SK_E* on failure (*out as for 0). "Nothing" is never
+ *    a failure and never a sentinel in the value itself (no NULL, "" or -1 meaning "absent").
+ *    Examples: sk_list_next() in sk_token.h, reason_phrase() in sk_resp.c.
+ *  - A predicate (sk_is_*, *_has_*, *_ieq, sk_parser_idle) returns 1 or 0 and cannot fail.
+ *  - sk_strerror() always returns text ("unknown error" for a code not in the table).
+ *  - The request parser is event-shaped: sk_parser_execute() returns bytes consumed and one event;
+ *    SK_EV_NONE is "nothing yet", and a refusal is the SK_EV_ERROR event with the HTTP status,
+ *    not an SK_E* code. Its llhttp callbacks follow llhttp: 0 to go on, HPE_PAUSED for an event,
+ *    or what fail() returns (HPE_USER, the status recorded in the parser).
+ *
+ * Error codes: always negative, so functions return >= 0 on success. */
 #define SK_ERRORS(X)                                                                          \
     X(SK_ENOMEM, -1, "out of memory")                                                         \
     X(SK_EHDRNAME, -2, "response header name is not a token (RFC 9110 §5.1)")                 \

@@ -59,7 +59,8 @@ fail(sk_parser_t *p, int status, const char *reason)
     return HPE_USER;
 }
 
-/* Appends bytes to the head block. Spans are offsets, so moving the block is safe. */
+/* Appends bytes to the head block. Spans are offsets, so moving the block is safe.
+ * 0, or SK_ENOMEM (no memory, or the block would pass UINT32_MAX bytes); the block is unchanged. */
 static int
 head_append(sk_parser_t *p, const char *at, size_t len)
 {
@@ -70,7 +71,7 @@ head_append(sk_parser_t *p, const char *at, size_t len)
     if (len == 0)
         return 0;
     if (len > (size_t)UINT32_MAX - p->head_len)
-        return -1;
+        return SK_ENOMEM;
     need = p->head_len + len;
     if (need > p->head_cap) {
         cap = p->head_cap < HEAD_MIN_CAP ? HEAD_MIN_CAP : p->head_cap;
@@ -78,7 +79,7 @@ head_append(sk_parser_t *p, const char *at, size_t len)
             cap = cap > SIZE_MAX / 2 ? need : cap * 2;
         head = realloc(p->head, cap);
         if (head == NULL)
-            return -1;
+            return SK_ENOMEM;
         p->head = head;
         p->head_cap = cap;
     }
@@ -87,7 +88,7 @@ head_append(sk_parser_t *p, const char *at, size_t len)
     return 0;
 }
 
-/* Makes room for fields[nfields] (the field-line being received). */
+/* Makes room for fields[nfields] (the field-line being received). 0 or SK_ENOMEM. */
 static int
 fields_grow(sk_parser_t *p)
 {
@@ -97,11 +98,11 @@ fields_grow(sk_parser_t *p)
     if (p->nfields < p->fields_cap)
         return 0;
     if (p->fields_cap > UINT32_MAX / 2)
-        return -1;
+        return SK_ENOMEM;
     cap = p->fields_cap < FIELDS_MIN_CAP ? FIELDS_MIN_CAP : p->fields_cap * 2;
     fields = realloc(p->fields, (size_t)cap * sizeof(*fields));
     if (fields == NULL)
-        return -1;
+        return SK_ENOMEM;
     p->fields = fields;
     p->fields_cap = cap;
     return 0;
@@ -323,12 +324,13 @@ on_version_complete(llhttp_t *llh)
     return 0;
 }
 
-/* Counts bytes of the current field section against max_field_section. */
+/* Counts bytes of the current field section against max_field_section. 0, or what fail() returns
+ * (431) when the section would pass the limit. */
 static int
 count_field_bytes(sk_parser_t *p, size_t len)
 {
     if (len > p->limits.max_field_section - p->field_section_bytes)
-        return -1;
+        return fail(p, 431, "header fields too large");
     p->field_section_bytes += (uint32_t)len;
     return 0;
 }
@@ -364,8 +366,9 @@ on_header_field(llhttp_t *llh, const char *at, size_t len)
         if (rc != 0)
             return rc;
     }
-    if (count_field_bytes(p, len) < 0)
-        return fail(p, 431, "header fields too large");
+    rc = count_field_bytes(p, len);
+    if (rc != 0)
+        return rc;
     if (p->in_trailers)
         return 0;
     if (head_append(p, at, len) < 0)
@@ -396,9 +399,11 @@ static int
 on_header_value(llhttp_t *llh, const char *at, size_t len)
 {
     sk_parser_t *p = from_llh(llh);
+    int rc;
 
-    if (count_field_bytes(p, len) < 0)
-        return fail(p, 431, "header fields too large");
+    rc = count_field_bytes(p, len);
+    if (rc != 0)
+        return rc;
     if (p->in_trailers || !p->in_value)
         return 0;
     if (head_append(p, at, len) < 0)

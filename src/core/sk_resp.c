@@ -55,73 +55,74 @@ const char SK_CONTINUE_RESPONSE[] = SK_CONTINUE_RESPONSE_LITERAL;
     (CONTENT_LENGTH_FIELD_MAX + LIT_LEN(FIELD_CONN_KEEP_ALIVE) + LIT_LEN(FIELD_SERVER) + \
      LIT_LEN(CRLF))
 
-/* Reason phrases of RFC 9110 §15 (and the registered extensions); "" for any other code. */
-static const char *
-reason_phrase(int status)
+/* The reason phrase RFC 9110 §15 (or the IANA status code registry) gives for status.
+ * 1: *reason is that static string. 0: the code has none registered (*reason is NULL). */
+static int
+reason_phrase(int status, const char **reason)
 {
     switch (status) {
-    case 100: return "Continue";
-    case 101: return "Switching Protocols";
-    case 102: return "Processing";
-    case 103: return "Early Hints";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 203: return "Non-Authoritative Information";
-    case 204: return "No Content";
-    case 205: return "Reset Content";
-    case 206: return "Partial Content";
-    case 207: return "Multi-Status";
-    case 208: return "Already Reported";
-    case 226: return "IM Used";
-    case 300: return "Multiple Choices";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 303: return "See Other";
-    case 304: return "Not Modified";
-    case 305: return "Use Proxy";
-    case 307: return "Temporary Redirect";
-    case 308: return "Permanent Redirect";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 402: return "Payment Required";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 406: return "Not Acceptable";
-    case 407: return "Proxy Authentication Required";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 411: return "Length Required";
-    case 412: return "Precondition Failed";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 416: return "Range Not Satisfiable";
-    case 417: return "Expectation Failed";
-    case 421: return "Misdirected Request";
-    case 422: return "Unprocessable Content";
-    case 423: return "Locked";
-    case 424: return "Failed Dependency";
-    case 425: return "Too Early";
-    case 426: return "Upgrade Required";
-    case 428: return "Precondition Required";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 451: return "Unavailable For Legal Reasons";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    case 506: return "Variant Also Negotiates";
-    case 507: return "Insufficient Storage";
-    case 508: return "Loop Detected";
-    case 510: return "Not Extended";
-    case 511: return "Network Authentication Required";
-    default: return "";
+    case 100: *reason = "Continue"; return 1;
+    case 101: *reason = "Switching Protocols"; return 1;
+    case 102: *reason = "Processing"; return 1;
+    case 103: *reason = "Early Hints"; return 1;
+    case 200: *reason = "OK"; return 1;
+    case 201: *reason = "Created"; return 1;
+    case 202: *reason = "Accepted"; return 1;
+    case 203: *reason = "Non-Authoritative Information"; return 1;
+    case 204: *reason = "No Content"; return 1;
+    case 205: *reason = "Reset Content"; return 1;
+    case 206: *reason = "Partial Content"; return 1;
+    case 207: *reason = "Multi-Status"; return 1;
+    case 208: *reason = "Already Reported"; return 1;
+    case 226: *reason = "IM Used"; return 1;
+    case 300: *reason = "Multiple Choices"; return 1;
+    case 301: *reason = "Moved Permanently"; return 1;
+    case 302: *reason = "Found"; return 1;
+    case 303: *reason = "See Other"; return 1;
+    case 304: *reason = "Not Modified"; return 1;
+    case 305: *reason = "Use Proxy"; return 1;
+    case 307: *reason = "Temporary Redirect"; return 1;
+    case 308: *reason = "Permanent Redirect"; return 1;
+    case 400: *reason = "Bad Request"; return 1;
+    case 401: *reason = "Unauthorized"; return 1;
+    case 402: *reason = "Payment Required"; return 1;
+    case 403: *reason = "Forbidden"; return 1;
+    case 404: *reason = "Not Found"; return 1;
+    case 405: *reason = "Method Not Allowed"; return 1;
+    case 406: *reason = "Not Acceptable"; return 1;
+    case 407: *reason = "Proxy Authentication Required"; return 1;
+    case 408: *reason = "Request Timeout"; return 1;
+    case 409: *reason = "Conflict"; return 1;
+    case 410: *reason = "Gone"; return 1;
+    case 411: *reason = "Length Required"; return 1;
+    case 412: *reason = "Precondition Failed"; return 1;
+    case 413: *reason = "Content Too Large"; return 1;
+    case 414: *reason = "URI Too Long"; return 1;
+    case 415: *reason = "Unsupported Media Type"; return 1;
+    case 416: *reason = "Range Not Satisfiable"; return 1;
+    case 417: *reason = "Expectation Failed"; return 1;
+    case 421: *reason = "Misdirected Request"; return 1;
+    case 422: *reason = "Unprocessable Content"; return 1;
+    case 423: *reason = "Locked"; return 1;
+    case 424: *reason = "Failed Dependency"; return 1;
+    case 425: *reason = "Too Early"; return 1;
+    case 426: *reason = "Upgrade Required"; return 1;
+    case 428: *reason = "Precondition Required"; return 1;
+    case 429: *reason = "Too Many Requests"; return 1;
+    case 431: *reason = "Request Header Fields Too Large"; return 1;
+    case 451: *reason = "Unavailable For Legal Reasons"; return 1;
+    case 500: *reason = "Internal Server Error"; return 1;
+    case 501: *reason = "Not Implemented"; return 1;
+    case 502: *reason = "Bad Gateway"; return 1;
+    case 503: *reason = "Service Unavailable"; return 1;
+    case 504: *reason = "Gateway Timeout"; return 1;
+    case 505: *reason = "HTTP Version Not Supported"; return 1;
+    case 506: *reason = "Variant Also Negotiates"; return 1;
+    case 507: *reason = "Insufficient Storage"; return 1;
+    case 508: *reason = "Loop Detected"; return 1;
+    case 510: *reason = "Not Extended"; return 1;
+    case 511: *reason = "Network Authentication Required"; return 1;
+    default: *reason = NULL; return 0;
     }
 }
 
@@ -262,6 +263,7 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
               size_t nheaders)
 {
     sk_buf_t *h = &r->head;
+    const char *reason;
     int no_framing_fields; /* 1xx and 204: Content-Length and Transfer-Encoding MUST NOT be sent */
     int rc;
 
@@ -274,7 +276,9 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
     r->req = *req;
     no_framing_fields = status < 200 || status == 204;
 
-    rc = append_status_line(h, status, reason_phrase(status));
+    if (reason_phrase(status, &reason) == 0)
+        reason = ""; /* RFC 9112 §4: reason-phrase is optional; SP stays */
+    rc = append_status_line(h, status, reason);
     if (rc < 0)
         goto error;
     for (size_t i = 0; i < nheaders; i++) {
@@ -472,8 +476,7 @@ sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date)
 
     if (status < 100 || status > 599)
         status = 500;
-    reason = reason_phrase(status);
-    if (reason[0] == '\0')
+    if (reason_phrase(status, &reason) == 0)
         reason = "Error";
     reason_len = strlen(reason);
 
