@@ -7,6 +7,7 @@
 #ifndef SK_CORE_H
 #define SK_CORE_H
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,7 +50,8 @@ enum sk_error {
 const char *sk_strerror(int err);
 
 /* A growable byte buffer. data[start..end) is the unconsumed content; cap is data's size.
- * All sizes in bytes. A zeroed sk_buf_t is a valid empty buffer. */
+ * All sizes in bytes. A zeroed sk_buf_t is a valid empty buffer.
+ * Invariants (sk_buf_check): start <= end <= cap, and data is NULL exactly when cap is 0. */
 typedef struct {
     char *data;
     size_t start;
@@ -57,9 +59,22 @@ typedef struct {
     size_t cap;
 } sk_buf_t;
 
+/* Asserts sk_buf_t's invariants. Checked where NDEBUG is not defined (the C unit tests, the
+ * fuzzers and the sanitizer builds); compiled out of the release extension, whose CFLAGS come from
+ * Python's and carry -DNDEBUG. */
+static inline void
+sk_buf_check(const sk_buf_t *b)
+{
+    assert(b->start <= b->end);
+    assert(b->end <= b->cap);
+    assert((b->data == NULL) == (b->cap == 0));
+    (void)b;
+}
+
 static inline size_t
 sk_buf_len(const sk_buf_t *b)
 {
+    sk_buf_check(b);
     return b->end - b->start;
 }
 /* A zeroed buffer has data == NULL, and NULL + 0 is undefined in C (clang's UBSan reports it:
@@ -74,7 +89,8 @@ sk_buf_head(const sk_buf_t *b)
 int sk_buf_reserve(sk_buf_t *b, size_t extra);
 /* Appends n bytes. 0 or SK_ENOMEM. */
 int sk_buf_append(sk_buf_t *b, const void *p, size_t n);
-/* Drops n bytes from the front (n <= sk_buf_len). Resets start/end to 0 when empty. */
+/* Drops n bytes from the front. n must be <= sk_buf_len (asserted; a release build clamps it).
+ * Resets start/end to 0 when empty. */
 void sk_buf_consume(sk_buf_t *b, size_t n);
 /* Frees the storage; the buffer is empty and reusable afterwards. */
 void sk_buf_free(sk_buf_t *b);

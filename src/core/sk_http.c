@@ -25,6 +25,7 @@
 #include "sk_http.h"
 #include "sk_token.h"
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -714,6 +715,44 @@ static const llhttp_settings_t settings = {
     .on_chunk_header = on_chunk_header,
 };
 
+/* ---- invariants ------------------------------------------------------------------------------ */
+
+#ifndef NDEBUG
+/* Asserts what holds between two sk_parser_execute() calls, whatever the input was: the head block
+ * and the field array are consistent, every stored span lies inside the head block, no limit is
+ * exceeded, and no event is left pending. A dead parser keeps its partial request; the checks hold
+ * for it too, because every limit is tested before the bytes are counted or stored. */
+static void
+parser_check(const sk_parser_t *p)
+{
+    assert(p->head_len <= p->head_cap && p->head_len <= UINT32_MAX);
+    assert((p->head == NULL) == (p->head_cap == 0));
+    assert(p->nfields <= p->fields_cap);
+    assert((p->fields == NULL) == (p->fields_cap == 0));
+    assert(p->target.off == 0 && p->target.len <= p->head_len);
+    assert(p->target.len <= p->limits.max_request_line);
+    for (uint32_t i = 0; i < p->nfields; i++) {
+        const sk_field_t *f = &p->fields[i];
+
+        assert(f->name.off <= p->head_len && f->name.len <= p->head_len - f->name.off);
+        assert(f->value.off <= p->head_len && f->value.len <= p->head_len - f->value.off);
+        (void)f;
+    }
+    assert(p->field_section_bytes <= p->limits.max_field_section);
+    assert(p->field_lines <= p->limits.max_fields);
+    assert(p->chunk_ext_bytes <= p->limits.max_chunk_ext);
+    assert(p->limits.max_body == 0 || p->chunk_total <= p->limits.max_body);
+    assert(!(p->has_content_length && p->chunked));
+    assert(!p->has_content_length || p->body_received <= p->content_length);
+    assert(p->pending == SK_EV_NONE && p->body_at == NULL && p->body_len == 0);
+    assert(!p->dead || (p->err_status >= 400 && p->err_reason != NULL && !p->method_pending));
+    assert(p->rl_state <= RL_DONE && p->rl_method <= 2);
+}
+#define PARSER_CHECK(p) parser_check(p)
+#else
+#define PARSER_CHECK(p) ((void)0)
+#endif
+
 /* ---- public API ------------------------------------------------------------------------------ */
 
 void
@@ -791,8 +830,8 @@ refuse(sk_parser_t *p, int status, const char *reason, size_t consumed, sk_event
     return consumed;
 }
 
-size_t
-sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev)
+static size_t
+execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev)
 {
     size_t off = 0;
 
@@ -859,6 +898,24 @@ sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev)
         }
         return refuse(p, status, reason, len, ev);
     }
+}
+
+size_t
+sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev)
+{
+    size_t consumed;
+
+    PARSER_CHECK(p);
+    consumed = execute(p, data, len, ev);
+    PARSER_CHECK(p);
+    /* the event contract of sk_http.h */
+    assert(consumed <= len);
+    assert(ev->type != SK_EV_NONE || consumed == len);
+    assert(ev->type != SK_EV_BODY ||
+           (ev->len > 0 && ev->data >= data && (size_t)(ev->data - data) + ev->len <= consumed));
+    assert(ev->type != SK_EV_ERROR || (ev->status >= 400 && p->dead));
+    assert(ev->type != SK_EV_HEAD || p->head_done);
+    return consumed;
 }
 
 int

@@ -234,6 +234,30 @@ parse_content_length(const char *s, size_t n, uint64_t *out)
     return 0;
 }
 
+#ifndef NDEBUG
+/* Asserts the serializer's state machine (not started -> started -> head written -> done) and its
+ * accounting, between calls. */
+static void
+resp_check(const sk_resp_t *r)
+{
+    sk_buf_check(&r->head);
+    assert(!r->head_written || r->started);
+    assert(!r->done || r->head_written);
+    assert(!r->started || (r->status >= 100 && r->status <= 599));
+    assert(!r->started || !(r->app_has_cl && r->app_chunked));
+    assert(r->framing <= SK_FRAME_CLOSE);
+    assert(r->head_written || (r->framing == SK_FRAME_NONE && r->body_sent == 0));
+    assert(r->framing != SK_FRAME_NONE || r->body_sent == 0);
+    assert(r->framing != SK_FRAME_CHUNKED || r->req.http_minor >= 1);
+    assert(r->framing != SK_FRAME_CLOSE || !r->keep_alive);
+    assert(r->framing != SK_FRAME_LENGTH || r->body_sent <= r->content_length);
+    assert(!(r->done && r->framing == SK_FRAME_LENGTH) || r->body_sent == r->content_length);
+}
+#define RESP_CHECK(r) resp_check(r)
+#else
+#define RESP_CHECK(r) ((void)0)
+#endif
+
 static int
 is_bodyless(const sk_resp_t *r)
 {
@@ -267,6 +291,7 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
     int no_framing_fields; /* 1xx and 204: Content-Length and Transfer-Encoding MUST NOT be sent */
     int rc;
 
+    RESP_CHECK(r);
     if (r->started)
         return SK_ESTATE;
     sk_resp_reset(r);
@@ -347,10 +372,12 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
         goto error;
     }
     r->started = 1;
+    RESP_CHECK(r);
     return 0;
 
 error:
     sk_resp_reset(r);
+    RESP_CHECK(r);
     return rc;
 }
 
@@ -364,6 +391,8 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
     uint64_t content_length = r->content_length;
     int rc;
 
+    RESP_CHECK(r);
+    sk_buf_check(out);
     if (!r->started || r->done)
         return SK_ESTATE;
     if (!r->head_written) {
@@ -459,10 +488,14 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
         r->body_sent += len;
     if (!more_body)
         r->done = 1;
+    RESP_CHECK(r);
+    assert(sk_buf_len(out) >= saved);
     return 0;
 
 error:
     out->end = out->start + saved; /* nothing appended */
+    RESP_CHECK(r);
+    sk_buf_check(out);
     return rc;
 }
 

@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sk_core.h"
@@ -22,6 +25,11 @@
 #include "sk_resp.h"
 #include "sk_token.h"
 #include "llhttp.h"
+
+/* The core's invariants are asserts; these tests must see them fire. */
+#ifdef NDEBUG
+#error "test_core.c must be built without -DNDEBUG: it checks that the core's asserts run"
+#endif
 
 typedef struct {
     int passed;
@@ -1649,6 +1657,45 @@ test_token(T *t)
 
 /* ---- core ------------------------------------------------------------------------------------ */
 
+/* 1 if fn(arg), run in a child process with stderr silenced, ends in SIGABRT (a failed assert). */
+static int
+aborts(void (*fn)(void *), void *arg)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid < 0)
+        return 0;
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+
+        if (devnull >= 0)
+            dup2(devnull, STDERR_FILENO);
+        fn(arg);
+        _exit(0);
+    }
+    if (waitpid(pid, &status, 0) != pid)
+        return 0;
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static void
+consume_too_much(void *arg)
+{
+    sk_buf_t *b = arg;
+
+    sk_buf_consume(b, sk_buf_len(b) + 1);
+}
+
+static void
+len_of_broken_buf(void *arg)
+{
+    sk_buf_t *b = arg;
+
+    b->start = b->end + 1; /* start > end */
+    (void)sk_buf_len(b);
+}
+
 static void
 test_core(T *t)
 {
@@ -1687,6 +1734,10 @@ test_core(T *t)
     sk_buf_free(&b);
     CHECK(t, b.data == NULL && b.cap == 0 && sk_buf_len(&b) == 0);
     CHECK(t, sk_buf_append(&b, "again", 5) == 0 && sk_buf_len(&b) == 5);
+    /* the asserts run in this build: a broken contract or invariant aborts */
+    CHECK(t, aborts(consume_too_much, &b));
+    CHECK(t, aborts(len_of_broken_buf, &b));
+    CHECK(t, sk_buf_len(&b) == 5); /* the children changed only their own copy */
     sk_buf_free(&b);
 }
 
