@@ -1,4 +1,4 @@
-/* fuzz_request.c — fuzz harness for the sans-I/O request parser (src/sk_http.c over llhttp).
+/* fuzz_request.c — fuzz harness for the sans-I/O request parser (src/core/sk_http.c over llhttp).
  *
  * Owns: one LLVMFuzzerTestOneInput body, built for libFuzzer (clang -fsanitize=fuzzer), for AFL++
  * (fuzz/afl_driver.c, persistent mode) and for replaying files (fuzz/replay.c).

@@ -1,4 +1,4 @@
-/* fuzz_response.c — fuzz harness for the sans-I/O response serializer (src/sk_resp.c).
+/* fuzz_response.c — fuzz harness for the sans-I/O response serializer (src/core/sk_resp.c).
  *
  * Owns: one LLVMFuzzerTestOneInput body, built for libFuzzer, AFL++ (fuzz/afl_driver.c) and
  * replay (fuzz/replay.c), that turns structured input into what an application sends (status,

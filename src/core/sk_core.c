@@ -1,8 +1,9 @@
 /* sk_core.c — the SK_E* error table and the growable byte buffer (sk_buf_t).
  *
  * Owns: sk_strerror() and every sk_buf_* operation (reserve, append, consume, free).
- * Never: includes Python.h, performs I/O, keeps global mutable state, or knows about HTTP.
- * A failed reserve leaves the buffer exactly as it was.
+ * Never: includes Python.h, performs I/O, keeps global mutable state, or parses or writes HTTP
+ * (the error table's texts name HTTP rules; the buffer knows nothing of them).
+ * A failed reserve leaves the buffer exactly as it was; every operation keeps sk_buf_check() true.
  */
 #include "sk_core.h"
 

@@ -1,8 +1,10 @@
-/* sk_core.h — shared pieces of skirr's byte-level core: error codes and the growable byte buffer.
+/* sk_core.h — shared pieces of skirr's byte-level core: error codes, the return conventions every
+ * core function follows, and the growable byte buffer.
  *
- * Owns: the SK_E* error table (negative ints, one list, sk_strerror()) and sk_buf_t.
- * Never: includes Python.h, performs I/O, or keeps global mutable state. Every function here is
- * safe to drive from a fuzzer.
+ * Owns: the SK_E* error table (negative ints, one list, sk_strerror()), the return conventions
+ * (below), and sk_buf_t with its invariants (sk_buf_check()).
+ * Never: includes Python.h or any src/ext/ header, performs I/O, or keeps global mutable state.
+ * Every function here is safe to drive from a fuzzer.
  */
 #ifndef SK_CORE_H
 #define SK_CORE_H

@@ -3,9 +3,11 @@
  * Owns: the llhttp callbacks, the copy of the request head (request-target, field names and values in
  * one block, spans into it), every request limit (414, 431, 413), the checks llhttp leaves to its
  * user (HTTP version 505, unknown method 501 vs 400, Host 400, Transfer-Encoding codings 400/501,
- * strict request-line spacing), and the mapping of every refusal to one HTTP status.
+ * strict request-line spacing), the mapping of every refusal to one HTTP status, and the asserts of
+ * the parser's invariants (parser_check()).
  * Never: includes Python.h, performs I/O, calls back into the embedder, keeps global mutable state,
- * sets an llhttp lenient flag, or returns an event for bytes it has not validated.
+ * sets an llhttp lenient flag, returns an event for bytes it has not validated, or re-implements a
+ * token or list rule that sk_token.h has.
  *
  * How the pull API works: every callback that produces an event (on_headers_complete, on_body,
  * on_message_complete) records it in p->pending and returns HPE_PAUSED. llhttp then stops with
@@ -14,13 +16,12 @@
  * it returns the error, and the end-of-buffer span call happens after the state is stored), so
  * llhttp_resume() continues exactly there on the next call. One execute call returns one event.
  *
- * Upgrade and CONNECT: skirr does not switch protocols. llhttp pauses with HPE_PAUSED_UPGRADE after
- * an Upgrade request (after its content, read by its framing) and after CONNECT (right after the
- * head: llhttp treats CONNECT as a tunnel and never reads its content). We resume with
- * llhttp_resume_after_upgrade() and go on parsing the next request, so both are ordinary requests.
- * Because llhttp would end a CONNECT request at its head even when it declares content, a CONNECT
- * with Content-Length > 0 or Transfer-Encoding is refused with 400: its content would otherwise be
- * parsed as the next request (request smuggling).
+ * Upgrade and CONNECT: the parser does not switch protocols. llhttp pauses with HPE_PAUSED_UPGRADE
+ * after a request with Upgrade (after its content, read by its framing); we resume with
+ * llhttp_resume_after_upgrade() and go on parsing the next request, so it is an ordinary request.
+ * CONNECT is refused with 501 as soon as its method is known (on_method_complete): skirr provides
+ * no tunnel (RFC 9110 §9.3.6), and llhttp would end a CONNECT request at its head and parse any
+ * content it declared as the next request (request smuggling).
  */
 #include "sk_http.h"
 #include "sk_token.h"

@@ -2,7 +2,8 @@
  *
  * Owns: turning request bytes into pull-style events (head, body piece, end, error with the HTTP
  * status to refuse with), the request-head copy (one block of bytes, spans into it), and every
- * request limit. Never: includes Python.h, performs I/O, or calls back into the embedder.
+ * request limit. Never: includes Python.h or an src/ext/ header, performs I/O, keeps global mutable
+ * state, or calls back into the embedder.
  *
  * Usage: the embedder calls sk_parser_execute() with the bytes it has; it returns how many bytes it
  * consumed and fills one event. After SK_EV_HEAD, SK_EV_BODY or SK_EV_END the embedder handles the

@@ -4,16 +4,18 @@
  * framing choice (RFC 9112 §6: Content-Length, chunked, close-delimited, or none for HEAD, 1xx,
  * 204 and 304), Content-Length accounting, the server's own date/server/connection fields, the
  * complete refusal responses (the one error sink for server-generated responses), reason phrases
- * and the IMF-fixdate.
- * Never: includes Python.h, performs I/O, keeps global mutable state, or leaves a partial message
- * in the caller's buffer: every call appends all of its bytes or none of them.
+ * the IMF-fixdate, and the asserts of the serializer's state (resp_check()).
+ * Never: includes Python.h, performs I/O, keeps global mutable state, re-implements a token or list
+ * rule that sk_token.h has, or leaves a partial message in the caller's buffer: every call appends
+ * all of its bytes or none of them.
  *
  * Field rules (the application's fields, names written as given):
  *  - content-length: one field, decimal digits only; passed through; for 1xx and 204 dropped
  *    (RFC 9110 §8.6: MUST NOT be sent there).
  *  - transfer-encoding: only "chunked" (case-insensitive, OWS trimmed), never with content-length;
  *    never written as given: the framing writes its own when the response is chunked.
- *  - connection: passed through; a "close" token makes the connection close after the response.
+ *  - connection: passed through; a "close" token makes the connection close after the response,
+ *    and a "keep-alive" token stands in for the one the server adds to an HTTP/1.0 response.
  *  - date, server: replace the server's own.
  */
 #define _POSIX_C_SOURCE 200809L

@@ -4,7 +4,8 @@
  * (RFC 9112 §6: Content-Length, chunked, or close-delimited), Content-Length accounting, the
  * bodyless rules (HEAD, 1xx, 204, 304: RFC 9110 §6.4.1), the server's own date/server/connection
  * fields, and the complete refusal responses (400/413/414/431/500/501/505/503/408).
- * Never: includes Python.h or performs I/O. Output goes into a caller's sk_buf_t.
+ * Never: includes Python.h or an src/ext/ header, performs I/O, or keeps global mutable state.
+ * Output goes into a caller's sk_buf_t.
  */
 #ifndef SK_RESP_H
 #define SK_RESP_H

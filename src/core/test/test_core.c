@@ -1,9 +1,10 @@
-/* test_core.c — plain C unit tests of skirr's byte-level core (sk_core, sk_http, sk_resp).
+/* test_core.c — plain C unit tests of skirr's byte-level core (sk_core, sk_token, sk_http, sk_resp).
  *
  * Owns: the parser's event-log harness (every input parsed whole, byte by byte and split at every
  * offset, each call's input ending exactly at a PROT_NONE guard page), the parser cases, the
- * serializer cases (responses parsed back with llhttp), and the buffer/date/error-table checks.
- * Never: includes Python.h, uses the network, or depends on the wall clock.
+ * serializer cases (responses parsed back with llhttp), the tokenizer, buffer, date and error-table
+ * checks, and the check that the core's asserts run (in forked children: a broken contract aborts).
+ * Never: includes Python.h, uses the network, depends on the wall clock, or builds with NDEBUG.
  * Prints "N passed, M failed" last; exits non-zero on any failure.
  * SK_TEST_PRINT=1 in the environment prints each parser case's event log.
  */
