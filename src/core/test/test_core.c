@@ -55,6 +55,9 @@ check(T *t, int ok, const char *file, int line, const char *what)
 
 #define CHECK(t, cond) check((t), (cond) ? 1 : 0, __FILE__, __LINE__, #cond)
 
+/* Appends a string literal's bytes; the count comes from sizeof. */
+#define APPEND_LIT(b, lit) sk_buf_append((b), "" lit, sizeof(lit) - 1)
+
 static int
 guard_init(T *t, size_t size)
 {
@@ -112,13 +115,13 @@ log_bytes(sk_buf_t *log, const char *s, size_t n)
         unsigned char c = (unsigned char)s[i];
 
         if (c == '\r')
-            sk_buf_append(log, "\\r", 2);
+            APPEND_LIT(log, "\\r");
         else if (c == '\n')
-            sk_buf_append(log, "\\n", 2);
+            APPEND_LIT(log, "\\n");
         else if (c == '\t')
-            sk_buf_append(log, "\\t", 2);
+            APPEND_LIT(log, "\\t");
         else if (c == '\\')
-            sk_buf_append(log, "\\\\", 2);
+            APPEND_LIT(log, "\\\\");
         else if (c < 0x20 || c >= 0x7f)
             logf_(log, "\\x%02x", c);
         else
@@ -147,11 +150,11 @@ log_head(run_t *r, const sk_parser_t *p)
     else
         logf_(&r->log, "-\n");
     for (uint32_t i = 0; i < p->nfields; i++) {
-        sk_buf_append(&r->log, " F ", 3);
+        APPEND_LIT(&r->log, " F ");
         log_bytes(&r->log, sk_parser_ptr(p, p->fields[i].name), p->fields[i].name.len);
-        sk_buf_append(&r->log, "=[", 2);
+        APPEND_LIT(&r->log, "=[");
         log_bytes(&r->log, sk_parser_ptr(p, p->fields[i].value), p->fields[i].value.len);
-        sk_buf_append(&r->log, "]\n", 2);
+        APPEND_LIT(&r->log, "]\n");
     }
 }
 
@@ -162,7 +165,7 @@ flush_body(run_t *r)
         return;
     logf_(&r->log, "BODY %zu [", sk_buf_len(&r->body));
     log_bytes(&r->log, sk_buf_head(&r->body), sk_buf_len(&r->body));
-    sk_buf_append(&r->log, "]\n", 2);
+    APPEND_LIT(&r->log, "]\n");
     sk_buf_consume(&r->body, sk_buf_len(&r->body));
 }
 
@@ -243,7 +246,7 @@ run_parser(T *t, const sk_limits_t *lim, const char *in, size_t n, int mode, siz
     logf_(&r.log, "EOF mid=%d idle=%d\n", sk_parser_eof_mid_message(&p), sk_parser_idle(&p));
     if (r.contract_errors)
         logf_(&r.log, "CONTRACT ERRORS %d\n", r.contract_errors);
-    sk_buf_append(&r.log, "", 0);
+    APPEND_LIT(&r.log, "");
     *out = r.log;
     sk_buf_free(&r.body);
     sk_buf_free(&pend);
@@ -733,7 +736,7 @@ test_parser_limits(T *t)
         sk_buf_consume(&expect, sk_buf_len(&expect));
         bput(&in, "GET /");
         for (size_t i = 1; i < lim.max_request_line + (size_t)over; i++)
-            sk_buf_append(&in, "a", 1);
+            APPEND_LIT(&in, "a");
         bput(&in, " HTTP/1.1\r\nHost: a\r\n\r\n");
         if (over) {
             bput(&expect, "ERROR 414\nEOF mid=0 idle=0\n");
@@ -741,7 +744,7 @@ test_parser_limits(T *t)
         else {
             bput(&expect, "HEAD GET /");
             for (size_t i = 1; i < lim.max_request_line; i++)
-                sk_buf_append(&expect, "a", 1);
+                APPEND_LIT(&expect, "a");
             bput(&expect, " 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\nEND\nEOF mid=0 idle=1\n");
         }
         sk_buf_append(&expect, "", 1);
@@ -903,7 +906,7 @@ test_parser_api(T *t)
     CHECK(t, ev.type == SK_EV_END && c == 0);
     CHECK(t, sk_parser_idle(&p) == 1);
     /* the head stays readable after END until the next request begins */
-    CHECK(t, p.target.len == 2 && memcmp(sk_parser_ptr(&p, p.target), "/x", 2) == 0);
+    CHECK(t, p.target.len == 2 && memcmp(sk_parser_ptr(&p, p.target), "/x", sizeof("/x") - 1) == 0);
     c = sk_parser_execute(&p, d + off, n - off, &ev);
     CHECK(t, ev.type == SK_EV_HEAD && off + c == n);
     CHECK(t, strcmp(sk_parser_method_name(&p), "GET") == 0);
@@ -916,7 +919,7 @@ test_parser_api(T *t)
 
     /* after an error the parser stays dead and repeats its status */
     sk_parser_init(&p, &lim);
-    d = guard_place(t, "GET / HTTP/1.1\r\n\r\n", 18);
+    d = guard_place(t, "GET / HTTP/1.1\r\n\r\n", sizeof("GET / HTTP/1.1\r\n\r\n") - 1);
     c = sk_parser_execute(&p, d, 18, &ev);
     CHECK(t, ev.type == SK_EV_ERROR && ev.status == 400 && ev.reason != NULL && c <= 18);
     c = sk_parser_execute(&p, d, 18, &ev);
@@ -962,7 +965,7 @@ rp_field(llhttp_t *llh, const char *at, size_t len)
     resp_parse_t *rp = rp_of(llh);
 
     if (rp->in_value) {
-        sk_buf_append(&rp->fields, "\n", 1);
+        APPEND_LIT(&rp->fields, "\n");
         rp->in_value = 0;
     }
     sk_buf_append(&rp->fields, at, len);
@@ -975,7 +978,7 @@ rp_value(llhttp_t *llh, const char *at, size_t len)
     resp_parse_t *rp = rp_of(llh);
 
     if (!rp->in_value) {
-        sk_buf_append(&rp->fields, ": ", 2);
+        APPEND_LIT(&rp->fields, ": ");
         rp->in_value = 1;
     }
     sk_buf_append(&rp->fields, at, len);
@@ -988,7 +991,7 @@ rp_value_complete(llhttp_t *llh)
     resp_parse_t *rp = rp_of(llh);
 
     if (!rp->in_value)
-        sk_buf_append(&rp->fields, ": ", 2); /* empty value */
+        APPEND_LIT(&rp->fields, ": "); /* empty value */
     rp->in_value = 1;
     return 0;
 }
@@ -999,7 +1002,7 @@ rp_headers_complete(llhttp_t *llh)
     resp_parse_t *rp = rp_of(llh);
 
     if (rp->in_value)
-        sk_buf_append(&rp->fields, "\n", 1);
+        APPEND_LIT(&rp->fields, "\n");
     rp->in_value = 0;
     return rp->head_request ? 1 : 0;
 }
@@ -1139,7 +1142,7 @@ test_resp_framing(T *t)
         CHECK(t, ends_with(&out, "zzz\r\n5\r\nworld\r\n0\r\n\r\n"));
         CHECK(t, parse_response(&rp, &out, 0, 0) == 0);
         CHECK(t, rp.llh.status_code == 201 && rp.complete == 1 && sk_buf_len(&rp.body) == 311);
-        CHECK(t, memcmp(sk_buf_head(&rp.body), "hello zzz", 9) == 0);
+        CHECK(t, memcmp(sk_buf_head(&rp.body), "hello zzz", sizeof("hello zzz") - 1) == 0);
         CHECK(t, buf_is(&rp.fields,
                         "X-A: 1\ntransfer-encoding: chunked\ndate: " DATE "\nserver: skirr\n"));
         rp_free(&rp);
@@ -1404,7 +1407,7 @@ test_resp_accounting(T *t)
 
     memset(&r, 0, sizeof(r));
     /* too long in the first piece: nothing appended, head not written */
-    sk_buf_append(&out, "prev", 4);
+    APPEND_LIT(&out, "prev");
     sk_resp_reset(&r);
     CHECK(t, sk_resp_start(&r, &REQ11, 200, cl, 1) == 0);
     CHECK(t, sk_resp_body(&r, &out, "123456", 6, 1, DATE) == SK_ETOOLONG);
@@ -1583,7 +1586,7 @@ test_token(T *t)
     s = " \t a b \t ";
     n = strlen(s);
     sk_ows_trim(&s, &n);
-    CHECK(t, n == 3 && memcmp(s, "a b", 3) == 0);
+    CHECK(t, n == 3 && memcmp(s, "a b", sizeof("a b") - 1) == 0);
     s = " \t \t";
     n = strlen(s);
     sk_ows_trim(&s, &n);
@@ -1714,27 +1717,29 @@ test_core(T *t)
     CHECK(t, sk_buf_len(&b) == 0);
     /* regression (fuzz/regressions/response/null-plus-zero): no NULL + 0 for a zeroed buffer */
     CHECK(t, sk_buf_head(&b) == NULL);
-    CHECK(t, sk_buf_append(&b, "", 0) == 0 && b.data == NULL);
-    CHECK(t, sk_buf_append(&b, "hello", 5) == 0 && sk_buf_len(&b) == 5);
+    CHECK(t, APPEND_LIT(&b, "") == 0 && b.data == NULL);
+    CHECK(t, APPEND_LIT(&b, "hello") == 0 && sk_buf_len(&b) == 5);
     sk_buf_consume(&b, 2);
-    CHECK(t, sk_buf_len(&b) == 3 && memcmp(sk_buf_head(&b), "llo", 3) == 0 && b.start == 2);
+    CHECK(t, sk_buf_len(&b) == 3 && memcmp(sk_buf_head(&b), "llo", sizeof("llo") - 1) == 0 &&
+                 b.start == 2);
     sk_buf_consume(&b, 3);
     CHECK(t, b.start == 0 && b.end == 0);
     /* compaction without growth */
-    CHECK(t, sk_buf_append(&b, "0123456789", 10) == 0);
+    CHECK(t, APPEND_LIT(&b, "0123456789") == 0);
     sk_buf_consume(&b, 8);
     data = b.data;
     memset(big, 'x', sizeof(big));
     CHECK(t, sk_buf_reserve(&b, b.cap - 2) == 0);
     CHECK(t, b.data == data && b.start == 0 && sk_buf_len(&b) == 2 &&
-                 memcmp(sk_buf_head(&b), "89", 2) == 0);
+                 memcmp(sk_buf_head(&b), "89", sizeof("89") - 1) == 0);
     /* growth keeps the content */
     CHECK(t, sk_buf_append(&b, big, sizeof(big)) == 0);
-    CHECK(t, sk_buf_len(&b) == 1002 && memcmp(sk_buf_head(&b), "89xxx", 5) == 0 && b.cap >= 1002);
+    CHECK(t, sk_buf_len(&b) == 1002 && memcmp(sk_buf_head(&b), "89xxx", sizeof("89xxx") - 1) == 0 &&
+                 b.cap >= 1002);
     CHECK(t, sk_buf_reserve(&b, SIZE_MAX) == SK_ENOMEM && sk_buf_len(&b) == 1002);
     sk_buf_free(&b);
     CHECK(t, b.data == NULL && b.cap == 0 && sk_buf_len(&b) == 0);
-    CHECK(t, sk_buf_append(&b, "again", 5) == 0 && sk_buf_len(&b) == 5);
+    CHECK(t, APPEND_LIT(&b, "again") == 0 && sk_buf_len(&b) == 5);
     /* the asserts run in this build: a broken contract or invariant aborts */
     CHECK(t, aborts(consume_too_much, &b));
     CHECK(t, aborts(len_of_broken_buf, &b));
