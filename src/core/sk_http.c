@@ -444,7 +444,7 @@ is_host_char(unsigned char c)
 {
     /* RFC 3986 reg-name: unreserved / pct-encoded / sub-delims (':' and brackets are handled by
      * valid_host) */
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+    if (sk_is_alpha(c) || sk_is_digit(c))
         return 1;
     return c != '\0' && strchr("-._~%!$&'()*+,;=", c) != NULL;
 }
@@ -496,7 +496,7 @@ valid_host(const char *v, size_t n)
     if (v[i] != ':')
         return 0;
     for (i++; i < n; i++)
-        if (v[i] < '0' || v[i] > '9')
+        if (!sk_is_digit((unsigned char)v[i]))
             return 0;
     return 1;
 }
@@ -807,8 +807,8 @@ map_llhttp_error(const sk_parser_t *p, llhttp_errno_t err, const char **reason)
     /* HTTP-version = HTTP-name "/" DIGIT "." DIGIT (RFC 9112 §2.3): a well-formed version other
      * than 1.0 and 1.1 is 505, anything else 400. */
     if (err == HPE_INVALID_VERSION && !p->rl_double_sp && p->version_len == sizeof(p->version) &&
-        p->version[0] >= '0' && p->version[0] <= '9' && p->version[1] == '.' &&
-        p->version[2] >= '0' && p->version[2] <= '9' &&
+        sk_is_digit((unsigned char)p->version[0]) && p->version[1] == '.' &&
+        sk_is_digit((unsigned char)p->version[2]) &&
         !(p->version[0] == '1' && (p->version[2] == '0' || p->version[2] == '1'))) {
         *reason = "HTTP version not supported";
         return 505;

@@ -225,7 +225,7 @@ parse_content_length(const char *s, size_t n, uint64_t *out)
     for (size_t i = 0; i < n; i++) {
         unsigned d;
 
-        if (s[i] < '0' || s[i] > '9')
+        if (!sk_is_digit((unsigned char)s[i]))
             return SK_ECL;
         d = (unsigned)(s[i] - '0');
         if (v > (UINT64_MAX - d) / 10)

@@ -1,6 +1,7 @@
 /* sk_token.h — the RFC 9110 §5.6 tokenizers that both the request parser (sk_http.c) and the
  * response serializer (sk_resp.c) need: tchar and token, optional whitespace, case-insensitive
- * comparison of a token with a literal, and the comma-separated list.
+ * comparison of a token with a literal, the comma-separated list, and the DIGIT and ALPHA core
+ * rules of RFC 5234 they are built from.
  *
  * Owns: these byte-level rules, written once; each function names the grammar rule it implements.
  * Never: includes Python.h, performs I/O, allocates, keeps state between calls, or knows a field's
@@ -14,6 +15,20 @@
 
 #include <stddef.h>
 
+/* RFC 5234 Appendix B.1: DIGIT = %x30-39. 1 if c is a decimal digit, else 0. */
+static inline int
+sk_is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* RFC 5234 Appendix B.1: ALPHA = %x41-5A / %x61-7A. 1 if c is an ASCII letter, else 0. */
+static inline int
+sk_is_alpha(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
 /* RFC 9110 §5.6.2:
  *   tchar = "!" / "#" / "$" / "%" / "&" / "'" / "*" / "+" / "-" / "." / "^" / "_" / "`" / "|" /
  *           "~" / DIGIT / ALPHA
@@ -21,7 +36,7 @@
 static inline int
 sk_is_tchar(unsigned char c)
 {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+    if (sk_is_alpha(c) || sk_is_digit(c))
         return 1;
     /* clang-format off */
     switch (c) {

@@ -1570,6 +1570,22 @@ test_token(T *t)
     CHECK(t, !sk_is_tchar(' ') && !sk_is_tchar('"') && !sk_is_tchar(',') && !sk_is_tchar(':'));
     CHECK(t, !sk_is_tchar(0x7f) && !sk_is_tchar(0x80) && !sk_is_tchar(0xff));
 
+    /* DIGIT and ALPHA (RFC 5234 B.1): exactly 10 and 52 bytes */
+    {
+        int ndigit = 0;
+        int nalpha = 0;
+
+        for (int c = 0; c < 256; c++) {
+            ndigit += sk_is_digit((unsigned char)c);
+            nalpha += sk_is_alpha((unsigned char)c);
+        }
+        CHECK(t, ndigit == 10 && nalpha == 52);
+        CHECK(t, sk_is_digit('0') && sk_is_digit('9') && !sk_is_digit('/') && !sk_is_digit(':'));
+        CHECK(t, sk_is_alpha('A') && sk_is_alpha('Z') && sk_is_alpha('a') && sk_is_alpha('z'));
+        CHECK(t, !sk_is_alpha('@') && !sk_is_alpha('[') && !sk_is_alpha('`') && !sk_is_alpha('{'));
+        CHECK(t, !sk_is_alpha(0xc4) && !sk_is_digit(0xb2));
+    }
+
     /* token length: the leading run of tchar */
     CHECK(t, sk_token_len("", 0) == 0);
     CHECK(t, sk_token_len(NULL, 0) == 0);
