@@ -1,4 +1,4 @@
-/* fuzz_request.c — fuzz harness for the sans-I/O request parser (src/sk_http.c over llhttp).
+/* fuzz_request.c — fuzz harness for the sans-I/O request parser (src/core/sk_http.c over llhttp).
  *
  * Owns: one LLVMFuzzerTestOneInput body, built for libFuzzer (clang -fsanitize=fuzzer), for AFL++
  * (fuzz/afl_driver.c, persistent mode) and for replaying files (fuzz/replay.c).
@@ -52,6 +52,9 @@ put(sk_buf_t *b, const void *p, size_t n)
         die("out of memory");
 }
 
+/* put() of a string literal's bytes; the count comes from sizeof. */
+#define PUT_LIT(b, lit) put((b), "" lit, sizeof(lit) - 1)
+
 static void
 put_u64(sk_buf_t *b, uint64_t v)
 {
@@ -72,7 +75,7 @@ flush_body(run_t *r)
 {
     if (sk_buf_len(&r->body) == 0)
         return;
-    put(&r->log, "B", 1);
+    PUT_LIT(&r->log, "B");
     put_u64(&r->log, sk_buf_len(&r->body));
     put(&r->log, sk_buf_head(&r->body), sk_buf_len(&r->body));
     sk_buf_consume(&r->body, sk_buf_len(&r->body));
@@ -138,7 +141,7 @@ on_head(run_t *r, const sk_parser_t *p)
         REQUIRE(p->content_length <= r->lim.max_body);
     REQUIRE(method != NULL);
 
-    put(&r->log, "H", 1);
+    PUT_LIT(&r->log, "H");
     put(&r->log, method, strlen(method) + 1);
     put_u64(&r->log, p->target.len);
     put(&r->log, sk_parser_ptr(p, p->target), p->target.len);
@@ -201,7 +204,7 @@ pump(sk_parser_t *p, sk_buf_t *pend, run_t *r)
             flush_body(r);
             if (p->has_content_length)
                 REQUIRE(r->body_total == p->content_length);
-            put(&r->log, "E", 1);
+            PUT_LIT(&r->log, "E");
             break;
         case SK_EV_ERROR: {
             sk_event_t again;
@@ -212,7 +215,7 @@ pump(sk_parser_t *p, sk_buf_t *pend, run_t *r)
                     ev.status == 501 || ev.status == 505);
             if (getenv("FUZZ_VERBOSE") != NULL)
                 fprintf(stderr, "refused: %d %s (%zu bytes pending)\n", ev.status, ev.reason, len);
-            put(&r->log, "X", 1);
+            PUT_LIT(&r->log, "X");
             put_u64(&r->log, (uint64_t)ev.status);
             r->stopped = 1;
             r->status = ev.status;
@@ -280,7 +283,7 @@ run(const sk_limits_t *lim, const char *in, size_t n, int mode, uint64_t seed, s
     {
         uint8_t eof[2] = {(uint8_t)sk_parser_eof_mid_message(&p), (uint8_t)sk_parser_idle(&p)};
 
-        put(&r.log, "F", 1);
+        PUT_LIT(&r.log, "F");
         put(&r.log, eof, sizeof(eof));
     }
     *log = r.log;

@@ -1,4 +1,4 @@
-/* fuzz_response.c — fuzz harness for the sans-I/O response serializer (src/sk_resp.c).
+/* fuzz_response.c — fuzz harness for the sans-I/O response serializer (src/core/sk_resp.c).
  *
  * Owns: one LLVMFuzzerTestOneInput body, built for libFuzzer, AFL++ (fuzz/afl_driver.c) and
  * replay (fuzz/replay.c), that turns structured input into what an application sends (status,
@@ -64,6 +64,9 @@ put(sk_buf_t *b, const void *p, size_t n)
     if (sk_buf_append(b, p, n) != 0)
         die("out of memory");
 }
+
+/* put() of a string literal's bytes; the count comes from sizeof. */
+#define PUT_LIT(b, lit) put((b), "" lit, sizeof(lit) - 1)
 
 /* ---- input reader ---------------------------------------------------------------------------- */
 
@@ -327,9 +330,10 @@ check_wire(const sk_buf_t *out, size_t from, const sk_resp_t *r, int status, con
 
     /* the application's fields, in order, minus the framing ones the serializer owns */
     for (size_t i = 0; i < nh; i++) {
-        int framing_field = ieq(h[i].name, h[i].name_len, "transfer-encoding", 17) ||
-                            (ieq(h[i].name, h[i].name_len, "content-length", 14) &&
-                             (status < 200 || status == 204));
+        int framing_field =
+            ieq(h[i].name, h[i].name_len, "transfer-encoding", sizeof("transfer-encoding") - 1) ||
+            (ieq(h[i].name, h[i].name_len, "content-length", sizeof("content-length") - 1) &&
+             (status < 200 || status == 204));
 
         if (framing_field)
             continue;
@@ -373,7 +377,7 @@ check_error(int status, int head)
         status = 400 + status % 200;
     want = status < 100 || status > 599 ? 500 : status;
 
-    put(&out, "prefix", 6);
+    PUT_LIT(&out, "prefix");
     REQUIRE(sk_resp_error(&out, status, head, (status & 1) ? NULL : DATE) == 0);
     memset(&b, 0, sizeof(b));
     b.head_request = head;
@@ -470,7 +474,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     memset(&r, 0, sizeof(r));
-    put(&out, "Xprefix", 7);
+    PUT_LIT(&out, "Xprefix");
     sk_buf_consume(&out, 1); /* a buffer whose start is not 0, as after a partial write */
     rc = sk_resp_start(&r, &req, status, h, nh);
     if (rc != 0) {
@@ -502,7 +506,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             REQUIRE(saved.head_written == r.head_written && saved.done == r.done &&
                     saved.framing == r.framing && saved.keep_alive == r.keep_alive &&
                     saved.body_sent == r.body_sent && saved.content_length == r.content_length);
-            REQUIRE(memcmp(sk_buf_head(&out), "prefix", 6) == 0);
+            REQUIRE(memcmp(sk_buf_head(&out), "prefix", sizeof("prefix") - 1) == 0);
             if (!more && in.n == 0)
                 break; /* never completed: nothing to read back */
             continue;
@@ -511,7 +515,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!more)
             break;
     }
-    REQUIRE(memcmp(sk_buf_head(&out), "prefix", 6) == 0);
+    REQUIRE(memcmp(sk_buf_head(&out), "prefix", sizeof("prefix") - 1) == 0);
     if (r.done) {
         REQUIRE(sk_resp_body(&r, &out, "x", 1, 0, date) == SK_ESTATE);
         if (r.framing == SK_FRAME_LENGTH)

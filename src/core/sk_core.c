@@ -1,11 +1,13 @@
 /* sk_core.c — the SK_E* error table and the growable byte buffer (sk_buf_t).
  *
  * Owns: sk_strerror() and every sk_buf_* operation (reserve, append, consume, free).
- * Never: includes Python.h, performs I/O, keeps global mutable state, or knows about HTTP.
- * A failed reserve leaves the buffer exactly as it was.
+ * Never: includes Python.h, performs I/O, keeps global mutable state, or parses or writes HTTP
+ * (the error table's texts name HTTP rules; the buffer knows nothing of them).
+ * A failed reserve leaves the buffer exactly as it was; every operation keeps sk_buf_check() true.
  */
 #include "sk_core.h"
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,7 @@ compact(sk_buf_t *b)
 {
     size_t len = sk_buf_len(b);
 
+    assert(b->data != NULL || len == 0);
     if (b->start == 0)
         return;
     if (len > 0)
@@ -53,6 +56,7 @@ sk_buf_reserve(sk_buf_t *b, size_t extra)
     need = len + extra;
     if (need <= b->cap) {
         compact(b);
+        assert(b->cap - b->end >= extra);
         return 0;
     }
     cap = b->cap < BUF_MIN_CAP ? BUF_MIN_CAP : b->cap;
@@ -74,6 +78,8 @@ sk_buf_reserve(sk_buf_t *b, size_t extra)
     b->start = 0;
     b->end = len;
     b->cap = cap;
+    sk_buf_check(b);
+    assert(b->cap - b->end >= extra);
     return 0;
 }
 
@@ -82,6 +88,7 @@ sk_buf_append(sk_buf_t *b, const void *p, size_t n)
 {
     int rc;
 
+    assert(p != NULL || n == 0);
     if (n == 0)
         return 0;
     rc = sk_buf_reserve(b, n);
@@ -89,6 +96,7 @@ sk_buf_append(sk_buf_t *b, const void *p, size_t n)
         return rc;
     memcpy(b->data + b->end, p, n);
     b->end += n;
+    sk_buf_check(b);
     return 0;
 }
 
@@ -97,8 +105,9 @@ sk_buf_consume(sk_buf_t *b, size_t n)
 {
     size_t len = sk_buf_len(b);
 
+    assert(n <= len);
     if (n > len)
-        n = len; /* defensive: the contract says n <= len */
+        n = len; /* the contract says n <= len; a release build clamps rather than corrupts */
     b->start += n;
     if (b->start == b->end) {
         b->start = 0;

@@ -3,9 +3,11 @@
  * Owns: the llhttp callbacks, the copy of the request head (request-target, field names and values in
  * one block, spans into it), every request limit (414, 431, 413), the checks llhttp leaves to its
  * user (HTTP version 505, unknown method 501 vs 400, Host 400, Transfer-Encoding codings 400/501,
- * strict request-line spacing), and the mapping of every refusal to one HTTP status.
+ * strict request-line spacing), the mapping of every refusal to one HTTP status, and the asserts of
+ * the parser's invariants (parser_check()).
  * Never: includes Python.h, performs I/O, calls back into the embedder, keeps global mutable state,
- * sets an llhttp lenient flag, or returns an event for bytes it has not validated.
+ * sets an llhttp lenient flag, returns an event for bytes it has not validated, or re-implements a
+ * token or list rule that sk_token.h has.
  *
  * How the pull API works: every callback that produces an event (on_headers_complete, on_body,
  * on_message_complete) records it in p->pending and returns HPE_PAUSED. llhttp then stops with
@@ -14,16 +16,17 @@
  * it returns the error, and the end-of-buffer span call happens after the state is stored), so
  * llhttp_resume() continues exactly there on the next call. One execute call returns one event.
  *
- * Upgrade and CONNECT: skirr does not switch protocols. llhttp pauses with HPE_PAUSED_UPGRADE after
- * an Upgrade request (after its content, read by its framing) and after CONNECT (right after the
- * head: llhttp treats CONNECT as a tunnel and never reads its content). We resume with
- * llhttp_resume_after_upgrade() and go on parsing the next request, so both are ordinary requests.
- * Because llhttp would end a CONNECT request at its head even when it declares content, a CONNECT
- * with Content-Length > 0 or Transfer-Encoding is refused with 400: its content would otherwise be
- * parsed as the next request (request smuggling).
+ * Upgrade and CONNECT: the parser does not switch protocols. llhttp pauses with HPE_PAUSED_UPGRADE
+ * after a request with Upgrade (after its content, read by its framing); we resume with
+ * llhttp_resume_after_upgrade() and go on parsing the next request, so it is an ordinary request.
+ * CONNECT is refused with 501 as soon as its method is known (on_method_complete): skirr provides
+ * no tunnel (RFC 9110 §9.3.6), and llhttp would end a CONNECT request at its head and parse any
+ * content it declared as the next request (request smuggling).
  */
 #include "sk_http.h"
+#include "sk_token.h"
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -38,43 +41,6 @@ enum { RL_SP_AFTER_METHOD = 1, RL_SP_AFTER_TARGET = 2 };
 /* An empty input for calls without bytes: llhttp must never see a NULL data pointer, because a
  * NULL start would drop a span that is open across calls. */
 static const char empty_input[1] = {0};
-
-/* RFC 9110 §5.6.2 tchar. */
-static int
-is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return 1;
-    /* clang-format off */
-    switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
-    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
-        return 1;
-    default:
-        return 0;
-    }
-    /* clang-format on */
-}
-
-static unsigned char
-lower(unsigned char c)
-{
-    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
-}
-
-/* Case-insensitive comparison of n bytes with a lower-case literal of length n. */
-static int
-ieq(const char *s, size_t n, const char *lit, size_t litlen)
-{
-    if (n != litlen)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (lower((unsigned char)s[i]) != (unsigned char)lit[i])
-            return 0;
-    return 1;
-}
-
-#define IEQ(s, n, lit) ieq((s), (n), lit, sizeof(lit) - 1)
 
 static sk_parser_t *
 from_llh(llhttp_t *llh)
@@ -95,7 +61,8 @@ fail(sk_parser_t *p, int status, const char *reason)
     return HPE_USER;
 }
 
-/* Appends bytes to the head block. Spans are offsets, so moving the block is safe. */
+/* Appends bytes to the head block. Spans are offsets, so moving the block is safe.
+ * 0, or SK_ENOMEM (no memory, or the block would pass UINT32_MAX bytes); the block is unchanged. */
 static int
 head_append(sk_parser_t *p, const char *at, size_t len)
 {
@@ -106,7 +73,7 @@ head_append(sk_parser_t *p, const char *at, size_t len)
     if (len == 0)
         return 0;
     if (len > (size_t)UINT32_MAX - p->head_len)
-        return -1;
+        return SK_ENOMEM;
     need = p->head_len + len;
     if (need > p->head_cap) {
         cap = p->head_cap < HEAD_MIN_CAP ? HEAD_MIN_CAP : p->head_cap;
@@ -114,7 +81,7 @@ head_append(sk_parser_t *p, const char *at, size_t len)
             cap = cap > SIZE_MAX / 2 ? need : cap * 2;
         head = realloc(p->head, cap);
         if (head == NULL)
-            return -1;
+            return SK_ENOMEM;
         p->head = head;
         p->head_cap = cap;
     }
@@ -123,7 +90,7 @@ head_append(sk_parser_t *p, const char *at, size_t len)
     return 0;
 }
 
-/* Makes room for fields[nfields] (the field-line being received). */
+/* Makes room for fields[nfields] (the field-line being received). 0 or SK_ENOMEM. */
 static int
 fields_grow(sk_parser_t *p)
 {
@@ -133,11 +100,11 @@ fields_grow(sk_parser_t *p)
     if (p->nfields < p->fields_cap)
         return 0;
     if (p->fields_cap > UINT32_MAX / 2)
-        return -1;
+        return SK_ENOMEM;
     cap = p->fields_cap < FIELDS_MIN_CAP ? FIELDS_MIN_CAP : p->fields_cap * 2;
     fields = realloc(p->fields, (size_t)cap * sizeof(*fields));
     if (fields == NULL)
-        return -1;
+        return SK_ENOMEM;
     p->fields = fields;
     p->fields_cap = cap;
     return 0;
@@ -163,7 +130,7 @@ rl_scan(sk_parser_t *p, const char *data, size_t len)
         }
         switch (p->rl_state) {
         case RL_METHOD:
-            if (is_tchar(c) && p->method_len < p->limits.max_request_line) {
+            if (sk_is_tchar(c) && p->method_len < p->limits.max_request_line) {
                 p->method_len++;
             }
             else if (c == ' ' && p->method_len > 0) {
@@ -185,7 +152,7 @@ rl_scan(sk_parser_t *p, const char *data, size_t len)
                     break;
                 }
                 p->rl_prev_sp = 1;
-                if (p->rl_sp < 255)
+                if (p->rl_sp < UINT8_MAX)
                     p->rl_sp++;
             }
             else if (c == '\r' || c == '\n') {
@@ -310,7 +277,7 @@ on_protocol(llhttp_t *llh, const char *at, size_t len)
     for (size_t i = 0; i < len; i++) {
         if (p->protocol_len < sizeof(p->protocol))
             p->protocol[p->protocol_len] = at[i];
-        if (p->protocol_len < 255)
+        if (p->protocol_len < UINT8_MAX)
             p->protocol_len++;
     }
     return 0;
@@ -324,7 +291,8 @@ on_protocol_complete(llhttp_t *llh)
     if (p->rl_double_sp)
         return fail(p, 400, "more than one SP in the request-line");
     /* llhttp's HTTP_REQUEST mode also accepts RTSP/x.y. */
-    if (p->protocol_len != 4 || memcmp(p->protocol, "HTTP", 4) != 0)
+    if (p->protocol_len != sizeof(p->protocol) ||
+        memcmp(p->protocol, "HTTP", sizeof(p->protocol)) != 0)
         return fail(p, 400, "protocol is not HTTP");
     return 0;
 }
@@ -337,7 +305,7 @@ on_version(llhttp_t *llh, const char *at, size_t len)
     for (size_t i = 0; i < len; i++) {
         if (p->version_len < sizeof(p->version))
             p->version[p->version_len] = at[i];
-        if (p->version_len < 255)
+        if (p->version_len < UINT8_MAX)
             p->version_len++;
     }
     return 0;
@@ -358,12 +326,13 @@ on_version_complete(llhttp_t *llh)
     return 0;
 }
 
-/* Counts bytes of the current field section against max_field_section. */
+/* Counts bytes of the current field section against max_field_section. 0, or what fail() returns
+ * (431) when the section would pass the limit. */
 static int
 count_field_bytes(sk_parser_t *p, size_t len)
 {
     if (len > p->limits.max_field_section - p->field_section_bytes)
-        return -1;
+        return fail(p, 431, "header fields too large");
     p->field_section_bytes += (uint32_t)len;
     return 0;
 }
@@ -399,8 +368,9 @@ on_header_field(llhttp_t *llh, const char *at, size_t len)
         if (rc != 0)
             return rc;
     }
-    if (count_field_bytes(p, len) < 0)
-        return fail(p, 431, "header fields too large");
+    rc = count_field_bytes(p, len);
+    if (rc != 0)
+        return rc;
     if (p->in_trailers)
         return 0;
     if (head_append(p, at, len) < 0)
@@ -431,9 +401,11 @@ static int
 on_header_value(llhttp_t *llh, const char *at, size_t len)
 {
     sk_parser_t *p = from_llh(llh);
+    int rc;
 
-    if (count_field_bytes(p, len) < 0)
-        return fail(p, 431, "header fields too large");
+    rc = count_field_bytes(p, len);
+    if (rc != 0)
+        return rc;
     if (p->in_trailers || !p->in_value)
         return 0;
     if (head_append(p, at, len) < 0)
@@ -448,6 +420,7 @@ on_header_value_complete(llhttp_t *llh)
     sk_parser_t *p = from_llh(llh);
     sk_field_t *f;
     const char *v;
+    size_t n;
 
     if (!p->in_value)
         return 0;
@@ -456,14 +429,11 @@ on_header_value_complete(llhttp_t *llh)
         return 0; /* trailer fields are validated and counted, never stored */
     f = &p->fields[p->nfields];
     v = p->head + f->value.off;
+    n = f->value.len;
     /* RFC 9110 §5.5: leading and trailing whitespace is not part of the field value. */
-    while (f->value.len > 0 && (v[0] == ' ' || v[0] == '\t')) {
-        v++;
-        f->value.off++;
-        f->value.len--;
-    }
-    while (f->value.len > 0 && (v[f->value.len - 1] == ' ' || v[f->value.len - 1] == '\t'))
-        f->value.len--;
+    sk_ows_trim(&v, &n);
+    f->value.off = (uint32_t)(v - p->head);
+    f->value.len = (uint32_t)n;
     p->nfields++;
     return 0;
 }
@@ -474,7 +444,7 @@ is_host_char(unsigned char c)
 {
     /* RFC 3986 reg-name: unreserved / pct-encoded / sub-delims (':' and brackets are handled by
      * valid_host) */
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+    if (sk_is_alpha(c) || sk_is_digit(c))
         return 1;
     return c != '\0' && strchr("-._~%!$&'()*+,;=", c) != NULL;
 }
@@ -526,55 +496,43 @@ valid_host(const char *v, size_t n)
     if (v[i] != ':')
         return 0;
     for (i++; i < n; i++)
-        if (v[i] < '0' || v[i] > '9')
+        if (!sk_is_digit((unsigned char)v[i]))
             return 0;
     return 1;
 }
 
-/* Parses every Transfer-Encoding field-line as one list (RFC 9112 §6.1). Returns 0, 400 or 501. */
+/* Parses every Transfer-Encoding field-line as one list (RFC 9112 §6.1):
+ *   Transfer-Encoding = #transfer-coding; transfer-coding = token *( OWS ";" OWS parameter )
+ * Returns 0 when the list is valid and ends in chunked, else what fail() returns, with 400 for an
+ * invalid list and 501 for a coding before chunked that skirr does not implement. */
 static int
-check_transfer_encoding(const sk_parser_t *p)
+check_transfer_encoding(sk_parser_t *p)
 {
+    static const char invalid[] = "invalid Transfer-Encoding";
     int codings = 0;
     int chunked_seen = 0;
     int unknown = 0;
 
     for (uint32_t i = 0; i < p->nfields; i++) {
         const sk_field_t *f = &p->fields[i];
-        const char *s;
-        size_t n;
-        size_t pos = 0;
+        sk_list_iter_t it;
+        const char *e;
+        size_t elen;
 
-        if (!IEQ(sk_parser_ptr(p, f->name), f->name.len, "transfer-encoding"))
+        if (!SK_TOKEN_IEQ(sk_parser_ptr(p, f->name), f->name.len, "transfer-encoding"))
             continue;
-        s = sk_parser_ptr(p, f->value);
-        n = f->value.len;
-        while (pos <= n) {
-            size_t b = pos;
-            size_t e;
-            size_t tok_end;
+        sk_list_init(&it, sk_parser_ptr(p, f->value), f->value.len);
+        while (sk_list_next(&it, &e, &elen) == 1) {
+            size_t tok_len = sk_token_len(e, elen);
 
-            while (pos < n && s[pos] != ',')
-                pos++;
-            e = pos;
-            pos++; /* skip the comma (or step past the end) */
-            while (b < e && (s[b] == ' ' || s[b] == '\t'))
-                b++;
-            while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t'))
-                e--;
-            if (b == e)
-                continue; /* empty list element (RFC 9110 §5.6.1) */
-            tok_end = b;
-            while (tok_end < e && is_tchar((unsigned char)s[tok_end]))
-                tok_end++;
-            if (tok_end == b)
-                return 400;
+            if (tok_len == 0)
+                return fail(p, 400, invalid);
             codings++;
             if (chunked_seen)
-                return 400; /* chunked is not the final coding, or is repeated */
-            if (IEQ(s + b, tok_end - b, "chunked")) {
-                if (tok_end != e)
-                    return 400; /* chunked takes no parameters */
+                return fail(p, 400, invalid); /* chunked is not the final coding, or is repeated */
+            if (SK_TOKEN_IEQ(e, tok_len, "chunked")) {
+                if (tok_len != elen)
+                    return fail(p, 400, invalid); /* chunked takes no parameters */
                 chunked_seen = 1;
             }
             else {
@@ -583,8 +541,10 @@ check_transfer_encoding(const sk_parser_t *p)
         }
     }
     if (codings == 0 || !chunked_seen)
-        return 400; /* RFC 9112 §6.3 (4): chunked is not the final coding, MUST answer 400 */
-    return unknown ? 501 : 0; /* RFC 9112 §6.1: a coding before chunked we do not implement */
+        return fail(p, 400, invalid); /* RFC 9112 §6.3 (4): chunked is not the final coding */
+    if (unknown) /* RFC 9112 §6.1: a coding before chunked that we do not implement */
+        return fail(p, 501, "transfer coding not implemented");
+    return 0;
 }
 
 static int
@@ -601,16 +561,16 @@ on_headers_complete(llhttp_t *llh)
         const char *name = sk_parser_ptr(p, f->name);
         const char *value = sk_parser_ptr(p, f->value);
 
-        if (IEQ(name, f->name.len, "host")) {
+        if (SK_TOKEN_IEQ(name, f->name.len, "host")) {
             p->host_count++;
             if (!valid_host(value, f->value.len))
                 return fail(p, 400, "invalid Host");
         }
-        else if (IEQ(name, f->name.len, "transfer-encoding")) {
+        else if (SK_TOKEN_IEQ(name, f->name.len, "transfer-encoding")) {
             has_te = 1;
         }
-        else if (IEQ(name, f->name.len, "expect")) {
-            if (p->http_minor == 1 && IEQ(value, f->value.len, "100-continue"))
+        else if (SK_TOKEN_IEQ(name, f->name.len, "expect")) {
+            if (p->http_minor == 1 && SK_TOKEN_IEQ(value, f->value.len, "100-continue"))
                 p->expect_continue = 1;
         }
     }
@@ -631,10 +591,8 @@ on_headers_complete(llhttp_t *llh)
         if (llh->flags & F_CONTENT_LENGTH) /* llhttp strict refuses this first; kept as a guard */
             return fail(p, 400, "Transfer-Encoding with Content-Length");
         rc = check_transfer_encoding(p);
-        if (rc == 400)
-            return fail(p, 400, "invalid Transfer-Encoding");
-        if (rc == 501)
-            return fail(p, 501, "transfer coding not implemented");
+        if (rc != 0)
+            return rc;
     }
     p->chunked = (llh->flags & F_CHUNKED) ? 1 : 0;
     p->has_content_length = (llh->flags & F_CONTENT_LENGTH) ? 1 : 0;
@@ -758,6 +716,44 @@ static const llhttp_settings_t settings = {
     .on_chunk_header = on_chunk_header,
 };
 
+/* ---- invariants ------------------------------------------------------------------------------ */
+
+#ifndef NDEBUG
+/* Asserts what holds between two sk_parser_execute() calls, whatever the input was: the head block
+ * and the field array are consistent, every stored span lies inside the head block, no limit is
+ * exceeded, and no event is left pending. A dead parser keeps its partial request; the checks hold
+ * for it too, because every limit is tested before the bytes are counted or stored. */
+static void
+parser_check(const sk_parser_t *p)
+{
+    assert(p->head_len <= p->head_cap && p->head_len <= UINT32_MAX);
+    assert((p->head == NULL) == (p->head_cap == 0));
+    assert(p->nfields <= p->fields_cap);
+    assert((p->fields == NULL) == (p->fields_cap == 0));
+    assert(p->target.off == 0 && p->target.len <= p->head_len);
+    assert(p->target.len <= p->limits.max_request_line);
+    for (uint32_t i = 0; i < p->nfields; i++) {
+        const sk_field_t *f = &p->fields[i];
+
+        assert(f->name.off <= p->head_len && f->name.len <= p->head_len - f->name.off);
+        assert(f->value.off <= p->head_len && f->value.len <= p->head_len - f->value.off);
+        (void)f;
+    }
+    assert(p->field_section_bytes <= p->limits.max_field_section);
+    assert(p->field_lines <= p->limits.max_fields);
+    assert(p->chunk_ext_bytes <= p->limits.max_chunk_ext);
+    assert(p->limits.max_body == 0 || p->chunk_total <= p->limits.max_body);
+    assert(!(p->has_content_length && p->chunked));
+    assert(!p->has_content_length || p->body_received <= p->content_length);
+    assert(p->pending == SK_EV_NONE && p->body_at == NULL && p->body_len == 0);
+    assert(!p->dead || (p->err_status >= 400 && p->err_reason != NULL && !p->method_pending));
+    assert(p->rl_state <= RL_DONE && p->rl_method <= 2);
+}
+#define PARSER_CHECK(p) parser_check(p)
+#else
+#define PARSER_CHECK(p) ((void)0)
+#endif
+
 /* ---- public API ------------------------------------------------------------------------------ */
 
 void
@@ -808,9 +804,11 @@ map_llhttp_error(const sk_parser_t *p, llhttp_errno_t err, const char **reason)
         *reason = "malformed request";
     if (err == HPE_INVALID_METHOD)
         return p->rl_method == 1 ? 501 : 400;
-    if (err == HPE_INVALID_VERSION && !p->rl_double_sp && p->version_len == 3 &&
-        p->version[0] >= '0' && p->version[0] <= '9' && p->version[1] == '.' &&
-        p->version[2] >= '0' && p->version[2] <= '9' &&
+    /* HTTP-version = HTTP-name "/" DIGIT "." DIGIT (RFC 9112 §2.3): a well-formed version other
+     * than 1.0 and 1.1 is 505, anything else 400. */
+    if (err == HPE_INVALID_VERSION && !p->rl_double_sp && p->version_len == sizeof(p->version) &&
+        sk_is_digit((unsigned char)p->version[0]) && p->version[1] == '.' &&
+        sk_is_digit((unsigned char)p->version[2]) &&
         !(p->version[0] == '1' && (p->version[2] == '0' || p->version[2] == '1'))) {
         *reason = "HTTP version not supported";
         return 505;
@@ -833,8 +831,8 @@ refuse(sk_parser_t *p, int status, const char *reason, size_t consumed, sk_event
     return consumed;
 }
 
-size_t
-sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev)
+static size_t
+execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev)
 {
     size_t off = 0;
 
@@ -901,6 +899,24 @@ sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev)
         }
         return refuse(p, status, reason, len, ev);
     }
+}
+
+size_t
+sk_parser_execute(sk_parser_t *p, const char *data, size_t len, sk_event_t *ev)
+{
+    size_t consumed;
+
+    PARSER_CHECK(p);
+    consumed = execute(p, data, len, ev);
+    PARSER_CHECK(p);
+    /* the event contract of sk_http.h */
+    assert(consumed <= len);
+    assert(ev->type != SK_EV_NONE || consumed == len);
+    assert(ev->type != SK_EV_BODY ||
+           (ev->len > 0 && ev->data >= data && (size_t)(ev->data - data) + ev->len <= consumed));
+    assert(ev->type != SK_EV_ERROR || (ev->status >= 400 && p->dead));
+    assert(ev->type != SK_EV_HEAD || p->head_done);
+    return consumed;
 }
 
 int

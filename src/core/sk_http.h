@@ -2,7 +2,8 @@
  *
  * Owns: turning request bytes into pull-style events (head, body piece, end, error with the HTTP
  * status to refuse with), the request-head copy (one block of bytes, spans into it), and every
- * request limit. Never: includes Python.h, performs I/O, or calls back into the embedder.
+ * request limit. Never: includes Python.h or an src/ext/ header, performs I/O, keeps global mutable
+ * state, or calls back into the embedder.
  *
  * Usage: the embedder calls sk_parser_execute() with the bytes it has; it returns how many bytes it
  * consumed and fills one event. After SK_EV_HEAD, SK_EV_BODY or SK_EV_END the embedder handles the
@@ -107,8 +108,8 @@ typedef struct {
     uint8_t rl_double_sp; /* bit 1: SP SP after the method, bit 2: SP SP after the target */
     uint8_t version_len;  /* bytes of the HTTP-version digits seen (saturating) */
     uint8_t protocol_len; /* bytes of the protocol name seen (saturating) */
-    char version[4];
-    char protocol[4];
+    char version[sizeof("1.1") - 1];   /* the HTTP-version's first bytes (DIGIT "." DIGIT) */
+    char protocol[sizeof("HTTP") - 1]; /* the protocol name's first bytes (HTTP-name) */
     uint32_t method_len;
 } sk_parser_t;
 

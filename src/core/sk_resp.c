@@ -4,139 +4,135 @@
  * framing choice (RFC 9112 §6: Content-Length, chunked, close-delimited, or none for HEAD, 1xx,
  * 204 and 304), Content-Length accounting, the server's own date/server/connection fields, the
  * complete refusal responses (the one error sink for server-generated responses), reason phrases
- * and the IMF-fixdate.
- * Never: includes Python.h, performs I/O, keeps global mutable state, or leaves a partial message
- * in the caller's buffer: every call appends all of its bytes or none of them.
+ * the IMF-fixdate, and the asserts of the serializer's state (resp_check()).
+ * Never: includes Python.h, performs I/O, keeps global mutable state, re-implements a token or list
+ * rule that sk_token.h has, or leaves a partial message in the caller's buffer: every call appends
+ * all of its bytes or none of them.
  *
  * Field rules (the application's fields, names written as given):
  *  - content-length: one field, decimal digits only; passed through; for 1xx and 204 dropped
  *    (RFC 9110 §8.6: MUST NOT be sent there).
  *  - transfer-encoding: only "chunked" (case-insensitive, OWS trimmed), never with content-length;
  *    never written as given: the framing writes its own when the response is chunked.
- *  - connection: passed through; a "close" token makes the connection close after the response.
+ *  - connection: passed through; a "close" token makes the connection close after the response,
+ *    and a "keep-alive" token stands in for the one the server adds to an HTTP/1.0 response.
  *  - date, server: replace the server's own.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "sk_resp.h"
+#include "sk_token.h"
 
+#include <assert.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 
-const char SK_CONTINUE_RESPONSE[] = "HTTP/1.1 100 Continue\r\n\r\n";
+const char SK_CONTINUE_RESPONSE[] = SK_CONTINUE_RESPONSE_LITERAL;
 
-/* Reason phrases of RFC 9110 §15 (and the registered extensions); "" for any other code. */
-static const char *
-reason_phrase(int status)
+/* Byte counts come from the literals themselves, never from counting by hand. */
+#define LIT_LEN(lit) (sizeof("" lit) - 1)
+/* The longest decimal and lower-case hex forms of a uint64_t. */
+#define DEC_MAX_LEN LIT_LEN("18446744073709551615")
+#define HEX_MAX_LEN LIT_LEN("ffffffffffffffff")
+
+/* The lines the serializer writes itself (RFC 9112 §4 status-line, RFC 9110 field lines). */
+#define STATUS_LINE_START "HTTP/1.1 "
+#define CRLF "\r\n"
+#define FIELD_SEP ": "
+#define FIELD_TE_CHUNKED "transfer-encoding: chunked\r\n"
+#define FIELD_CONN_CLOSE "connection: close\r\n"
+#define FIELD_CONN_KEEP_ALIVE "connection: keep-alive\r\n"
+#define FIELD_SERVER "server: skirr\r\n"
+#define FIELD_TEXT_PLAIN "content-type: text/plain; charset=utf-8\r\n"
+/* Bytes of a field line "name: value\r\n" around the name and value. */
+#define FIELD_LINE_EXTRA (LIT_LEN(FIELD_SEP) + LIT_LEN(CRLF))
+#define CONTENT_LENGTH_FIELD_MAX (LIT_LEN("content-length") + FIELD_LINE_EXTRA + DEC_MAX_LEN)
+#define DATE_FIELD_LEN (LIT_LEN("date") + FIELD_LINE_EXTRA + SK_DATE_LEN)
+/* The most bytes sk_resp_body() adds after the recorded head: one framing field (content-length is
+ * the longer one), one connection field (keep-alive is the longer one), server, and the blank line;
+ * the date field comes on top when one is sent. */
+#define HEAD_TAIL_MAX                                                                    \
+    (CONTENT_LENGTH_FIELD_MAX + LIT_LEN(FIELD_CONN_KEEP_ALIVE) + LIT_LEN(FIELD_SERVER) + \
+     LIT_LEN(CRLF))
+
+/* The reason phrase RFC 9110 §15 (or the IANA status code registry) gives for status.
+ * 1: *reason is that static string. 0: the code has none registered (*reason is NULL). */
+static int
+reason_phrase(int status, const char **reason)
 {
     switch (status) {
-    case 100: return "Continue";
-    case 101: return "Switching Protocols";
-    case 102: return "Processing";
-    case 103: return "Early Hints";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 203: return "Non-Authoritative Information";
-    case 204: return "No Content";
-    case 205: return "Reset Content";
-    case 206: return "Partial Content";
-    case 207: return "Multi-Status";
-    case 208: return "Already Reported";
-    case 226: return "IM Used";
-    case 300: return "Multiple Choices";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 303: return "See Other";
-    case 304: return "Not Modified";
-    case 305: return "Use Proxy";
-    case 307: return "Temporary Redirect";
-    case 308: return "Permanent Redirect";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 402: return "Payment Required";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 406: return "Not Acceptable";
-    case 407: return "Proxy Authentication Required";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 410: return "Gone";
-    case 411: return "Length Required";
-    case 412: return "Precondition Failed";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 416: return "Range Not Satisfiable";
-    case 417: return "Expectation Failed";
-    case 421: return "Misdirected Request";
-    case 422: return "Unprocessable Content";
-    case 423: return "Locked";
-    case 424: return "Failed Dependency";
-    case 425: return "Too Early";
-    case 426: return "Upgrade Required";
-    case 428: return "Precondition Required";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 451: return "Unavailable For Legal Reasons";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    case 505: return "HTTP Version Not Supported";
-    case 506: return "Variant Also Negotiates";
-    case 507: return "Insufficient Storage";
-    case 508: return "Loop Detected";
-    case 510: return "Not Extended";
-    case 511: return "Network Authentication Required";
-    default: return "";
+    case 100: *reason = "Continue"; return 1;
+    case 101: *reason = "Switching Protocols"; return 1;
+    case 102: *reason = "Processing"; return 1;
+    case 103: *reason = "Early Hints"; return 1;
+    case 200: *reason = "OK"; return 1;
+    case 201: *reason = "Created"; return 1;
+    case 202: *reason = "Accepted"; return 1;
+    case 203: *reason = "Non-Authoritative Information"; return 1;
+    case 204: *reason = "No Content"; return 1;
+    case 205: *reason = "Reset Content"; return 1;
+    case 206: *reason = "Partial Content"; return 1;
+    case 207: *reason = "Multi-Status"; return 1;
+    case 208: *reason = "Already Reported"; return 1;
+    case 226: *reason = "IM Used"; return 1;
+    case 300: *reason = "Multiple Choices"; return 1;
+    case 301: *reason = "Moved Permanently"; return 1;
+    case 302: *reason = "Found"; return 1;
+    case 303: *reason = "See Other"; return 1;
+    case 304: *reason = "Not Modified"; return 1;
+    case 305: *reason = "Use Proxy"; return 1;
+    case 307: *reason = "Temporary Redirect"; return 1;
+    case 308: *reason = "Permanent Redirect"; return 1;
+    case 400: *reason = "Bad Request"; return 1;
+    case 401: *reason = "Unauthorized"; return 1;
+    case 402: *reason = "Payment Required"; return 1;
+    case 403: *reason = "Forbidden"; return 1;
+    case 404: *reason = "Not Found"; return 1;
+    case 405: *reason = "Method Not Allowed"; return 1;
+    case 406: *reason = "Not Acceptable"; return 1;
+    case 407: *reason = "Proxy Authentication Required"; return 1;
+    case 408: *reason = "Request Timeout"; return 1;
+    case 409: *reason = "Conflict"; return 1;
+    case 410: *reason = "Gone"; return 1;
+    case 411: *reason = "Length Required"; return 1;
+    case 412: *reason = "Precondition Failed"; return 1;
+    case 413: *reason = "Content Too Large"; return 1;
+    case 414: *reason = "URI Too Long"; return 1;
+    case 415: *reason = "Unsupported Media Type"; return 1;
+    case 416: *reason = "Range Not Satisfiable"; return 1;
+    case 417: *reason = "Expectation Failed"; return 1;
+    case 421: *reason = "Misdirected Request"; return 1;
+    case 422: *reason = "Unprocessable Content"; return 1;
+    case 423: *reason = "Locked"; return 1;
+    case 424: *reason = "Failed Dependency"; return 1;
+    case 425: *reason = "Too Early"; return 1;
+    case 426: *reason = "Upgrade Required"; return 1;
+    case 428: *reason = "Precondition Required"; return 1;
+    case 429: *reason = "Too Many Requests"; return 1;
+    case 431: *reason = "Request Header Fields Too Large"; return 1;
+    case 451: *reason = "Unavailable For Legal Reasons"; return 1;
+    case 500: *reason = "Internal Server Error"; return 1;
+    case 501: *reason = "Not Implemented"; return 1;
+    case 502: *reason = "Bad Gateway"; return 1;
+    case 503: *reason = "Service Unavailable"; return 1;
+    case 504: *reason = "Gateway Timeout"; return 1;
+    case 505: *reason = "HTTP Version Not Supported"; return 1;
+    case 506: *reason = "Variant Also Negotiates"; return 1;
+    case 507: *reason = "Insufficient Storage"; return 1;
+    case 508: *reason = "Loop Detected"; return 1;
+    case 510: *reason = "Not Extended"; return 1;
+    case 511: *reason = "Network Authentication Required"; return 1;
+    default: *reason = NULL; return 0;
     }
 }
 
-/* RFC 9110 §5.6.2 tchar. */
-static int
-is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return 1;
-    /* clang-format off */
-    switch (c) {
-    case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
-    case '-': case '.': case '^': case '_': case '`': case '|': case '~':
-        return 1;
-    default:
-        return 0;
-    }
-    /* clang-format on */
-}
-
-static unsigned char
-lower(unsigned char c)
-{
-    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + ('a' - 'A')) : c;
-}
-
-static int
-ieq(const char *s, size_t n, const char *lit, size_t litlen)
-{
-    if (n != litlen)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (lower((unsigned char)s[i]) != (unsigned char)lit[i])
-            return 0;
-    return 1;
-}
-
-#define IEQ(s, n, lit) ieq((s), (n), lit, sizeof(lit) - 1)
-
-/* Writes v in decimal; returns the number of bytes (at most 20). */
+/* Writes v in decimal; returns the number of bytes (at most DEC_MAX_LEN). */
 static size_t
 fmt_dec(char *out, uint64_t v)
 {
-    char tmp[20];
+    char tmp[DEC_MAX_LEN];
     size_t n = 0;
 
     do {
@@ -148,12 +144,12 @@ fmt_dec(char *out, uint64_t v)
     return n;
 }
 
-/* Writes v in lower-case hex; returns the number of bytes (at most 16). */
+/* Writes v in lower-case hex; returns the number of bytes (at most HEX_MAX_LEN). */
 static size_t
 fmt_hex(char *out, uint64_t v)
 {
     static const char digits[] = "0123456789abcdef";
-    char tmp[16];
+    char tmp[HEX_MAX_LEN];
     size_t n = 0;
 
     do {
@@ -165,51 +161,57 @@ fmt_hex(char *out, uint64_t v)
     return n;
 }
 
-#define APPEND_LIT(buf, lit) sk_buf_append((buf), (lit), sizeof(lit) - 1)
+#define APPEND_LIT(buf, lit) sk_buf_append((buf), "" lit, LIT_LEN(lit))
 
+/* status-line = HTTP-version SP status-code SP [ reason-phrase ] CRLF (RFC 9112 §4);
+ * status is 100..599 (three digits). */
 static int
 append_status_line(sk_buf_t *b, int status, const char *reason)
 {
-    char line[16];
+    char line[] = STATUS_LINE_START "000 ";
+    char *code = line + LIT_LEN(STATUS_LINE_START);
     int rc;
 
-    memcpy(line, "HTTP/1.1 ", 9);
-    line[9] = (char)('0' + status / 100);
-    line[10] = (char)('0' + status / 10 % 10);
-    line[11] = (char)('0' + status % 10);
-    line[12] = ' ';
-    rc = sk_buf_append(b, line, 13);
+    assert(status >= 100 && status <= 599);
+    code[0] = (char)('0' + status / 100);
+    code[1] = (char)('0' + status / 10 % 10);
+    code[2] = (char)('0' + status % 10);
+    rc = sk_buf_append(b, line, sizeof(line) - 1);
     if (rc == 0)
         rc = sk_buf_append(b, reason, strlen(reason));
     if (rc == 0)
-        rc = APPEND_LIT(b, "\r\n");
+        rc = APPEND_LIT(b, CRLF);
     return rc;
 }
 
 static int
 append_field(sk_buf_t *b, const char *name, size_t name_len, const char *value, size_t value_len)
 {
-    int rc = sk_buf_reserve(b, name_len + value_len + 4);
+    int rc = sk_buf_reserve(b, name_len + value_len + FIELD_LINE_EXTRA);
 
     if (rc < 0)
         return rc;
     rc = sk_buf_append(b, name, name_len);
     if (rc == 0)
-        rc = APPEND_LIT(b, ": ");
+        rc = APPEND_LIT(b, FIELD_SEP);
     if (rc == 0)
         rc = sk_buf_append(b, value, value_len);
     if (rc == 0)
-        rc = APPEND_LIT(b, "\r\n");
+        rc = APPEND_LIT(b, CRLF);
     return rc;
 }
+
+/* append_field() with a string-literal name. */
+#define APPEND_FIELD(b, name, value, value_len) \
+    append_field((b), "" name, LIT_LEN(name), (value), (value_len))
 
 static int
 append_content_length(sk_buf_t *b, uint64_t n)
 {
-    char num[20];
+    char num[DEC_MAX_LEN];
     size_t len = fmt_dec(num, n);
 
-    return append_field(b, "content-length", 14, num, len);
+    return APPEND_FIELD(b, "content-length", num, len);
 }
 
 /* Content-Length from the application: 1*DIGIT, no sign, no whitespace, fits in 64 bits. */
@@ -223,7 +225,7 @@ parse_content_length(const char *s, size_t n, uint64_t *out)
     for (size_t i = 0; i < n; i++) {
         unsigned d;
 
-        if (s[i] < '0' || s[i] > '9')
+        if (!sk_is_digit((unsigned char)s[i]))
             return SK_ECL;
         d = (unsigned)(s[i] - '0');
         if (v > (UINT64_MAX - d) / 10)
@@ -234,28 +236,29 @@ parse_content_length(const char *s, size_t n, uint64_t *out)
     return 0;
 }
 
-/* 1 if the comma-separated list s contains the token tok (case-insensitive, OWS trimmed). */
-static int
-list_has_token(const char *s, size_t n, const char *tok, size_t tok_len)
+#ifndef NDEBUG
+/* Asserts the serializer's state machine (not started -> started -> head written -> done) and its
+ * accounting, between calls. */
+static void
+resp_check(const sk_resp_t *r)
 {
-    size_t pos = 0;
-
-    while (pos <= n) {
-        size_t b = pos;
-        size_t e;
-
-        while (pos < n && s[pos] != ',')
-            pos++;
-        e = pos++;
-        while (b < e && (s[b] == ' ' || s[b] == '\t'))
-            b++;
-        while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t'))
-            e--;
-        if (ieq(s + b, e - b, tok, tok_len))
-            return 1;
-    }
-    return 0;
+    sk_buf_check(&r->head);
+    assert(!r->head_written || r->started);
+    assert(!r->done || r->head_written);
+    assert(!r->started || (r->status >= 100 && r->status <= 599));
+    assert(!r->started || !(r->app_has_cl && r->app_chunked));
+    assert(r->framing <= SK_FRAME_CLOSE);
+    assert(r->head_written || (r->framing == SK_FRAME_NONE && r->body_sent == 0));
+    assert(r->framing != SK_FRAME_NONE || r->body_sent == 0);
+    assert(r->framing != SK_FRAME_CHUNKED || r->req.http_minor >= 1);
+    assert(r->framing != SK_FRAME_CLOSE || !r->keep_alive);
+    assert(r->framing != SK_FRAME_LENGTH || r->body_sent <= r->content_length);
+    assert(!(r->done && r->framing == SK_FRAME_LENGTH) || r->body_sent == r->content_length);
 }
+#define RESP_CHECK(r) resp_check(r)
+#else
+#define RESP_CHECK(r) ((void)0)
+#endif
 
 static int
 is_bodyless(const sk_resp_t *r)
@@ -286,9 +289,11 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
               size_t nheaders)
 {
     sk_buf_t *h = &r->head;
+    const char *reason;
     int no_framing_fields; /* 1xx and 204: Content-Length and Transfer-Encoding MUST NOT be sent */
     int rc;
 
+    RESP_CHECK(r);
     if (r->started)
         return SK_ESTATE;
     sk_resp_reset(r);
@@ -298,22 +303,19 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
     r->req = *req;
     no_framing_fields = status < 200 || status == 204;
 
-    rc = append_status_line(h, status, reason_phrase(status));
+    if (reason_phrase(status, &reason) == 0)
+        reason = ""; /* RFC 9112 §4: reason-phrase is optional; SP stays */
+    rc = append_status_line(h, status, reason);
     if (rc < 0)
         goto error;
     for (size_t i = 0; i < nheaders; i++) {
         const sk_header_t *f = &headers[i];
         int write = 1;
 
-        if (f->name_len == 0) {
+        /* RFC 9110 §5.1: field-name = token */
+        if (f->name_len == 0 || sk_token_len(f->name, f->name_len) != f->name_len) {
             rc = SK_EHDRNAME;
             goto error;
-        }
-        for (size_t k = 0; k < f->name_len; k++) {
-            if (!is_tchar((unsigned char)f->name[k])) {
-                rc = SK_EHDRNAME;
-                goto error;
-            }
         }
         for (size_t k = 0; k < f->value_len; k++) {
             unsigned char c = (unsigned char)f->value[k];
@@ -326,7 +328,7 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
                 goto error;
             }
         }
-        if (IEQ(f->name, f->name_len, "content-length")) {
+        if (SK_TOKEN_IEQ(f->name, f->name_len, "content-length")) {
             if (r->app_has_cl) {
                 rc = SK_ECL;
                 goto error;
@@ -337,33 +339,28 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
             r->app_has_cl = 1;
             write = !no_framing_fields;
         }
-        else if (IEQ(f->name, f->name_len, "transfer-encoding")) {
+        else if (SK_TOKEN_IEQ(f->name, f->name_len, "transfer-encoding")) {
             const char *v = f->value;
             size_t n = f->value_len;
 
-            while (n > 0 && (v[0] == ' ' || v[0] == '\t')) {
-                v++;
-                n--;
-            }
-            while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
-                n--;
-            if (r->app_chunked || !IEQ(v, n, "chunked")) {
+            sk_ows_trim(&v, &n);
+            if (r->app_chunked || !SK_TOKEN_IEQ(v, n, "chunked")) {
                 rc = SK_ETE;
                 goto error;
             }
             r->app_chunked = 1;
             write = 0; /* the framing writes its own */
         }
-        else if (IEQ(f->name, f->name_len, "date")) {
+        else if (SK_TOKEN_IEQ(f->name, f->name_len, "date")) {
             r->app_has_date = 1;
         }
-        else if (IEQ(f->name, f->name_len, "server")) {
+        else if (SK_TOKEN_IEQ(f->name, f->name_len, "server")) {
             r->app_has_server = 1;
         }
-        else if (IEQ(f->name, f->name_len, "connection")) {
-            if (list_has_token(f->value, f->value_len, "close", 5))
+        else if (SK_TOKEN_IEQ(f->name, f->name_len, "connection")) {
+            if (SK_LIST_HAS_TOKEN(f->value, f->value_len, "close"))
                 r->app_conn_close = 1;
-            if (list_has_token(f->value, f->value_len, "keep-alive", 10))
+            if (SK_LIST_HAS_TOKEN(f->value, f->value_len, "keep-alive"))
                 r->app_conn_keep_alive = 1;
         }
         if (write) {
@@ -377,10 +374,12 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
         goto error;
     }
     r->started = 1;
+    RESP_CHECK(r);
     return 0;
 
 error:
     sk_resp_reset(r);
+    RESP_CHECK(r);
     return rc;
 }
 
@@ -394,6 +393,8 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
     uint64_t content_length = r->content_length;
     int rc;
 
+    RESP_CHECK(r);
+    sk_buf_check(out);
     if (!r->started || r->done)
         return SK_ESTATE;
     if (!r->head_written) {
@@ -422,7 +423,8 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
     }
 
     if (!r->head_written) {
-        rc = sk_buf_reserve(out, sk_buf_len(&r->head) + 160 + (date ? 37 : 0));
+        rc =
+            sk_buf_reserve(out, sk_buf_len(&r->head) + HEAD_TAIL_MAX + (date ? DATE_FIELD_LEN : 0));
         if (rc < 0)
             goto error;
         rc = sk_buf_append(out, sk_buf_head(&r->head), sk_buf_len(&r->head));
@@ -431,24 +433,24 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
         if (framing == SK_FRAME_LENGTH && !r->app_has_cl)
             rc = append_content_length(out, content_length);
         else if (framing == SK_FRAME_CHUNKED)
-            rc = APPEND_LIT(out, "transfer-encoding: chunked\r\n");
+            rc = APPEND_LIT(out, FIELD_TE_CHUNKED);
         if (rc < 0)
             goto error;
         if (!keep_alive && !r->app_conn_close)
-            rc = APPEND_LIT(out, "connection: close\r\n");
+            rc = APPEND_LIT(out, FIELD_CONN_CLOSE);
         else if (keep_alive && r->req.http_minor == 0 && !r->app_conn_keep_alive)
-            rc = APPEND_LIT(out, "connection: keep-alive\r\n");
+            rc = APPEND_LIT(out, FIELD_CONN_KEEP_ALIVE);
         if (rc < 0)
             goto error;
         if (!r->app_has_date && date != NULL)
-            rc = append_field(out, "date", 4, date, 29);
+            rc = APPEND_FIELD(out, "date", date, SK_DATE_LEN);
         if (rc < 0)
             goto error;
         if (!r->app_has_server)
-            rc = APPEND_LIT(out, "server: skirr\r\n");
+            rc = APPEND_LIT(out, FIELD_SERVER);
         if (rc < 0)
             goto error;
-        rc = APPEND_LIT(out, "\r\n");
+        rc = APPEND_LIT(out, CRLF);
         if (rc < 0)
             goto error;
     }
@@ -459,21 +461,21 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
     case SK_FRAME_CHUNKED:
         rc = 0;
         if (len > 0) {
-            char size[18];
+            char size[HEX_MAX_LEN + LIT_LEN(CRLF)];
             size_t n = fmt_hex(size, len);
 
             size[n++] = '\r';
             size[n++] = '\n';
-            rc = sk_buf_reserve(out, n + len + 2);
+            rc = sk_buf_reserve(out, n + len + LIT_LEN(CRLF));
             if (rc == 0)
                 rc = sk_buf_append(out, size, n);
             if (rc == 0)
                 rc = sk_buf_append(out, data, len);
             if (rc == 0)
-                rc = APPEND_LIT(out, "\r\n");
+                rc = APPEND_LIT(out, CRLF);
         }
         if (rc == 0 && !more_body)
-            rc = APPEND_LIT(out, "0\r\n\r\n");
+            rc = APPEND_LIT(out, "0" CRLF CRLF); /* last-chunk, empty trailer section */
         break;
     default: /* SK_FRAME_NONE: content is not sent (HEAD, 1xx, 204, 304) */ rc = 0; break;
     }
@@ -488,10 +490,14 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
         r->body_sent += len;
     if (!more_body)
         r->done = 1;
+    RESP_CHECK(r);
+    assert(sk_buf_len(out) >= saved);
     return 0;
 
 error:
     out->end = out->start + saved; /* nothing appended */
+    RESP_CHECK(r);
+    sk_buf_check(out);
     return rc;
 }
 
@@ -505,24 +511,27 @@ sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date)
 
     if (status < 100 || status > 599)
         status = 500;
-    reason = reason_phrase(status);
-    if (reason[0] == '\0')
+    if (reason_phrase(status, &reason) == 0)
         reason = "Error";
     reason_len = strlen(reason);
 
-    rc = sk_buf_reserve(out, 200 + 2 * reason_len);
+    /* status-line, content-type, content-length, connection, date, server, blank line, body */
+    rc = sk_buf_reserve(out, LIT_LEN(STATUS_LINE_START "000 " CRLF) + reason_len +
+                                 LIT_LEN(FIELD_TEXT_PLAIN) + CONTENT_LENGTH_FIELD_MAX +
+                                 LIT_LEN(FIELD_CONN_CLOSE) + DATE_FIELD_LEN +
+                                 LIT_LEN(FIELD_SERVER CRLF) + reason_len);
     if (rc == 0)
         rc = append_status_line(out, status, reason);
     if (rc == 0)
-        rc = APPEND_LIT(out, "content-type: text/plain; charset=utf-8\r\n");
+        rc = APPEND_LIT(out, FIELD_TEXT_PLAIN);
     if (rc == 0)
         rc = append_content_length(out, reason_len);
     if (rc == 0)
-        rc = APPEND_LIT(out, "connection: close\r\n");
+        rc = APPEND_LIT(out, FIELD_CONN_CLOSE);
     if (rc == 0 && date != NULL)
-        rc = append_field(out, "date", 4, date, 29);
+        rc = APPEND_FIELD(out, "date", date, SK_DATE_LEN);
     if (rc == 0)
-        rc = APPEND_LIT(out, "server: skirr\r\n\r\n");
+        rc = APPEND_LIT(out, FIELD_SERVER CRLF);
     if (rc == 0 && !head_request)
         rc = sk_buf_append(out, reason, reason_len);
     if (rc < 0)
@@ -534,41 +543,56 @@ error:
     return rc;
 }
 
-void
-sk_format_date(int64_t t, char out[30])
+/* Writes the last `width` decimal digits of v (v >= 0) to o; returns o + width. */
+static char *
+put_digits(char *o, int v, int width)
 {
-    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
-    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    for (int i = width - 1; i >= 0; i--) {
+        o[i] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return o + width;
+}
+
+/* Copies a string literal's bytes (without its NUL) to o; evaluates to the byte after them. */
+#define PUT_LIT(o, lit) ((char *)memcpy((o), "" lit, LIT_LEN(lit)) + LIT_LEN(lit))
+
+void
+sk_format_date(int64_t t, char out[SK_DATE_LEN + 1])
+{
+    /* IMF-fixdate = day-name "," SP date1 SP time-of-day SP GMT, with date1 = day SP month SP year
+     * (2DIGIT, 3 letters, 4DIGIT) and time-of-day = hour ":" minute ":" second (2DIGIT each):
+     * RFC 9110 §5.6.7. */
+    static const char days[7][sizeof("Sun")] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char months[12][sizeof("Jan")] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                   "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    static const char epoch[] = "Thu, 01 Jan 1970 00:00:00 GMT";
     time_t tt = (time_t)t;
     struct tm tm;
     int year;
+    char *o = out;
 
     if (gmtime_r(&tt, &tm) == NULL || tm.tm_year + 1900 < 0 || tm.tm_year + 1900 > 9999) {
-        memcpy(out, "Thu, 01 Jan 1970 00:00:00 GMT", 30);
+        memcpy(out, epoch, sizeof(epoch));
         return;
     }
     year = tm.tm_year + 1900;
-    memcpy(out, days[tm.tm_wday], 3);
-    out[3] = ',';
-    out[4] = ' ';
-    out[5] = (char)('0' + tm.tm_mday / 10);
-    out[6] = (char)('0' + tm.tm_mday % 10);
-    out[7] = ' ';
-    memcpy(out + 8, months[tm.tm_mon], 3);
-    out[11] = ' ';
-    out[12] = (char)('0' + year / 1000);
-    out[13] = (char)('0' + year / 100 % 10);
-    out[14] = (char)('0' + year / 10 % 10);
-    out[15] = (char)('0' + year % 10);
-    out[16] = ' ';
-    out[17] = (char)('0' + tm.tm_hour / 10);
-    out[18] = (char)('0' + tm.tm_hour % 10);
-    out[19] = ':';
-    out[20] = (char)('0' + tm.tm_min / 10);
-    out[21] = (char)('0' + tm.tm_min % 10);
-    out[22] = ':';
-    out[23] = (char)('0' + tm.tm_sec / 10);
-    out[24] = (char)('0' + tm.tm_sec % 10);
-    memcpy(out + 25, " GMT", 5);
+    memcpy(o, days[tm.tm_wday], sizeof(days[0]) - 1);
+    o += sizeof(days[0]) - 1;
+    o = PUT_LIT(o, ", ");
+    o = put_digits(o, tm.tm_mday, 2);
+    o = PUT_LIT(o, " ");
+    memcpy(o, months[tm.tm_mon], sizeof(months[0]) - 1);
+    o += sizeof(months[0]) - 1;
+    o = PUT_LIT(o, " ");
+    o = put_digits(o, year, 4);
+    o = PUT_LIT(o, " ");
+    o = put_digits(o, tm.tm_hour, 2);
+    o = PUT_LIT(o, ":");
+    o = put_digits(o, tm.tm_min, 2);
+    o = PUT_LIT(o, ":");
+    o = put_digits(o, tm.tm_sec, 2);
+    o = PUT_LIT(o, " GMT");
+    *o = '\0';
+    assert(o - out == (ptrdiff_t)SK_DATE_LEN);
 }

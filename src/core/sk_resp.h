@@ -4,7 +4,8 @@
  * (RFC 9112 §6: Content-Length, chunked, or close-delimited), Content-Length accounting, the
  * bodyless rules (HEAD, 1xx, 204, 304: RFC 9110 §6.4.1), the server's own date/server/connection
  * fields, and the complete refusal responses (400/413/414/431/500/501/505/503/408).
- * Never: includes Python.h or performs I/O. Output goes into a caller's sk_buf_t.
+ * Never: includes Python.h or an src/ext/ header, performs I/O, or keeps global mutable state.
+ * Output goes into a caller's sk_buf_t.
  */
 #ifndef SK_RESP_H
 #define SK_RESP_H
@@ -65,7 +66,7 @@ int sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_h
                   size_t nheaders);
 
 /* Appends the head (on the first call) and this body piece, framed, to out.
- * date: the 29-byte IMF-fixdate to send when the app gave no date field.
+ * date: the SK_DATE_LEN-byte IMF-fixdate to send when the app gave no date field (NULL: none).
  * On the first call with more_body == 0 and no app Content-Length (and not bodyless), the framing
  * is Content-Length = len. Returns 0, or SK_ETOOLONG (nothing appended), SK_ETOOSHORT (the
  * final event leaves the body shorter than Content-Length; nothing appended), SK_ESTATE
@@ -79,11 +80,16 @@ int sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int 
  * Returns 0 or SK_ENOMEM. This is the one error sink for server-generated responses. */
 int sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date);
 
-/* "HTTP/1.1 100 Continue\r\n\r\n" (RFC 9110 §15.2.1). */
-extern const char SK_CONTINUE_RESPONSE[];
-#define SK_CONTINUE_RESPONSE_LEN 25
+/* The interim response to "Expect: 100-continue" (RFC 9110 §10.1.1, §15.2.1), and its bytes. */
+#define SK_CONTINUE_RESPONSE_LITERAL "HTTP/1.1 100 Continue\r\n\r\n"
+extern const char SK_CONTINUE_RESPONSE[sizeof(SK_CONTINUE_RESPONSE_LITERAL)];
+#define SK_CONTINUE_RESPONSE_LEN (sizeof(SK_CONTINUE_RESPONSE_LITERAL) - 1)
 
-/* Formats the IMF-fixdate for unix time t into out (29 bytes + NUL). */
-void sk_format_date(int64_t t, char out[30]);
+/* Bytes of an IMF-fixdate (RFC 9110 §5.6.7), whose example is this literal. */
+#define SK_DATE_LEN (sizeof("Sun, 06 Nov 1994 08:49:37 GMT") - 1)
+
+/* Formats the IMF-fixdate for unix time t into out: SK_DATE_LEN bytes and a NUL. Times before
+ * year 0 or after 9999 give the epoch's date. */
+void sk_format_date(int64_t t, char out[SK_DATE_LEN + 1]);
 
 #endif

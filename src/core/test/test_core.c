@@ -1,9 +1,10 @@
-/* test_core.c — plain C unit tests of skirr's byte-level core (sk_core, sk_http, sk_resp).
+/* test_core.c — plain C unit tests of skirr's byte-level core (sk_core, sk_token, sk_http, sk_resp).
  *
  * Owns: the parser's event-log harness (every input parsed whole, byte by byte and split at every
  * offset, each call's input ending exactly at a PROT_NONE guard page), the parser cases, the
- * serializer cases (responses parsed back with llhttp), and the buffer/date/error-table checks.
- * Never: includes Python.h, uses the network, or depends on the wall clock.
+ * serializer cases (responses parsed back with llhttp), the tokenizer, buffer, date and error-table
+ * checks, and the check that the core's asserts run (in forked children: a broken contract aborts).
+ * Never: includes Python.h, uses the network, depends on the wall clock, or builds with NDEBUG.
  * Prints "N passed, M failed" last; exits non-zero on any failure.
  * SK_TEST_PRINT=1 in the environment prints each parser case's event log.
  */
@@ -14,13 +15,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sk_core.h"
 #include "sk_http.h"
 #include "sk_resp.h"
+#include "sk_token.h"
 #include "llhttp.h"
+
+/* The core's invariants are asserts; these tests must see them fire. */
+#ifdef NDEBUG
+#error "test_core.c must be built without -DNDEBUG: it checks that the core's asserts run"
+#endif
 
 typedef struct {
     int passed;
@@ -44,6 +54,9 @@ check(T *t, int ok, const char *file, int line, const char *what)
 }
 
 #define CHECK(t, cond) check((t), (cond) ? 1 : 0, __FILE__, __LINE__, #cond)
+
+/* Appends a string literal's bytes; the count comes from sizeof. */
+#define APPEND_LIT(b, lit) sk_buf_append((b), "" lit, sizeof(lit) - 1)
 
 static int
 guard_init(T *t, size_t size)
@@ -102,13 +115,13 @@ log_bytes(sk_buf_t *log, const char *s, size_t n)
         unsigned char c = (unsigned char)s[i];
 
         if (c == '\r')
-            sk_buf_append(log, "\\r", 2);
+            APPEND_LIT(log, "\\r");
         else if (c == '\n')
-            sk_buf_append(log, "\\n", 2);
+            APPEND_LIT(log, "\\n");
         else if (c == '\t')
-            sk_buf_append(log, "\\t", 2);
+            APPEND_LIT(log, "\\t");
         else if (c == '\\')
-            sk_buf_append(log, "\\\\", 2);
+            APPEND_LIT(log, "\\\\");
         else if (c < 0x20 || c >= 0x7f)
             logf_(log, "\\x%02x", c);
         else
@@ -137,11 +150,11 @@ log_head(run_t *r, const sk_parser_t *p)
     else
         logf_(&r->log, "-\n");
     for (uint32_t i = 0; i < p->nfields; i++) {
-        sk_buf_append(&r->log, " F ", 3);
+        APPEND_LIT(&r->log, " F ");
         log_bytes(&r->log, sk_parser_ptr(p, p->fields[i].name), p->fields[i].name.len);
-        sk_buf_append(&r->log, "=[", 2);
+        APPEND_LIT(&r->log, "=[");
         log_bytes(&r->log, sk_parser_ptr(p, p->fields[i].value), p->fields[i].value.len);
-        sk_buf_append(&r->log, "]\n", 2);
+        APPEND_LIT(&r->log, "]\n");
     }
 }
 
@@ -152,7 +165,7 @@ flush_body(run_t *r)
         return;
     logf_(&r->log, "BODY %zu [", sk_buf_len(&r->body));
     log_bytes(&r->log, sk_buf_head(&r->body), sk_buf_len(&r->body));
-    sk_buf_append(&r->log, "]\n", 2);
+    APPEND_LIT(&r->log, "]\n");
     sk_buf_consume(&r->body, sk_buf_len(&r->body));
 }
 
@@ -233,7 +246,7 @@ run_parser(T *t, const sk_limits_t *lim, const char *in, size_t n, int mode, siz
     logf_(&r.log, "EOF mid=%d idle=%d\n", sk_parser_eof_mid_message(&p), sk_parser_idle(&p));
     if (r.contract_errors)
         logf_(&r.log, "CONTRACT ERRORS %d\n", r.contract_errors);
-    sk_buf_append(&r.log, "", 0);
+    APPEND_LIT(&r.log, "");
     *out = r.log;
     sk_buf_free(&r.body);
     sk_buf_free(&pend);
@@ -723,7 +736,7 @@ test_parser_limits(T *t)
         sk_buf_consume(&expect, sk_buf_len(&expect));
         bput(&in, "GET /");
         for (size_t i = 1; i < lim.max_request_line + (size_t)over; i++)
-            sk_buf_append(&in, "a", 1);
+            APPEND_LIT(&in, "a");
         bput(&in, " HTTP/1.1\r\nHost: a\r\n\r\n");
         if (over) {
             bput(&expect, "ERROR 414\nEOF mid=0 idle=0\n");
@@ -731,7 +744,7 @@ test_parser_limits(T *t)
         else {
             bput(&expect, "HEAD GET /");
             for (size_t i = 1; i < lim.max_request_line; i++)
-                sk_buf_append(&expect, "a", 1);
+                APPEND_LIT(&expect, "a");
             bput(&expect, " 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\nEND\nEOF mid=0 idle=1\n");
         }
         sk_buf_append(&expect, "", 1);
@@ -893,7 +906,7 @@ test_parser_api(T *t)
     CHECK(t, ev.type == SK_EV_END && c == 0);
     CHECK(t, sk_parser_idle(&p) == 1);
     /* the head stays readable after END until the next request begins */
-    CHECK(t, p.target.len == 2 && memcmp(sk_parser_ptr(&p, p.target), "/x", 2) == 0);
+    CHECK(t, p.target.len == 2 && memcmp(sk_parser_ptr(&p, p.target), "/x", sizeof("/x") - 1) == 0);
     c = sk_parser_execute(&p, d + off, n - off, &ev);
     CHECK(t, ev.type == SK_EV_HEAD && off + c == n);
     CHECK(t, strcmp(sk_parser_method_name(&p), "GET") == 0);
@@ -906,7 +919,7 @@ test_parser_api(T *t)
 
     /* after an error the parser stays dead and repeats its status */
     sk_parser_init(&p, &lim);
-    d = guard_place(t, "GET / HTTP/1.1\r\n\r\n", 18);
+    d = guard_place(t, "GET / HTTP/1.1\r\n\r\n", sizeof("GET / HTTP/1.1\r\n\r\n") - 1);
     c = sk_parser_execute(&p, d, 18, &ev);
     CHECK(t, ev.type == SK_EV_ERROR && ev.status == 400 && ev.reason != NULL && c <= 18);
     c = sk_parser_execute(&p, d, 18, &ev);
@@ -952,7 +965,7 @@ rp_field(llhttp_t *llh, const char *at, size_t len)
     resp_parse_t *rp = rp_of(llh);
 
     if (rp->in_value) {
-        sk_buf_append(&rp->fields, "\n", 1);
+        APPEND_LIT(&rp->fields, "\n");
         rp->in_value = 0;
     }
     sk_buf_append(&rp->fields, at, len);
@@ -965,7 +978,7 @@ rp_value(llhttp_t *llh, const char *at, size_t len)
     resp_parse_t *rp = rp_of(llh);
 
     if (!rp->in_value) {
-        sk_buf_append(&rp->fields, ": ", 2);
+        APPEND_LIT(&rp->fields, ": ");
         rp->in_value = 1;
     }
     sk_buf_append(&rp->fields, at, len);
@@ -978,7 +991,7 @@ rp_value_complete(llhttp_t *llh)
     resp_parse_t *rp = rp_of(llh);
 
     if (!rp->in_value)
-        sk_buf_append(&rp->fields, ": ", 2); /* empty value */
+        APPEND_LIT(&rp->fields, ": "); /* empty value */
     rp->in_value = 1;
     return 0;
 }
@@ -989,7 +1002,7 @@ rp_headers_complete(llhttp_t *llh)
     resp_parse_t *rp = rp_of(llh);
 
     if (rp->in_value)
-        sk_buf_append(&rp->fields, "\n", 1);
+        APPEND_LIT(&rp->fields, "\n");
     rp->in_value = 0;
     return rp->head_request ? 1 : 0;
 }
@@ -1129,7 +1142,7 @@ test_resp_framing(T *t)
         CHECK(t, ends_with(&out, "zzz\r\n5\r\nworld\r\n0\r\n\r\n"));
         CHECK(t, parse_response(&rp, &out, 0, 0) == 0);
         CHECK(t, rp.llh.status_code == 201 && rp.complete == 1 && sk_buf_len(&rp.body) == 311);
-        CHECK(t, memcmp(sk_buf_head(&rp.body), "hello zzz", 9) == 0);
+        CHECK(t, memcmp(sk_buf_head(&rp.body), "hello zzz", sizeof("hello zzz") - 1) == 0);
         CHECK(t, buf_is(&rp.fields,
                         "X-A: 1\ntransfer-encoding: chunked\ndate: " DATE "\nserver: skirr\n"));
         rp_free(&rp);
@@ -1394,7 +1407,7 @@ test_resp_accounting(T *t)
 
     memset(&r, 0, sizeof(r));
     /* too long in the first piece: nothing appended, head not written */
-    sk_buf_append(&out, "prev", 4);
+    APPEND_LIT(&out, "prev");
     sk_resp_reset(&r);
     CHECK(t, sk_resp_start(&r, &REQ11, 200, cl, 1) == 0);
     CHECK(t, sk_resp_body(&r, &out, "123456", 6, 1, DATE) == SK_ETOOLONG);
@@ -1467,7 +1480,8 @@ test_resp_error(T *t)
     sk_buf_consume(&out, sk_buf_len(&out));
     CHECK(t, sk_resp_error(&out, 499, 0, DATE) == 0);
     CHECK(t, starts_with(&out, "HTTP/1.1 499 Error\r\n") && ends_with(&out, "\r\n\r\nError"));
-    CHECK(t, strlen(SK_CONTINUE_RESPONSE) == SK_CONTINUE_RESPONSE_LEN);
+    CHECK(t, strlen(SK_CONTINUE_RESPONSE) == SK_CONTINUE_RESPONSE_LEN &&
+                 SK_CONTINUE_RESPONSE_LEN == 25);
     CHECK(t, strcmp(SK_CONTINUE_RESPONSE, "HTTP/1.1 100 Continue\r\n\r\n") == 0);
     sk_buf_free(&out);
 }
@@ -1475,7 +1489,7 @@ test_resp_error(T *t)
 static void
 test_date(T *t)
 {
-    char d[30];
+    char d[SK_DATE_LEN + 1];
 
     sk_format_date(784111777, d);
     CHECK(t, strcmp(d, "Sun, 06 Nov 1994 08:49:37 GMT") == 0);
@@ -1485,10 +1499,250 @@ test_date(T *t)
     CHECK(t, strcmp(d, "Tue, 29 Feb 2000 00:00:00 GMT") == 0);
     sk_format_date(1735689599, d);
     CHECK(t, strcmp(d, "Tue, 31 Dec 2024 23:59:59 GMT") == 0);
-    CHECK(t, strlen(d) == 29);
+    CHECK(t, strlen(d) == SK_DATE_LEN && SK_DATE_LEN == 29);
+    /* the four-digit years at both ends, and the epoch for years outside 0..9999 */
+    sk_format_date(253402300799LL, d);
+    CHECK(t, strcmp(d, "Fri, 31 Dec 9999 23:59:59 GMT") == 0);
+    sk_format_date(-62135596800LL, d);
+    CHECK(t, strcmp(d, "Mon, 01 Jan 0001 00:00:00 GMT") == 0);
+    sk_format_date(253402300800LL, d);
+    CHECK(t, strcmp(d, "Thu, 01 Jan 1970 00:00:00 GMT") == 0);
+    sk_format_date(-62167219201LL, d);
+    CHECK(t, strcmp(d, "Thu, 01 Jan 1970 00:00:00 GMT") == 0);
+}
+
+/* ---- tokenizers (sk_token) ------------------------------------------------------------------- */
+
+/* Every list element of s, each followed by "|", e.g. "a|b|" for "a, ,b". */
+static void
+list_elements(const char *s, size_t n, char *out, size_t out_size)
+{
+    sk_list_iter_t it;
+    const char *e;
+    size_t elen;
+    size_t used = 0;
+
+    out[0] = '\0';
+    sk_list_init(&it, s, n);
+    while (sk_list_next(&it, &e, &elen) == 1) {
+        if (used + elen + 2 > out_size)
+            return;
+        memcpy(out + used, e, elen);
+        used += elen;
+        out[used++] = '|';
+        out[used] = '\0';
+    }
+}
+
+#define LIST_IS(t, lit, expect)                                           \
+    do {                                                                  \
+        char got_[128];                                                   \
+        list_elements(lit, sizeof(lit) - 1, got_, sizeof(got_));          \
+        check((t), strcmp(got_, (expect)) == 0, __FILE__, __LINE__, lit); \
+    } while (0)
+
+/* A literal's bytes with their length from sizeof (so embedded NULs count too). */
+/* One case of sk_token_ieq (s equals lit ignoring case) or sk_list_has_token (the list s has the
+ * token lit); s and lit hold no NUL, so strlen gives their lengths. */
+typedef struct {
+    const char *s;
+    const char *lit;
+    int list; /* 0: sk_token_ieq, 1: sk_list_has_token */
+    int expect;
+} token_case_t;
+
+static void
+check_token_case(T *t, const token_case_t *c)
+{
+    size_t n = strlen(c->s);
+    size_t lit_len = strlen(c->lit);
+    int got = c->list ? sk_list_has_token(c->s, n, c->lit, lit_len)
+                      : sk_token_ieq(c->s, n, c->lit, lit_len);
+
+    if (got != c->expect) {
+        fprintf(stderr, "  %s(\"%s\", \"%s\") = %d\n",
+                c->list ? "sk_list_has_token" : "sk_token_ieq", c->s, c->lit, got);
+    }
+    check(t, got == c->expect, __FILE__, __LINE__, c->s);
+}
+
+static void
+test_token(T *t)
+{
+    /* case-insensitive comparison with a lower-case literal, then list membership */
+    static const token_case_t token_cases[] = {
+        {"chunked", "chunked", 0, 1},
+        {"ChUnKeD", "chunked", 0, 1},
+        {"CHUNKED", "chunked", 0, 1},
+        {"chunke", "chunked", 0, 0},
+        {"chunkedx", "chunked", 0, 0},
+        {"chunked ", "chunked", 0, 0},
+        {"chunkee", "chunked", 0, 0},
+        {"", "", 0, 1},
+        {"", "a", 0, 0},
+        {"A", "A", 0, 0},       /* the literal is not folded: it must be lower case */
+        {"\xc4", "\xe4", 0, 0}, /* no case outside ASCII */
+        {"close", "close", 1, 1},
+        {"keep-alive, Close", "close", 1, 1},
+        {" ,\tCLOSE\t, ", "close", 1, 1},
+        {"upgrade,keep-alive", "keep-alive", 1, 1},
+        {"closed", "close", 1, 0},
+        {"clo se", "close", 1, 0},
+        {"close;x", "close", 1, 0},
+        {"", "close", 1, 0},
+        {",,", "close", 1, 0},
+    };
+    static const char tchars[] = "!#$%&'*+-.^_`|~0123456789"
+                                 "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    sk_list_iter_t it;
+    const char *s;
+    const char *e = "x";
+    size_t n;
+    size_t elen = 7;
+    int ntchar = 0;
+
+    /* tchar: exactly the 77 bytes of RFC 9110 §5.6.2 */
+    for (int c = 0; c < 256; c++) {
+        int expect = c != 0 && strchr(tchars, c) != NULL;
+
+        ntchar += sk_is_tchar((unsigned char)c);
+        if (sk_is_tchar((unsigned char)c) != expect)
+            check(t, 0, __FILE__, __LINE__, "sk_is_tchar disagrees with RFC 9110 tchar");
+    }
+    CHECK(t, ntchar == 77);
+    CHECK(t, sizeof(tchars) - 1 == 77);
+    CHECK(t, !sk_is_tchar(' ') && !sk_is_tchar('"') && !sk_is_tchar(',') && !sk_is_tchar(':'));
+    CHECK(t, !sk_is_tchar(0x7f) && !sk_is_tchar(0x80) && !sk_is_tchar(0xff));
+
+    /* DIGIT and ALPHA (RFC 5234 B.1): exactly 10 and 52 bytes */
+    {
+        int ndigit = 0;
+        int nalpha = 0;
+
+        for (int c = 0; c < 256; c++) {
+            ndigit += sk_is_digit((unsigned char)c);
+            nalpha += sk_is_alpha((unsigned char)c);
+        }
+        CHECK(t, ndigit == 10 && nalpha == 52);
+        CHECK(t, sk_is_digit('0') && sk_is_digit('9') && !sk_is_digit('/') && !sk_is_digit(':'));
+        CHECK(t, sk_is_alpha('A') && sk_is_alpha('Z') && sk_is_alpha('a') && sk_is_alpha('z'));
+        CHECK(t, !sk_is_alpha('@') && !sk_is_alpha('[') && !sk_is_alpha('`') && !sk_is_alpha('{'));
+        CHECK(t, !sk_is_alpha(0xc4) && !sk_is_digit(0xb2));
+    }
+
+    /* token length: the leading run of tchar */
+    CHECK(t, sk_token_len("", 0) == 0);
+    CHECK(t, sk_token_len(NULL, 0) == 0);
+    CHECK(t, sk_token_len("gzip", sizeof("gzip") - 1) == sizeof("gzip") - 1);
+    CHECK(t, sk_token_len("gzip;q=1", sizeof("gzip;q=1") - 1) == sizeof("gzip") - 1);
+    CHECK(t, sk_token_len(" gzip", sizeof(" gzip") - 1) == 0);
+    CHECK(t, sk_token_len("a b", sizeof("a b") - 1) == 1);
+    CHECK(t, sk_token_len("ab\0c", sizeof("ab\0c") - 1) == 2);
+
+    /* OWS: SP and HTAB only */
+    CHECK(t, sk_is_ows(' ') && sk_is_ows('\t'));
+    CHECK(t, !sk_is_ows('\r') && !sk_is_ows('\n') && !sk_is_ows('\v') && !sk_is_ows('\f'));
+    CHECK(t, !sk_is_ows(0) && !sk_is_ows(0xa0));
+    s = " \t a b \t ";
+    n = strlen(s);
+    sk_ows_trim(&s, &n);
+    CHECK(t, n == 3 && memcmp(s, "a b", sizeof("a b") - 1) == 0);
+    s = " \t \t";
+    n = strlen(s);
+    sk_ows_trim(&s, &n);
+    CHECK(t, n == 0);
+    s = "";
+    n = 0;
+    sk_ows_trim(&s, &n);
+    CHECK(t, n == 0 && s[0] == '\0');
+    s = NULL;
+    n = 0;
+    sk_ows_trim(&s, &n);
+    CHECK(t, n == 0 && s == NULL);
+    s = "\r x\n";
+    n = strlen(s);
+    sk_ows_trim(&s, &n);
+    CHECK(t, n == 4); /* CR and LF are not OWS */
+
+    /* ASCII case folding and comparison with a lower-case literal */
+    CHECK(t,
+          sk_ascii_lower('A') == 'a' && sk_ascii_lower('Z') == 'z' && sk_ascii_lower('a') == 'a');
+    CHECK(t,
+          sk_ascii_lower('@') == '@' && sk_ascii_lower('[') == '[' && sk_ascii_lower(0xc4) == 0xc4);
+    for (size_t i = 0; i < sizeof(token_cases) / sizeof(token_cases[0]); i++)
+        check_token_case(t, &token_cases[i]);
+    CHECK(t, sk_token_ieq("Host", sizeof("Host") - 1, "host", sizeof("host") - 1));
+    CHECK(t, SK_TOKEN_IEQ("Chunked", sizeof("Chunked") - 1, "chunked"));
+    CHECK(t, !SK_TOKEN_IEQ("Chunked", sizeof("Chunked") - 1, "chunke"));
+
+    /* comma-separated lists: empty elements skipped, OWS trimmed, split at every comma */
+    LIST_IS(t, "", "");
+    LIST_IS(t, ",", "");
+    LIST_IS(t, ",,,", "");
+    LIST_IS(t, " , \t ,", "");
+    LIST_IS(t, " \t ", "");
+    LIST_IS(t, "a", "a|");
+    LIST_IS(t, "a,b", "a|b|");
+    LIST_IS(t, " a , b ", "a|b|");
+    LIST_IS(t, "\ta\t,\tb\t", "a|b|");
+    LIST_IS(t, ",a,,b,", "a|b|");
+    LIST_IS(t, "gzip, chunked", "gzip|chunked|");
+    LIST_IS(t, "a b , c", "a b|c|");
+    LIST_IS(t, "x;q=\"1,2\"", "x;q=\"1|2\"|");
+    LIST_IS(t, "A,B", "A|B|");
+    /* an exhausted iterator stays exhausted and clears the out-parameters */
+    sk_list_init(&it, "a", sizeof("a") - 1);
+    CHECK(t, sk_list_next(&it, &e, &elen) == 1 && elen == 1 && e[0] == 'a');
+    CHECK(t, sk_list_next(&it, &e, &elen) == 0 && e == NULL && elen == 0);
+    CHECK(t, sk_list_next(&it, &e, &elen) == 0 && e == NULL && elen == 0);
+    sk_list_init(&it, NULL, 0);
+    CHECK(t, sk_list_next(&it, &e, &elen) == 0 && e == NULL && elen == 0);
+
+    /* token membership */
+    CHECK(t, !SK_LIST_HAS_TOKEN(NULL, 0, "close"));
+    CHECK(t, sk_list_has_token("a,b", sizeof("a,b") - 1, "b", sizeof("b") - 1));
 }
 
 /* ---- core ------------------------------------------------------------------------------------ */
+
+/* 1 if fn(arg), run in a child process with stderr silenced, ends in SIGABRT (a failed assert). */
+static int
+aborts(void (*fn)(void *), void *arg)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid < 0)
+        return 0;
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+
+        if (devnull >= 0)
+            dup2(devnull, STDERR_FILENO);
+        fn(arg);
+        _exit(0);
+    }
+    if (waitpid(pid, &status, 0) != pid)
+        return 0;
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+static void
+consume_too_much(void *arg)
+{
+    sk_buf_t *b = arg;
+
+    sk_buf_consume(b, sk_buf_len(b) + 1);
+}
+
+static void
+len_of_broken_buf(void *arg)
+{
+    sk_buf_t *b = arg;
+
+    b->start = b->end + 1; /* start > end */
+    (void)sk_buf_len(b);
+}
 
 static void
 test_core(T *t)
@@ -1507,27 +1761,33 @@ test_core(T *t)
     CHECK(t, sk_buf_len(&b) == 0);
     /* regression (fuzz/regressions/response/null-plus-zero): no NULL + 0 for a zeroed buffer */
     CHECK(t, sk_buf_head(&b) == NULL);
-    CHECK(t, sk_buf_append(&b, "", 0) == 0 && b.data == NULL);
-    CHECK(t, sk_buf_append(&b, "hello", 5) == 0 && sk_buf_len(&b) == 5);
+    CHECK(t, APPEND_LIT(&b, "") == 0 && b.data == NULL);
+    CHECK(t, APPEND_LIT(&b, "hello") == 0 && sk_buf_len(&b) == 5);
     sk_buf_consume(&b, 2);
-    CHECK(t, sk_buf_len(&b) == 3 && memcmp(sk_buf_head(&b), "llo", 3) == 0 && b.start == 2);
+    CHECK(t, sk_buf_len(&b) == 3 && memcmp(sk_buf_head(&b), "llo", sizeof("llo") - 1) == 0 &&
+                 b.start == 2);
     sk_buf_consume(&b, 3);
     CHECK(t, b.start == 0 && b.end == 0);
     /* compaction without growth */
-    CHECK(t, sk_buf_append(&b, "0123456789", 10) == 0);
+    CHECK(t, APPEND_LIT(&b, "0123456789") == 0);
     sk_buf_consume(&b, 8);
     data = b.data;
     memset(big, 'x', sizeof(big));
     CHECK(t, sk_buf_reserve(&b, b.cap - 2) == 0);
     CHECK(t, b.data == data && b.start == 0 && sk_buf_len(&b) == 2 &&
-                 memcmp(sk_buf_head(&b), "89", 2) == 0);
+                 memcmp(sk_buf_head(&b), "89", sizeof("89") - 1) == 0);
     /* growth keeps the content */
     CHECK(t, sk_buf_append(&b, big, sizeof(big)) == 0);
-    CHECK(t, sk_buf_len(&b) == 1002 && memcmp(sk_buf_head(&b), "89xxx", 5) == 0 && b.cap >= 1002);
+    CHECK(t, sk_buf_len(&b) == 1002 && memcmp(sk_buf_head(&b), "89xxx", sizeof("89xxx") - 1) == 0 &&
+                 b.cap >= 1002);
     CHECK(t, sk_buf_reserve(&b, SIZE_MAX) == SK_ENOMEM && sk_buf_len(&b) == 1002);
     sk_buf_free(&b);
     CHECK(t, b.data == NULL && b.cap == 0 && sk_buf_len(&b) == 0);
-    CHECK(t, sk_buf_append(&b, "again", 5) == 0 && sk_buf_len(&b) == 5);
+    CHECK(t, APPEND_LIT(&b, "again") == 0 && sk_buf_len(&b) == 5);
+    /* the asserts run in this build: a broken contract or invariant aborts */
+    CHECK(t, aborts(consume_too_much, &b));
+    CHECK(t, aborts(len_of_broken_buf, &b));
+    CHECK(t, sk_buf_len(&b) == 5); /* the children changed only their own copy */
     sk_buf_free(&b);
 }
 
@@ -1544,6 +1804,7 @@ main(void)
         return 2;
     }
     test_core(&t);
+    test_token(&t);
     test_parser_basic(&t);
     test_parser_errors(&t);
     test_parser_limits(&t);
