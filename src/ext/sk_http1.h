@@ -14,6 +14,7 @@
 #include "sk_module.h"
 #include "sk_transport.h"
 #include "sk_http.h"
+#include "sk_resp.h"
 
 #define SK_MAX_EAGER 16 /* applications started eagerly per reactor callback */
 
@@ -44,7 +45,7 @@ typedef struct {
     Py_ssize_t active_requests;   /* app calls in flight (started, not ended) */
     uint64_t total_requests;      /* requests started since the server was made */
     int64_t date_sec;             /* the second `date` was formatted for */
-    char date[30];                /* IMF-fixdate, cached per second */
+    char date[SK_DATE_LEN + 1];   /* IMF-fixdate, cached per second */
 } sk_http1_server_t;
 
 /* The handler table (static storage). */
