@@ -121,3 +121,56 @@ def test_request_after_connection_close_is_not_served(serve, echo_app):
         c.expect_eof()
         assert [x["scope"]["path"] for x in echo_app.calls.wait(1)] == ["/first"]
         assert len(echo_app.calls.items) == 1
+
+
+CLOSE_WINS = [
+    (b"1.0", [b"Connection: keep-alive, close"]),
+    (b"1.0", [b"Connection: close, keep-alive"]),
+    (b"1.0", [b"Connection: keep-alive", b"Connection: close"]),
+    (b"1.0", [b"Connection: CLOSE", b"Connection: Keep-Alive"]),
+    (b"1.0", [b"Connection: ,keep-alive ,, Close ,"]),
+    (b"1.1", [b"Connection: keep-alive, close"]),
+    (b"1.1", [b"Connection: keep-alive", b"Connection: close"]),
+    (b"1.1", [b"Connection: upgrade", b"Connection: cLoSe"]),
+]
+
+
+@pytest.mark.rule("RFC9112-9.6-close-wins")
+@pytest.mark.parametrize("version, fields", CLOSE_WINS,
+                         ids=[f"{v.decode()}-{i}" for i, (v, _) in enumerate(CLOSE_WINS)])
+def test_close_token_wins_and_nothing_follows(serve, echo_app, version, fields):
+    """Issue 11 item 2: a 'close' token anywhere in the Connection field-lines, with keep-alive
+    before or after it: one response saying close, then EOF; the pipelined /2 never reaches the
+    app (RFC 9112 §9.6: the server MUST NOT process further requests)."""
+    head = b"GET /1 HTTP/" + version + b"\r\nHost: x\r\n" + b"".join(f + b"\r\n" for f in fields)
+    with serve(echo_app) as srv:
+        c = srv.connect()
+        c.send(head + b"\r\n" + b"GET /2 HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = c.response()
+        assert (r.status, r.get(b"x-target"), r.get(b"connection")) == (200, b"/1", b"close")
+        c.expect_eof()
+        assert [x["scope"]["path"] for x in echo_app.calls.items] == ["/1"]
+
+
+@pytest.mark.rule("RFC9112-9.6-close-wins")
+@pytest.mark.parametrize(
+    "version, fields, persists",
+    [(b"1.0", [b"Connection: Keep-Alive"], True), (b"1.0", [b"Connection: foo, keep-alive"], True),
+     (b"1.0", [b"Connection: foo", b"Connection: keep-alive"], True), (b"1.0", [], False),
+     (b"1.0", [b"Connection: keep-alive-x"], False), (b"1.1", [], True),
+     (b"1.1", [b"Connection: keep-alive"], True), (b"1.1", [b"Connection: closed"], True)],
+    ids=["1.0-ka", "1.0-list", "1.0-two-lines", "1.0-none", "1.0-not-a-token", "1.1-none",
+         "1.1-ka", "1.1-closed-is-not-close"],
+)
+def test_persistence_from_the_tokens(serve, echo_app, version, fields, persists):
+    head = b"GET /1 HTTP/" + version + b"\r\nHost: x\r\n" + b"".join(f + b"\r\n" for f in fields)
+    with serve(echo_app) as srv:
+        c = srv.connect()
+        r = c.request(head + b"\r\n")
+        assert r.status == 200
+        if persists:
+            assert r.get(b"connection") == (b"keep-alive" if version == b"1.0" else None)
+            assert c.request(http_request("GET", "/2")).get(b"x-target") == b"/2"
+        else:
+            assert r.get(b"connection") == b"close"
+            c.expect_eof()

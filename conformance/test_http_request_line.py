@@ -335,3 +335,51 @@ def test_http10_without_host_accepted(serve, echo_app):
     with serve(echo_app) as srv:
         scope = one_scope(srv, echo_app, b"GET /old HTTP/1.0\r\n\r\n")
         assert (scope["http_version"], scope["path"], scope["headers"]) == ("1.0", "/old", [])
+
+
+# -- the authority, wherever it comes from (issue 11 item 1) -----------------------------------
+
+BAD_AUTHORITIES = [b"", b":80", b"a:b", b"[::1", b"[zz]", b"a%2", b"a%zz", b"[::1]x", b"a:8o"]
+BAD_IDS = ["empty", "port-only", "port-letters", "unclosed-bracket", "bad-ip-literal",
+           "short-pct", "bad-pct", "after-bracket", "port-letter-o"]
+
+
+@rule("RFC9112-3.2.2-authority-syntax")
+@pytest.mark.parametrize("authority", BAD_AUTHORITIES, ids=BAD_IDS)
+def test_invalid_absolute_form_authority_is_400(serve, echo_app, authority):
+    """The absolute-form's authority replaces Host, so it is held to the same syntax, and its host
+    may not be empty (RFC 9110 §4.2.1): 400 however valid the Host field is."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, get(b"http://" + authority + b"/x"), 400)
+
+
+@rule("RFC9112-3.2.2-authority-syntax")
+@pytest.mark.parametrize("authority", BAD_AUTHORITIES[1:], ids=BAD_IDS[1:])
+def test_the_same_values_in_host_are_400(serve, echo_app, authority):
+    """One validator for both sources: each of those values in a Host field is refused too (the
+    empty one aside: an empty Host is allowed, RFC 9112 §3.2)."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, b"GET / HTTP/1.1\r\nHost: " + authority + b"\r\n\r\n", 400)
+
+
+@rule("RFC9112-3.2.2-authority-syntax")
+@pytest.mark.parametrize(
+    "authority",
+    [b"example.com", b"a%2e.b:8", b"127.0.0.1:1", b"[::1]:8", b"[2001:db8::a:1]", b"[v1.x:y]",
+     b"xn--e1a.x", b"a-b.c_d~e!$&'()*+,;="],
+    ids=["name", "pct", "ipv4-port", "ipv6-port", "ipv6", "ipvfuture", "idna", "sub-delims"],
+)
+def test_valid_absolute_form_authorities_reach_the_app_as_host(serve, echo_app, authority):
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, get(b"http://" + authority + b"/x"))
+        assert [tuple(h) for h in scope["headers"]] == [(b"host", authority)]
+
+
+@rule("RFC9112-3.2.2-authority-syntax")
+def test_http10_absolute_form_without_host_gets_host_from_authority(serve, echo_app):
+    """RFC 9112 §3.2.2: the target's authority is the host; an HTTP/1.0 request may send no Host
+    field, and the app still sees one answer to "which host"."""
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, b"GET http://example.org:81/x HTTP/1.0\r\nX-A: 1\r\n\r\n")
+        assert (scope["path"], [tuple(h) for h in scope["headers"]]) == (
+            "/x", [(b"x-a", b"1"), (b"host", b"example.org:81")])

@@ -384,3 +384,29 @@ def test_informational_status_from_start_is_rejected(serve, status):
         assert r.informational == [], r.raw[:200]
         assert r.status == 500, r.raw[:200]
         assert errors.wait(1)
+
+
+@pytest.mark.rule("RFC9110-15.3.6-205-no-content")
+@pytest.mark.parametrize(
+    "headers, bodies",
+    [([], [(b"hello", False)]), ([(b"content-length", b"5")], [(b"hello", False)]),
+     ([(b"transfer-encoding", b"chunked")], [(b"hel", True), (b"lo", False)]),
+     ([], [(b"hel", True), (b"lo", True), (b"", False)]), ([], [(b"", False)])],
+    ids=["single-event", "app-content-length", "app-chunked", "streamed", "empty"],
+)
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_205_has_no_content_and_says_length_zero(serve, headers, bodies, method):
+    """Issue 11 item 4: 205 Reset Content MUST NOT have content (RFC 9110 §15.3.6): exactly one
+    'content-length: 0', no transfer-encoding, no body byte; the next response follows."""
+    app = scripted(205, headers + [(b"x-a", b"1")], bodies)
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(http_request(method) + http_request())
+        head = c.read_until(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 205 Reset Content\r\n"), head
+        fields = head_fields(head)
+        assert [v for n, v in fields if n == b"content-length"] == [b"0"]
+        assert [n for n, v in fields if n in (b"transfer-encoding", b"connection")] == []
+        assert [v for n, v in fields if n == b"x-a"] == [b"1"]
+        nxt = c.read_exact(9)
+        assert nxt == b"HTTP/1.1 ", f"bytes after a 205 head: {nxt!r}"

@@ -97,7 +97,7 @@ take(input_t *in, size_t want, const char **out)
     return n;
 }
 
-static const int statuses[16] = {100, 101, 103, 200, 201, 204, 206, 299,
+static const int statuses[16] = {100, 101, 103, 200, 201, 204, 205, 299,
                                  301, 304, 404, 431, 500, 599, 199, 305};
 static const char *const names[] = {
     "content-length",
@@ -292,7 +292,7 @@ value_eq(const char *a, size_t an, const char *b, size_t bn)
 static int
 bodyless(int status, int head)
 {
-    return head || status < 200 || status == 204 || status == 304;
+    return head || status < 200 || status == 204 || status == 205 || status == 304;
 }
 
 /* Parses out[from..] back and checks it against what the application sent. */
@@ -333,7 +333,7 @@ check_wire(const sk_buf_t *out, size_t from, const sk_resp_t *r, int status, con
         int framing_field =
             ieq(h[i].name, h[i].name_len, "transfer-encoding", sizeof("transfer-encoding") - 1) ||
             (ieq(h[i].name, h[i].name_len, "content-length", sizeof("content-length") - 1) &&
-             (status < 200 || status == 204));
+             (status < 200 || status == 204 || status == 205));
 
         if (framing_field)
             continue;
@@ -352,6 +352,8 @@ check_wire(const sk_buf_t *out, size_t from, const sk_resp_t *r, int status, con
                 buf_ieq(n, "connection") || buf_ieq(n, "date") || buf_ieq(n, "server"));
         if (buf_ieq(n, "transfer-encoding"))
             REQUIRE(r->framing == SK_FRAME_CHUNKED && buf_ieq(&b.value[k], "chunked"));
+        if (status == 205 && buf_ieq(n, "content-length")) /* RFC 9110 §15.3.6 */
+            REQUIRE(buf_ieq(&b.value[k], "0"));
     }
     if (bodyless(status, r->req.head))
         REQUIRE(sk_buf_len(&b.body) == 0);

@@ -26,6 +26,7 @@
 #include "sk_http.h"
 #include "sk_token.h"
 
+#include <arpa/inet.h>
 #include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -438,58 +439,83 @@ on_header_value_complete(llhttp_t *llh)
     return 0;
 }
 
-/* RFC 3986 characters of uri-host [ ":" port ]. */
+/* RFC 3986 §2.3 unreserved and §2.2 sub-delims: the bytes a reg-name holds besides pct-encoded. */
 static int
-is_host_char(unsigned char c)
+is_regname_char(unsigned char c)
 {
-    /* RFC 3986 reg-name: unreserved / pct-encoded / sub-delims (':' and brackets are handled by
-     * valid_host) */
     if (sk_is_alpha(c) || sk_is_digit(c))
         return 1;
-    return c != '\0' && strchr("-._~%!$&'()*+,;=", c) != NULL;
+    return c != '\0' && strchr("-._~!$&'()*+,;=", c) != NULL;
 }
 
-/* 1 if target is absolute-form ("scheme://authority...") and its authority has userinfo ("@"). */
 static int
-absolute_form_has_userinfo(const char *t, size_t n)
+is_hexdig(unsigned char c)
 {
-    if (n == 0 || t[0] == '/')
-        return 0;
-    for (size_t i = 0; i + 2 < n; i++) {
-        if (t[i] == ':' && t[i + 1] == '/' && t[i + 2] == '/') {
-            for (size_t k = i + 3; k < n && t[k] != '/' && t[k] != '?'; k++)
-                if (t[k] == '@')
-                    return 1;
-            return 0;
-        }
-        if (t[i] == '/' || t[i] == '?')
-            return 0;
-    }
-    return 0;
+    return sk_is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-/* Host = uri-host [ ":" port ] (RFC 9110 §7.2, RFC 3986 §3.2.2): an IP-literal in brackets or a
- * reg-name/IPv4address, then an optional port of digits. Empty is allowed (RFC 9112 §3.2). */
+/* RFC 3986 §3.2.2 IP-literal without its brackets: IPv6address (RFC 4291 text form, checked with
+ * inet_pton) or IPvFuture ("v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" )). */
 static int
-valid_host(const char *v, size_t n)
+valid_ip_literal(const char *v, size_t n)
+{
+    char buf[sizeof("ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255")];
+    unsigned char addr[16];
+    size_t i = 1;
+
+    if (n > 0 && (v[0] == 'v' || v[0] == 'V')) {
+        while (i < n && is_hexdig((unsigned char)v[i]))
+            i++;
+        if (i == 1 || i >= n || v[i] != '.' || i + 1 == n)
+            return 0;
+        for (i++; i < n; i++)
+            if (!is_regname_char((unsigned char)v[i]) && v[i] != ':')
+                return 0;
+        return 1;
+    }
+    if (n == 0 || n >= sizeof(buf))
+        return 0;
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    return inet_pton(AF_INET6, buf, addr) == 1;
+}
+
+/* The authority's host [ ":" port ] (RFC 9110 §7.2 Host and §4.2.1/§4.2.2 http(s) URIs, RFC 3986
+ * §3.2.2-§3.2.3): an IP-literal in brackets, or a reg-name (unreserved, sub-delims and
+ * pct-encoded "%" HEXDIG HEXDIG; an IPv4address is one too), then an optional ":" port of
+ * digits. One validator for every source of the authority: the Host field and the absolute-form
+ * request-target. nonempty: the value may not be empty (an http(s) URI, RFC 9110 §4.2.1: "MUST
+ * reject it as invalid"); a Host field may be, for a target without authority (RFC 9112 §3.2),
+ * but an empty host with a port (":80") is refused from either source. 1 valid, 0 not. */
+static int
+valid_authority(const char *v, size_t n, int nonempty)
 {
     size_t i = 0;
+
     if (n > 0 && v[0] == '[') {
-        for (i = 1; i < n && v[i] != ']'; i++) {
-            unsigned char c = (unsigned char)v[i];
-            if (!(is_host_char(c) || c == ':'))
-                return 0;
-        }
-        if (i >= n || i == 1)
-            return 0; /* no closing bracket, or empty brackets */
-        i++;
+        const char *end = memchr(v, ']', n);
+
+        if (end == NULL || !valid_ip_literal(v + 1, (size_t)(end - v) - 1))
+            return 0;
+        i = (size_t)(end - v) + 1;
     }
     else {
         while (i < n && v[i] != ':') {
-            if (!is_host_char((unsigned char)v[i]))
+            unsigned char c = (unsigned char)v[i];
+
+            if (c == '%') {
+                if (i + 2 >= n || !is_hexdig((unsigned char)v[i + 1]) ||
+                    !is_hexdig((unsigned char)v[i + 2]))
+                    return 0;
+                i += 3;
+                continue;
+            }
+            if (!is_regname_char(c))
                 return 0;
             i++;
         }
+        if (i == 0 && (nonempty || n > 0))
+            return 0; /* an empty host: only as the whole (empty) Host value */
     }
     if (i == n)
         return 1;
@@ -499,6 +525,30 @@ valid_host(const char *v, size_t n)
         if (!sk_is_digit((unsigned char)v[i]))
             return 0;
     return 1;
+}
+
+/* The authority of an absolute-form request-target ("scheme://authority[/path][?query]"): 1 with
+ * *auth and *len set, 0 for any other form. */
+static int
+absolute_form_authority(const char *t, size_t n, const char **auth, size_t *len)
+{
+    if (n == 0 || t[0] == '/' || t[0] == '*')
+        return 0;
+    for (size_t i = 0; i + 2 < n; i++) {
+        if (t[i] == ':' && t[i + 1] == '/' && t[i + 2] == '/') {
+            size_t k = i + sizeof("://") - 1;
+            size_t start = k;
+
+            while (k < n && t[k] != '/' && t[k] != '?')
+                k++;
+            *auth = t + start;
+            *len = k - start;
+            return 1;
+        }
+        if (t[i] == '/' || t[i] == '?')
+            return 0;
+    }
+    return 0;
 }
 
 /* Parses every Transfer-Encoding field-line as one list (RFC 9112 §6.1):
@@ -552,6 +602,9 @@ on_headers_complete(llhttp_t *llh)
 {
     sk_parser_t *p = from_llh(llh);
     int has_te = 0;
+    int conn_close = 0, conn_keep_alive = 0;
+    const char *auth;
+    size_t auth_len;
     int rc;
 
     p->host_count = 0;
@@ -563,8 +616,15 @@ on_headers_complete(llhttp_t *llh)
 
         if (SK_TOKEN_IEQ(name, f->name.len, "host")) {
             p->host_count++;
-            if (!valid_host(value, f->value.len))
+            if (!valid_authority(value, f->value.len, 0))
                 return fail(p, 400, "invalid Host");
+        }
+        else if (SK_TOKEN_IEQ(name, f->name.len, "connection")) {
+            /* RFC 9112 §9.3/§9.6: every Connection field-line, any case, any list form */
+            if (SK_LIST_HAS_TOKEN(value, f->value.len, "close"))
+                conn_close = 1;
+            if (SK_LIST_HAS_TOKEN(value, f->value.len, "keep-alive"))
+                conn_keep_alive = 1;
         }
         else if (SK_TOKEN_IEQ(name, f->name.len, "transfer-encoding")) {
             has_te = 1;
@@ -578,8 +638,13 @@ on_headers_complete(llhttp_t *llh)
     if (p->target.len >= 1 && sk_parser_ptr(p, p->target)[0] == '*' &&
         (p->target.len != 1 || llh->method != HTTP_OPTIONS))
         return fail(p, 400, "asterisk-form request-target other than OPTIONS *");
-    if (absolute_form_has_userinfo(sk_parser_ptr(p, p->target), p->target.len))
-        return fail(p, 400, "userinfo in the request-target"); /* RFC 9110 §4.2.4 */
+    if (absolute_form_authority(sk_parser_ptr(p, p->target), p->target.len, &auth, &auth_len)) {
+        if (memchr(auth, '@', auth_len) != NULL)
+            return fail(p, 400, "userinfo in the request-target"); /* RFC 9110 §4.2.4 */
+        /* RFC 9112 §3.2.2: this authority replaces Host, so it is held to the same syntax */
+        if (!valid_authority(auth, auth_len, 1))
+            return fail(p, 400, "invalid authority in the request-target");
+    }
     /* RFC 9112 §3.2 */
     if (p->host_count > 1)
         return fail(p, 400, "more than one Host");
@@ -600,7 +665,14 @@ on_headers_complete(llhttp_t *llh)
     if (p->limits.max_body != 0 && p->content_length > p->limits.max_body)
         return fail(p, 413, "content too large");
     p->method = llh->method;
-    p->keep_alive = llhttp_should_keep_alive(llh) ? 1 : 0;
+    /* RFC 9112 §9.3: HTTP/1.1 persists unless "close"; HTTP/1.0 only with "keep-alive" and no
+     * "close" (§9.6: after close the server MUST NOT process further requests): decided from the
+     * parsed options, not from llhttp's answer (which lets a later keep-alive token win). */
+    p->keep_alive = (p->http_minor == 1) ? !conn_close : (conn_keep_alive && !conn_close);
+    /* ... and llhttp is told the same, since after a message it refuses further bytes on a
+     * connection it believes closing (a trailing HTAB hides a keep-alive token from it) */
+    llh->flags &= (uint16_t) ~(F_CONNECTION_KEEP_ALIVE | F_CONNECTION_CLOSE);
+    llh->flags |= p->keep_alive ? F_CONNECTION_KEEP_ALIVE : F_CONNECTION_CLOSE;
     p->field_lines = 0;
     p->field_section_bytes = 0;
     p->head_done = 1;

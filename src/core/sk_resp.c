@@ -2,7 +2,7 @@
  *
  * Owns: the status-line, validation of the application's response fields (RFC 9110 §5), the
  * framing choice (RFC 9112 §6: Content-Length, chunked, close-delimited, or none for HEAD, 1xx,
- * 204 and 304), Content-Length accounting, the server's own date/server/connection fields, the
+ * 204, 205 and 304), Content-Length accounting, the server's own date/server/connection fields, the
  * complete refusal responses (the one error sink for server-generated responses), reason phrases
  * the IMF-fixdate, and the asserts of the serializer's state (resp_check()).
  * Never: includes Python.h, performs I/O, keeps global mutable state, re-implements a token or list
@@ -11,7 +11,7 @@
  *
  * Field rules (the application's fields, names written as given):
  *  - content-length: one field, decimal digits only; passed through; for 1xx and 204 dropped
- *    (RFC 9110 §8.6: MUST NOT be sent there).
+ *    (RFC 9110 §8.6: MUST NOT be sent there); for 205 replaced by "content-length: 0" (§15.3.6).
  *  - transfer-encoding: only "chunked" (case-insensitive, OWS trimmed), never with content-length;
  *    never written as given: the framing writes its own when the response is chunked.
  *  - connection: passed through; a "close" token makes the connection close after the response,
@@ -260,10 +260,14 @@ resp_check(const sk_resp_t *r)
 #define RESP_CHECK(r) ((void)0)
 #endif
 
+/* RFC 9110 §6.4.1: responses to HEAD, and 1xx, 204, 205 and 304 responses, have no content
+ * (2xx to CONNECT would too; skirr refuses CONNECT). What the application sends as body is
+ * dropped. */
 static int
 is_bodyless(const sk_resp_t *r)
 {
-    return r->req.head || r->status < 200 || r->status == 204 || r->status == 304;
+    return r->req.head || r->status < 200 || r->status == 204 || r->status == 205 ||
+           r->status == 304;
 }
 
 void
@@ -290,7 +294,9 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
 {
     sk_buf_t *h = &r->head;
     const char *reason;
-    int no_framing_fields; /* 1xx and 204: Content-Length and Transfer-Encoding MUST NOT be sent */
+    /* 1xx and 204: Content-Length and Transfer-Encoding MUST NOT be sent (RFC 9110 §8.6, RFC 9112
+     * §6.1); 205: the server's own "content-length: 0" replaces the application's (§15.3.6) */
+    int no_framing_fields;
     int rc;
 
     RESP_CHECK(r);
@@ -301,7 +307,7 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
         return SK_ESTATUS;
     r->status = status;
     r->req = *req;
-    no_framing_fields = status < 200 || status == 204;
+    no_framing_fields = status < 200 || status == 204 || status == 205;
 
     if (reason_phrase(status, &reason) == 0)
         reason = ""; /* RFC 9112 §4: reason-phrase is optional; SP stays */
@@ -432,6 +438,8 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
             goto error;
         if (framing == SK_FRAME_LENGTH && !r->app_has_cl)
             rc = append_content_length(out, content_length);
+        else if (r->status == 205) /* RFC 9110 §15.3.6: zero-length content, said so */
+            rc = append_content_length(out, 0);
         else if (framing == SK_FRAME_CHUNKED)
             rc = APPEND_LIT(out, FIELD_TE_CHUNKED);
         if (rc < 0)
@@ -477,7 +485,7 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
         if (rc == 0 && !more_body)
             rc = APPEND_LIT(out, "0" CRLF CRLF); /* last-chunk, empty trailer section */
         break;
-    default: /* SK_FRAME_NONE: content is not sent (HEAD, 1xx, 204, 304) */ rc = 0; break;
+    default: /* SK_FRAME_NONE: content is not sent (HEAD, 1xx, 204, 205, 304) */ rc = 0; break;
     }
     if (rc < 0)
         goto error;

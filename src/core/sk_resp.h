@@ -2,7 +2,7 @@
  *
  * Owns: the status-line, response header validation (RFC 9110 §5), the message framing choice
  * (RFC 9112 §6: Content-Length, chunked, or close-delimited), Content-Length accounting, the
- * bodyless rules (HEAD, 1xx, 204, 304: RFC 9110 §6.4.1), the server's own date/server/connection
+ * bodyless rules (HEAD, 1xx, 204, 205, 304: RFC 9110 §6.4.1), the server's own date/server/connection
  * fields, and the complete refusal responses (400/413/414/431/500/501/505/503/408).
  * Never: includes Python.h or an src/ext/ header, performs I/O, or keeps global mutable state.
  * Output goes into a caller's sk_buf_t.
@@ -31,7 +31,7 @@ typedef struct {
 } sk_req_info_t;
 
 enum sk_framing {
-    SK_FRAME_NONE = 0, /* bodyless: HEAD, 1xx, 204, 304; body bytes are dropped */
+    SK_FRAME_NONE = 0, /* bodyless: HEAD, 1xx, 204, 205, 304; body bytes are dropped */
     SK_FRAME_LENGTH,   /* Content-Length (the app's, or computed from a single final body event) */
     SK_FRAME_CHUNKED,  /* chunked transfer coding (HTTP/1.1 only) */
     SK_FRAME_CLOSE,    /* close-delimited (HTTP/1.0 without a length) */

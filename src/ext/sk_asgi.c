@@ -119,9 +119,18 @@ PyObject *
 sk_asgi_headers(const sk_parser_t *p, const char *authority, size_t authority_len)
 {
     /* New reference (see sk_asgi.h). */
-    PyObject *list = PyList_New(p->nfields);
+    int add_host = (authority != NULL && p->host_count == 0); /* HTTP/1.0 may send no Host */
+    PyObject *list = PyList_New(p->nfields + add_host);
     if (list == NULL) {
         return NULL;
+    }
+    if (add_host) {
+        PyObject *pair = Py_BuildValue("(y#y#)", "host", (Py_ssize_t)(sizeof("host") - 1),
+                                       authority, (Py_ssize_t)authority_len);
+        if (pair == NULL) {
+            goto error;
+        }
+        PyList_SET_ITEM(list, p->nfields, pair);
     }
     for (uint32_t i = 0; i < p->nfields; i++) {
         const sk_field_t *f = &p->fields[i];

@@ -31,7 +31,8 @@ PyObject *sk_asgi_path(PyObject *root_path, const char *p, size_t n);
 
 /* New reference: [(lower-cased name, value), ...] in received order and with duplicates, from the
  * parsed head. With an absolute-form request-target (authority != NULL) each Host field's value
- * is replaced by that authority (RFC 9112 §3.2.2). NULL with an exception. */
+ * is replaced by that authority (RFC 9112 §3.2.2), and a (b"host", authority) pair is added last
+ * when the request had no Host field (HTTP/1.0). NULL with an exception. */
 PyObject *sk_asgi_headers(const sk_parser_t *p, const char *authority, size_t authority_len);
 
 /* msg[key] for a dict or any mapping. 1 (new reference in *out), 0 (absent), -1 (exception). */

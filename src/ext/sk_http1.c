@@ -198,8 +198,8 @@ refuse(http1_conn_t *c, int status)
 
 /* Whether skirr closes the connection after r's response whatever the response says: during a
  * graceful shutdown, when the client may still wait for a 100 Continue that never came (RFC 9110
- * §10.1.1), or when more than DISCARD_MAX bytes of request content would have to be read and
- * dropped. The one place persistence is decided on skirr's side (RFC 9112 §9.6: a server that
+ * §10.1.1), or when more than DISCARD_MAX bytes of request content (or an unknown amount: the
+ * rest of a chunked body) would have to be read and dropped. The one place persistence is decided on skirr's side (RFC 9112 §9.6: a server that
  * will close says so in the response, so the head is built with it: send_body). */
 static int
 server_closes_after(http1_conn_t *c, RequestObject *r)
@@ -214,7 +214,10 @@ server_closes_after(http1_conn_t *c, RequestObject *r)
         return 1;
     }
     const sk_parser_t *p = &c->parser;
-    return p->has_content_length && p->content_length - p->body_received > DISCARD_MAX;
+    if (!p->has_content_length) {
+        return 1; /* chunked: how much is left is unknown, so it is never read to be dropped */
+    }
+    return p->content_length - p->body_received > DISCARD_MAX;
 }
 
 /* The app failed mid-response: close without the message ever looking complete. */
