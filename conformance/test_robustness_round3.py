@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import re
 import threading
 import time
@@ -230,6 +231,20 @@ def test_expect_continue_never_asked_close_is_announced(serve, natives, streamed
         framing = b"transfer-encoding: chunked" if streamed else b"content-length: 2"
         payload = b"2\r\nok\r\n0\r\n\r\n" if streamed else b"ok"
         assert raw == head(b"HTTP/1.1 200 OK", b"x-app: 1", framing, b"connection: close") + payload
+        c.close()  # the server closed first, and now waits for our FIN
+        wait_counters(natives, active_requests=0, connections=0)
+
+
+@pytest.mark.rule("skirr-close-announced-close-delimited")
+def test_http10_keepalive_streamed_close_is_announced(serve, natives):
+    """HTTP/1.0 asked for keep-alive, but the app streams: HTTP/1.0 has no chunked coding, so
+    the body is delimited by skirr's close, and the head says 'connection: close' (not
+    keep-alive)."""
+    with serve(answer_at_once(streamed=True)) as srv:
+        c = srv.connect()
+        c.send(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        raw = undated(c.read_until_close())
+        assert raw == head(b"HTTP/1.1 200 OK", b"x-app: 1", b"connection: close") + b"ok"
         c.close()  # the server closed first, and now waits for our FIN
         wait_counters(natives, active_requests=0, connections=0)
 
@@ -927,9 +942,10 @@ class ReplacesPrevious:
         self.victim[1] = b"Z" * 4000
         if self.headers is not None:
             self.headers.clear()
-        import gc
-
         gc.collect()
+        # New objects of the same size, likely to take the freed blocks: read from freed memory,
+        # the old value would show up as Qs.
+        self.filler = [bytes(b"Q") * 4000 for _ in range(32)]
         return iter([b"x-b", b"2"])
 
 
