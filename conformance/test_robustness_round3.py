@@ -572,11 +572,15 @@ def waiting_app(outcomes: Recorder, ready: Recorder, ending: str):
             await send(body(b"ok"))
             return
 
+        progress = {"send1": [0, 0], "send2": [0, 0]}  # sends started, sends completed
+
         async def sender(name: str) -> None:
             i = 0
             try:
                 while True:
+                    progress[name][0] += 1
                     await send(body(block(1, i), more=True))
+                    progress[name][1] += 1
                     i += 1
             except BaseException as exc:
                 outcomes.put((name, type(exc).__name__))
@@ -588,7 +592,17 @@ def waiting_app(outcomes: Recorder, ready: Recorder, ending: str):
 
         tasks = [asyncio.ensure_future(f(n)) for f, n in
                  ((sender, "send1"), (sender, "send2"), (receiver, "recv1"), (receiver, "recv2"))]
-        await asyncio.sleep(0.3)  # the senders fill the output and wait for drain
+        # Until both senders have one send pending that has not moved for 0.2 s: each waits for
+        # drain (the client reads nothing); the receivers wait for an event.
+        before = None
+        for _ in range(50):
+            await asyncio.sleep(0.2)
+            now = [tuple(v) for v in progress.values()]
+            if now == before and all(started == done + 1 for started, done in now):
+                break
+            before = now
+        else:
+            raise RuntimeError(f"the senders never both waited for drain: {progress}")
         assert not any(t.done() for t in tasks)
         ready.put("waiting")
         if ending == "app-raises":
