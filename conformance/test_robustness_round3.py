@@ -15,11 +15,14 @@ import asyncio
 import contextvars
 import gc
 import re
+import signal
 import threading
 import time
 
+import h11
 import pytest
 
+import _proc
 import skirr
 import skirr.server
 from _flow import KIB, MIB, Progress, small_client
@@ -1145,3 +1148,50 @@ def test_keepalive_and_pipelined_middleware_sees_fresh_context(serve, natives, e
         assert srv.get("/5").status == 200
         assert seen.wait(5) == [("/1", None), ("/2", None), ("/3", None), ("/4", None),
                                 ("/5", None)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Items 7 and 8 as a user meets them: `python -m skirr` with such an app, then SIGTERM.
+
+
+@pytest.mark.rule("skirr-errors-base-exceptions", "skirr-counters-balanced")
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_cli_base_exceptions_then_limit_and_sigterm(tmp_path, loop):
+    """`python -m skirr robust3:app --limit-concurrency 1`: SystemExit and KeyboardInterrupt
+    raised in app(), before and after the first await each get a 500 (after the head: an
+    incomplete message) and the process lives on; then --limit-concurrency 1 admits exactly one
+    request (a concurrent one gets 503); then SIGTERM on the idle server exits 0 at once (no
+    request counted in flight), after lifespan shutdown."""
+    port = _proc.free_port()
+    args = ["robust3:app", "--loop", loop, "--port", str(port), "--limit-concurrency", "1",
+            "--lifespan", "on"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(port)
+        for path in ("/exit-in-call", "/interrupt-before", "/exit-after"):
+            r = _proc.request(port, "GET", path)
+            assert (r.status, r.body, r.header(b"connection")) == (
+                500, b"Internal Server Error", b"close"), path
+        with _proc.connect(port) as sock:
+            sock.sendall(b"GET /interrupt-after-head HTTP/1.1\r\nHost: x\r\n\r\n")
+            raw = b""
+            while chunk := sock.recv(65536):
+                raw += chunk
+        assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and raw.endswith(b"\r\n\r\n4\r\npart\r\n")
+        assert proc.proc.poll() is None, proc.stderr
+        with _proc.connect(port) as slow:
+            conn = h11.Connection(h11.CLIENT)
+            _proc.send_request(slow, conn, "GET", "/slow?s=1.0")
+            proc.wait_event("slow-start")
+            r = _proc.request(port, "GET", "/second")
+            assert (r.status, r.header(b"connection")) == (503, b"close")
+            assert _proc.read_response(slow, conn).body == b"done"
+        assert _proc.request(port, "GET", "/ok").body == b"ok"
+        started = time.monotonic()
+        status = proc.stop(signal.SIGTERM, timeout=10)
+        took = time.monotonic() - started
+        assert status == 0, proc.stderr
+        assert took < 3, f"SIGTERM on an idle server took {took:.1f}s:\n{proc.stderr}"
+        assert "in flight" not in proc.stderr, proc.stderr
+        assert proc.events == ["startup", "slow-start", "shutdown"]
+        for name in ("SystemExit", "KeyboardInterrupt"):
+            assert name in proc.stderr
