@@ -182,6 +182,20 @@ def test_unread_content_after_partial_read_close_is_announced(serve, natives):
 
 
 @pytest.mark.rule("skirr-close-announced-unread-content")
+def test_unread_chunked_content_close_is_announced(serve, natives):
+    """A chunked body the app does not read: how much is left is unknown, so skirr never reads it
+    to drop it; the head says 'connection: close' and the connection closes after it."""
+    with serve(answer_at_once()) as srv:
+        c = srv.connect()
+        c.send(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        raw = undated(c.read_until_close())
+        assert raw == head(b"HTTP/1.1 200 OK", b"x-app: 1", b"content-length: 2",
+                           b"connection: close") + b"ok"
+        c.close()  # the server closed first, and now waits for our FIN
+        wait_counters(natives, active_requests=0, connections=0)
+
+
+@pytest.mark.rule("skirr-close-announced-unread-content")
 def test_unread_content_at_limit_is_discarded_and_connection_kept(serve, natives):
     """Exactly 1 MiB unread is within the discard limit: no close is announced, skirr reads and
     drops the 1 MiB the client then sends, and the next request on the connection is served."""
