@@ -4,6 +4,7 @@
                    Content-Length (the issue 5 slow-reader scenario; body = event_bytes(i))
     /stream        64 KiB events without end, until the server reports the client gone
     /_live         skirr's live-object counts (skirr._native._live(), JSON), gc counts included
+    /upload        reads the whole request body, then "ok" (the slow-uploader gate's target)
     anything else  "ok"
 """
 import gc
@@ -41,6 +42,13 @@ async def app(scope, receive, send):
         except OSError:  # skirr.ClientDisconnected: the write timeout closed the connection
             return
     body = b"ok"
+    if path == "/upload":
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                return  # http.disconnect: the body timeout ended it
+            if not msg.get("more_body"):
+                break
     if path == "/_live":
         gc.collect()
         from skirr._native import _live

@@ -2,8 +2,9 @@
 # (include bench/gates/gates.mk); uses its VPY and build.
 #   gates-slow-reader: 4 clients x 64 MiB read 16 KiB per ms; skirr peak RSS <= idle + 48 MiB
 #                      (uvicorn on the same app reported beside it; installed into the venv if missing)
-#   gates-slow-peers:  200 half-heads closed by the head timeout, 200 stalled readers closed by the
-#                      write timeout; descriptors, live objects and RSS back to idle
+#   gates-slow-peers:  200 half-heads closed by the head timeout, 200 stalled uploads by the body
+#                      timeout, 200 stalled readers by the write timeout; descriptors, live
+#                      objects and RSS back to idle
 .PHONY: gates gates-slow-reader gates-slow-peers
 
 gates: build

@@ -1,8 +1,12 @@
-"""Gate: slow writers and stalled readers (issue 5 item 7), against skirr as a subprocess started
-with short timeouts (--timeout-request-head 2 --timeout-write 2).
+"""Gate: slow writers, slow uploaders and stalled readers (issue 5 item 7, issue 11 item 11),
+against skirr as a subprocess started with short timeouts (--timeout-request-head 2
+--timeout-request-body 2 --timeout-write 2).
 
 1. slow writers: 200 connections each send half a request head and stop. PASS when every one
    gets ``408`` and EOF within head timeout + 1 s tick + 1.5 s slack of its last byte.
+   slow uploaders: 200 connections each send a whole head announcing 100 body bytes, 10 of them,
+   and stop, to an app waiting in receive(). PASS when every one gets ``408`` and EOF within
+   body timeout + 1 s tick + 1.5 s slack of its last byte.
 2. stalled readers: 200 connections (SO_RCVBUF 32 KiB) each GET /stream (64 KiB events without
    end) and never read. The kernel takes bytes until each socket's send buffer is full; from
    /proc/net/tcp the gate sees, per server socket, when its send queue last grew (the server's
@@ -36,6 +40,7 @@ import json
 from _gate import MIB, ServerProcess, free_port, get, mib, skirr_cmd
 
 HEAD_TIMEOUT = 2.0
+BODY_TIMEOUT = 2.0
 WRITE_TIMEOUT = 2.0
 TICK = 1.0
 SLACK = 1.5
@@ -74,9 +79,21 @@ def wait_until(cond, timeout: float, step: float = 0.02) -> float | None:
 
 
 def slow_writers(server: ServerProcess, n: int) -> tuple[bool, str]:
+    return stall_then_408(server, n, b"GET /never HTTP/1.1\r\nHost: x\r\nUser-Ag", HEAD_TIMEOUT)
+
+
+def slow_uploaders(server: ServerProcess, n: int) -> tuple[bool, str]:
+    head = b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+    return stall_then_408(server, n, head + b"u" * 10, BODY_TIMEOUT)
+
+
+def stall_then_408(server: ServerProcess, n: int, first: bytes, timeout: float
+                   ) -> tuple[bool, str]:
+    """n connections send ``first`` and stop: each must get 408 and EOF within the timeout plus a
+    tick plus the slack."""
     socks = connect_all(server.port, n)
     for s in socks:
-        s.sendall(b"GET /never HTTP/1.1\r\nHost: x\r\nUser-Ag")
+        s.sendall(first)
     t0 = time.monotonic()
     accepted = wait_until(lambda: server.fds() >= idle_fds + n, 5.0) is not None
     during = server.fds()
@@ -86,7 +103,7 @@ def slow_writers(server: ServerProcess, n: int) -> tuple[bool, str]:
         s.setblocking(False)
         sel.register(s, selectors.EVENT_READ)
         got[s] = [b"", None]  # bytes, seconds until EOF
-    limit = HEAD_TIMEOUT + TICK + SLACK
+    limit = timeout + TICK + SLACK
     while any(v[1] is None for v in got.values()) and time.monotonic() - t0 < limit:
         for key, _ in sel.select(0.05):
             s = key.fileobj
@@ -177,6 +194,7 @@ def run(loop: str, n: int) -> bool:
     global idle_fds
     port = free_port()
     cmd = skirr_cmd(port, loop, "--timeout-request-head", str(HEAD_TIMEOUT),
+                    "--timeout-request-body", str(BODY_TIMEOUT),
                     "--timeout-write", str(WRITE_TIMEOUT), "--timeout-keep-alive", "2")
     server = ServerProcess(cmd, port, f"skirr-{loop}")
     all_ok = True
@@ -188,7 +206,8 @@ def run(loop: str, n: int) -> bool:
         print(f"  skirr/{loop}: idle live objects {idle_live} (the /_live request counts itself),"
               f" {idle_objects} gc objects")
         for round_no in range(1, ROUNDS + 1):
-            for name, phase in (("slow writers", slow_writers), ("stalled readers", stalled_readers)):
+            for name, phase in (("slow writers", slow_writers), ("slow uploaders", slow_uploaders),
+                                ("stalled readers", stalled_readers)):
                 ok, text = phase(server, n)
                 all_ok &= ok
                 print(f"  {'PASS' if ok else 'FAIL'}  {name:15} {text}")
@@ -223,7 +242,8 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=200)
     args = ap.parse_args()
     print(f"slow-peer gates: {args.connections} connections per phase; head timeout "
-          f"{HEAD_TIMEOUT:g} s, write timeout {WRITE_TIMEOUT:g} s, timer tick {TICK:g} s")
+          f"{HEAD_TIMEOUT:g} s, body timeout {BODY_TIMEOUT:g} s, write timeout {WRITE_TIMEOUT:g} s,"
+          f" timer tick {TICK:g} s")
     ok = True
     for loop in [x for x in args.loops.split(",") if x]:
         ok &= run(loop, args.connections)
