@@ -61,13 +61,13 @@ put_u64(sk_buf_t *b, uint64_t v)
 
 typedef struct {
     sk_ws_limits_t lim;
-    sk_buf_t log;     /* the event log compared between runs */
-    sk_buf_t msg;     /* the current message's payload (for the UTF-8 and size checks) */
-    size_t logged;    /* bytes of msg already in the log */
-    int in_msg;       /* MESSAGE seen, END not yet */
-    int msg_text;     /* the current message is uncompressed text */
-    int closed;       /* CLOSE seen */
-    int stopped;      /* ERROR seen */
+    sk_buf_t log;  /* the event log compared between runs */
+    sk_buf_t msg;  /* the current message's payload (for the UTF-8 and size checks) */
+    size_t logged; /* bytes of msg already in the log */
+    int in_msg;    /* MESSAGE seen, END not yet */
+    int msg_text;  /* the current message is uncompressed text */
+    int closed;    /* CLOSE seen */
+    int stopped;   /* ERROR seen */
 } run_t;
 
 static void
@@ -148,8 +148,7 @@ on_event(run_t *r, const sk_ws_event_t *ev, const char *d, size_t c)
         flush_data(r);
         REQUIRE(ev->data != NULL && ev->len <= SK_WS_MAX_CONTROL);
         if (ev->type == SK_WS_EV_CLOSE) {
-            REQUIRE(ev->code == SK_WS_NO_STATUS ? ev->len == 0
-                                                : sk_ws_close_code_valid(ev->code));
+            REQUIRE(ev->code == SK_WS_NO_STATUS ? ev->len == 0 : sk_ws_close_code_valid(ev->code));
             REQUIRE(ev->len <= SK_WS_MAX_CONTROL - 2 && sk_ws_utf8_valid(ev->data, ev->len));
             r->closed = 1;
         }

@@ -196,8 +196,7 @@ enum { FEED_WHOLE, FEED_SPLIT, FEED_BYTES };
 
 /* Parses in[0..n) fed whole, split at k, or byte by byte; the event log goes to *out. */
 static void
-run_ws(T *t, const sk_ws_limits_t *lim, const char *in, size_t n, int mode, size_t k,
-       sk_buf_t *out)
+run_ws(T *t, const sk_ws_limits_t *lim, const char *in, size_t n, int mode, size_t k, sk_buf_t *out)
 {
     sk_ws_parser_t p;
     sk_buf_t pend = {0};
@@ -286,11 +285,11 @@ ws_case_n(T *t, const char *name, const sk_ws_limits_t *lim, const char *in, siz
 }
 
 /* Runs the case over buf's bytes, then empties buf for the next case. */
-#define WCASE(t, name, lim, buf, expect)                                                           \
-    do {                                                                                           \
-        ws_case_n((t), (name), (lim), sk_buf_head(buf), sk_buf_len(buf), (expect), __FILE__,       \
-                  __LINE__);                                                                       \
-        sk_buf_free(buf);                                                                          \
+#define WCASE(t, name, lim, buf, expect)                                                     \
+    do {                                                                                     \
+        ws_case_n((t), (name), (lim), sk_buf_head(buf), sk_buf_len(buf), (expect), __FILE__, \
+                  __LINE__);                                                                 \
+        sk_buf_free(buf);                                                                    \
     } while (0)
 
 #define E_UNMASKED "ERROR 1002 client frame not masked (RFC 6455 §5.1)\n"
@@ -324,8 +323,7 @@ test_rfc_examples(T *t)
     RAW(&b, "\x81\x85\x37\xfa\x21\x3d\x7f\x9f\x4d\x51\x58");
     WCASE(t, "5.7 masked Hello", NULL, &b, "MSG text\nDATA 5 [Hello]\nEND\nEOF idle=1\n");
     RAW(&b, "\x81\x05\x48\x65\x6c\x6c\x6f");
-    WCASE(t, "5.7 unmasked Hello (a client's must be masked)", NULL, &b,
-          E_UNMASKED "EOF idle=0\n");
+    WCASE(t, "5.7 unmasked Hello (a client's must be masked)", NULL, &b, E_UNMASKED "EOF idle=0\n");
     /* the fragmented "Hel" "lo", masked as a client sends it */
     CF(&b, 0x01, "Hel");
     CF(&b, 0x80, "lo");
@@ -368,8 +366,7 @@ test_messages(T *t)
     CF(&b, 0x00, "abc");
     CF(&b, 0x00, "");
     CF(&b, 0x80, "");
-    WCASE(t, "empty fragments around data", NULL, &b,
-          "MSG text\nDATA 3 [abc]\nEND\nEOF idle=1\n");
+    WCASE(t, "empty fragments around data", NULL, &b, "MSG text\nDATA 3 [abc]\nEND\nEOF idle=1\n");
     CF(&b, 0x01, "Hel");
     CF(&b, 0x89, "x");
     CF(&b, 0x8a, "");
@@ -385,7 +382,9 @@ test_messages(T *t)
     WCASE(t, "frame cut short", NULL, &b, "MSG text\nDATA 2 [He]\nEOF idle=0\n");
     RAW(&b, "\x81\xfe\x00");
     WCASE(t, "header cut short", NULL, &b, "EOF idle=0\n");
-    RAW(&b, "\x82\xff\x3f\xff\xff\xff\xff\xff\xff\xff" "\x01\x02\x03\x04" "\x00");
+    RAW(&b, "\x82\xff\x3f\xff\xff\xff\xff\xff\xff\xff"
+            "\x01\x02\x03\x04"
+            "\x00");
     WCASE(t, "largest 64-bit length, unlimited", NULL, &b,
           "MSG binary\nDATA 1 [\\x01]\nEOF idle=0\n");
 }
@@ -423,24 +422,32 @@ test_close(T *t)
 {
     static const int valid[] = {1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010,
                                 1011, 1012, 1013, 1014, 3000, 3999, 4000, 4999};
-    static const int invalid[] = {0,    1,    999,  1004, 1005, 1006,  1015, 1016,
-                                  1100, 2000, 2999, 5000, 9999, 65535};
+    static const int invalid[] = {0,    1,    999,  1004, 1005, 1006, 1015,
+                                  1016, 1100, 2000, 2999, 5000, 9999, 65535};
     sk_buf_t b = {0};
     char reason[SK_WS_MAX_CONTROL];
 
     CF(&b, 0x88, "");
     CF(&b, 0x81, "ignored");
     WCASE(t, "empty close, then bytes ignored", NULL, &b, "CLOSE 1005 0 []\nEOF idle=0\n");
-    CF(&b, 0x88, "\x03\xe8" "bye");
+    CF(&b, 0x88,
+       "\x03\xe8"
+       "bye");
     WCASE(t, "close 1000 bye", NULL, &b, "CLOSE 1000 3 [bye]\nEOF idle=0\n");
     CF(&b, 0x88, "\x03");
     WCASE(t, "close payload of 1 byte", NULL, &b, E_CLOSE1 "EOF idle=0\n");
-    CF(&b, 0x88, "\x03\xe8" "\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5");
+    CF(&b, 0x88,
+       "\x03\xe8"
+       "\xce\xba\xe1\xbd\xb9\xcf\x83\xce\xbc\xce\xb5");
     WCASE(t, "close reason UTF-8", NULL, &b,
           "CLOSE 1000 11 [\\xce\\xba\\xe1\\xbd\\xb9\\xcf\\x83\\xce\\xbc\\xce\\xb5]\nEOF idle=0\n");
-    CF(&b, 0x88, "\x03\xe8" "a\xed\xa0\x80");
+    CF(&b, 0x88,
+       "\x03\xe8"
+       "a\xed\xa0\x80");
     WCASE(t, "close reason not UTF-8", NULL, &b, E_REASON "EOF idle=0\n");
-    CF(&b, 0x88, "\x03\xe8" "\xce");
+    CF(&b, 0x88,
+       "\x03\xe8"
+       "\xce");
     WCASE(t, "close reason cut inside a sequence", NULL, &b, E_REASON "EOF idle=0\n");
     memcpy(reason, "\x03\xe8", 2);
     memset(reason + 2, 'r', sizeof(reason) - 2);
@@ -533,10 +540,13 @@ test_utf8(T *t)
           "MSG text\nDATA 11 [\\xce\\xba\\xe1\\xbd\\xb9\\xcf\\x83\\xce\\xbc\\xce\\xb5]\nEND\n"
           "EOF idle=1\n");
     CF(&b, 0x81, "\x7f\xc2\x80\xdf\xbf\xe0\xa0\x80\xef\xbf\xbf\xf0\x90\x80\x80\xf4\x8f\xbf\xbf");
-    WCASE(t, "boundaries U+7F U+80 U+7FF U+800 U+FFFF U+10000 U+10FFFF", NULL, &b,
-          "MSG text\nDATA 19 [\\x7f\\xc2\\x80\\xdf\\xbf\\xe0\\xa0\\x80\\xef\\xbf\\xbf\\xf0\\x90\\x80"
-          "\\x80\\xf4\\x8f\\xbf\\xbf]\nEND\nEOF idle=1\n");
-    CF(&b, 0x81, "ab\xff" "cd");
+    WCASE(
+        t, "boundaries U+7F U+80 U+7FF U+800 U+FFFF U+10000 U+10FFFF", NULL, &b,
+        "MSG text\nDATA 19 [\\x7f\\xc2\\x80\\xdf\\xbf\\xe0\\xa0\\x80\\xef\\xbf\\xbf\\xf0\\x90\\x80"
+        "\\x80\\xf4\\x8f\\xbf\\xbf]\nEND\nEOF idle=1\n");
+    CF(&b, 0x81,
+       "ab\xff"
+       "cd");
     WCASE(t, "fails at the bad byte, not at the end", NULL, &b,
           "MSG text\nDATA 2 [ab]\n" E_UTF8 "EOF idle=0\n");
     CF(&b, 0x81, "abcdefghijklmnopq\x80");
@@ -569,7 +579,8 @@ test_utf8(T *t)
     WCASE(t, "message ends inside a sequence, empty final frame", NULL, &b,
           "MSG text\nDATA 2 [\\xe2\\x82]\n" E_UTF8_END "EOF idle=0\n");
     CF(&b, 0x82, "\xff\xc0");
-    WCASE(t, "binary is not checked", NULL, &b, "MSG binary\nDATA 2 [\\xff\\xc0]\nEND\nEOF idle=1\n");
+    WCASE(t, "binary is not checked", NULL, &b,
+          "MSG binary\nDATA 2 [\\xff\\xc0]\nEND\nEOF idle=1\n");
 
     CHECK(t, sk_ws_utf8_valid("", 0));
     CHECK(t, sk_ws_utf8_valid("\xf4\x8f\xbf\xbf", 4));
@@ -603,7 +614,8 @@ test_max_message(T *t)
           "MSG text\nDATA 5 [again]\nEND\nEOF idle=1\n");
     CF(&b, 0x01, "Hel");
     CF(&b, 0x80, "lo!");
-    WCASE(t, "fragments over the limit", &five, &b, "MSG text\nDATA 3 [Hel]\n" E_BIG "EOF idle=0\n");
+    WCASE(t, "fragments over the limit", &five, &b,
+          "MSG text\nDATA 3 [Hel]\n" E_BIG "EOF idle=0\n");
     cframe(&b, 0x82, big, sizeof(big), ENC_SHORTEST);
     b.end = b.start + 4; /* the header's length alone fails: no mask, no payload */
     WCASE(t, "16-bit length over the limit, no payload needed", &one_k, &b, E_BIG "EOF idle=0\n");
@@ -695,7 +707,8 @@ test_serializer(T *t)
     CHECK(t, BYTES_ARE(&b, "\x88\x02\x03\xe8"));
     sk_buf_free(&b);
     CHECK(t, sk_ws_close_frame(&b, 4999, "bye", 3) == 0);
-    CHECK(t, BYTES_ARE(&b, "\x88\x05\x13\x87" "bye"));
+    CHECK(t, BYTES_ARE(&b, "\x88\x05\x13\x87"
+                           "bye"));
     sk_buf_free(&b);
     CHECK(t, sk_ws_close_frame(&b, 1002, reason, SK_WS_MAX_CONTROL - 2) == 0);
     CHECK(t, sk_buf_len(&b) == 2 + SK_WS_MAX_CONTROL &&
