@@ -7,13 +7,15 @@ VENV ?= .venv
 CC ?= cc
 VPY := $(VENV)/bin/python
 # Test and example dependencies (the package itself needs none; uvloop is its optional extra).
-TEST_DEPS := pytest pytest-timeout h11 hypothesis uvloop fastapi pydantic gunicorn watchfiles
+TEST_DEPS := pytest pytest-timeout h11 hypothesis uvloop fastapi pydantic gunicorn watchfiles websockets
 # Identifies the venv: the interpreter's path and version plus TEST_DEPS.
 PY_EXE := $(shell $(PY) -c 'import sys; print(sys.executable, sys.version.split()[0])' 2>/dev/null)
 PY_ID := $(PY_EXE) $(TEST_DEPS)
 
 SK_SOURCES := $(wildcard src/core/*.c src/core/*.h src/ext/*.c src/ext/*.h src/skirr/*.py src/skirr/*.pyi)
 CORE_SOURCES := $(wildcard src/core/*.c)
+# The WebSocket frame codec's tests need only it and the buffer (no llhttp).
+WS_CORE_SOURCES := src/core/sk_core.c src/core/sk_ws.c
 LLHTTP_FETCH := $(PY) scripts/fetch_llhttp.py
 LLHTTP_OBJ_DIR := build/test-c/llhttp
 
@@ -47,7 +49,8 @@ run: build
 test: build test-c
 	$(VPY) -m pytest conformance -q
 
-# The sans-I/O core's plain-C unit tests (no Python). llhttp is compiled without -Werror.
+# The sans-I/O core's plain-C unit tests (no Python): test_core (HTTP, over llhttp, compiled
+# without -Werror) and test_ws (the WebSocket frame codec).
 test-c:
 	@set -e; mkdir -p $(LLHTTP_OBJ_DIR); \
 	cflags="$$($(LLHTTP_FETCH) --cflags)"; \
@@ -64,7 +67,10 @@ test-c:
 	echo "$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core $(CORE_SOURCES) src/core/test/test_core.c -o build/test_core"; \
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core $$cflags $(CORE_SOURCES) src/core/test/test_core.c \
 	  $$objs $$libs -o build/test_core; \
-	build/test_core
+	echo "$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core $(WS_CORE_SOURCES) src/core/test/test_ws.c -o build/test_ws"; \
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core $(WS_CORE_SOURCES) src/core/test/test_ws.c -o build/test_ws; \
+	build/test_core; \
+	build/test_ws
 
 clean:
 	rm -rf build dist src/skirr.egg-info src/*.egg-info

@@ -13,7 +13,7 @@
 
 FUZZ_SECONDS ?= 300
 FUZZ_SMOKE_SECONDS ?= 60
-FUZZ_HARNESSES ?= request response
+FUZZ_HARNESSES ?= request response ws
 FUZZ_DIR ?= build/fuzz
 FUZZ_PY ?= python3
 FUZZ_LLHTTP ?= $(FUZZ_PY) scripts/fetch_llhttp.py

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Writes the fuzz seed corpora: fuzz/corpus/request/ and fuzz/corpus/response/.
+"""Writes the fuzz seed corpora: fuzz/corpus/request/, fuzz/corpus/response/ and fuzz/corpus/ws/.
 
 Request seeds are realistic requests (the list below) plus every request-looking bytes literal
 of the conformance cases (conformance/*.py, read with ast, never imported), each prefixed with
 the harness's 8 configuration bytes (default limits, whole/split choices; see fuzz_request.c).
 Response seeds are structured inputs for fuzz_response.c (status, flags, headers, body events).
+WebSocket seeds are client frame sequences (masked, RFC 6455 §5.7's examples, fragments, control
+frames, close codes, UTF-8 edges, each rule's violation) behind fuzz_ws.c's 4 configuration bytes.
 File names are content hashes, so re-running adds files and never duplicates one. Run from the
 repository top: python3 fuzz/make_seeds.py
 """
@@ -131,6 +133,45 @@ RESPONSES = [
 ]
 
 
+WS_KEY = b"\x37\xfa\x21\x3d"  # RFC 6455 §5.7's masking key
+
+
+def ws_frame(b0, payload=b"", enc=0):
+    """A masked client frame: first byte b0; length in the shortest encoding, or 16/64 forced."""
+    n = len(payload)
+    if enc == 0 and n < 126:
+        head = bytes([b0, 0x80 | n])
+    elif enc != 64 and n <= 0xFFFF:
+        head = bytes([b0, 0x80 | 126]) + struct.pack(">H", n)
+    else:
+        head = bytes([b0, 0x80 | 127]) + struct.pack(">Q", n)
+    return head + WS_KEY + bytes(c ^ WS_KEY[i & 3] for i, c in enumerate(payload))
+
+
+WS_STREAMS = [
+    ws_frame(0x81, b"Hello"),
+    b"\x81\x05Hello",  # unmasked
+    ws_frame(0x01, b"Hel") + ws_frame(0x89, b"x") + ws_frame(0x80, b"lo"),
+    ws_frame(0x8A, b"Hello") + ws_frame(0x89, b"") + ws_frame(0x88, b"\x03\xe8bye"),
+    ws_frame(0x82, bytes(range(256))),
+    ws_frame(0x82, b"\x00" * 300, 64) + ws_frame(0x81, b"Hi", 16),
+    ws_frame(0x81, "κόσμε".encode()) + ws_frame(0x81, b"\xf4\x8f\xbf\xbf\xef\xbf\xbf"),
+    ws_frame(0x01, b"a\xce") + ws_frame(0x80, b"\xba\xed\xa0\x80"),
+    ws_frame(0x81, b"\xe2\x82"),
+    ws_frame(0xC1, b"\xff") + ws_frame(0xC0, b"x"),
+    ws_frame(0x80, b"cont") + ws_frame(0x09, b"frag"),
+    ws_frame(0x01, b"a") + ws_frame(0x81, b"b"),
+    ws_frame(0x83) + ws_frame(0x8B) + ws_frame(0xA1, b"r"),
+    ws_frame(0x88, b"\x03") + ws_frame(0x88, b"\x03\xed"),
+    ws_frame(0x88, b"\x0f\xa0reason") + ws_frame(0x88, b"\x03\xe8\xc0\xaf"),
+    ws_frame(0x88, b"\x03\xf4") + ws_frame(0x88, b"\x03\xf7"),
+    ws_frame(0x89, b"p" * 125) + ws_frame(0x89, b"p" * 126),
+    b"\x82\xff\x80\x00\x00\x00\x00\x00\x00\x00",
+    ws_frame(0x01, b"") + ws_frame(0x00, b"abc") + ws_frame(0x80, b""),
+]
+WS_CONFIGS = [b"\x00\x00\x00\x00", b"\x02\x01\x00\x00", b"\x0b\x02\x12\x34", b"\x06\x03\x00\x07"]
+
+
 def write(directory, blobs):
     os.makedirs(directory, exist_ok=True)
     for blob in blobs:
@@ -146,7 +187,9 @@ def main():
     blobs |= {CONFIGS[3] + req for req in REQUESTS[:8]}
     write(os.path.join(TOP, "fuzz", "corpus", "request"), sorted(blobs))
     write(os.path.join(TOP, "fuzz", "corpus", "response"), RESPONSES)
-    print(f"{len(blobs)} request seeds, {len(RESPONSES)} response seeds")
+    ws = sorted({cfg + stream for stream in WS_STREAMS for cfg in WS_CONFIGS})
+    write(os.path.join(TOP, "fuzz", "corpus", "ws"), ws)
+    print(f"{len(blobs)} request seeds, {len(RESPONSES)} response seeds, {len(ws)} ws seeds")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ set -u
 secs=$1
 shift
 dir=${FUZZ_DIR:-build/fuzz}
-dict=fuzz/http.dict
 failed=0
 summary=""
 
@@ -19,6 +18,9 @@ note() {
 
 for h in "$@"; do
     w=$dir/$h
+    # a harness's own dictionary (fuzz/<harness>.dict) when it has one, else the HTTP tokens
+    dict=fuzz/$h.dict
+    [ -f "$dict" ] || dict=fuzz/http.dict
     mkdir -p "$w/corpus" "$w/crashes"
     # seeds and reproducers join the working corpus (cp -n: never overwrite a grown entry)
     for f in fuzz/corpus/$h/* fuzz/regressions/$h/*; do

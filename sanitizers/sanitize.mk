@@ -21,6 +21,8 @@ SAN_FLAGS ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-o
 SAN_CFLAGS ?= -std=c11 -O1 -Wall -Wextra -Werror
 SAN_LLHTTP ?= python3 scripts/fetch_llhttp.py
 SAN_CORE := $(wildcard src/core/*.c)
+# The harnesses whose seeds and reproducers are replayed (fuzz/fuzz_<name>.c).
+SAN_FUZZ_HARNESSES ?= request response ws
 SAN_EXT := $(wildcard src/ext/*.c)
 
 # Runtime settings, shared by every step (the reasons are in sanitizers/README.md).
@@ -44,13 +46,17 @@ sanitize-c: $(SAN_PREREQ)
 	done; \
 	echo "$(SAN_TEST_CC) $(SAN_FLAGS) ... src/core/test/test_core.c -> $(SAN_DIR)/test_core"; \
 	$(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core $$cflags $(SAN_CORE) src/core/test/test_core.c $$objs -o $(SAN_DIR)/test_core; \
-	for h in request response; do \
+	echo "$(SAN_TEST_CC) $(SAN_FLAGS) ... src/core/test/test_ws.c -> $(SAN_DIR)/test_ws"; \
+	$(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core $$cflags $(SAN_CORE) src/core/test/test_ws.c $$objs -o $(SAN_DIR)/test_ws; \
+	for h in $(SAN_FUZZ_HARNESSES); do \
 	  $(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core $$cflags $(SAN_CORE) fuzz/fuzz_$$h.c fuzz/replay.c $$objs \
 	    -o $(SAN_DIR)/replay_$$h; \
 	done; \
 	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
 	  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/test_core; \
-	for h in request response; do \
+	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
+	  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/test_ws; \
+	for h in $(SAN_FUZZ_HARNESSES); do \
 	  ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
 	    UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/replay_$$h fuzz/corpus/$$h fuzz/regressions/$$h; \
 	done

@@ -1,0 +1,129 @@
+/* sk_test.h — helpers shared by the byte-level core's plain C unit tests (test_ws.c; test_core.c
+ * keeps its own copies until it moves to these).
+ *
+ * Owns: the pass/fail counter (CHECK), the guard-page input area (every parser call's input ends
+ * exactly at a PROT_NONE page, so an over-read faults even without ASan: picohttpparser's habit),
+ * and one-line event-log formatting (logf_, log_bytes, log_eq, print_log).
+ * Never: includes Python.h, uses the network, or depends on the wall clock.
+ */
+#ifndef SK_TEST_H
+#define SK_TEST_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "sk_core.h"
+
+typedef struct {
+    int passed;
+    int failed;
+    int print; /* SK_TEST_PRINT=1: print each parser case's event log */
+    /* Guarded input area: bytes [base, base + size) are readable, base + size is PROT_NONE. */
+    char *base;
+    size_t size;
+    size_t map_len;
+} T;
+
+static inline void
+check(T *t, int ok, const char *file, int line, const char *what)
+{
+    if (ok) {
+        t->passed++;
+        return;
+    }
+    t->failed++;
+    fprintf(stderr, "FAIL %s:%d: %s\n", file, line, what);
+}
+
+#define CHECK(t, cond) check((t), (cond) ? 1 : 0, __FILE__, __LINE__, #cond)
+
+/* Maps size bytes (rounded up to pages) followed by one PROT_NONE page. 0 or -1. */
+static inline int
+guard_init(T *t, size_t size)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+    size = (size + page - 1) / page * page;
+    t->map_len = size + page;
+    t->base = mmap(NULL, t->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (t->base == MAP_FAILED)
+        return -1;
+    if (mprotect(t->base + size, page, PROT_NONE) != 0)
+        return -1;
+    t->size = size;
+    return 0;
+}
+
+/* Copies n bytes (n <= t->size) so that they end exactly at the guard page; writable. */
+static inline char *
+guard_place(T *t, const char *src, size_t n)
+{
+    char *dst = t->base + t->size - n;
+
+    if (n > 0)
+        memmove(dst, src, n);
+    return dst;
+}
+
+#if defined(__GNUC__)
+static inline void logf_(sk_buf_t *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#endif
+
+static inline void
+logf_(sk_buf_t *log, const char *fmt, ...)
+{
+    char tmp[512];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): va_start above; clang 14 false positive */
+    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(tmp))
+        n = sizeof(tmp) - 1;
+    sk_buf_append(log, tmp, (size_t)n);
+}
+
+/* Appends bytes, escaping CR, LF, HTAB, backslash and non-printables, so logs stay one line each. */
+static inline void
+log_bytes(sk_buf_t *log, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+
+        if (c == '\r')
+            sk_buf_append(log, "\\r", 2);
+        else if (c == '\n')
+            sk_buf_append(log, "\\n", 2);
+        else if (c == '\t')
+            sk_buf_append(log, "\\t", 2);
+        else if (c == '\\')
+            sk_buf_append(log, "\\\\", 2);
+        else if (c < 0x20 || c >= 0x7f)
+            logf_(log, "\\x%02x", c);
+        else
+            sk_buf_append(log, (const char *)&c, 1);
+    }
+}
+
+static inline int
+log_eq(const sk_buf_t *a, const sk_buf_t *b)
+{
+    return sk_buf_len(a) == sk_buf_len(b) &&
+           (sk_buf_len(a) == 0 || memcmp(sk_buf_head(a), sk_buf_head(b), sk_buf_len(a)) == 0);
+}
+
+static inline void
+print_log(const char *label, const sk_buf_t *log)
+{
+    fprintf(stderr, "--- %s\n%.*s", label, (int)sk_buf_len(log), sk_buf_head(log));
+}
+
+#endif
