@@ -79,6 +79,7 @@ struct RequestObject {
     uint8_t is_head;           /* method HEAD */
     uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app (not logged) */
     sk_resp_t resp;
+    sk_access_req_t acc; /* the access log's record (sk_access.h), while the log is on */
 };
 
 static void conn_request_done(http1_conn_t *c, int keep_alive);
@@ -98,6 +99,11 @@ set_tx(RequestObject *r, enum tx_state to)
 {
     assert(r->tx == TX_OPEN && to != TX_OPEN); /* every end of a response is final */
     r->tx = to;
+    if (r->acc.scope != NULL && (r->resp.head_written || to == TX_COMPLETE)) {
+        /* the access log: what the client saw (a 500 skirr sent for the app, if no head left) */
+        sk_access_response(r->srv, r->resp.head_written ? r->resp.status : 500,
+                           r->resp.body_sent, &r->acc);
+    }
 }
 
 /* The only place active_requests changes: +1 entering STARTED, -1 leaving STARTED/RUNNING. */
@@ -120,7 +126,11 @@ set_app(RequestObject *r, enum app_state to)
 static const char *
 server_date(sk_http1_server_t *srv)
 {
-    /* IMF-fixdate for now, formatted once per second. Borrowed: valid until the next second. */
+    /* IMF-fixdate for now, formatted once per second. Borrowed: valid until the next second.
+     * NULL with --no-date-header. */
+    if (!srv->date_header) {
+        return NULL; /* --no-date-header */
+    }
     int64_t now = (int64_t)time(NULL);
     if (now != srv->date_sec) {
         srv->date_sec = now;
@@ -168,6 +178,15 @@ static void
 refuse(http1_conn_t *c, int status)
 {
     int started = 0;
+    if (c->srv->access.pending != NULL) {
+        socklen_t plen;
+        const sk_parser_t *p = &c->parser;
+        const char *reason = p->dead && p->err_reason ? p->err_reason
+                             : status == 408          ? "request head not complete in time"
+                             : status == 503          ? "--limit-concurrency reached"
+                                                      : "server error";
+        sk_access_refusal(c->srv, c->client, sk_transport_peer(c->t, &plen), p, status, reason);
+    }
     if (c->current) {
         started = c->current->resp.started && c->current->resp.head_written;
         request_detach(c->current);
@@ -175,7 +194,8 @@ refuse(http1_conn_t *c, int status)
     if (!started) {
         /* The output may still hold earlier pipelined responses: the refusal goes after them. */
         int head = (c->parser.method == HTTP_HEAD); /* valid on SK_EV_ERROR too */
-        if (sk_resp_error(sk_transport_out(c->t), status, head, server_date(c->srv)) < 0) {
+        if (sk_resp_error_opts(sk_transport_out(c->t), status, head, server_date(c->srv),
+                               &c->srv->resp_opts) < 0) {
             sk_transport_close(c->t, SK_CLOSE_NOW);
             return;
         }
@@ -294,7 +314,23 @@ build_scope(http1_conn_t *c)
             goto error;
         }
     }
-    SET(st->s_client, Py_NewRef(c->client));
+    if (srv->proxy.enabled) {
+        /* --proxy-headers: a trusted peer's Forwarded / X-Forwarded-* (sk_proxy.h) */
+        socklen_t plen_unused;
+        PyObject *client = c->client;
+        int https = -1;
+        if (sk_proxy_apply(&srv->proxy, p, sk_transport_peer(c->t, &plen_unused),
+                           srv->unix_path != Py_None, &client, &https) < 0) {
+            goto error;
+        }
+        if (https >= 0) {
+            SET(st->s_scheme, PyUnicode_FromString(https ? "https" : "http"));
+        }
+        SET(st->s_client, client == c->client ? Py_NewRef(client) : client);
+    }
+    else {
+        SET(st->s_client, Py_NewRef(c->client));
+    }
     if (c->local == NULL) {
         struct sockaddr_storage ss;
         if (srv->unix_path != Py_None) {
@@ -623,6 +659,7 @@ send_start(RequestObject *r, PyObject *msg)
         .head = r->is_head,
         .keep_alive = r->keep_alive,
         .force_close = r->srv->shutting_down || (r->cont == CONT_EXPECTED && r->rx == RX_BODY),
+        .opts = &r->srv->resp_opts,
     };
     rc = sk_resp_start(&r->resp, &info, (int)status, hdrs, (size_t)n);
     if (rc < 0) {
@@ -633,6 +670,9 @@ send_start(RequestObject *r, PyObject *msg)
             PyErr_SetString(PyExc_RuntimeError, sk_strerror(rc));
         }
         goto error;
+    }
+    if (r->acc.scope != NULL && headers != NULL) {
+        Py_XSETREF(r->acc.resp_headers, Py_NewRef(headers)); /* %({name}o)s of the access log */
     }
     res = ready(r, NULL);
     goto done;
@@ -816,7 +856,8 @@ request_finish(RequestObject *r, PyObject *exc, int cancelled)
     http1_conn_t *c = r->conn;
     if (c != NULL && r->tx != TX_COMPLETE) {
         if (!r->resp.head_written) {
-            if (sk_resp_error(sk_transport_out(c->t), 500, r->is_head, server_date(r->srv)) < 0) {
+            if (sk_resp_error_opts(sk_transport_out(c->t), 500, r->is_head, server_date(r->srv),
+                                   &r->srv->resp_opts) < 0) {
                 sk_transport_close(c->t, SK_CLOSE_NOW);
             }
             else {
@@ -1058,6 +1099,9 @@ request_new(http1_conn_t *c)
         r->conn = NULL;
         Py_DECREF(r);
         return NULL;
+    }
+    if (srv->access.pending != NULL) {
+        sk_access_begin(&r->acc, r->scope);
     }
     return r;
 }
@@ -1402,6 +1446,12 @@ h1_deadline(void *h, int kind)
         refuse(c, 408); /* RFC 9110 §15.5.9: some of a request head, never all of it */
         return;
     }
+    if (c->srv->trace != NULL) {
+        socklen_t plen;
+        sk_access_trace(c->srv, NULL, sk_transport_peer(c->t, &plen),
+                        kind == DL_KEEPALIVE ? "HTTP connection idle: --timeout-keep-alive"
+                                             : "HTTP connection idle: --timeout-request-head");
+    }
     sk_transport_close(c->t, SK_CLOSE_NOW); /* idle, or no byte of a head at all */
 }
 
@@ -1415,10 +1465,24 @@ h1_shutdown(void *h)
 }
 
 static void
-h1_closed(void *h, int Py_UNUSED(reason))
+h1_closed(void *h, int reason)
 {
     http1_conn_t *c = h;
     c->closed = 1;
+    if (c->srv->trace != NULL) {
+        static const char *const why[] = {
+            [SK_CLOSED_PEER] = "HTTP connection lost (closed by the client)",
+            [SK_CLOSED_WRITE_TIMEOUT] = "HTTP connection closed (--timeout-write: no progress)",
+            [SK_CLOSED_LINGER_DONE] = "HTTP connection closed by the server",
+            [SK_CLOSED_BY_HANDLER] = "HTTP connection closed by the server",
+            [SK_CLOSED_SERVER] = "HTTP connection closed (server stopping)",
+            [SK_CLOSED_NO_MEMORY] = "HTTP connection closed (out of memory)",
+        };
+        int known = reason > 0 && reason <= SK_CLOSED_NO_MEMORY;
+        socklen_t plen;
+        sk_access_trace(c->srv, NULL, sk_transport_peer(c->t, &plen),
+                        known ? why[reason] : "HTTP connection closed");
+    }
     if (c->current) {
         request_detach(c->current); /* c->current becomes NULL */
     }
@@ -1465,6 +1529,10 @@ sk_http1_open(void *owner, sk_transport_t *t)
     c->srv = srv;
     sk_parser_init(&c->parser, &srv->limits);
     sk_transport_set_deadline(t, DL_HEAD, srv->head_timeout);
+    if (srv->trace != NULL) {
+        socklen_t plen;
+        sk_access_trace(srv, NULL, sk_transport_peer(t, &plen), "HTTP connection made");
+    }
     return c;
 }
 
@@ -1482,7 +1550,7 @@ request_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(r->drain_waiter);
     Py_VISIT(r->body);
     Py_VISIT(r->scope);
-    return 0;
+    return sk_access_req_traverse(&r->acc, visit, arg);
 }
 
 static int
@@ -1500,6 +1568,7 @@ request_clear(PyObject *op)
     Py_CLEAR(r->drain_waiter);
     Py_CLEAR(r->body);
     Py_CLEAR(r->scope);
+    sk_access_req_clear(&r->acc);
     return 0;
 }
 

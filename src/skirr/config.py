@@ -142,6 +142,20 @@ class Config:
         timeout_graceful_shutdown: seconds in-flight requests may take after a shutdown request
             before their connections are closed (default 25); ``None`` waits for ever.
         app_dir: a directory put first on ``sys.path`` before importing ``app``.
+        access_log: log one line per response and per refusal on ``skirr.access`` (default on).
+        access_log_format: ``None`` (uvicorn's line), ``"json"`` or a gunicorn format string
+            (atoms ``%(h)s %(r)s %(s)s %(b)s %(D)s %({name}i)s %({name}o)s`` ...; see
+            ``skirr.access``).
+        proxy_headers: take the client address and scheme from ``Forwarded`` /
+            ``X-Forwarded-For`` / ``X-Forwarded-Proto`` sent by a trusted peer (default on).
+        forwarded_allow_ips: the trusted peers: comma-separated IPs, CIDR networks, ``*``, and
+            ``unix:`` for Unix-socket peers (a list is joined); ``None`` = the
+            ``FORWARDED_ALLOW_IPS`` environment variable, else ``"127.0.0.1"``.
+        server_header: send ``server: skirr`` when the app sends no ``server`` (default on).
+        date_header: send ``date`` when the app sends none (default on).
+        headers: fields added to every response (refusals too), as ``"name:value"`` strings or
+            ``(name, value)`` pairs; a ``server`` among them replaces skirr's own. Names must be
+            RFC 9110 tokens and values visible ASCII/Latin-1 without CR, LF or NUL.
 
     Raises:
         ConfigError: on construction, for a value of the wrong type or out of range;
@@ -169,6 +183,13 @@ class Config:
     limit_max_requests_jitter: int = 0
     timeout_graceful_shutdown: float | None = DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN
     app_dir: str = "."
+    access_log: bool = True
+    access_log_format: str | None = None
+    proxy_headers: bool = True
+    forwarded_allow_ips: str | list[str] | None = None
+    server_header: bool = True
+    date_header: bool = True
+    headers: list[Any] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if isinstance(self.app, str):
@@ -206,6 +227,26 @@ class Config:
             raise ConfigError(f"root_path must be empty or start with '/'; got {self.root_path!r}")
         if self.root_path.endswith("/"):
             self.root_path = self.root_path.rstrip("/")
+        from .access import check_format
+
+        try:
+            check_format(self.access_log_format)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        self.encoded_headers = encode_headers(self.headers)
+        self.allow_ips = _allow_ips(self.forwarded_allow_ips)
+
+    @property
+    def response_fields(self) -> tuple[bytes, bytes]:
+        """(the server line or b"", the other --header lines) as the native server takes them."""
+        server = b"server: skirr\r\n" if self.server_header else b""
+        extra = []
+        for name, value in self.encoded_headers:
+            if name == b"server":
+                server = b"server: " + value + b"\r\n"
+            else:
+                extra.append(name + b": " + value + b"\r\n")
+        return server, b"".join(extra)
 
     @property
     def connection_limit(self) -> int:
@@ -274,6 +315,70 @@ class Config:
         return asyncio.new_event_loop
 
 
+_TCHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def encode_headers(headers: Any) -> list[tuple[bytes, bytes]]:
+    """``--header`` values as (lower-cased name, value) bytes pairs.
+
+    Raises:
+        ConfigError: not ``"name:value"`` / a pair, a name that is not an RFC 9110 token, or a
+            value with CR, LF, NUL or another control character (RFC 9110 §5.5), or not Latin-1.
+    """
+    if isinstance(headers, (str, bytes)) or not isinstance(headers, (list, tuple)):
+        raise ConfigError(f"headers must be a list of 'name:value' strings; got {headers!r}")
+    out = []
+    for item in headers:
+        if isinstance(item, str):
+            name, sep, value = item.partition(":")
+            if not sep:
+                raise ConfigError(f"header {item!r} must be 'name:value'")
+        elif isinstance(item, (tuple, list)) and len(item) == 2 and all(
+            isinstance(x, str) for x in item
+        ):
+            name, value = item
+        else:
+            raise ConfigError(f"header {item!r} must be 'name:value' or a (name, value) pair")
+        value = value.strip(" \t")
+        try:
+            n, v = name.encode("latin-1"), value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise ConfigError(f"header {item!r}: not Latin-1") from None
+        if not n or any(ch not in _TCHARS for ch in n):
+            raise ConfigError(f"header {item!r}: invalid field name {name!r}")
+        if any((ch < 0x20 and ch != 0x09) or ch == 0x7F for ch in v):
+            raise ConfigError(f"header {item!r}: invalid field value (control character)")
+        out.append((n.lower(), v))
+    return out
+
+
+def _allow_ips(value: Any) -> str:
+    """The trusted-peer list as one comma-separated string, checked item by item.
+
+    Raises:
+        ConfigError: an item is not an IP address, a CIDR network, ``*`` or ``unix:``.
+    """
+    import ipaddress
+
+    if value is None:
+        value = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+    if isinstance(value, (list, tuple)):
+        value = ",".join(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"forwarded_allow_ips must be a string or a list; got {value!r}")
+    for item in value.split(","):
+        item = item.strip()
+        if item in ("", "*", "unix:"):
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"forwarded_allow_ips: {item!r} is not an IP address, a network, '*' or 'unix:'"
+            ) from None
+    return value
+
+
 def split_import_string(spec: str) -> tuple[str, str]:
     """Splits ``"module:attr"`` into its two parts without importing anything.
 
@@ -338,8 +443,7 @@ def configure_logging(level: int) -> None:
     """Sets the ``skirr`` loggers' level; adds a stderr handler unless the embedding program has
     configured one on ``skirr`` already (then its handlers are left alone).
 
-    Loggers: ``skirr.error`` (server and application errors), ``skirr.access`` (reserved for the
-    access log).
+    Loggers: ``skirr.error`` (server and application errors), ``skirr.access`` (the access log).
     """
     root = logging.getLogger("skirr")
     root.setLevel(level)

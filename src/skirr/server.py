@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import _native
-from .config import Config, ConfigError, configure_logging
+from .access import AccessLog
+from .config import TRACE, Config, ConfigError, configure_logging
 from .lifespan import Lifespan
 
 logger = logging.getLogger("skirr.error")
@@ -134,6 +135,8 @@ class Server:
                 return
             if not self._stop.is_set():
                 sock.listen(config.backlog)
+                access = AccessLog(config.access_log_format) if config.access_log else None
+                server_line, extra_lines = config.response_fields
                 native = _native.Server(
                     app,
                     loop,
@@ -148,6 +151,14 @@ class Server:
                     limit_concurrency=config.limit_concurrency or 0,
                     limit_connections=config.connection_limit,
                     logger=logging.getLogger("skirr.error"),
+                    access_log=access.pending if access else None,
+                    access_flush=access.flush if access else None,
+                    proxy_headers=config.proxy_headers,
+                    forwarded_allow_ips=config.allow_ips,
+                    date_header=config.date_header,
+                    server_header=server_line,
+                    headers=extra_lines,
+                    trace=_trace if logger.isEnabledFor(TRACE) else None,
                 )
                 native.start()
                 logger.info("skirr running on %s (Press CTRL+C to quit)", self._url(sock))
@@ -290,6 +301,16 @@ class Server:
         if sock.family == socket.AF_INET6:
             host = f"[{host}]"
         return f"http://{host}:{self._port}"
+
+
+def _trace(event: str, client: tuple[str, int] | None) -> None:
+    """--log-level trace: one connection event (accepted, closed and why, idle timeouts)."""
+    if client:
+        host, port = client
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    else:
+        where = "unix"
+    logger.log(TRACE, "%s - %s", where, event)
 
 
 def _bind_unix(path: str) -> socket.socket:
