@@ -60,7 +60,7 @@ class Entry:
             scope = self.scope
             self.client = scope.get("client")
             self.method = scope.get("method")
-            path = quote(scope.get("root_path", "") + scope.get("path", ""))
+            path = quote(scope.get("path", ""))  # skirr's path holds root_path already
             qs = scope.get("query_string", b"")
             self.target = f"{path}?{qs.decode('latin-1')}" if qs else path
             self.http_version = scope.get("http_version")

@@ -134,6 +134,25 @@ def build_parser() -> argparse.ArgumentParser:
         "connections (default: %(default)g)")
     add("--app-dir", default=".", metavar="DIR",
         help="put DIR first on sys.path to import APP (default: current directory)")
+    bool_flag = argparse.BooleanOptionalAction
+    add("--access-log", action=bool_flag, default=True,
+        help="log one line per response and per refusal on skirr.access (default: on)")
+    add("--access-log-format", default=None, metavar="FORMAT",
+        help="'json', or a gunicorn format such as '%%(h)s \"%%(r)s\" %%(s)s %%(b)s %%(D)s' "
+        "(atoms h l u t r m U q H s B b f a T D M L p, %%({header}i)s, %%({header}o)s, "
+        "%%({var}e)s) (default: uvicorn's line)")
+    add("--proxy-headers", action=bool_flag, default=True,
+        help="take the client address and scheme from Forwarded / X-Forwarded-For / "
+        "X-Forwarded-Proto sent by a trusted peer (see --forwarded-allow-ips) (default: on)")
+    add("--forwarded-allow-ips", default=None, metavar="LIST",
+        help="trusted peers for --proxy-headers: comma-separated IPs, CIDR networks, '*', "
+        "'unix:' for Unix-socket peers (default: $FORWARDED_ALLOW_IPS or 127.0.0.1)")
+    add("--server-header", action=bool_flag, default=True,
+        help="send 'server: skirr' when the app sends no server field (default: on)")
+    add("--date-header", action=bool_flag, default=True,
+        help="send 'date' when the app sends none (default: on)")
+    add("--header", action="append", default=[], metavar="NAME:VALUE", dest="headers",
+        help="add this field to every response (repeatable); 'server:...' replaces skirr's")
     add("--version", action="version",
         version=f"skirr {__version__} ({platform.python_implementation()} "
         f"{platform.python_version()}, {platform.system()})")
@@ -165,6 +184,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             limit_max_requests_jitter=args.limit_max_requests_jitter,
             timeout_graceful_shutdown=args.timeout_graceful_shutdown,
             app_dir=args.app_dir,
+            access_log=args.access_log,
+            access_log_format=args.access_log_format,
+            proxy_headers=args.proxy_headers,
+            forwarded_allow_ips=args.forwarded_allow_ips,
+            server_header=args.server_header,
+            date_header=args.date_header,
+            headers=args.headers,
         )
     except ConfigError as exc:
         print(f"skirr: error: {exc}", file=sys.stderr)
