@@ -284,7 +284,8 @@ def _py(venv):
 
 def skirr_argv(app, port):
     return [_py(SKIRR_VENV), "-m", "skirr", app, "--app-dir", str(APPS), "--loop", "uvloop",
-            "--lifespan", "off", "--log-level", "warning", "--host", "127.0.0.1", "--port", str(port)]
+            "--lifespan", "off", "--no-access-log", "--log-level", "warning", "--host", "127.0.0.1",
+            "--port", str(port)]
 
 
 def uvicorn_argv(http):
@@ -1358,17 +1359,19 @@ def listening(port):
     return False
 
 
-def start_under(argv, port, timeout):
+def start_under(argv, port, timeout, stderr=subprocess.PIPE):
     """Starts a server whose argv wraps it in a tracer (strace, valgrind); returns the process once
-    the port listens. RuntimeError with its stderr tail if it exits or times out first."""
+    the port listens. RuntimeError with its stderr tail if it exits or times out first. stderr:
+    PIPE, or an open file (the server's log goes there; the error then names the file)."""
     env = dict(os.environ, PYTHONPATH=str(APPS))
     proc = subprocess.Popen(argv, cwd=APPS, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, start_new_session=True)
+                            stderr=stderr, start_new_session=True)
     deadline = time.monotonic() + timeout
     while not listening(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             stop_group(proc)
-            raise RuntimeError("server did not start: " + proc.stderr.read().decode()[-800:])
+            tail = proc.stderr.read().decode()[-800:] if proc.stderr else f"see {stderr.name}"
+            raise RuntimeError("server did not start: " + tail)
         time.sleep(0.05)
     return proc
 
@@ -1525,12 +1528,18 @@ def cmd_callgrind(args):
     outdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     out_file = outdir / "callgrind.out"
+    server = skirr_argv("raw_apps:raw", port)
+    log = subprocess.PIPE
+    if args.access_log:
+        # the access log on, to a file (issue 13): the default line, skirr.access at INFO
+        server = [a for a in server if a != "--no-access-log"]
+        server[server.index("--log-level") + 1] = "info"
+        log = open(outdir / "server.log", "w")
     argv = ["valgrind", "--tool=callgrind", "--compress-strings=no", "--compress-pos=no",
-            f"--callgrind-out-file={out_file}"] + \
-        skirr_argv("raw_apps:raw", port)
+            f"--callgrind-out-file={out_file}"] + server
     n, phases = args.n, []
     try:
-        proc = start_under(argv, port, 180)
+        proc = start_under(argv, port, 180, stderr=log)
     except RuntimeError as exc:
         raise SystemExit(f"callgrind: {exc}") from None
 
@@ -1609,6 +1618,8 @@ def main():
     st.add_argument("--reinstall", action="store_true")
     cg = sub.add_parser("callgrind", help="instructions per request under callgrind")
     cg.add_argument("--n", type=int, default=2000, help="requests per phase")
+    cg.add_argument("--access-log", action="store_true",
+                    help="with skirr's access log on, written to a file (issue 13)")
     rp = sub.add_parser("report", help="re-render a finished matrix run's report (results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")
     rp.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md)")

@@ -60,8 +60,26 @@ sk_access_response(sk_http1_server_t *srv, int status, uint64_t bytes, sk_access
         return;
     }
     double secs = sk_access_now() - rq->t_start;
-    push(srv, Py_BuildValue("(OiKdO)", rq->scope, status, (unsigned long long)bytes, secs,
-                            rq->resp_headers ? rq->resp_headers : Py_None));
+    PyObject *rec = PyTuple_New(5);
+    PyObject *st = PyLong_FromLong(status);
+    PyObject *nb = PyLong_FromUnsignedLongLong((unsigned long long)bytes);
+    PyObject *sec = PyFloat_FromDouble(secs);
+    if (rec == NULL || st == NULL || nb == NULL || sec == NULL) {
+        Py_XDECREF(st);
+        Py_XDECREF(nb);
+        Py_XDECREF(sec);
+        Py_CLEAR(rec);
+    }
+    else {
+        PyTuple_SET_ITEM(rec, 0, rq->scope); /* the reference moves into the record */
+        rq->scope = NULL;
+        PyTuple_SET_ITEM(rec, 1, st);
+        PyTuple_SET_ITEM(rec, 2, nb);
+        PyTuple_SET_ITEM(rec, 3, sec);
+        PyTuple_SET_ITEM(rec, 4, rq->resp_headers ? rq->resp_headers : Py_NewRef(Py_None));
+        rq->resp_headers = NULL;
+    }
+    push(srv, rec); /* NULL: reported there */
     sk_access_req_clear(rq);
 }
 

@@ -211,18 +211,30 @@ trusted_peer(const sk_proxy_t *px, const struct sockaddr_storage *peer, int unix
     if (unix_peer || peer == NULL || peer->ss_family == AF_UNIX) {
         return px->all || px->unix_peer;
     }
-    sk_net_t ip;
-    char text[INET6_ADDRSTRLEN];
+    if (px->all) {
+        return 1;
+    }
+    sk_net_t ip = {0};
     if (peer->ss_family == AF_INET) {
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)peer)->sin_addr, text, sizeof(text));
+        ip.family = 4;
+        memcpy(ip.addr, &((const struct sockaddr_in *)peer)->sin_addr, 4);
     }
     else if (peer->ss_family == AF_INET6) {
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)peer)->sin6_addr, text, sizeof(text));
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        const uint8_t *a = ((const struct sockaddr_in6 *)peer)->sin6_addr.s6_addr;
+        if (memcmp(a, mapped, 12) == 0) { /* IPv4-mapped (a dual-stack listener): as IPv4 */
+            ip.family = 4;
+            memcpy(ip.addr, a + 12, 4);
+        }
+        else {
+            ip.family = 6;
+            memcpy(ip.addr, a, 16);
+        }
     }
     else {
         return 0;
     }
-    return parse_ip(text, strlen(text), &ip) && trusted_ip(px, &ip);
+    return trusted_ip(px, &ip);
 }
 
 int

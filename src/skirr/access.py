@@ -1,8 +1,12 @@
 """The access log: one line per response and per refusal, on the ``skirr.access`` logger.
 
 Owns: turning the records the native server collects (see ``src/ext/sk_access.h``) into log lines,
-in batches, once per event-loop iteration, and only when ``skirr.access`` is enabled for INFO (a
-disabled logger costs one list append per request and one check per batch). Formats:
+in batches (a line is written within FLUSH_DELAY = 50 ms of its response, with the others of that
+interval; the rest when the server stops), and only when ``skirr.access`` is enabled for INFO (a
+disabled logger costs one list append per request and one check per batch). When skirr's own
+stderr handler is the only one the records would reach, a batch is one write of the formatted
+lines (no LogRecord per line); otherwise each line is a LogRecord (attributes ``client_addr``,
+``request_line``, ``status_code``) handled by the user's logging configuration. Formats:
 
 - default (uvicorn's): ``127.0.0.1:50312 - "GET /items?id=3 HTTP/1.1" 200 OK``; a request skirr
   refused itself: ``127.0.0.1:50312 - "-" 431 Request Header Fields Too Large (refused: too many
@@ -17,20 +21,27 @@ error handling and the line is dropped).
 """
 from __future__ import annotations
 
+import asyncio
 import http
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from .config import _Formatter
+
 ACCESS_LOGGER = "skirr.access"
 JSON_KEYS = ("time", "client", "method", "path", "query", "http_version", "status", "bytes",
              "duration_ms", "referer", "user_agent", "request_id", "reason")
 
+FLUSH_DELAY = 0.05  # seconds: an access line waits at most this long to be written with others
 _PHRASES = {s.value: s.phrase for s in http.HTTPStatus}
+_STATUS_TEXT = {s.value: f"{s.value} {s.phrase}" for s in http.HTTPStatus}
+_SAFE_PATH = re.compile(r"[A-Za-z0-9_.\-~/]*").fullmatch  # what quote() leaves unchanged
 
 
 def status_text(status: int) -> str:
@@ -46,6 +57,48 @@ def _addr(client: Any) -> str:
     if ":" in host:
         host = f"[{host}]"
     return f"{host}:{port}"
+
+
+def _plain_handler(logger: logging.Logger) -> logging.StreamHandler | None:  # type: ignore[type-arg]
+    """skirr's default stderr handler when it is the only thing ``logger``'s records reach
+    (no handler or filter of the user's on the way), else None."""
+    if logger.handlers or logger.filters or not logger.propagate:
+        return None
+    parent = logger.parent
+    if parent is None or parent.name != "skirr" or parent.filters or parent.propagate:
+        return None
+    if len(parent.handlers) != 1:
+        return None
+    h = parent.handlers[0]
+    if (not getattr(h, "skirr_default", False) or h.filters or h.level > logging.INFO
+            or type(h.formatter) is not _Formatter or not isinstance(h, logging.StreamHandler)):
+        return None
+    return h
+
+
+def _default_line(rec: tuple) -> str | None:
+    """The stderr line of a response record in the default format; None when it needs the
+    general path (a refusal, a scope the app changed, an IPv6 or Unix-socket client)."""
+    scope = rec[0]
+    if scope is None:
+        return None
+    try:
+        client = scope["client"]
+        path = scope["path"]
+        qs = scope["query_string"]
+        method = scope["method"]
+        version = scope["http_version"]
+        status = _STATUS_TEXT[rec[1]]
+        host, port = client
+        if ":" in host:
+            return None
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not _SAFE_PATH(path):
+        path = quote(path)
+    if qs:
+        path = f"{path}?{qs.decode('latin-1')}"
+    return f'INFO:     {host}:{port} - "{method} {path} HTTP/{version}" {status}\n'
 
 
 class Entry:
@@ -188,9 +241,24 @@ class AccessLog:
         self.fmt = fmt
         self.logger = logger or logging.getLogger(ACCESS_LOGGER)
         self.pending: list[tuple] = []
+        self._timer: asyncio.TimerHandle | None = None
 
     def flush(self) -> None:
+        """Called (through ``loop.call_soon``) when a record arrives in an empty ``pending``:
+        the batch is written FLUSH_DELAY seconds later, together with what arrives meanwhile,
+        so a busy server writes a few large batches rather than a line per request."""
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(FLUSH_DELAY, self.write)
+
+    def close(self) -> None:
+        """Writes what is pending now (the server stopped); idempotent."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self.write()
+
+    def write(self) -> None:
         """Logs every pending record (the list is emptied in place: the server holds it)."""
+        self._timer = None
         pending = self.pending
         if not pending:
             return
@@ -200,14 +268,37 @@ class AccessLog:
         if not logger.isEnabledFor(logging.INFO):
             return
         now = time.time()
+        handler = _plain_handler(logger)
+        if handler is not None:
+            # skirr's own stderr handler and nothing else would see the records: write the batch
+            # as the handler would format it, in one write (no LogRecord per line).
+            if self.fmt is None:
+                fast = _default_line
+                text = "".join([fast(rec) or f"INFO:     {self.line(Entry(rec), now)}\n"
+                                for rec in batch])
+            else:
+                text = "".join([f"{self.line(Entry(rec), now)}\n" for rec in batch])
+            handler.acquire()
+            try:
+                stream = handler.stream
+                stream.write(text)
+                if not getattr(stream, "line_buffering", False):  # else the write flushed
+                    stream.flush()
+            except Exception:
+                handler.handleError(logging.makeLogRecord({"msg": text}))
+            finally:
+                handler.release()
+            return
         name = logger.name
+        bare = self.fmt is not None
         for rec in batch:
             e = Entry(rec)
             line = self.line(e, now)
             record = logger.makeRecord(name, logging.INFO, "skirr.access", 0, line, None, None,
                                        extra={"client_addr": _addr(e.client),
                                               "request_line": e.request_line,
-                                              "status_code": e.status})
+                                              "status_code": e.status,
+                                              "skirr_bare": bare})
             logger.handle(record)
 
     def line(self, e: Entry, now: float) -> str:

@@ -434,8 +434,10 @@ class _Formatter(logging.Formatter):
     """``INFO:     message``: the level name and a colon, padded to 10 columns (as uvicorn)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        prefix = f"{record.levelname}:".ljust(9)
         message = super().format(record)
+        if getattr(record, "skirr_bare", False):
+            return message  # an access line in a custom or JSON format: the whole line
+        prefix = f"{record.levelname}:".ljust(9)
         return f"{prefix} {message}"
 
 
@@ -450,5 +452,6 @@ def configure_logging(level: int) -> None:
     if not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_Formatter("%(message)s"))
+        handler.skirr_default = True  # type: ignore[attr-defined]  # see access._plain_handler
         root.addHandler(handler)
         root.propagate = False

@@ -121,6 +121,7 @@ class Server:
 
         sock = self._bind()  # before any application code: a port in use is reported first
         native: Any | None = None
+        access: AccessLog | None = None
         watcher: asyncio.Future[None] | None = None
         handlers: list[int] = []
         try:
@@ -188,6 +189,8 @@ class Server:
                 watcher.cancel()  # asyncio.Runner finishes it on the way out
             if native is not None:
                 native.close()
+            if access is not None:
+                access.close()  # the lines of the last responses
             sock.close()
             if config.uds:
                 with contextlib.suppress(OSError):
