@@ -76,7 +76,7 @@ def _plain_handler(logger: logging.Logger) -> logging.StreamHandler | None:  # t
     return h
 
 
-def _default_line(rec: tuple) -> str | None:
+def _default_line(rec: tuple, prefix: str) -> str | None:
     """The stderr line of a response record in the default format; None when it needs the
     general path (a refusal, a scope the app changed, an IPv6 or Unix-socket client)."""
     scope = rec[0]
@@ -98,7 +98,7 @@ def _default_line(rec: tuple) -> str | None:
         path = quote(path)
     if qs:
         path = f"{path}?{qs.decode('latin-1')}"
-    return f'INFO:     {host}:{port} - "{method} {path} HTTP/{version}" {status}\n'
+    return f'{prefix}{host}:{port} - "{method} {path} HTTP/{version}" {status}\n'
 
 
 class Entry:
@@ -273,8 +273,9 @@ class AccessLog:
             # skirr's own stderr handler and nothing else would see the records: write the batch
             # as the handler would format it, in one write (no LogRecord per line).
             if self.fmt is None:
+                prefix = handler.formatter.level_prefix(logging.INFO, "INFO")  # type: ignore
                 fast = _default_line
-                text = "".join([fast(rec) or f"INFO:     {self.line(Entry(rec), now)}\n"
+                text = "".join([fast(rec, prefix) or f"{prefix}{self.line(Entry(rec), now)}\n"
                                 for rec in batch])
             else:
                 text = "".join([f"{self.line(Entry(rec), now)}\n" for rec in batch])

@@ -156,6 +156,14 @@ class Config:
         headers: fields added to every response (refusals too), as ``"name:value"`` strings or
             ``(name, value)`` pairs; a ``server`` among them replaces skirr's own. Names must be
             RFC 9110 tokens and values visible ASCII/Latin-1 without CR, LF or NUL.
+        log_config: a ``logging.config.dictConfig`` dict, or a file: ``.json``/``.yaml``/
+            ``.yml`` (dictConfig) or INI (fileConfig); applied when the server starts, before
+            the app is imported. The ``skirr`` logger's level is ``log_level`` unless the
+            configuration sets it.
+        use_colors: colour the level names on skirr's own stderr handler; ``None`` = when stderr
+            is a terminal.
+        env_file: a dotenv file loaded (python-dotenv; existing variables win) on construction,
+            before anything reads the environment or imports the app.
 
     Raises:
         ConfigError: on construction, for a value of the wrong type or out of range;
@@ -190,8 +198,17 @@ class Config:
     server_header: bool = True
     date_header: bool = True
     headers: list[Any] = dataclasses.field(default_factory=list)
+    log_config: str | dict[str, Any] | None = None
+    use_colors: bool | None = None
+    env_file: str | None = None
 
     def __post_init__(self) -> None:
+        if self.env_file is not None:
+            load_env_file(self.env_file)
+        if isinstance(self.log_config, str) and not os.path.isfile(self.log_config):
+            raise ConfigError(f"--log-config {self.log_config}: No such file")
+        if self.log_config is not None and not isinstance(self.log_config, (str, dict)):
+            raise ConfigError(f"log_config must be a file path or a dict; got {self.log_config!r}")
         if isinstance(self.app, str):
             split_import_string(self.app)  # a malformed string is refused before any import
         elif not callable(self.app):
@@ -315,6 +332,23 @@ class Config:
         return asyncio.new_event_loop
 
 
+def load_env_file(path: str) -> None:
+    """Loads a dotenv file into ``os.environ`` (variables already set win), with python-dotenv.
+
+    Raises:
+        ConfigError: the file does not exist or python-dotenv is not installed.
+    """
+    if not os.path.isfile(path):
+        raise ConfigError(f"--env-file {path}: No such file")
+    try:
+        import dotenv
+    except ImportError:
+        raise ConfigError(
+            f"--env-file {path}: needs python-dotenv (pip install 'skirr[standard]')"
+        ) from None
+    dotenv.load_dotenv(path, override=False)
+
+
 _TCHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
@@ -430,28 +464,96 @@ def import_from_string(spec: str, app_dir: str = ".") -> Any:
     return obj
 
 
+# ANSI colours of the level names with --use-colors (uvicorn's choice of colours).
+_LEVEL_COLORS = {TRACE: "34", logging.DEBUG: "36", logging.INFO: "32", logging.WARNING: "33",
+                 logging.ERROR: "31", logging.CRITICAL: "91"}
+
+
 class _Formatter(logging.Formatter):
-    """``INFO:     message``: the level name and a colon, padded to 10 columns (as uvicorn)."""
+    """``INFO:     message``: the level name and a colon, padded to 10 columns (as uvicorn), the
+    name coloured when ``use_colors``."""
+
+    def __init__(self, fmt: str = "%(message)s", use_colors: bool = False) -> None:
+        super().__init__(fmt)
+        self.use_colors = use_colors
+
+    def level_prefix(self, levelno: int, levelname: str) -> str:
+        """``"INFO:     "``: the prefix of a line at this level (10 columns before colouring)."""
+        pad = " " * max(1, 10 - len(levelname) - 1)
+        name = levelname
+        color = _LEVEL_COLORS.get(levelno)
+        if self.use_colors and color:
+            name = f"\x1b[{color}m{levelname}\x1b[0m"
+        return f"{name}:{pad}"
 
     def format(self, record: logging.LogRecord) -> str:
         message = super().format(record)
         if getattr(record, "skirr_bare", False):
             return message  # an access line in a custom or JSON format: the whole line
-        prefix = f"{record.levelname}:".ljust(9)
-        return f"{prefix} {message}"
+        return self.level_prefix(record.levelno, record.levelname) + message
 
 
-def configure_logging(level: int) -> None:
-    """Sets the ``skirr`` loggers' level; adds a stderr handler unless the embedding program has
-    configured one on ``skirr`` already (then its handlers are left alone).
+def load_log_config(log_config: str | dict[str, Any]) -> None:
+    """Applies a logging configuration: a dict or a ``.json`` / ``.yaml`` / ``.yml`` file for
+    ``logging.config.dictConfig``, any other file for ``logging.config.fileConfig`` (INI), with
+    ``disable_existing_loggers`` False unless the configuration says otherwise (as uvicorn).
 
-    Loggers: ``skirr.error`` (server and application errors), ``skirr.access`` (the access log).
+    Raises:
+        ConfigError: the file cannot be read or parsed, PyYAML is missing for a YAML file, or
+            ``logging`` rejects the configuration.
     """
+    import logging.config
+
+    try:
+        if isinstance(log_config, dict):
+            logging.config.dictConfig(log_config)
+            return
+        if log_config.endswith(".json"):
+            import json
+
+            with open(log_config) as f:
+                logging.config.dictConfig(json.load(f))
+        elif log_config.endswith((".yaml", ".yml")):
+            try:
+                import yaml
+            except ImportError:
+                raise ConfigError(
+                    f"--log-config {log_config}: YAML needs PyYAML (pip install 'skirr[standard]')"
+                ) from None
+            with open(log_config) as f:
+                logging.config.dictConfig(yaml.safe_load(f))
+        else:
+            if not os.path.exists(log_config):
+                raise FileNotFoundError(2, "No such file or directory")
+            logging.config.fileConfig(log_config, disable_existing_loggers=False)
+    except ConfigError:
+        raise
+    except Exception as exc:  # OSError, JSON/YAML/INI syntax, ValueError from logging.config
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(f"--log-config {log_config}: {detail}") from None
+
+
+def configure_logging(
+    level: int, log_config: str | dict[str, Any] | None = None, use_colors: bool | None = None
+) -> None:
+    """Applies ``log_config`` (see :func:`load_log_config`), then sets the ``skirr`` logger's
+    level (unless the configuration set it) and adds a stderr handler unless ``skirr`` has one
+    already (the embedding program's or the configuration's handlers are left alone).
+
+    Loggers: ``skirr.error`` (server and application errors; connection events at TRACE),
+    ``skirr.access`` (the access log). use_colors: colour the level names; ``None`` = when
+    stderr is a terminal.
+    """
+    if log_config is not None:
+        load_log_config(log_config)
     root = logging.getLogger("skirr")
-    root.setLevel(level)
+    if log_config is None or root.level == logging.NOTSET:
+        root.setLevel(level)
     if not root.handlers:
+        if use_colors is None:
+            use_colors = sys.stderr.isatty()
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_Formatter("%(message)s"))
+        handler.setFormatter(_Formatter("%(message)s", use_colors=use_colors))
         handler.skirr_default = True  # type: ignore[attr-defined]  # see access._plain_handler
         root.addHandler(handler)
         root.propagate = False

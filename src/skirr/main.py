@@ -8,6 +8,7 @@ traceback for a mistake the user can fix from the message.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import traceback
@@ -27,7 +28,12 @@ from .config import (
     AppImportError,
     Config,
     ConfigError,
+    load_env_file,
 )
+
+ENV_PREFIX = "SKIRR_"  # SKIRR_<OPTION>: --limit-concurrency -> SKIRR_LIMIT_CONCURRENCY
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -153,15 +159,84 @@ def build_parser() -> argparse.ArgumentParser:
         help="send 'date' when the app sends none (default: on)")
     add("--header", action="append", default=[], metavar="NAME:VALUE", dest="headers",
         help="add this field to every response (repeatable); 'server:...' replaces skirr's")
+    add("--log-config", default=None, metavar="PATH",
+        help="logging configuration: dictConfig .json/.yaml/.yml or fileConfig INI file, applied "
+        "before the app is imported")
+    add("--use-colors", action=bool_flag, default=None,
+        help="colour the level names (default: when stderr is a terminal)")
+    add("--env-file", default=None, metavar="PATH",
+        help="load environment variables from this dotenv file first (python-dotenv; variables "
+        "already set win), so it may also hold SKIRR_<OPTION> settings")
     add("--version", action="version",
         version=f"skirr {__version__} ({platform.python_implementation()} "
         f"{platform.python_version()}, {platform.system()})")
     return parser
 
 
+def env_name(action: argparse.Action) -> str:
+    """The environment variable of an option: SKIRR_ + its long name in upper case."""
+    longs = [o for o in action.option_strings if o.startswith("--") and not o.startswith("--no-")]
+    name = longs[0][2:] if longs else action.dest
+    return ENV_PREFIX + name.replace("-", "_").upper()
+
+
+def apply_env(parser: argparse.ArgumentParser, environ: os._Environ[str] | dict[str, str]) -> None:
+    """Makes each SKIRR_<OPTION> in environ the default of its option (the command line still
+    wins). Booleans take 1/true/yes/on or 0/false/no/off; SKIRR_HEADER holds one NAME:VALUE per
+    line; SKIRR_APP is the APP argument.
+
+    Raises:
+        ValueError: a value the option would refuse (the message names the variable).
+    """
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            continue
+        var = env_name(action)
+        text = environ.get(var)
+        if text is None:
+            continue
+        if isinstance(action, (argparse.BooleanOptionalAction, argparse._StoreTrueAction)):
+            low = text.strip().lower()
+            if low not in _TRUE + _FALSE:
+                raise ValueError(f"{var}: expected one of {'/'.join(_TRUE + _FALSE)}, got {text!r}")
+            action.default = low in _TRUE
+        elif isinstance(action, argparse._AppendAction):
+            action.default = [line for line in text.splitlines() if line.strip()]
+        else:
+            value: object = text
+            if action.type is not None:
+                try:
+                    value = action.type(text)  # type: ignore[operator]
+                except (argparse.ArgumentTypeError, ValueError) as exc:
+                    raise ValueError(f"{var}: {exc}") from None
+            if action.choices is not None and value not in action.choices:
+                raise ValueError(f"{var}: invalid choice {text!r} (choose from "
+                                 f"{', '.join(map(str, action.choices))})")
+            action.default = value
+            if not action.option_strings:  # the APP positional
+                action.nargs = "?"
+                action.required = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI; returns the process exit status (0 after a clean shutdown)."""
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --env-file (or SKIRR_ENV_FILE) first: the file may set SKIRR_<OPTION> variables too.
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--env-file")
+    known, _ = pre.parse_known_args(argv)
+    env_file = known.env_file or os.environ.get(ENV_PREFIX + "ENV_FILE")
+    parser = build_parser()
+    try:
+        if env_file:
+            load_env_file(env_file)
+        apply_env(parser, os.environ)
+    except (ConfigError, ValueError) as exc:
+        print(f"skirr: error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    if args.app is None:
+        parser.error("the following arguments are required: APP")
     try:
         config = Config(
             app=args.app,
@@ -191,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             server_header=args.server_header,
             date_header=args.date_header,
             headers=args.headers,
+            log_config=args.log_config,
+            use_colors=args.use_colors,
         )
     except ConfigError as exc:
         print(f"skirr: error: {exc}", file=sys.stderr)

@@ -111,7 +111,7 @@ class Server:
             ConfigError: as :meth:`run`.
         """
         config = self.config
-        configure_logging(config.log_level_number)
+        configure_logging(config.log_level_number, config.log_config, config.use_colors)
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
