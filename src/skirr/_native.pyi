@@ -39,6 +39,21 @@ class Server:
             closed and waiting sends raise ClientDisconnected.
         limit_concurrency: requests in flight before new ones get 503; 0 = unlimited.
         limit_connections: open connections before accepting pauses; 0 = unlimited.
+        access_log: a list the server appends one record tuple to per finished exchange and per
+            refusal (shapes in src/ext/sk_access.h), or None: no records.
+        access_flush: zero-argument callable scheduled with ``loop.call_soon`` when a record
+            goes into an empty ``access_log``.
+        proxy_headers: read Forwarded / X-Forwarded-For / X-Forwarded-Proto from trusted peers
+            into scope ``client`` and ``scheme`` (src/ext/sk_proxy.h).
+        forwarded_allow_ips: the trusted peers: comma-separated IPs, CIDR networks, ``*``,
+            ``unix:``. ValueError for anything else.
+        date_header: send ``date`` when the app sends none.
+        server_header: the server's own field line(s), e.g. ``b"server: skirr\r\n"`` (the
+            default), ``b""`` for none; sent when the app sends no ``server``.
+        headers: complete ``name: value\r\n`` lines added to every response and refusal
+            (validated by skirr.Config; ValueError if not whole CRLF-terminated lines).
+        trace: callable ``trace(event: str, client: (host, port) | None)`` for connection events
+            (--log-level trace), or None.
 
     Raises:
         OSError: epoll/timerfd could not be created.
@@ -62,6 +77,14 @@ class Server:
         timeout_write: float = 30.0,
         limit_concurrency: int = 0,
         limit_connections: int = 0,
+        access_log: list[tuple[Any, ...]] | None = None,
+        access_flush: Callable[[], None] | None = None,
+        proxy_headers: bool = False,
+        forwarded_allow_ips: str = "127.0.0.1",
+        date_header: bool = True,
+        server_header: bytes | None = None,
+        headers: bytes | None = None,
+        trace: Callable[[str, tuple[str, int] | None], None] | None = None,
     ) -> None: ...
     def start(self) -> None:
         """Registers the reactor with the loop and starts accepting."""
