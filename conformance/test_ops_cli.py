@@ -275,9 +275,3 @@ def test_bad_env_value_is_usage_error(tmp_path, loop, monkeypatch, var, value, m
 @pytest.mark.xfail(strict=True, reason="planned: --metrics-port (issue 13)")
 def test_metrics_port(tmp_path, loop):
     starts(tmp_path, ["--loop", loop, "--metrics-port", str(_proc.free_port())])
-
-
-@pytest.mark.rule("skirr-request-id")
-@pytest.mark.xfail(strict=True, reason="planned: --request-id (issue 13)")
-def test_request_id(tmp_path, loop):
-    starts(tmp_path, ["--loop", loop, "--request-id"])

@@ -162,6 +162,8 @@ class Config:
             configuration sets it.
         use_colors: colour the level names on skirr's own stderr handler; ``None`` = when stderr
             is a terminal.
+        request_id: every request and response carries an ``X-Request-ID`` (a valid incoming
+            one is kept, else one is made; see ``skirr.request_id``). Default off.
         env_file: a dotenv file loaded (python-dotenv; existing variables win) on construction,
             before anything reads the environment or imports the app.
 
@@ -201,6 +203,7 @@ class Config:
     log_config: str | dict[str, Any] | None = None
     use_colors: bool | None = None
     env_file: str | None = None
+    request_id: bool = False
 
     def __post_init__(self) -> None:
         if self.env_file is not None:

@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         "before the app is imported")
     add("--use-colors", action=bool_flag, default=None,
         help="colour the level names (default: when stderr is a terminal)")
+    add("--request-id", action=bool_flag, default=False,
+        help="keep a valid incoming X-Request-ID or make one; the app sees it in the request "
+        "headers, the response carries it (default: off)")
     add("--env-file", default=None, metavar="PATH",
         help="load environment variables from this dotenv file first (python-dotenv; variables "
         "already set win), so it may also hold SKIRR_<OPTION> settings")
@@ -268,6 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             headers=args.headers,
             log_config=args.log_config,
             use_colors=args.use_colors,
+            request_id=args.request_id,
         )
     except ConfigError as exc:
         print(f"skirr: error: {exc}", file=sys.stderr)

@@ -126,6 +126,10 @@ class Server:
         handlers: list[int] = []
         try:
             app = config.load_app()
+            if config.request_id:
+                from .request_id import RequestIdMiddleware
+
+                app = RequestIdMiddleware(app)
             lifespan = Lifespan(app, config.lifespan)
             handlers = self._install_signal_handlers(loop)
             started = await self._unless_forced(lifespan.startup())
