@@ -85,6 +85,8 @@ def test_trace_connection_events(tmp_path, loop):
         proc.wait_accepting(port)
         status, me = get(port)  # closed by us after the response
         assert status == 200
+        status, bad = get(port, raw=b"GET / HTTP/2.0\r\nHost: x\r\n\r\n")
+        assert status == 505
         with _proc.connect(port) as idle:  # left idle: closed by the keep-alive timeout
             idle_addr = "%s:%d" % idle.getsockname()[:2]
             idle.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -96,6 +98,7 @@ def test_trace_connection_events(tmp_path, loop):
         err = proc.stderr
     for line in (f"TRACE:    {me} - HTTP connection made",
                  f"TRACE:    {me} - HTTP connection lost (closed by the client)",
+                 f"TRACE:    {bad} - HTTP request refused: 505 (HTTP version not supported)",
                  f"TRACE:    {idle_addr} - HTTP connection made",
                  f"TRACE:    {idle_addr} - HTTP connection idle: --timeout-keep-alive",
                  f"TRACE:    {idle_addr} - HTTP connection closed by the server"):

@@ -24,6 +24,7 @@
 #include "sk_resp.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -178,14 +179,22 @@ static void
 refuse(http1_conn_t *c, int status)
 {
     int started = 0;
-    if (c->srv->access.pending != NULL) {
+    if (c->srv->access.pending != NULL || c->srv->trace != NULL) {
         socklen_t plen;
         const sk_parser_t *p = &c->parser;
+        const struct sockaddr_storage *peer = sk_transport_peer(c->t, &plen);
         const char *reason = p->dead && p->err_reason ? p->err_reason
                              : status == 408          ? "request head not complete in time"
                              : status == 503          ? "--limit-concurrency reached"
                                                       : "server error";
-        sk_access_refusal(c->srv, c->client, sk_transport_peer(c->t, &plen), p, status, reason);
+        if (c->srv->access.pending != NULL) {
+            sk_access_refusal(c->srv, c->client, peer, p, status, reason);
+        }
+        if (c->srv->trace != NULL) {
+            char event[160];
+            snprintf(event, sizeof(event), "HTTP request refused: %d (%s)", status, reason);
+            sk_access_trace(c->srv, c->client, peer, event);
+        }
     }
     if (c->current) {
         started = c->current->resp.started && c->current->resp.head_written;
