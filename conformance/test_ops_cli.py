@@ -278,3 +278,17 @@ def test_bad_env_value_is_usage_error(tmp_path, loop, monkeypatch, var, value, m
 @pytest.mark.xfail(strict=True, reason="planned: --metrics-port (issue 13)")
 def test_metrics_port(tmp_path, loop):
     starts(tmp_path, ["--loop", loop, "--metrics-port", str(_proc.free_port())])
+
+
+@pytest.mark.rule("skirr-proxy-trusted", "skirr-proxy-untrusted")
+@pytest.mark.parametrize("allow,client", [("unix:", ["203.0.113.7", 0]), ("127.0.0.1", None)])
+def test_unix_socket_peer(tmp_path, loop, allow, client):
+    path = str(tmp_path / "s.sock")
+    with _proc.Skirr(["basic:app", "--loop", loop, "--uds", path, "--forwarded-allow-ips", allow],
+                     tmp_path) as proc:
+        proc.wait_accepting(path)
+        r = _proc.request(path, target="/scope", headers=[("X-Forwarded-For", "203.0.113.7"),
+                                                          ("X-Forwarded-Proto", "https")])
+        assert r.status == 200
+        assert proc.stop() == 0
+    assert json.loads(r.body)["client"] == client
