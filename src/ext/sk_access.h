@@ -34,7 +34,8 @@ typedef struct {
 /* Per request: when its head was parsed (monotonic seconds) and the response headers the app
  * sent. Zero-initialised with the request; cleared with sk_access_req_clear. */
 typedef struct {
-    double t_start;
+    double t_start;         /* set while the access log or metrics are on */
+    uint8_t method;         /* sk_metrics_method() index, while metrics are on */
     PyObject *scope;        /* strong while the access log is on: the scope the app got */
     PyObject *resp_headers; /* strong, or NULL */
 } sk_access_req_t;

@@ -100,10 +100,18 @@ set_tx(RequestObject *r, enum tx_state to)
 {
     assert(r->tx == TX_OPEN && to != TX_OPEN); /* every end of a response is final */
     r->tx = to;
-    if (r->acc.scope != NULL && (r->resp.head_written || to == TX_COMPLETE)) {
-        /* the access log: what the client saw (a 500 skirr sent for the app, if no head left) */
-        sk_access_response(r->srv, r->resp.head_written ? r->resp.status : 500,
-                           r->resp.body_sent, &r->acc);
+    if ((r->acc.scope != NULL || r->srv->metrics != NULL) &&
+        (r->resp.head_written || to == TX_COMPLETE)) {
+        /* the access log and metrics: what the client saw (a 500 skirr sent for the app, if no
+         * head left) */
+        int status = r->resp.head_written ? r->resp.status : 500;
+        if (r->srv->metrics != NULL) {
+            sk_metrics_response(r->srv->metrics, r->acc.method, status, r->resp.body_sent,
+                                sk_access_now() - r->acc.t_start);
+        }
+        if (r->acc.scope != NULL) {
+            sk_access_response(r->srv, status, r->resp.body_sent, &r->acc);
+        }
     }
 }
 
@@ -179,6 +187,9 @@ static void
 refuse(http1_conn_t *c, int status)
 {
     int started = 0;
+    if (c->srv->metrics != NULL) {
+        sk_metrics_refusal(c->srv->metrics, status);
+    }
     if (c->srv->access.pending != NULL || c->srv->trace != NULL) {
         socklen_t plen;
         const sk_parser_t *p = &c->parser;
@@ -1112,6 +1123,12 @@ request_new(http1_conn_t *c)
     if (srv->access.pending != NULL) {
         sk_access_begin(&r->acc, r->scope);
     }
+    if (srv->metrics != NULL) {
+        r->acc.method = (uint8_t)sk_metrics_method(p->method);
+        if (srv->access.pending == NULL) {
+            r->acc.t_start = sk_access_now();
+        }
+    }
     return r;
 }
 
@@ -1426,6 +1443,9 @@ h1_data_received(void *h, const char *data, size_t len)
         sk_transport_feed_soon(c->t); /* the rest waits for no request: go on next iteration */
     }
     settle_output(c);
+    if (c->srv->metrics != NULL) {
+        c->srv->metrics->bytes_in += total;
+    }
     return total;
 }
 
@@ -1450,6 +1470,9 @@ static void
 h1_deadline(void *h, int kind)
 {
     http1_conn_t *c = h;
+    if (c->srv->metrics != NULL) {
+        c->srv->metrics->timeouts[kind == DL_HEAD ? SK_TIMEOUT_HEAD : SK_TIMEOUT_KEEPALIVE]++;
+    }
     if (kind == DL_HEAD && !c->discarding &&
         (sk_transport_in_len(c->t) > 0 || !sk_parser_idle(&c->parser))) {
         refuse(c, 408); /* RFC 9110 §15.5.9: some of a request head, never all of it */
@@ -1478,6 +1501,9 @@ h1_closed(void *h, int reason)
 {
     http1_conn_t *c = h;
     c->closed = 1;
+    if (c->srv->metrics != NULL && reason == SK_CLOSED_WRITE_TIMEOUT) {
+        c->srv->metrics->timeouts[SK_TIMEOUT_WRITE]++;
+    }
     if (c->srv->trace != NULL) {
         static const char *const why[] = {
             [SK_CLOSED_PEER] = "HTTP connection lost (closed by the client)",

@@ -15,6 +15,7 @@
 #include "sk_transport.h"
 #include "sk_http.h"
 #include "sk_access.h"
+#include "sk_metrics.h"
 #include "sk_proxy.h"
 #include "sk_resp.h"
 
@@ -52,8 +53,9 @@ typedef struct sk_http1_server {
     PyObject *resp_fields;        /* bytes holding resp_opts' server then extra lines, or NULL */
     sk_access_t access;           /* the access log (sk_access.h) */
     sk_proxy_t proxy;             /* --proxy-headers, --forwarded-allow-ips (sk_proxy.h) */
-    PyObject *trace;              /* callable(event, client, detail) for --log-level trace, or
-                                   * NULL: connection events are not reported */
+    PyObject *trace;              /* callable(event, client) for --log-level trace, or NULL:
+                                   * connection events are not reported */
+    sk_metrics_t *metrics;        /* --metrics-port counters (PyMem, owned), or NULL: off */
 } sk_http1_server_t;
 
 /* The handler table (static storage). */

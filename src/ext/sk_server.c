@@ -241,6 +241,19 @@ server_opts(sk_http1_server_t *h, PyObject *server, PyObject *extra)
 }
 
 static PyObject *
+server_metrics(PyObject *op, PyObject *Py_UNUSED(arg))
+{
+    /* New reference: the counters (sk_metrics_snapshot), or None when metrics are off. */
+    ServerObject *s = (ServerObject *)op;
+    if (s->http.metrics == NULL) {
+        Py_RETURN_NONE;
+    }
+    return sk_metrics_snapshot(s->http.metrics,
+                               s->reactor ? sk_reactor_connections(s->reactor) : 0,
+                               s->http.active_requests);
+}
+
+static PyObject *
 server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
     /* New reference, or NULL with an exception. */
@@ -268,12 +281,13 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                              "server_header",
                              "headers",
                              "trace",
+                             "metrics",
                              NULL};
     PyObject *app, *loop, *unix_path = Py_None, *root_path = NULL, *state = Py_None;
     PyObject *logger = Py_None;
     PyObject *access_log = Py_None, *access_flush = Py_None, *allow_ips = NULL;
     PyObject *server_header = NULL, *extra_headers = NULL, *trace = Py_None;
-    int proxy_headers = 0, date_header = 1;
+    int proxy_headers = 0, date_header = 1, metrics = 0;
     int listen_fd;
     double keep_alive = 5.0, head_timeout = 10.0, write_timeout = 30.0;
     Py_ssize_t limit_concurrency = 0, limit_connections = 0;
@@ -281,11 +295,11 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
     ServerObject *s = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OOi|$OUOdKnnnOddnnOOpUpSSO", kwlist, &app, &loop, &listen_fd, &unix_path,
+            args, kwds, "OOi|$OUOdKnnnOddnnOOpUpSSOp", kwlist, &app, &loop, &listen_fd, &unix_path,
             &root_path, &state, &keep_alive, &max_body, &max_line, &max_fields, &max_section,
             &logger, &head_timeout, &write_timeout, &limit_concurrency, &limit_connections,
             &access_log, &access_flush, &proxy_headers, &allow_ips, &date_header, &server_header,
-            &extra_headers, &trace)) {
+            &extra_headers, &trace, &metrics)) {
         return NULL;
     }
     if (max_line <= 0 || max_fields <= 0 || max_section <= 0 || keep_alive < 0 ||
@@ -331,6 +345,13 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         h->access.flush = Py_NewRef(access_flush);
     }
     h->trace = trace != Py_None ? Py_NewRef(trace) : NULL;
+    if (metrics) {
+        h->metrics = PyMem_Calloc(1, sizeof(sk_metrics_t));
+        if (h->metrics == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+    }
     h->date_header = (uint8_t)date_header;
     if (server_opts(h, server_header, extra_headers) < 0) {
         goto error;
@@ -435,6 +456,8 @@ server_clear(PyObject *op)
     Py_CLEAR(h->trace);
     Py_CLEAR(h->resp_fields);
     sk_proxy_free(&h->proxy);
+    PyMem_Free(h->metrics);
+    h->metrics = NULL;
     Py_CLEAR(h->call_soon_kw);
     Py_CLEAR(h->task_type);
     Py_CLEAR(h->task_kw);
@@ -465,6 +488,8 @@ static PyMethodDef server_methods[] = {
      "Graceful phase: closes idle connections; busy ones close after their response."},
     {"close", server_close, METH_NOARGS,
      "Closes every connection and leaves the loop. Idempotent."},
+    {"metrics", server_metrics, METH_NOARGS,
+     "The --metrics-port counters as a dict, or None when metrics are off."},
     {"_on_ready", server_on_ready, METH_NOARGS, NULL},
     {"_run_pending", server_run_pending, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -491,7 +516,7 @@ static PyType_Slot server_slots[] = {
                         "timeout_request_head=10.0, timeout_write=30.0, limit_concurrency=0, "
                         "limit_connections=0, access_log=None, access_flush=None, "
                         "proxy_headers=False, forwarded_allow_ips='127.0.0.1', date_header=True, "
-                        "server_header=None, headers=None, trace=None)\n\n"
+                        "server_header=None, headers=None, trace=None, metrics=False)\n\n"
                         "A native HTTP/1.1 reactor serving one ASGI 3 application on one "
                         "listening socket. See skirr/_native.pyi."},
     {0, NULL},

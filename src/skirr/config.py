@@ -164,6 +164,8 @@ class Config:
             is a terminal.
         request_id: every request and response carries an ``X-Request-ID`` (a valid incoming
             one is kept, else one is made; see ``skirr.request_id``). Default off.
+        metrics_port: serve Prometheus metrics on this TCP port of ``host`` (its own listener;
+            see ``skirr.metrics``; needs prometheus-client); ``None`` = off.
         env_file: a dotenv file loaded (python-dotenv; existing variables win) on construction,
             before anything reads the environment or imports the app.
 
@@ -204,6 +206,7 @@ class Config:
     use_colors: bool | None = None
     env_file: str | None = None
     request_id: bool = False
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         if self.env_file is not None:
@@ -225,6 +228,10 @@ class Config:
         _check_number("port", self.port, integer=True)
         if self.port > 65535:
             raise ConfigError(f"port must be in 0..65535; got {self.port}")
+        if self.metrics_port is not None:
+            _check_number("metrics_port", self.metrics_port, integer=True)
+            if self.metrics_port > 65535:
+                raise ConfigError(f"metrics_port must be in 0..65535; got {self.metrics_port}")
         _check_number("backlog", self.backlog, integer=True, minimum=1)
         if self.backlog > MAX_BACKLOG:
             raise ConfigError(f"backlog must be in 1..{MAX_BACKLOG}; got {self.backlog}")

@@ -167,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--request-id", action=bool_flag, default=False,
         help="keep a valid incoming X-Request-ID or make one; the app sees it in the request "
         "headers, the response carries it (default: off)")
+    add("--metrics-port", type=_port, default=None, metavar="N",
+        help="serve Prometheus metrics on this TCP port of --host (its own listener; needs "
+        "prometheus-client) (default: off)")
     add("--env-file", default=None, metavar="PATH",
         help="load environment variables from this dotenv file first (python-dotenv; variables "
         "already set win), so it may also hold SKIRR_<OPTION> settings")
@@ -272,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             log_config=args.log_config,
             use_colors=args.use_colors,
             request_id=args.request_id,
+            metrics_port=args.metrics_port,
         )
     except ConfigError as exc:
         print(f"skirr: error: {exc}", file=sys.stderr)

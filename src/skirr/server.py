@@ -122,6 +122,7 @@ class Server:
         sock = self._bind()  # before any application code: a port in use is reported first
         native: Any | None = None
         access: AccessLog | None = None
+        exporter: Any | None = None
         watcher: asyncio.Future[None] | None = None
         handlers: list[int] = []
         try:
@@ -164,7 +165,13 @@ class Server:
                     server_header=server_line,
                     headers=extra_lines,
                     trace=_trace if logger.isEnabledFor(TRACE) else None,
+                    metrics=config.metrics_port is not None,
                 )
+                if config.metrics_port is not None:
+                    from .metrics import MetricsExporter
+
+                    exporter = MetricsExporter(native.metrics, config.host, config.metrics_port)
+                    exporter.start()
                 native.start()
                 logger.info("skirr running on %s (Press CTRL+C to quit)", self._url(sock))
                 self.started.set()
@@ -195,6 +202,8 @@ class Server:
                 native.close()
             if access is not None:
                 access.close()  # the lines of the last responses
+            if exporter is not None:
+                exporter.stop()
             sock.close()
             if config.uds:
                 with contextlib.suppress(OSError):
