@@ -21,16 +21,17 @@ static void
 push(sk_http1_server_t *srv, PyObject *rec)
 {
     /* Appends rec (stolen; NULL = failed with an exception) and schedules the flush when the
-     * list was empty. Failures are reported as unraisable: the request is never affected. */
+     * list was empty or holds a multiple of SK_ACCESS_BATCH records. Failures are reported as
+     * unraisable: the request is never affected. */
     sk_access_t *a = &srv->access;
     if (rec == NULL) {
         goto error;
     }
-    int first = PyList_GET_SIZE(a->pending) == 0;
     if (PyList_Append(a->pending, rec) < 0) {
         goto error;
     }
-    if (first) {
+    Py_ssize_t n = PyList_GET_SIZE(a->pending);
+    if (n == 1 || n % SK_ACCESS_BATCH == 0) { /* the first of a batch, or a full batch */
         PyObject *args[3] = {srv->loop, a->flush, srv->context};
         PyObject *h = PyObject_VectorcallMethod(srv->st->s_call_soon, args, 2 | 0,
                                                 srv->call_soon_kw);

@@ -2,7 +2,7 @@
  * exchange and per refusal, handed to Python in batches.
  *
  * Owns: the record tuples, the pending list they are appended to (owned by the Python side) and
- * scheduling its flush once per batch (loop.call_soon, only when the list was empty). The line is
+ * scheduling its flush (loop.call_soon) for the first record of a batch and for each full one. The line is
  * formatted in Python (skirr.access_log), never here, and only if the `skirr.access` logger is
  * enabled for INFO when the batch is flushed.
  * Never: formats, logs or calls into Python per request beyond one list append (and, for the first
@@ -25,6 +25,10 @@
 #include "sk_http.h"
 
 #include <sys/socket.h>
+
+/* Records per batch: the flush is scheduled again each time this many are pending (the Python
+ * side writes a full batch at once, a partial one after at most 50 ms). */
+#define SK_ACCESS_BATCH 64
 
 typedef struct {
     PyObject *pending; /* list the records go to, or NULL: the access log is off (strong) */

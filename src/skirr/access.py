@@ -26,7 +26,6 @@ import http
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -39,9 +38,9 @@ JSON_KEYS = ("time", "client", "method", "path", "query", "http_version", "statu
              "duration_ms", "referer", "user_agent", "request_id", "reason")
 
 FLUSH_DELAY = 0.05  # seconds: an access line waits at most this long to be written with others
+BATCH = 64  # records: a full batch is written at once (SK_ACCESS_BATCH in src/ext/sk_access.h)
 _PHRASES = {s.value: s.phrase for s in http.HTTPStatus}
 _STATUS_TEXT = {s.value: f"{s.value} {s.phrase}" for s in http.HTTPStatus}
-_SAFE_PATH = re.compile(r"[A-Za-z0-9_.\-~/]*").fullmatch  # what quote() leaves unchanged
 
 
 def status_text(status: int) -> str:
@@ -84,7 +83,7 @@ def _default_line(rec: tuple, prefix: str) -> str | None:
         return None
     try:
         client = scope["client"]
-        path = scope["path"]
+        path = scope["raw_path"].decode("latin-1")
         qs = scope["query_string"]
         method = scope["method"]
         version = scope["http_version"]
@@ -94,8 +93,6 @@ def _default_line(rec: tuple, prefix: str) -> str | None:
             return None
     except (KeyError, TypeError, ValueError):
         return None
-    if not _SAFE_PATH(path):
-        path = quote(path)
     if qs:
         path = f"{path}?{qs.decode('latin-1')}"
     return f'{prefix}{host}:{port} - "{method} {path} HTTP/{version}" {status}\n'
@@ -113,7 +110,8 @@ class Entry:
             scope = self.scope
             self.client = scope.get("client")
             self.method = scope.get("method")
-            path = quote(scope.get("path", ""))  # skirr's path holds root_path already
+            raw = scope.get("raw_path")  # as received (root_path first), like the target
+            path = raw.decode("latin-1") if isinstance(raw, bytes) else quote(scope.get("path", ""))
             qs = scope.get("query_string", b"")
             self.target = f"{path}?{qs.decode('latin-1')}" if qs else path
             self.http_version = scope.get("http_version")
@@ -244,10 +242,15 @@ class AccessLog:
         self._timer: asyncio.TimerHandle | None = None
 
     def flush(self) -> None:
-        """Called (through ``loop.call_soon``) when a record arrives in an empty ``pending``:
-        the batch is written FLUSH_DELAY seconds later, together with what arrives meanwhile,
-        so a busy server writes a few large batches rather than a line per request."""
-        if self._timer is None:
+        """Called (through ``loop.call_soon``) when a record arrives in an empty ``pending`` or
+        ``pending`` holds a full batch (64, SK_ACCESS_BATCH in sk_access.h): a full batch is
+        written now, a partial one FLUSH_DELAY seconds later with what arrives meanwhile, so a
+        busy server writes few large batches and holds at most about a batch of records."""
+        if len(self.pending) >= BATCH:
+            if self._timer is not None:
+                self._timer.cancel()
+            self.write()
+        elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(FLUSH_DELAY, self.write)
 
     def close(self) -> None:
