@@ -1436,6 +1436,9 @@ h1_data_received(void *h, const char *data, size_t len)
         total += parse_one(c, data + total, len - total);
     } while (sk_transport_is_open(c->t) && c->current == NULL && total < len &&
              c->srv->eager_budget > 0 && c->srv->eager);
+    if (c->srv->metrics != NULL) {
+        c->srv->metrics->bytes_in += total;
+    }
     if (!sk_transport_is_open(c->t)) {
         return total;
     }
@@ -1443,9 +1446,6 @@ h1_data_received(void *h, const char *data, size_t len)
         sk_transport_feed_soon(c->t); /* the rest waits for no request: go on next iteration */
     }
     settle_output(c);
-    if (c->srv->metrics != NULL) {
-        c->srv->metrics->bytes_in += total;
-    }
     return total;
 }
 
