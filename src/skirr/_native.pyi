@@ -54,6 +54,7 @@ class Server:
             (validated by skirr.Config; ValueError if not whole CRLF-terminated lines).
         trace: callable ``trace(event: str, client: (host, port) | None)`` for connection events
             (--log-level trace), or None.
+        metrics: keep the --metrics-port counters (read with :meth:`metrics`); off: none kept.
 
     Raises:
         OSError: epoll/timerfd could not be created.
@@ -85,7 +86,13 @@ class Server:
         server_header: bytes | None = None,
         headers: bytes | None = None,
         trace: Callable[[str, tuple[str, int] | None], None] | None = None,
+        metrics: bool = False,
     ) -> None: ...
+    def metrics(self) -> dict[str, Any] | None:
+        """The counters (None when made without ``metrics``): ``requests`` {(method, "2xx"): n},
+        ``refusals`` {"431": n}, ``timeouts`` {"request_head"|"keep_alive"|"write": n},
+        ``bytes_in``, ``bytes_out`` (bytes), ``buckets`` [(bound seconds, cumulative n)],
+        ``count``, ``sum`` (seconds), ``connections``, ``in_flight``. See src/ext/sk_metrics.h."""
     def start(self) -> None:
         """Registers the reactor with the loop and starts accepting."""
     def stop_accepting(self) -> None:
