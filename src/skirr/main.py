@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="skirr",
         description="Serve an ASGI 3 application over HTTP/1.1 with skirr.",
+        epilog="Every option may also be set in the environment as SKIRR_<OPTION> (e.g. "
+        "SKIRR_PORT=9000, SKIRR_ACCESS_LOG=off, SKIRR_APP=main:app); the command line wins.",
         allow_abbrev=False,
     )
     add = parser.add_argument
