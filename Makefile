@@ -7,7 +7,8 @@ VENV ?= .venv
 CC ?= cc
 VPY := $(VENV)/bin/python
 # Test and example dependencies (the package itself needs none; uvloop is its optional extra).
-TEST_DEPS := pytest pytest-timeout h11 hypothesis uvloop fastapi pydantic gunicorn watchfiles websockets
+TEST_DEPS := pytest pytest-timeout h11 hypothesis uvloop fastapi pydantic gunicorn watchfiles websockets \
+  python-dotenv PyYAML prometheus-client
 # Identifies the venv: the interpreter's path and version plus TEST_DEPS.
 PY_EXE := $(shell $(PY) -c 'import sys; print(sys.executable, sys.version.split()[0])' 2>/dev/null)
 PY_ID := $(PY_EXE) $(TEST_DEPS)

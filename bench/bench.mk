@@ -3,7 +3,7 @@
 BENCH_RUN := $(VPY) bench/run.py
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-syscalls bench-callgrind
+.PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access
 
 # The full matrix (about 80 minutes), only on a build that passes the conformance suite; writes the
 # raw results to bench/results/ and the summary to bench/RESULTS.md.
@@ -31,3 +31,11 @@ bench-syscalls: build
 CALLGRIND_ARGS ?=
 bench-callgrind: build
 	$(BENCH_RUN) callgrind $(CALLGRIND_ARGS)
+
+# The access log's cost (issue 13): raw_get instructions per request under callgrind with the access
+# log off and on (to a file), then CPU per request under wrk (server on CPU 0, wrk on CPU 1),
+# access log off / on, 3 alternating rounds. Target: on <= 1.25x off.
+bench-access: build
+	$(BENCH_RUN) callgrind $(CALLGRIND_ARGS)
+	$(BENCH_RUN) callgrind --access-log $(CALLGRIND_ARGS)
+	$(VPY) bench/access/measure.py --rounds 3

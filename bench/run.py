@@ -56,7 +56,7 @@ def cmd_setup(args):
 
 def cmd_callgrind(args):
     ensure_tools(["valgrind", "callgrind_control"])
-    return traced.callgrind(args.n)
+    return traced.callgrind(args.n, "skirr-access-log" if args.access_log else "skirr")
 
 
 def cmd_report(args):
@@ -96,6 +96,8 @@ def main():
     st.add_argument("--reinstall", action="store_true")
     cg = sub.add_parser("callgrind", help="instructions per request under callgrind")
     cg.add_argument("--n", type=int, default=2000, help="requests per phase")
+    cg.add_argument("--access-log", action="store_true",
+                    help="with skirr's access log on, written to its log file (issue 13)")
     rp = sub.add_parser("report", help="re-render a finished matrix run's report (results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")
     rp.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md)")

@@ -33,8 +33,8 @@ LOOP_PARAMS = ("loop_name", "loop")
 FIELDS = ("id", "source", "strength", "rule", "decision", "status")
 STRENGTHS = ("MUST", "SHOULD", "MAY", "skirr")
 STATUSES = ("proven", "planned")
-SOURCE_PREFIXES = ("RFC 9110", "RFC 9112", "RFC 6585", "RFC 6455", "RFC 7692", "ASGI www 2.5",
-                   "ASGI lifespan 2.0", "ASGI websocket 2.4", "skirr")
+SOURCE_PREFIXES = ("RFC 9110", "RFC 9112", "RFC 6585", "RFC 6455", "RFC 7239", "RFC 7692",
+                   "ASGI www 2.5", "ASGI lifespan 2.0", "ASGI websocket 2.4", "skirr")
 
 
 class SpecError(Exception):

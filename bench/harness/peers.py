@@ -144,7 +144,15 @@ http {{
 
 def skirr_argv(app, port, tmp):
     return [venv_python(SKIRR_VENV), "-m", "skirr", app, "--app-dir", str(APPS), "--loop", "uvloop",
-            "--lifespan", "off", "--log-level", "warning", "--host", "127.0.0.1", "--port", str(port)]
+            "--lifespan", "off", "--no-access-log", "--log-level", "warning", "--host", "127.0.0.1",
+            "--port", str(port)]
+
+
+def skirr_access_argv(app, port, tmp):
+    """skirr with its access log on (the default line, skirr.access at INFO) to its log file."""
+    argv = [a for a in skirr_argv(app, port, tmp) if a != "--no-access-log"]
+    argv[argv.index("--log-level") + 1] = "info"
+    return argv
 
 
 def uvicorn_argv(http):
@@ -207,6 +215,7 @@ class Peer(NamedTuple):
 
 SERVERS = {
     "skirr": Peer(skirr_argv, None, "skirr", ALL_WORKLOADS),
+    "skirr-access-log": Peer(skirr_access_argv, None, "skirr", ALL_WORKLOADS),
     "uvicorn-httptools": Peer(uvicorn_argv("httptools"), "uvicorn", "peer", ALL_WORKLOADS),
     "uvicorn-h11": Peer(uvicorn_argv("h11"), "uvicorn", "peer", ALL_WORKLOADS),
     "granian": Peer(granian_argv, "granian", "peer", ALL_WORKLOADS),

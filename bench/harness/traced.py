@@ -169,7 +169,7 @@ def callgrind_ir(path):
     return int(m.group(1)) if m else None
 
 
-def callgrind(n):
+def callgrind(n, server="skirr"):
     """Instructions per request in the whole skirr process (Python, C, libc; not the kernel) under
     callgrind: deterministic, unlike timings on a noisy machine, so a hot-path change shows its
     cost as a difference of counts. Phases, each dumped separately after a warm-up: `n` sequential
@@ -182,7 +182,7 @@ def callgrind(n):
     phases = []
     try:
         # Not pinned: valgrind does not follow taskset's exec into the server.
-        srv = start_traced("skirr", outdir, wrap, 180, pin=False)
+        srv = start_traced(server, outdir, wrap, 180, pin=False)
     except RuntimeError as exc:
         raise SystemExit(f"callgrind: {exc}") from None
 

@@ -163,6 +163,15 @@ fmt_hex(char *out, uint64_t v)
 
 #define APPEND_LIT(buf, lit) sk_buf_append((buf), "" lit, LIT_LEN(lit))
 
+static int
+append_server(sk_buf_t *b, const sk_resp_opts_t *opts)
+{
+    /* The server field: FIELD_SERVER by default, else what opts says (maybe nothing). */
+    if (opts == NULL)
+        return APPEND_LIT(b, FIELD_SERVER);
+    return opts->server_len > 0 ? sk_buf_append(b, opts->server, opts->server_len) : 0;
+}
+
 /* status-line = HTTP-version SP status-code SP [ reason-phrase ] CRLF (RFC 9112 §4);
  * status is 100..599 (three digits). */
 static int
@@ -455,7 +464,9 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
         if (rc < 0)
             goto error;
         if (!r->app_has_server)
-            rc = APPEND_LIT(out, FIELD_SERVER);
+            rc = append_server(out, r->req.opts);
+        if (rc == 0 && r->req.opts != NULL && r->req.opts->extra_len > 0)
+            rc = sk_buf_append(out, r->req.opts->extra, r->req.opts->extra_len);
         if (rc < 0)
             goto error;
         rc = APPEND_LIT(out, CRLF);
@@ -512,6 +523,13 @@ error:
 int
 sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date)
 {
+    return sk_resp_error_opts(out, status, head_request, date, NULL);
+}
+
+int
+sk_resp_error_opts(sk_buf_t *out, int status, int head_request, const char *date,
+                   const sk_resp_opts_t *opts)
+{
     size_t saved = sk_buf_len(out);
     const char *reason;
     size_t reason_len;
@@ -539,7 +557,11 @@ sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date)
     if (rc == 0 && date != NULL)
         rc = APPEND_FIELD(out, "date", date, SK_DATE_LEN);
     if (rc == 0)
-        rc = APPEND_LIT(out, FIELD_SERVER CRLF);
+        rc = append_server(out, opts);
+    if (rc == 0 && opts != NULL && opts->extra_len > 0)
+        rc = sk_buf_append(out, opts->extra, opts->extra_len);
+    if (rc == 0)
+        rc = APPEND_LIT(out, CRLF);
     if (rc == 0 && !head_request)
         rc = sk_buf_append(out, reason, reason_len);
     if (rc < 0)

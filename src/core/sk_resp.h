@@ -21,6 +21,15 @@ typedef struct {
     size_t value_len;  /* bytes */
 } sk_header_t;
 
+/* The server's own fields, configurable (--server-header, --header). NULL = the defaults:
+ * "server: skirr" and nothing else. */
+typedef struct {
+    const char *server; /* complete "server: ...\r\n" line(s), or "" for none */
+    size_t server_len;  /* bytes */
+    const char *extra;  /* complete, validated "name: value\r\n" lines added to every response */
+    size_t extra_len;   /* bytes */
+} sk_resp_opts_t;
+
 /* What the serializer needs to know about the request being answered. */
 typedef struct {
     uint8_t http_minor; /* 0 or 1 (HTTP/1.0 or HTTP/1.1) */
@@ -28,6 +37,7 @@ typedef struct {
     uint8_t keep_alive; /* 1 if the request allows a persistent connection */
     uint8_t
         force_close; /* 1 if the server wants to close after this response (shutdown, unread body) */
+    const sk_resp_opts_t *opts; /* the server's own fields; NULL = the defaults (borrowed) */
 } sk_req_info_t;
 
 enum sk_framing {
@@ -79,6 +89,9 @@ int sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int 
  * (others get the generic reason phrase). head_request: 1 to omit the body (Content-Length kept).
  * Returns 0 or SK_ENOMEM. This is the one error sink for server-generated responses. */
 int sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date);
+/* The same with the server's own fields from opts (NULL = the defaults). date NULL: no date. */
+int sk_resp_error_opts(sk_buf_t *out, int status, int head_request, const char *date,
+                       const sk_resp_opts_t *opts);
 
 /* The interim response to "Expect: 100-continue" (RFC 9110 §10.1.1, §15.2.1), and its bytes. */
 #define SK_CONTINUE_RESPONSE_LITERAL "HTTP/1.1 100 Continue\r\n\r\n"

@@ -25,6 +25,7 @@
 #include "sk_resp.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -81,6 +82,7 @@ struct RequestObject {
     uint8_t is_head;           /* method HEAD */
     uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app (not logged) */
     sk_resp_t resp;
+    sk_access_req_t acc; /* the access log's record (sk_access.h), while the log is on */
 };
 
 static void conn_request_done(http1_conn_t *c, int keep_alive);
@@ -100,6 +102,19 @@ set_tx(RequestObject *r, enum tx_state to)
 {
     assert(r->tx == TX_OPEN && to != TX_OPEN); /* every end of a response is final */
     r->tx = to;
+    if ((r->acc.scope != NULL || r->srv->metrics != NULL) &&
+        (r->resp.head_written || to == TX_COMPLETE)) {
+        /* the access log and metrics: what the client saw (a 500 skirr sent for the app, if no
+         * head left) */
+        int status = r->resp.head_written ? r->resp.status : 500;
+        if (r->srv->metrics != NULL) {
+            sk_metrics_response(r->srv->metrics, r->acc.method, status, r->resp.body_sent,
+                                sk_access_now() - r->acc.t_start);
+        }
+        if (r->acc.scope != NULL) {
+            sk_access_response(r->srv, status, r->resp.body_sent, &r->acc);
+        }
+    }
 }
 
 /* The only place active_requests changes: +1 entering STARTED, -1 leaving STARTED/RUNNING. */
@@ -122,7 +137,11 @@ set_app(RequestObject *r, enum app_state to)
 static const char *
 server_date(sk_http1_server_t *srv)
 {
-    /* IMF-fixdate for now, formatted once per second. Borrowed: valid until the next second. */
+    /* IMF-fixdate for now, formatted once per second. Borrowed: valid until the next second.
+     * NULL with --no-date-header. */
+    if (!srv->date_header) {
+        return NULL; /* --no-date-header */
+    }
     int64_t now = (int64_t)time(NULL);
     if (now != srv->date_sec) {
         srv->date_sec = now;
@@ -181,6 +200,26 @@ static void
 refuse(http1_conn_t *c, int status)
 {
     int started = 0;
+    if (c->srv->metrics != NULL) {
+        sk_metrics_refusal(c->srv->metrics, status);
+    }
+    if (c->srv->access.pending != NULL || c->srv->trace != NULL) {
+        socklen_t plen;
+        const sk_parser_t *p = &c->parser;
+        const struct sockaddr_storage *peer = sk_transport_peer(c->t, &plen);
+        const char *reason = p->dead && p->err_reason ? p->err_reason
+                             : status == 408          ? "request head not complete in time"
+                             : status == 503          ? "--limit-concurrency reached"
+                                                      : "server error";
+        if (c->srv->access.pending != NULL) {
+            sk_access_refusal(c->srv, c->client, peer, p, status, reason);
+        }
+        if (c->srv->trace != NULL) {
+            char event[160];
+            snprintf(event, sizeof(event), "HTTP request refused: %d (%s)", status, reason);
+            sk_access_trace(c->srv, c->client, peer, event);
+        }
+    }
     if (c->current) {
         started = c->current->resp.started && c->current->resp.head_written;
         request_detach(c->current);
@@ -188,7 +227,8 @@ refuse(http1_conn_t *c, int status)
     if (!started) {
         /* The output may still hold earlier pipelined responses: the refusal goes after them. */
         int head = (c->parser.method == HTTP_HEAD); /* valid on SK_EV_ERROR too */
-        if (sk_resp_error(sk_transport_out(c->t), status, head, server_date(c->srv)) < 0) {
+        if (sk_resp_error_opts(sk_transport_out(c->t), status, head, server_date(c->srv),
+                               &c->srv->resp_opts) < 0) {
             sk_transport_close(c->t, SK_CLOSE_NOW);
             return;
         }
@@ -233,7 +273,8 @@ abort_response(http1_conn_t *c, RequestObject *r)
 static void
 answer_500(http1_conn_t *c, RequestObject *r)
 {
-    if (sk_resp_error(sk_transport_out(c->t), 500, r->is_head, server_date(c->srv)) < 0) {
+    if (sk_resp_error_opts(sk_transport_out(c->t), 500, r->is_head, server_date(c->srv),
+                           &c->srv->resp_opts) < 0) {
         sk_transport_close(c->t, SK_CLOSE_NOW);
         return;
     }
@@ -344,7 +385,23 @@ build_scope(http1_conn_t *c)
             goto error;
         }
     }
-    SET(st->s_client, Py_NewRef(c->client));
+    if (srv->proxy.enabled) {
+        /* --proxy-headers: a trusted peer's Forwarded / X-Forwarded-* (sk_proxy.h) */
+        socklen_t plen_unused;
+        PyObject *client = c->client;
+        int https = -1;
+        if (sk_proxy_apply(&srv->proxy, p, sk_transport_peer(c->t, &plen_unused),
+                           srv->unix_path != Py_None, &client, &https) < 0) {
+            goto error;
+        }
+        if (https >= 0) {
+            SET(st->s_scheme, PyUnicode_FromString(https ? "https" : "http"));
+        }
+        SET(st->s_client, client == c->client ? Py_NewRef(client) : client);
+    }
+    else {
+        SET(st->s_client, Py_NewRef(c->client));
+    }
     if (c->local == NULL) {
         struct sockaddr_storage ss;
         if (srv->unix_path != Py_None) {
@@ -733,6 +790,7 @@ send_start(RequestObject *r, PyObject *msg)
         .head = r->is_head,
         .keep_alive = r->keep_alive,
         .force_close = server_closes_after(r->conn, r), /* again when the head is built */
+        .opts = &r->srv->resp_opts,
     };
     rc = sk_resp_start(&r->resp, &info, (int)status, hdrs, (size_t)n);
     if (rc < 0) {
@@ -743,6 +801,9 @@ send_start(RequestObject *r, PyObject *msg)
             PyErr_SetString(PyExc_RuntimeError, sk_strerror(rc));
         }
         goto error;
+    }
+    if (r->acc.scope != NULL && headers != NULL) {
+        Py_XSETREF(r->acc.resp_headers, Py_NewRef(headers)); /* %({name}o)s of the access log */
     }
     res = ready(r, NULL);
     goto done;
@@ -1213,6 +1274,15 @@ request_new(http1_conn_t *c)
         Py_DECREF(r);
         return NULL;
     }
+    if (srv->access.pending != NULL) {
+        sk_access_begin(&r->acc, r->scope);
+    }
+    if (srv->metrics != NULL) {
+        r->acc.method = (uint8_t)sk_metrics_method(p->method);
+        if (srv->access.pending == NULL) {
+            r->acc.t_start = sk_access_now();
+        }
+    }
     return r;
 }
 
@@ -1466,6 +1536,9 @@ h1_data_received(void *h, const char *data, size_t len)
         total += parse_one(c, data + total, len - total);
     } while (sk_transport_is_open(c->t) && c->current == NULL && total < len &&
              c->srv->eager_budget > 0 && c->srv->eager);
+    if (c->srv->metrics != NULL) {
+        c->srv->metrics->bytes_in += total;
+    }
     if (!sk_transport_is_open(c->t)) {
         return total;
     }
@@ -1497,6 +1570,12 @@ static void
 h1_deadline(void *h, int kind)
 {
     http1_conn_t *c = h;
+    if (c->srv->metrics != NULL) {
+        static const int kinds[] = {[DL_HEAD] = SK_TIMEOUT_HEAD,
+                                    [DL_KEEPALIVE] = SK_TIMEOUT_KEEPALIVE,
+                                    [DL_BODY] = SK_TIMEOUT_BODY};
+        c->srv->metrics->timeouts[kinds[kind]]++;
+    }
     if (kind == DL_BODY) {
         /* No body byte for --timeout-request-body seconds: the app's receive() gets
          * http.disconnect; 408 (RFC 9110 §15.5.9) if its response has not begun. */
@@ -1514,6 +1593,12 @@ h1_deadline(void *h, int kind)
         refuse(c, 408); /* RFC 9110 §15.5.9: some of a request head, never all of it */
         return;
     }
+    if (c->srv->trace != NULL) {
+        socklen_t plen;
+        sk_access_trace(c->srv, NULL, sk_transport_peer(c->t, &plen),
+                        kind == DL_KEEPALIVE ? "HTTP connection idle: --timeout-keep-alive"
+                                             : "HTTP connection idle: --timeout-request-head");
+    }
     sk_transport_close(c->t, SK_CLOSE_NOW); /* idle, or no byte of a head at all */
 }
 
@@ -1527,10 +1612,27 @@ h1_shutdown(void *h)
 }
 
 static void
-h1_closed(void *h, int Py_UNUSED(reason))
+h1_closed(void *h, int reason)
 {
     http1_conn_t *c = h;
     c->closed = 1;
+    if (c->srv->metrics != NULL && reason == SK_CLOSED_WRITE_TIMEOUT) {
+        c->srv->metrics->timeouts[SK_TIMEOUT_WRITE]++;
+    }
+    if (c->srv->trace != NULL) {
+        static const char *const why[] = {
+            [SK_CLOSED_PEER] = "HTTP connection lost (closed by the client)",
+            [SK_CLOSED_WRITE_TIMEOUT] = "HTTP connection closed (--timeout-write: no progress)",
+            [SK_CLOSED_LINGER_DONE] = "HTTP connection closed by the server",
+            [SK_CLOSED_BY_HANDLER] = "HTTP connection closed by the server",
+            [SK_CLOSED_SERVER] = "HTTP connection closed (server stopping)",
+            [SK_CLOSED_NO_MEMORY] = "HTTP connection closed (out of memory)",
+        };
+        int known = reason > 0 && reason <= SK_CLOSED_NO_MEMORY;
+        socklen_t plen;
+        sk_access_trace(c->srv, NULL, sk_transport_peer(c->t, &plen),
+                        known ? why[reason] : "HTTP connection closed");
+    }
     if (c->current) {
         request_detach(c->current); /* c->current becomes NULL */
     }
@@ -1577,6 +1679,10 @@ sk_http1_open(void *owner, sk_transport_t *t)
     c->srv = srv;
     sk_parser_init(&c->parser, &srv->limits);
     sk_transport_set_deadline(t, DL_HEAD, srv->head_timeout);
+    if (srv->trace != NULL) {
+        socklen_t plen;
+        sk_access_trace(srv, NULL, sk_transport_peer(t, &plen), "HTTP connection made");
+    }
     return c;
 }
 
@@ -1594,7 +1700,7 @@ request_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(r->drain_waiters);
     Py_VISIT(r->body);
     Py_VISIT(r->scope);
-    return 0;
+    return sk_access_req_traverse(&r->acc, visit, arg);
 }
 
 static int
@@ -1612,6 +1718,7 @@ request_clear(PyObject *op)
     Py_CLEAR(r->drain_waiters);
     Py_CLEAR(r->body);
     Py_CLEAR(r->scope);
+    sk_access_req_clear(&r->acc);
     return 0;
 }
 

@@ -14,13 +14,16 @@
 #include "sk_module.h"
 #include "sk_transport.h"
 #include "sk_http.h"
+#include "sk_access.h"
+#include "sk_metrics.h"
+#include "sk_proxy.h"
 #include "sk_resp.h"
 
 #define SK_MAX_EAGER 16 /* applications started eagerly per reactor callback */
 
 /* What the HTTP/1.1 handler serves with: configuration, the application and counters. The
  * PyObject fields are strong references owned by `owner` (its traverse/clear visit them). */
-typedef struct {
+typedef struct sk_http1_server {
     sk_state *st;
     PyObject *owner;        /* the Server object embedding this struct (borrowed) */
     PyObject *app;          /* the ASGI 3 application */
@@ -46,6 +49,14 @@ typedef struct {
     uint64_t total_requests;      /* requests started since the server was made */
     int64_t date_sec;             /* the second `date` was formatted for */
     char date[SK_DATE_LEN + 1];   /* IMF-fixdate, cached per second */
+    uint8_t date_header;          /* --date-header: send `date` when the app does not */
+    sk_resp_opts_t resp_opts;     /* --server-header, --header (points into resp_fields) */
+    PyObject *resp_fields;        /* bytes holding resp_opts' server then extra lines, or NULL */
+    sk_access_t access;           /* the access log (sk_access.h) */
+    sk_proxy_t proxy;             /* --proxy-headers, --forwarded-allow-ips (sk_proxy.h) */
+    PyObject *trace;              /* callable(event, client) for --log-level trace, or NULL:
+                                   * connection events are not reported */
+    sk_metrics_t *metrics;        /* --metrics-port counters (PyMem, owned), or NULL: off */
 } sk_http1_server_t;
 
 /* The handler table (static storage). */

@@ -11,6 +11,8 @@
 #include "sk_http1.h"
 #include "sk_transport.h"
 
+#include <string.h>
+
 typedef struct {
     PyObject_HEAD sk_http1_server_t http; /* what the HTTP/1.1 handler serves with */
     sk_reactor_t *reactor;
@@ -190,6 +192,66 @@ server_get_active(PyObject *op, void *Py_UNUSED(closure))
     return PyLong_FromSsize_t(((ServerObject *)op)->http.active_requests);
 }
 
+static int
+valid_lines(const char *s, Py_ssize_t n)
+{
+    /* 1 when s[0..n) is empty or whole "name: value\r\n" lines without NUL or bare CR/LF. */
+    if (n == 0) {
+        return 1;
+    }
+    if (n < 4 || s[n - 2] != '\r' || s[n - 1] != '\n') {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] == '\0' || (s[i] == '\r' && (i + 1 >= n || s[i + 1] != '\n')) ||
+            (s[i] == '\n' && (i == 0 || s[i - 1] != '\r'))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int
+server_opts(sk_http1_server_t *h, PyObject *server, PyObject *extra)
+{
+    /* The server's own response fields (sk_resp_opts_t) from the `server_header` and `headers`
+     * bytes (None = the defaults): complete field lines, validated by the caller (skirr.Config);
+     * checked again here for line structure. 0, or -1 with ValueError/MemoryError. */
+    const char *sv = server ? PyBytes_AS_STRING(server) : "server: skirr\r\n";
+    Py_ssize_t sn = server ? PyBytes_GET_SIZE(server) : 15;
+    const char *ex = extra ? PyBytes_AS_STRING(extra) : "";
+    Py_ssize_t en = extra ? PyBytes_GET_SIZE(extra) : 0;
+    if (!valid_lines(sv, sn) || !valid_lines(ex, en)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "server_header and headers must be complete 'name: value\\r\\n' lines");
+        return -1;
+    }
+    h->resp_fields = PyBytes_FromStringAndSize(NULL, sn + en);
+    if (h->resp_fields == NULL) {
+        return -1;
+    }
+    char *buf = PyBytes_AS_STRING(h->resp_fields);
+    memcpy(buf, sv, (size_t)sn);
+    memcpy(buf + sn, ex, (size_t)en);
+    h->resp_opts.server = buf;
+    h->resp_opts.server_len = (size_t)sn;
+    h->resp_opts.extra = buf + sn;
+    h->resp_opts.extra_len = (size_t)en;
+    return 0;
+}
+
+static PyObject *
+server_metrics(PyObject *op, PyObject *Py_UNUSED(arg))
+{
+    /* New reference: the counters (sk_metrics_snapshot), or None when metrics are off. */
+    ServerObject *s = (ServerObject *)op;
+    if (s->http.metrics == NULL) {
+        Py_RETURN_NONE;
+    }
+    return sk_metrics_snapshot(s->http.metrics, s->reactor ? sk_reactor_connections(s->reactor) : 0,
+                               s->http.active_requests);
+}
+
 static PyObject *
 server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
 {
@@ -211,26 +273,48 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                              "limit_concurrency",
                              "limit_connections",
                              "timeout_request_body",
+                             "access_log",
+                             "access_flush",
+                             "proxy_headers",
+                             "forwarded_allow_ips",
+                             "date_header",
+                             "server_header",
+                             "headers",
+                             "trace",
+                             "metrics",
                              NULL};
     PyObject *app, *loop, *unix_path = Py_None, *root_path = NULL, *state = Py_None;
     PyObject *logger = Py_None;
+    PyObject *access_log = Py_None, *access_flush = Py_None, *allow_ips = NULL;
+    PyObject *server_header = NULL, *extra_headers = NULL, *trace = Py_None;
+    int proxy_headers = 0, date_header = 1, metrics = 0;
     int listen_fd;
     double keep_alive = 5.0, head_timeout = 10.0, write_timeout = 30.0, body_timeout = 60.0;
     Py_ssize_t limit_concurrency = 0, limit_connections = 0;
     unsigned long long max_body = 0;
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
     ServerObject *s = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOi|$OUOdKnnnOddnnd", kwlist, &app, &loop,
-                                     &listen_fd, &unix_path, &root_path, &state, &keep_alive,
-                                     &max_body, &max_line, &max_fields, &max_section, &logger,
-                                     &head_timeout, &write_timeout, &limit_concurrency,
-                                     &limit_connections, &body_timeout)) {
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kwds, "OOi|$OUOdKnnnOddnndOOpUpSSOp", kwlist, &app, &loop, &listen_fd, &unix_path,
+            &root_path, &state, &keep_alive, &max_body, &max_line, &max_fields, &max_section,
+            &logger, &head_timeout, &write_timeout, &limit_concurrency, &limit_connections,
+            &body_timeout, &access_log, &access_flush, &proxy_headers, &allow_ips, &date_header,
+            &server_header, &extra_headers, &trace, &metrics)) {
         return NULL;
     }
     if (max_line <= 0 || max_fields <= 0 || max_section <= 0 || keep_alive < 0 ||
         head_timeout <= 0 || write_timeout <= 0 || body_timeout < 0 || limit_concurrency < 0 ||
         limit_connections < 0) {
         PyErr_SetString(PyExc_ValueError, "limits and timeouts must be positive");
+        return NULL;
+    }
+    if (access_log != Py_None &&
+        (!PyList_CheckExact(access_log) || !PyCallable_Check(access_flush))) {
+        PyErr_SetString(PyExc_TypeError, "access_log must be a list and access_flush a callable");
+        return NULL;
+    }
+    if (trace != Py_None && !PyCallable_Check(trace)) {
+        PyErr_SetString(PyExc_TypeError, "trace must be callable or None");
         return NULL;
     }
     s = (ServerObject *)tp->tp_alloc(tp, 0);
@@ -256,6 +340,33 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     }
     h->root_path_b = PyUnicode_AsUTF8String(h->root_path);
     if (h->root_path_b == NULL) {
+        goto error;
+    }
+    if (access_log != Py_None) {
+        h->access.pending = Py_NewRef(access_log);
+        h->access.flush = Py_NewRef(access_flush);
+    }
+    h->trace = trace != Py_None ? Py_NewRef(trace) : NULL;
+    if (metrics) {
+        h->metrics = PyMem_Calloc(1, sizeof(sk_metrics_t));
+        if (h->metrics == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+    }
+    h->date_header = (uint8_t)date_header;
+    if (server_opts(h, server_header, extra_headers) < 0) {
+        goto error;
+    }
+    h->proxy.enabled = (uint8_t)proxy_headers;
+    if (allow_ips != NULL) {
+        Py_ssize_t n;
+        const char *spec = PyUnicode_AsUTF8AndSize(allow_ips, &n);
+        if (spec == NULL || sk_proxy_parse_allow(&h->proxy, spec, (size_t)n) < 0) {
+            goto error;
+        }
+    }
+    else if (sk_proxy_parse_allow(&h->proxy, "127.0.0.1", sizeof("127.0.0.1") - 1) < 0) {
         goto error;
     }
     h->keep_alive = keep_alive;
@@ -314,6 +425,9 @@ server_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(h->root_path_b);
     Py_VISIT(h->unix_path);
     Py_VISIT(h->context);
+    Py_VISIT(h->access.pending);
+    Py_VISIT(h->access.flush);
+    Py_VISIT(h->trace);
     Py_VISIT(h->call_soon_kw);
     Py_VISIT(h->task_type);
     Py_VISIT(h->task_kw);
@@ -341,6 +455,13 @@ server_clear(PyObject *op)
     Py_CLEAR(h->root_path_b);
     Py_CLEAR(h->unix_path);
     Py_CLEAR(h->context);
+    Py_CLEAR(h->access.pending);
+    Py_CLEAR(h->access.flush);
+    Py_CLEAR(h->trace);
+    Py_CLEAR(h->resp_fields);
+    sk_proxy_free(&h->proxy);
+    PyMem_Free(h->metrics);
+    h->metrics = NULL;
     Py_CLEAR(h->call_soon_kw);
     Py_CLEAR(h->task_type);
     Py_CLEAR(h->task_kw);
@@ -371,6 +492,8 @@ static PyMethodDef server_methods[] = {
      "Graceful phase: closes idle connections; busy ones close after their response."},
     {"close", server_close, METH_NOARGS,
      "Closes every connection and leaves the loop. Idempotent."},
+    {"metrics", server_metrics, METH_NOARGS,
+     "The --metrics-port counters as a dict, or None when metrics are off."},
     {"_on_ready", server_on_ready, METH_NOARGS, NULL},
     {"_run_pending", server_run_pending, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
@@ -395,7 +518,10 @@ static PyType_Slot server_slots[] = {
                         "timeout_keep_alive=5.0, limit_request_body=0, limit_request_line=8190, "
                         "limit_request_fields=100, limit_request_field_size=65536, logger=None, "
                         "timeout_request_head=10.0, timeout_write=30.0, limit_concurrency=0, "
-                        "limit_connections=0, timeout_request_body=60.0)\n\n"
+                        "limit_connections=0, timeout_request_body=60.0, access_log=None, "
+                        "access_flush=None, proxy_headers=False, forwarded_allow_ips='127.0.0.1', "
+                        "date_header=True, server_header=None, headers=None, trace=None, "
+                        "metrics=False)\n\n"
                         "A native HTTP/1.1 reactor serving one ASGI 3 application on one "
                         "listening socket. See skirr/_native.pyi."},
     {0, NULL},

@@ -42,6 +42,22 @@ class Server:
         timeout_request_body: seconds a request body may go without a byte while it is read (not
             while flow control pauses reading); then receive() gets http.disconnect and the
             connection closes, with 408 if no response began. 0 = none.
+        access_log: a list the server appends one record tuple to per finished exchange and per
+            refusal (shapes in src/ext/sk_access.h), or None: no records.
+        access_flush: zero-argument callable scheduled with ``loop.call_soon`` when a record
+            goes into an empty ``access_log``.
+        proxy_headers: read Forwarded / X-Forwarded-For / X-Forwarded-Proto from trusted peers
+            into scope ``client`` and ``scheme`` (src/ext/sk_proxy.h).
+        forwarded_allow_ips: the trusted peers: comma-separated IPs, CIDR networks, ``*``,
+            ``unix:``. ValueError for anything else.
+        date_header: send ``date`` when the app sends none.
+        server_header: the server's own field line(s), e.g. ``b"server: skirr\r\n"`` (the
+            default), ``b""`` for none; sent when the app sends no ``server``.
+        headers: complete ``name: value\r\n`` lines added to every response and refusal
+            (validated by skirr.Config; ValueError if not whole CRLF-terminated lines).
+        trace: callable ``trace(event: str, client: (host, port) | None)`` for connection events
+            (--log-level trace), or None.
+        metrics: keep the --metrics-port counters (read with :meth:`metrics`); off: none kept.
 
     Raises:
         OSError: epoll/timerfd could not be created.
@@ -66,7 +82,21 @@ class Server:
         limit_concurrency: int = 0,
         limit_connections: int = 0,
         timeout_request_body: float = 60.0,
+        access_log: list[tuple[Any, ...]] | None = None,
+        access_flush: Callable[[], None] | None = None,
+        proxy_headers: bool = False,
+        forwarded_allow_ips: str = "127.0.0.1",
+        date_header: bool = True,
+        server_header: bytes | None = None,
+        headers: bytes | None = None,
+        trace: Callable[[str, tuple[str, int] | None], None] | None = None,
+        metrics: bool = False,
     ) -> None: ...
+    def metrics(self) -> dict[str, Any] | None:
+        """The counters (None when made without ``metrics``): ``requests`` {(method, "2xx"): n},
+        ``refusals`` {"431": n}, ``timeouts`` {"request_head"|"keep_alive"|"write"|"request_body": n},
+        ``bytes_in``, ``bytes_out`` (bytes), ``buckets`` [(bound seconds, cumulative n)],
+        ``count``, ``sum`` (seconds), ``connections``, ``in_flight``. See src/ext/sk_metrics.h."""
     def start(self) -> None:
         """Registers the reactor with the loop and starts accepting."""
     def stop_accepting(self) -> None:

@@ -178,6 +178,32 @@ class Config:
         drain_delay: seconds, after SIGTERM, during which skirr keeps accepting and serving while
             ``health_check_path`` answers 503 (so a load balancer stops routing first); then the
             graceful shutdown (default 0).
+        access_log: log one line per response and per refusal on ``skirr.access`` (default on).
+        access_log_format: ``None`` (uvicorn's line), ``"json"`` or a gunicorn format string
+            (atoms ``%(h)s %(r)s %(s)s %(b)s %(D)s %({name}i)s %({name}o)s`` ...; see
+            ``skirr.access``).
+        proxy_headers: take the client address and scheme from ``Forwarded`` /
+            ``X-Forwarded-For`` / ``X-Forwarded-Proto`` sent by a trusted peer (default on).
+        forwarded_allow_ips: the trusted peers: comma-separated IPs, CIDR networks, ``*``, and
+            ``unix:`` for Unix-socket peers (a list is joined); ``None`` = the
+            ``FORWARDED_ALLOW_IPS`` environment variable, else ``"127.0.0.1"``.
+        server_header: send ``server: skirr`` when the app sends no ``server`` (default on).
+        date_header: send ``date`` when the app sends none (default on).
+        headers: fields added to every response (refusals too), as ``"name:value"`` strings or
+            ``(name, value)`` pairs; a ``server`` among them replaces skirr's own. Names must be
+            RFC 9110 tokens and values visible ASCII/Latin-1 without CR, LF or NUL.
+        log_config: a ``logging.config.dictConfig`` dict, or a file: ``.json``/``.yaml``/
+            ``.yml`` (dictConfig) or INI (fileConfig); applied when the server starts, before
+            the app is imported. The ``skirr`` logger's level is ``log_level`` unless the
+            configuration sets it.
+        use_colors: colour the level names on skirr's own stderr handler; ``None`` = when stderr
+            is a terminal.
+        request_id: every request and response carries an ``X-Request-ID`` (a valid incoming
+            one is kept, else one is made; see ``skirr.request_id``). Default off.
+        metrics_port: serve Prometheus metrics on this TCP port of ``host`` (its own listener;
+            see ``skirr.metrics``; needs prometheus-client); ``None`` = off.
+        env_file: a dotenv file loaded (python-dotenv; existing variables win) on construction,
+            before anything reads the environment or imports the app.
 
     Raises:
         ConfigError: on construction, for a value of the wrong type or out of range;
@@ -221,8 +247,26 @@ class Config:
     )
     health_check_path: str | None = None
     drain_delay: float = 0.0
+    access_log: bool = True
+    access_log_format: str | None = None
+    proxy_headers: bool = True
+    forwarded_allow_ips: str | list[str] | None = None
+    server_header: bool = True
+    date_header: bool = True
+    headers: list[Any] = dataclasses.field(default_factory=list)
+    log_config: str | dict[str, Any] | None = None
+    use_colors: bool | None = None
+    env_file: str | None = None
+    request_id: bool = False
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
+        if self.env_file is not None:
+            load_env_file(self.env_file)
+        if isinstance(self.log_config, str) and not os.path.isfile(self.log_config):
+            raise ConfigError(f"--log-config {self.log_config}: No such file")
+        if self.log_config is not None and not isinstance(self.log_config, (str, dict)):
+            raise ConfigError(f"log_config must be a file path or a dict; got {self.log_config!r}")
         if isinstance(self.app, str):
             split_import_string(self.app)  # a malformed string is refused before any import
         elif not callable(self.app):
@@ -236,6 +280,10 @@ class Config:
         _check_number("port", self.port, integer=True)
         if self.port > 65535:
             raise ConfigError(f"port must be in 0..65535; got {self.port}")
+        if self.metrics_port is not None:
+            _check_number("metrics_port", self.metrics_port, integer=True)
+            if self.metrics_port > 65535:
+                raise ConfigError(f"metrics_port must be in 0..65535; got {self.metrics_port}")
         _check_number("backlog", self.backlog, integer=True, minimum=1)
         if self.backlog > MAX_BACKLOG:
             raise ConfigError(f"backlog must be in 1..{MAX_BACKLOG}; got {self.backlog}")
@@ -259,6 +307,15 @@ class Config:
             raise ConfigError(f"root_path must be empty or start with '/'; got {self.root_path!r}")
         if self.root_path.endswith("/"):
             self.root_path = self.root_path.rstrip("/")
+        from .access import check_format
+
+        try:
+            check_format(self.access_log_format)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        self.encoded_headers = encode_headers(self.headers)
+        self.allow_ips = _allow_ips(self.forwarded_allow_ips)
+
         self._check_process_settings()
 
     def _check_process_settings(self) -> None:
@@ -293,6 +350,11 @@ class Config:
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{name} must be a list of strings; got {value!r}")
             setattr(self, name, list(value))
+        if self.metrics_port is not None and self.workers > 1:
+            raise ConfigError(
+                "metrics_port cannot be used with workers > 1 yet: each worker would bind it "
+                "(the numbers of all workers together are planned, issue 13)"
+            )
         if (self.workers > 1 or self.reload) and not isinstance(self.app, str):
             raise ConfigError(
                 "workers and reload need the application as a 'module:attr' string (each worker "
@@ -303,6 +365,18 @@ class Config:
     def supervised(self) -> bool:
         """True when a supervisor process runs the workers (``workers`` > 1 or ``reload``)."""
         return self.workers > 1 or self.reload
+
+    @property
+    def response_fields(self) -> tuple[bytes, bytes]:
+        """(the server line or b"", the other --header lines) as the native server takes them."""
+        server = b"server: skirr\r\n" if self.server_header else b""
+        extra = []
+        for name, value in self.encoded_headers:
+            if name == b"server":
+                server = b"server: " + value + b"\r\n"
+            else:
+                extra.append(name + b": " + value + b"\r\n")
+        return server, b"".join(extra)
 
     @property
     def connection_limit(self) -> int:
@@ -371,6 +445,87 @@ class Config:
         return asyncio.new_event_loop
 
 
+def load_env_file(path: str) -> None:
+    """Loads a dotenv file into ``os.environ`` (variables already set win), with python-dotenv.
+
+    Raises:
+        ConfigError: the file does not exist or python-dotenv is not installed.
+    """
+    if not os.path.isfile(path):
+        raise ConfigError(f"--env-file {path}: No such file")
+    try:
+        import dotenv
+    except ImportError:
+        raise ConfigError(
+            f"--env-file {path}: needs python-dotenv (pip install 'skirr[standard]')"
+        ) from None
+    dotenv.load_dotenv(path, override=False)
+
+
+_TCHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def encode_headers(headers: Any) -> list[tuple[bytes, bytes]]:
+    """``--header`` values as (lower-cased name, value) bytes pairs.
+
+    Raises:
+        ConfigError: not ``"name:value"`` / a pair, a name that is not an RFC 9110 token, or a
+            value with CR, LF, NUL or another control character (RFC 9110 §5.5), or not Latin-1.
+    """
+    if isinstance(headers, (str, bytes)) or not isinstance(headers, (list, tuple)):
+        raise ConfigError(f"headers must be a list of 'name:value' strings; got {headers!r}")
+    out = []
+    for item in headers:
+        if isinstance(item, str):
+            name, sep, value = item.partition(":")
+            if not sep:
+                raise ConfigError(f"header {item!r} must be 'name:value'")
+        elif isinstance(item, (tuple, list)) and len(item) == 2 and all(
+            isinstance(x, str) for x in item
+        ):
+            name, value = item
+        else:
+            raise ConfigError(f"header {item!r} must be 'name:value' or a (name, value) pair")
+        value = value.strip(" \t")
+        try:
+            n, v = name.encode("latin-1"), value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise ConfigError(f"header {item!r}: not Latin-1") from None
+        if not n or any(ch not in _TCHARS for ch in n):
+            raise ConfigError(f"header {item!r}: invalid field name {name!r}")
+        if any((ch < 0x20 and ch != 0x09) or ch == 0x7F for ch in v):
+            raise ConfigError(f"header {item!r}: invalid field value (control character)")
+        out.append((n.lower(), v))
+    return out
+
+
+def _allow_ips(value: Any) -> str:
+    """The trusted-peer list as one comma-separated string, checked item by item.
+
+    Raises:
+        ConfigError: an item is not an IP address, a CIDR network, ``*`` or ``unix:``.
+    """
+    import ipaddress
+
+    if value is None:
+        value = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+    if isinstance(value, (list, tuple)):
+        value = ",".join(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"forwarded_allow_ips must be a string or a list; got {value!r}")
+    for item in value.split(","):
+        item = item.strip()
+        if item in ("", "*", "unix:"):
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"forwarded_allow_ips: {item!r} is not an IP address, a network, '*' or 'unix:'"
+            ) from None
+    return value
+
+
 def split_import_string(spec: str) -> tuple[str, str]:
     """Splits ``"module:attr"`` into its two parts without importing anything.
 
@@ -422,26 +577,96 @@ def import_from_string(spec: str, app_dir: str = ".") -> Any:
     return obj
 
 
+# ANSI colours of the level names with --use-colors (uvicorn's choice of colours).
+_LEVEL_COLORS = {TRACE: "34", logging.DEBUG: "36", logging.INFO: "32", logging.WARNING: "33",
+                 logging.ERROR: "31", logging.CRITICAL: "91"}
+
+
 class _Formatter(logging.Formatter):
-    """``INFO:     message``: the level name and a colon, padded to 10 columns (as uvicorn)."""
+    """``INFO:     message``: the level name and a colon, padded to 10 columns (as uvicorn), the
+    name coloured when ``use_colors``."""
+
+    def __init__(self, fmt: str = "%(message)s", use_colors: bool = False) -> None:
+        super().__init__(fmt)
+        self.use_colors = use_colors
+
+    def level_prefix(self, levelno: int, levelname: str) -> str:
+        """``"INFO:     "``: the prefix of a line at this level (10 columns before colouring)."""
+        pad = " " * max(1, 10 - len(levelname) - 1)
+        name = levelname
+        color = _LEVEL_COLORS.get(levelno)
+        if self.use_colors and color:
+            name = f"\x1b[{color}m{levelname}\x1b[0m"
+        return f"{name}:{pad}"
 
     def format(self, record: logging.LogRecord) -> str:
-        prefix = f"{record.levelname}:".ljust(9)
         message = super().format(record)
-        return f"{prefix} {message}"
+        if getattr(record, "skirr_bare", False):
+            return message  # an access line in a custom or JSON format: the whole line
+        return self.level_prefix(record.levelno, record.levelname) + message
 
 
-def configure_logging(level: int) -> None:
-    """Sets the ``skirr`` loggers' level; adds a stderr handler unless the embedding program has
-    configured one on ``skirr`` already (then its handlers are left alone).
+def load_log_config(log_config: str | dict[str, Any]) -> None:
+    """Applies a logging configuration: a dict or a ``.json`` / ``.yaml`` / ``.yml`` file for
+    ``logging.config.dictConfig``, any other file for ``logging.config.fileConfig`` (INI), with
+    ``disable_existing_loggers`` False unless the configuration says otherwise (as uvicorn).
 
-    Loggers: ``skirr.error`` (server and application errors), ``skirr.access`` (reserved for the
-    access log).
+    Raises:
+        ConfigError: the file cannot be read or parsed, PyYAML is missing for a YAML file, or
+            ``logging`` rejects the configuration.
     """
+    import logging.config
+
+    try:
+        if isinstance(log_config, dict):
+            logging.config.dictConfig(log_config)
+            return
+        if log_config.endswith(".json"):
+            import json
+
+            with open(log_config) as f:
+                logging.config.dictConfig(json.load(f))
+        elif log_config.endswith((".yaml", ".yml")):
+            try:
+                import yaml
+            except ImportError:
+                raise ConfigError(
+                    f"--log-config {log_config}: YAML needs PyYAML (pip install 'skirr[standard]')"
+                ) from None
+            with open(log_config) as f:
+                logging.config.dictConfig(yaml.safe_load(f))
+        else:
+            if not os.path.exists(log_config):
+                raise FileNotFoundError(2, "No such file or directory")
+            logging.config.fileConfig(log_config, disable_existing_loggers=False)
+    except ConfigError:
+        raise
+    except Exception as exc:  # OSError, JSON/YAML/INI syntax, ValueError from logging.config
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(f"--log-config {log_config}: {detail}") from None
+
+
+def configure_logging(
+    level: int, log_config: str | dict[str, Any] | None = None, use_colors: bool | None = None
+) -> None:
+    """Applies ``log_config`` (see :func:`load_log_config`), then sets the ``skirr`` logger's
+    level (unless the configuration set it) and adds a stderr handler unless ``skirr`` has one
+    already (the embedding program's or the configuration's handlers are left alone).
+
+    Loggers: ``skirr.error`` (server and application errors; connection events at TRACE),
+    ``skirr.access`` (the access log). use_colors: colour the level names; ``None`` = when
+    stderr is a terminal.
+    """
+    if log_config is not None:
+        load_log_config(log_config)
     root = logging.getLogger("skirr")
-    root.setLevel(level)
+    if log_config is None or root.level == logging.NOTSET:
+        root.setLevel(level)
     if not root.handlers:
+        if use_colors is None:
+            use_colors = sys.stderr.isatty()
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_Formatter("%(message)s"))
+        handler.setFormatter(_Formatter("%(message)s", use_colors=use_colors))
+        handler.skirr_default = True  # type: ignore[attr-defined]  # see access._plain_handler
         root.addHandler(handler)
         root.propagate = False

@@ -33,7 +33,12 @@ from .config import (
     AppImportError,
     Config,
     ConfigError,
+    load_env_file,
 )
+
+ENV_PREFIX = "SKIRR_"  # SKIRR_<OPTION>: --limit-concurrency -> SKIRR_LIMIT_CONCURRENCY
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -133,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="skirr",
         description="Serve an ASGI 3 application over HTTP/1.1 with skirr.",
+        epilog="Every option may also be set in the environment as SKIRR_<OPTION> (e.g. "
+        "SKIRR_PORT=9000, SKIRR_ACCESS_LOG=off, SKIRR_APP=main:app); the command line wins.",
         allow_abbrev=False,
     )
     add = parser.add_argument
@@ -215,16 +222,109 @@ def build_parser() -> argparse.ArgumentParser:
         "connections (default: %(default)g)")
     add("--app-dir", default=".", metavar="DIR",
         help="put DIR first on sys.path to import APP (default: current directory)")
+    bool_flag = argparse.BooleanOptionalAction
+    add("--access-log", action=bool_flag, default=True,
+        help="log one line per response and per refusal on skirr.access (default: on)")
+    add("--access-log-format", default=None, metavar="FORMAT",
+        help="'json', or a gunicorn format such as '%%(h)s \"%%(r)s\" %%(s)s %%(b)s %%(D)s' "
+        "(atoms h l u t r m U q H s B b f a T D M L p, %%({header}i)s, %%({header}o)s, "
+        "%%({var}e)s) (default: uvicorn's line)")
+    add("--proxy-headers", action=bool_flag, default=True,
+        help="take the client address and scheme from Forwarded / X-Forwarded-For / "
+        "X-Forwarded-Proto sent by a trusted peer (see --forwarded-allow-ips) (default: on)")
+    add("--forwarded-allow-ips", default=None, metavar="LIST",
+        help="trusted peers for --proxy-headers: comma-separated IPs, CIDR networks, '*', "
+        "'unix:' for Unix-socket peers (default: $FORWARDED_ALLOW_IPS or 127.0.0.1)")
+    add("--server-header", action=bool_flag, default=True,
+        help="send 'server: skirr' when the app sends no server field (default: on)")
+    add("--date-header", action=bool_flag, default=True,
+        help="send 'date' when the app sends none (default: on)")
+    add("--header", action="append", default=[], metavar="NAME:VALUE", dest="headers",
+        help="add this field to every response (repeatable); 'server:...' replaces skirr's")
+    add("--log-config", default=None, metavar="PATH",
+        help="logging configuration: dictConfig .json/.yaml/.yml or fileConfig INI file, applied "
+        "before the app is imported")
+    add("--use-colors", action=bool_flag, default=None,
+        help="colour the level names (default: when stderr is a terminal)")
+    add("--request-id", action=bool_flag, default=False,
+        help="keep a valid incoming X-Request-ID or make one; the app sees it in the request "
+        "headers, the response carries it (default: off)")
+    add("--metrics-port", type=_port, default=None, metavar="N",
+        help="serve Prometheus metrics on this TCP port of --host (its own listener; needs "
+        "prometheus-client) (default: off)")
+    add("--env-file", default=None, metavar="PATH",
+        help="load environment variables from this dotenv file first (python-dotenv; variables "
+        "already set win), so it may also hold SKIRR_<OPTION> settings")
     add("--version", action="version",
         version=f"skirr {__version__} ({platform.python_implementation()} "
         f"{platform.python_version()}, {platform.system()})")
     return parser
 
 
+def env_name(action: argparse.Action) -> str:
+    """The environment variable of an option: SKIRR_ + its long name in upper case."""
+    longs = [o for o in action.option_strings if o.startswith("--") and not o.startswith("--no-")]
+    name = longs[0][2:] if longs else action.dest
+    return ENV_PREFIX + name.replace("-", "_").upper()
+
+
+def apply_env(parser: argparse.ArgumentParser, environ: os._Environ[str] | dict[str, str]) -> None:
+    """Makes each SKIRR_<OPTION> in environ the default of its option (the command line still
+    wins). Booleans take 1/true/yes/on or 0/false/no/off; SKIRR_HEADER holds one NAME:VALUE per
+    line; SKIRR_APP is the APP argument.
+
+    Raises:
+        ValueError: a value the option would refuse (the message names the variable).
+    """
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            continue
+        var = env_name(action)
+        text = environ.get(var)
+        if text is None:
+            continue
+        if isinstance(action, (argparse.BooleanOptionalAction, argparse._StoreTrueAction)):
+            low = text.strip().lower()
+            if low not in _TRUE + _FALSE:
+                raise ValueError(f"{var}: expected one of {'/'.join(_TRUE + _FALSE)}, got {text!r}")
+            action.default = low in _TRUE
+        elif isinstance(action, argparse._AppendAction):
+            action.default = [line for line in text.splitlines() if line.strip()]
+        else:
+            value: object = text
+            if action.type is not None:
+                try:
+                    value = action.type(text)  # type: ignore[operator]
+                except (argparse.ArgumentTypeError, ValueError) as exc:
+                    raise ValueError(f"{var}: {exc}") from None
+            if action.choices is not None and value not in action.choices:
+                raise ValueError(f"{var}: invalid choice {text!r} (choose from "
+                                 f"{', '.join(map(str, action.choices))})")
+            action.default = value
+            if not action.option_strings:  # the APP positional
+                action.nargs = "?"
+                action.required = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the CLI; returns the process exit status (0 after a clean shutdown)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --env-file (or SKIRR_ENV_FILE) first: the file may set SKIRR_<OPTION> variables too.
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--env-file")
+    known, _ = pre.parse_known_args(argv)
+    env_file = known.env_file or os.environ.get(ENV_PREFIX + "ENV_FILE")
     parser = build_parser()
+    try:
+        if env_file:
+            load_env_file(env_file)
+        apply_env(parser, os.environ)
+    except (ConfigError, ValueError) as exc:
+        print(f"skirr: error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
+    if args.app is None:
+        parser.error("the following arguments are required: APP")
     address = (args.host is not None) or (args.port is not None)
     if args.uds is not None and args.fd is not None:
         parser.error("--uds and --fd cannot be used together")
@@ -272,6 +372,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             limit_max_requests_jitter=args.limit_max_requests_jitter,
             timeout_graceful_shutdown=args.timeout_graceful_shutdown,
             app_dir=args.app_dir,
+            access_log=args.access_log,
+            access_log_format=args.access_log_format,
+            proxy_headers=args.proxy_headers,
+            forwarded_allow_ips=args.forwarded_allow_ips,
+            server_header=args.server_header,
+            date_header=args.date_header,
+            headers=args.headers,
+            log_config=args.log_config,
+            use_colors=args.use_colors,
+            request_id=args.request_id,
+            metrics_port=args.metrics_port,
         )
     except ConfigError as exc:
         print(f"skirr: error: {exc}", file=sys.stderr)

@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import _native
-from .config import Config, ConfigError, configure_logging
+from .access import AccessLog
+from .config import TRACE, Config, ConfigError, configure_logging
 from .lifespan import Lifespan
 
 logger = logging.getLogger("skirr.error")
@@ -127,7 +128,7 @@ class Server:
             ConfigError: as :meth:`run`.
         """
         config = self.config
-        configure_logging(config.log_level_number)
+        configure_logging(config.log_level_number, config.log_config, config.use_colors)
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
@@ -142,6 +143,8 @@ class Server:
         if tcp:
             self._port = tcp[0].getsockname()[1]
         natives: list[Any] = []
+        access: AccessLog | None = None
+        exporter: Any | None = None
         watcher: asyncio.Future[None] | None = None
         handlers: list[int] = []
         try:
@@ -152,6 +155,10 @@ class Server:
                 from .health import HealthCheck
 
                 app = HealthCheck(app, config.health_check_path, self)
+            if config.request_id:
+                from .request_id import RequestIdMiddleware
+
+                app = RequestIdMiddleware(app)
             lifespan = Lifespan(app, config.lifespan)
             handlers = self._install_signal_handlers(loop)
             started = await self._unless_forced(lifespan.startup())
@@ -161,10 +168,18 @@ class Server:
                 self.exit_code = 1
                 return
             if not self._stop.is_set():
+                access = AccessLog(config.access_log_format) if config.access_log else None
                 for sock in socks:
                     sock.setblocking(False)
                     sock.listen(config.backlog)
-                    natives.append(self._native_server(app, loop, sock, lifespan.state))
+                    natives.append(self._native_server(app, loop, sock, lifespan.state, access))
+                if config.metrics_port is not None:
+                    from .metrics import MetricsExporter
+
+                    # the first listener's counters (one socket unless a gunicorn worker serves
+                    # several; --metrics-port with --workers > 1 is refused by Config)
+                    exporter = MetricsExporter(natives[0].metrics, config.host, config.metrics_port)
+                    exporter.start()
                 for native in natives:
                     native.start()
                 for sock in socks:
@@ -208,6 +223,10 @@ class Server:
                 watcher.cancel()  # asyncio.Runner finishes it on the way out
             for native in natives:
                 native.close()
+            if access is not None:
+                access.close()  # the lines of the last responses
+            if exporter is not None:
+                exporter.stop()
             for sock in socks:
                 sock.close()
             if owned and config.uds:
@@ -219,9 +238,11 @@ class Server:
                 self.exit_code = 1
 
     def _native_server(
-        self, app: Any, loop: asyncio.AbstractEventLoop, sock: socket.socket, state: Any
+        self, app: Any, loop: asyncio.AbstractEventLoop, sock: socket.socket, state: Any,
+        access: AccessLog | None = None,
     ) -> Any:
         config = self.config
+        server_line, extra_lines = config.response_fields
         unix_path = None
         if sock.family == socket.AF_UNIX:
             name = sock.getsockname()
@@ -241,6 +262,15 @@ class Server:
             limit_concurrency=config.limit_concurrency or 0,
             limit_connections=config.connection_limit,
             logger=logging.getLogger("skirr.error"),
+            access_log=access.pending if access else None,
+            access_flush=access.flush if access else None,
+            proxy_headers=config.proxy_headers,
+            forwarded_allow_ips=config.allow_ips,
+            date_header=config.date_header,
+            server_header=server_line,
+            headers=extra_lines,
+            trace=_trace if logger.isEnabledFor(TRACE) else None,
+            metrics=config.metrics_port is not None,
         )
 
     async def _watch_max_requests(self, natives: list[Any], limit: int) -> None:
@@ -336,6 +366,16 @@ class Server:
         if sock.family == socket.AF_INET6:
             host = f"[{host}]"
         return f"http://{host}:{port}"
+
+
+def _trace(event: str, client: tuple[str, int] | None) -> None:
+    """--log-level trace: one connection event (accepted, closed and why, idle timeouts)."""
+    if client:
+        host, port = client
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    else:
+        where = "unix"
+    logger.log(TRACE, "%s - %s", where, event)
 
 
 def bind_socket(config: Config) -> socket.socket:

@@ -1077,10 +1077,10 @@ ends_with(const sk_buf_t *b, const char *s)
         (n), sizeof(n) - 1, (v), sizeof(v) - 1 \
     }
 
-static const sk_req_info_t REQ11 = {1, 0, 1, 0};
-static const sk_req_info_t REQ10 = {0, 0, 0, 0};
-static const sk_req_info_t REQ10_KA = {0, 0, 1, 0};
-static const sk_req_info_t REQ11_HEAD = {1, 1, 1, 0};
+static const sk_req_info_t REQ11 = {1, 0, 1, 0, NULL};
+static const sk_req_info_t REQ10 = {0, 0, 0, 0, NULL};
+static const sk_req_info_t REQ10_KA = {0, 0, 1, 0, NULL};
+static const sk_req_info_t REQ11_HEAD = {1, 1, 1, 0, NULL};
 
 static void
 test_resp_framing(T *t)
@@ -1480,6 +1480,28 @@ test_resp_error(T *t)
     sk_buf_consume(&out, sk_buf_len(&out));
     CHECK(t, sk_resp_error(&out, 499, 0, DATE) == 0);
     CHECK(t, starts_with(&out, "HTTP/1.1 499 Error\r\n") && ends_with(&out, "\r\n\r\nError"));
+    /* the server's own fields (--no-server-header, --header, --no-date-header) */
+    {
+        static const char lines[] = "server: edge\r\nx-a: 1\r\n";
+        sk_resp_opts_t none = {"", 0, "x-a: 1\r\n", 8};
+        sk_resp_opts_t edge = {lines, 14, lines + 14, 8};
+        sk_resp_t r;
+        sk_req_info_t info = REQ11;
+
+        sk_buf_consume(&out, sk_buf_len(&out));
+        CHECK(t, sk_resp_error_opts(&out, 400, 1, NULL, &none) == 0);
+        CHECK(t, buf_is(&out, "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; "
+                              "charset=utf-8\r\ncontent-length: 11\r\nconnection: close\r\n"
+                              "x-a: 1\r\n\r\n"));
+        sk_buf_consume(&out, sk_buf_len(&out));
+        memset(&r, 0, sizeof(r));
+        info.opts = &edge;
+        CHECK(t, sk_resp_start(&r, &info, 200, NULL, 0) == 0);
+        CHECK(t, sk_resp_body(&r, &out, "ok", 2, 0, DATE) == 0);
+        CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ndate: " DATE
+                              "\r\nserver: edge\r\nx-a: 1\r\n\r\nok"));
+        sk_resp_free(&r);
+    }
     CHECK(t, strlen(SK_CONTINUE_RESPONSE) == SK_CONTINUE_RESPONSE_LEN &&
                  SK_CONTINUE_RESPONSE_LEN == 25);
     CHECK(t, strcmp(SK_CONTINUE_RESPONSE, "HTTP/1.1 100 Continue\r\n\r\n") == 0);

@@ -1,0 +1,82 @@
+"""--server-header/--no-server-header, --date-header/--no-date-header, --header NAME:VALUE
+(issue 13), on responses and on refusals, over real sockets on both loops."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import http_request
+
+
+async def app(scope, receive, send):
+    extra = [(b"server", b"app/1"), (b"date", b"app-date")] if scope["path"] == "/own" else []
+    await send({"type": "http.response.start", "status": 200, "headers": extra})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def names(r):
+    return [n for n, _ in r.headers]
+
+
+@pytest.mark.rule("skirr-header-options")
+def test_defaults(serve):
+    with serve(app) as srv:
+        r = srv.get("/")
+    assert r.get(b"server") == b"skirr" and r.get(b"date") is not None
+
+
+@pytest.mark.rule("skirr-header-options")
+def test_no_server_no_date(serve):
+    with serve(app, server_header=False, date_header=False) as srv:
+        r = srv.get("/")
+        own = srv.get("/own")
+        c = srv.connect()
+        c.send(b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n")
+        refused = c.response(allow_incomplete=True)
+    assert names(r) == [b"content-length"]
+    assert own.get(b"server") == b"app/1" and own.get(b"date") == b"app-date"
+    assert refused.status == 400
+    assert names(refused) == [b"content-type", b"content-length", b"connection"]
+
+
+@pytest.mark.rule("skirr-header-options")
+def test_extra_headers_everywhere(serve):
+    hdrs = ["X-Frame-Options: DENY", "strict-transport-security:max-age=63072000", "X-Empty:"]
+    with serve(app, headers=hdrs) as srv:
+        r = srv.get("/")
+        c = srv.connect()
+        c.send(b"BREW / HTTP/1.1\r\nHost: x\r\n\r\n")
+        refused = c.response(allow_incomplete=True)
+    for resp in (r, refused):
+        assert resp.get(b"x-frame-options") == b"DENY"
+        assert resp.get(b"strict-transport-security") == b"max-age=63072000"
+        assert resp.get(b"x-empty") == b""
+        assert resp.get(b"server") == b"skirr"
+    assert refused.status == 501
+
+
+@pytest.mark.rule("skirr-header-options")
+def test_server_header_replaced(serve):
+    with serve(app, headers=["Server: edge"]) as srv:
+        r = srv.get("/")
+        own = srv.get("/own")
+    assert r.get_all(b"server") == [b"edge"]
+    assert own.get_all(b"server") == [b"app/1"]
+
+
+@pytest.mark.rule("skirr-header-options")
+@pytest.mark.parametrize("bad", ["NoColon", "bad name:1", ":v", "x-a:1\r\nx-b: 2", "x-a:\x00",
+                                 "x-a:caf\u20ac", "(x):1"])
+def test_invalid_header_is_usage_error(bad):
+    from skirr.config import Config, ConfigError
+
+    with pytest.raises(ConfigError, match="header"):
+        Config(app, headers=[bad])
+    if "\x00" in bad:
+        return  # a command line cannot carry NUL
+    p = subprocess.run([sys.executable, "-m", "skirr", "nomodule:app", "--header", bad],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2
+    assert p.stderr.startswith("skirr: error: header ") and p.stderr.count("\n") == 1

@@ -1,0 +1,164 @@
+/* sk_access.c — the access log's records (see sk_access.h). */
+#include "sk_access.h"
+
+#include "sk_asgi.h"
+#include "sk_http1.h"
+
+#include <time.h>
+
+double
+sk_access_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static PyObject *peer_client(sk_http1_server_t *srv, PyObject *client,
+                             const struct sockaddr_storage *peer);
+
+static void
+push(sk_http1_server_t *srv, PyObject *rec)
+{
+    /* Appends rec (stolen; NULL = failed with an exception) and schedules the flush when the
+     * list was empty or holds a multiple of SK_ACCESS_BATCH records. Failures are reported as
+     * unraisable: the request is never affected. */
+    sk_access_t *a = &srv->access;
+    if (rec == NULL) {
+        goto error;
+    }
+    if (PyList_Append(a->pending, rec) < 0) {
+        goto error;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(a->pending);
+    if (n == 1 || n % SK_ACCESS_BATCH == 0) { /* the first of a batch, or a full batch */
+        PyObject *args[3] = {srv->loop, a->flush, srv->context};
+        PyObject *h =
+            PyObject_VectorcallMethod(srv->st->s_call_soon, args, 2 | 0, srv->call_soon_kw);
+        if (h == NULL) {
+            goto error;
+        }
+        Py_DECREF(h);
+    }
+    Py_DECREF(rec);
+    return;
+error:
+    Py_XDECREF(rec);
+    PyErr_WriteUnraisable(a->pending);
+}
+
+void
+sk_access_begin(sk_access_req_t *rq, PyObject *scope)
+{
+    rq->t_start = sk_access_now();
+    Py_XSETREF(rq->scope, Py_NewRef(scope));
+}
+
+void
+sk_access_response(sk_http1_server_t *srv, int status, uint64_t bytes, sk_access_req_t *rq)
+{
+    if (rq->scope == NULL) {
+        return;
+    }
+    double secs = sk_access_now() - rq->t_start;
+    PyObject *rec = PyTuple_New(5);
+    PyObject *st = PyLong_FromLong(status);
+    PyObject *nb = PyLong_FromUnsignedLongLong((unsigned long long)bytes);
+    PyObject *sec = PyFloat_FromDouble(secs);
+    if (rec == NULL || st == NULL || nb == NULL || sec == NULL) {
+        Py_XDECREF(st);
+        Py_XDECREF(nb);
+        Py_XDECREF(sec);
+        Py_CLEAR(rec);
+    }
+    else {
+        PyTuple_SET_ITEM(rec, 0, rq->scope); /* the reference moves into the record */
+        rq->scope = NULL;
+        PyTuple_SET_ITEM(rec, 1, st);
+        PyTuple_SET_ITEM(rec, 2, nb);
+        PyTuple_SET_ITEM(rec, 3, sec);
+        PyTuple_SET_ITEM(rec, 4, rq->resp_headers ? rq->resp_headers : Py_NewRef(Py_None));
+        rq->resp_headers = NULL;
+    }
+    push(srv, rec); /* NULL: reported there */
+    sk_access_req_clear(rq);
+}
+
+void
+sk_access_refusal(sk_http1_server_t *srv, PyObject *client, const struct sockaddr_storage *peer,
+                  const sk_parser_t *p, int status, const char *reason)
+{
+    PyObject *method = NULL, *target = NULL, *version = NULL;
+    PyObject *cl = peer_client(srv, client, peer);
+    if (cl == NULL) {
+        goto error;
+    }
+    /* The request line only once the head is complete (its spans are valid only then). */
+    int have_head = p != NULL && p->head_done && p->head != NULL;
+    if (have_head) {
+        method = PyUnicode_FromString(sk_parser_method_name(p));
+        target = PyUnicode_DecodeLatin1(sk_parser_ptr(p, p->target), p->target.len, NULL);
+        version = PyUnicode_FromString(p->http_minor == 0 ? "1.0" : "1.1");
+    }
+    else {
+        method = Py_NewRef(Py_None);
+        target = Py_NewRef(Py_None);
+        version = Py_NewRef(Py_None);
+    }
+    if (method == NULL || target == NULL || version == NULL) {
+        goto error;
+    }
+    push(srv, Py_BuildValue("(OiOOOOs)", Py_None, status, cl, method, target, version, reason));
+    goto done;
+error:
+    PyErr_WriteUnraisable(srv->access.pending);
+done:
+    Py_XDECREF(cl);
+    Py_XDECREF(method);
+    Py_XDECREF(target);
+    Py_XDECREF(version);
+}
+
+static PyObject *
+peer_client(sk_http1_server_t *srv, PyObject *client, const struct sockaddr_storage *peer)
+{
+    /* New reference: client if given, else the peer's (host, port), None for a Unix socket. */
+    if (client != NULL) {
+        return Py_NewRef(client);
+    }
+    if (srv->unix_path != Py_None || peer == NULL) {
+        return Py_NewRef(Py_None);
+    }
+    return sk_asgi_address(peer);
+}
+
+void
+sk_access_trace(sk_http1_server_t *srv, PyObject *client, const struct sockaddr_storage *peer,
+                const char *event)
+{
+    PyObject *cl = peer_client(srv, client, peer);
+    PyObject *res = NULL;
+    if (cl != NULL) {
+        res = PyObject_CallFunction(srv->trace, "sO", event, cl);
+    }
+    if (res == NULL) {
+        PyErr_WriteUnraisable(srv->trace);
+    }
+    Py_XDECREF(res);
+    Py_XDECREF(cl);
+}
+
+void
+sk_access_req_clear(sk_access_req_t *rq)
+{
+    Py_CLEAR(rq->scope);
+    Py_CLEAR(rq->resp_headers);
+}
+
+int
+sk_access_req_traverse(sk_access_req_t *rq, visitproc visit, void *arg)
+{
+    Py_VISIT(rq->scope);
+    Py_VISIT(rq->resp_headers);
+    return 0;
+}

@@ -1,0 +1,69 @@
+/* sk_access.h — the access log's native half: what the HTTP/1.1 handler records per finished
+ * exchange and per refusal, handed to Python in batches.
+ *
+ * Owns: the record tuples, the pending list they are appended to (owned by the Python side) and
+ * scheduling its flush (loop.call_soon) for the first record of a batch and for each full one. The line is
+ * formatted in Python (skirr.access_log), never here, and only if the `skirr.access` logger is
+ * enabled for INFO when the batch is flushed.
+ * Never: formats, logs or calls into Python per request beyond one list append (and, for the first
+ * record of a batch, one call_soon); costs nothing but a NULL test when the access log is off.
+ *
+ * Records (tuples):
+ *   response: (scope, status, bytes, seconds, response_headers)
+ *       scope is the request's scope dict (the one the app got), status the response status,
+ *       bytes the content bytes sent, seconds the time from the request head to the response's
+ *       end (float), response_headers what the app sent (the object as given) or None.
+ *   refusal:  (None, status, client, method, target, http_version, reason)
+ *       a request skirr answered itself (400, 408, 413, 414, 431, 500, 501, 503, 505): client is
+ *       (host, port) or None, method/target are str or None when not parsed that far,
+ *       http_version "1.0"/"1.1" or None, reason a short English explanation.
+ */
+#ifndef SK_ACCESS_H
+#define SK_ACCESS_H
+
+#include "sk_module.h"
+#include "sk_http.h"
+
+#include <sys/socket.h>
+
+/* Records per batch: the flush is scheduled again each time this many are pending (the Python
+ * side writes a full batch at once, a partial one after at most 50 ms). */
+#define SK_ACCESS_BATCH 64
+
+typedef struct {
+    PyObject *pending; /* list the records go to, or NULL: the access log is off (strong) */
+    PyObject *flush;   /* zero-argument callable scheduled with loop.call_soon (strong) */
+} sk_access_t;
+
+/* Per request: when its head was parsed (monotonic seconds) and the response headers the app
+ * sent. Zero-initialised with the request; cleared with sk_access_req_clear. */
+typedef struct {
+    double t_start;         /* set while the access log or metrics are on */
+    uint8_t method;         /* sk_metrics_method() index, while metrics are on */
+    PyObject *scope;        /* strong while the access log is on: the scope the app got */
+    PyObject *resp_headers; /* strong, or NULL */
+} sk_access_req_t;
+
+struct sk_http1_server;
+
+/* Monotonic seconds. */
+double sk_access_now(void);
+/* Starts a request's record (the access log is on): its start time and scope (borrowed). */
+void sk_access_begin(sk_access_req_t *rq, PyObject *scope);
+/* Records a finished response (see above) once: rq->scope is dropped. A failure to record is
+ * reported as unraisable. */
+void sk_access_response(struct sk_http1_server *srv, int status, uint64_t bytes,
+                        sk_access_req_t *rq);
+/* Records a refusal. p may be NULL; client is borrowed (may be NULL: taken from peer). */
+void sk_access_refusal(struct sk_http1_server *srv, PyObject *client,
+                       const struct sockaddr_storage *peer, const sk_parser_t *p, int status,
+                       const char *reason);
+void sk_access_req_clear(sk_access_req_t *rq);
+/* GC support for a request's record. */
+int sk_access_req_traverse(sk_access_req_t *rq, visitproc visit, void *arg);
+/* --log-level trace: srv->trace(event, client) for the connection on t, when trace is on.
+ * Failures are reported as unraisable. */
+void sk_access_trace(struct sk_http1_server *srv, PyObject *client,
+                     const struct sockaddr_storage *peer, const char *event);
+
+#endif

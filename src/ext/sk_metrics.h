@@ -1,0 +1,51 @@
+/* sk_metrics.h — the native counters behind --metrics-port (Prometheus, served from Python).
+ *
+ * Owns: plain counters the HTTP/1.1 handler bumps (requests by method and status class, bytes in
+ * and out, refusals by status, timeouts by kind, a request-duration histogram) and their
+ * snapshot as a dict. Open connections and requests in flight are read from the reactor and the
+ * handler when the snapshot is taken.
+ * Never: allocates or calls Python on the request path; costs one NULL test per hook when
+ * metrics are off (the Server holds no sk_metrics_t then).
+ * Threading: bumped and read on the event loop's thread or under the GIL (the exporter's
+ * thread calls the snapshot holding it).
+ */
+#ifndef SK_METRICS_H
+#define SK_METRICS_H
+
+#include "sk_module.h"
+
+#define SK_M_METHODS 8   /* GET HEAD POST PUT DELETE PATCH OPTIONS other */
+#define SK_M_CLASSES 5   /* 1xx .. 5xx */
+#define SK_M_REFUSALS 10 /* 400 408 413 414 431 500 501 503 505 other */
+#define SK_M_BUCKETS 12  /* finite histogram bounds (seconds); +Inf is the count */
+
+enum sk_timeout_kind {
+    SK_TIMEOUT_HEAD = 0,
+    SK_TIMEOUT_KEEPALIVE,
+    SK_TIMEOUT_WRITE,
+    SK_TIMEOUT_BODY,
+    SK_TIMEOUTS
+};
+
+typedef struct {
+    uint64_t requests[SK_M_METHODS][SK_M_CLASSES];
+    uint64_t refusals[SK_M_REFUSALS];
+    uint64_t timeouts[SK_TIMEOUTS];
+    uint64_t bytes_in, bytes_out;   /* bytes: request bytes consumed; response content sent */
+    uint64_t buckets[SK_M_BUCKETS]; /* non-cumulative counts per bucket */
+    uint64_t count;                 /* observations (the +Inf bucket) */
+    double sum;                     /* seconds */
+} sk_metrics_t;
+
+/* The method's index for requests[] from its llhttp method number. */
+int sk_metrics_method(int llhttp_method);
+/* A response finished with status after seconds, with bytes of content. */
+void sk_metrics_response(sk_metrics_t *m, int method, int status, uint64_t bytes, double seconds);
+/* A refusal with this status. */
+void sk_metrics_refusal(sk_metrics_t *m, int status);
+/* New reference: {"requests": {(method, "2xx"): n, ...}, "refusals": {status: n}, "timeouts":
+ * {kind: n}, "bytes_in", "bytes_out", "buckets": [(bound, cumulative n), ...], "count", "sum",
+ * "connections", "in_flight"}; NULL with an exception. */
+PyObject *sk_metrics_snapshot(const sk_metrics_t *m, Py_ssize_t connections, Py_ssize_t in_flight);
+
+#endif
