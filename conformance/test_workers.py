@@ -506,11 +506,53 @@ def test_sigttin_adds_and_sigttou_removes_a_worker(tmp_path):
                   "SIGTTOU", proc)
         assert _listen_entries(port) == 2
         assert {_pid_of(port) for _ in range(40)} <= set(_started_pids(proc)[:2])
+        # One at a time: a signal sent while the same one is still pending is delivered once.
         proc.proc.send_signal(signal.SIGTTOU)
+        _wait_for(lambda: "SIGTTOU: 1 worker(s)" in proc.stderr, 5, "SIGTTOU to 1", proc)
         proc.proc.send_signal(signal.SIGTTOU)
         _wait_for(lambda: "SIGTTOU: one worker left, keeping it" in proc.stderr, 5,
                   "SIGTTOU floor", proc)
         assert _pid_of(port) in _started_pids(proc)[:2]
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-signals-ttou-queue")
+def test_sigttou_serves_the_removed_slots_queue_and_routes_new_connections_away(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "2")
+    with proc:
+        proc.wait_accepting(port)
+        _serving_pids(port, 2)
+        first, removed = _started_pids(proc)[:2]  # SIGTTOU removes the newest slot
+        os.kill(removed, signal.SIGSTOP)  # it accepts nothing more: its queue fills
+        try:
+            queued = []
+            for _ in range(24):  # about half wait in the removed slot's queue
+                sock = _proc.connect(port)
+                conn = h11.Connection(h11.CLIENT)
+                _proc.send_request(sock, conn, "GET", "/")
+                queued.append((sock, conn))
+            time.sleep(0.2)
+            proc.proc.send_signal(signal.SIGTTOU)
+            _wait_for(lambda: "SIGTTOU: 1 worker(s)" in proc.stderr, 5, "SIGTTOU", proc)
+            time.sleep(0.2)
+            # New connections go to the remaining worker only, while the removed one still
+            # sleeps with its queue.
+            for _ in range(20):
+                assert _pid_of(port) == first
+            assert f"Worker [{removed}] stopped" not in proc.stderr
+        finally:
+            os.kill(removed, signal.SIGCONT)
+        pids = []
+        for sock, conn in queued:
+            with sock:
+                r = _proc.read_response(sock, conn)  # a reset would raise here
+                assert r.status == 200
+                pids.append(int(r.body.split()[0]))
+        assert set(pids) == {first, removed}, pids
+        _wait_for(lambda: f"Worker [{removed}] stopped (exit status 0)" in proc.stderr, 10,
+                  "the removed worker's exit", proc)
+        assert _listen_entries(port) == 1
+        assert {_pid_of(port) for _ in range(20)} == {first}
         assert proc.stop() == 0
 
 
