@@ -9,8 +9,12 @@ Slots. On Linux over TCP each slot has its own ``SO_REUSEPORT`` listener, so the
 new connections over the workers; the supervisor keeps every slot's socket open for the slot's
 whole life and hands the same socket to the slot's next worker, so connections queued on a dead
 worker's socket are served by its successor instead of being reset (closing a reuse-port
-listener drops its queue). ``reuse_port=False``, a Unix-domain socket or an inherited ``fd`` share
-one listener between every slot instead.
+listener drops its queue). The first worker listens on its slot's socket itself (so a failed
+startup never accepts a connection); every later slot's socket is listened on here, in slot
+order, as its first worker starts (connections the kernel routes to it wait for that worker, as
+they wait for a replacement), which keeps the order of the kernel's reuse-port group known for
+SIGTTOU. ``reuse_port=False``, a Unix-domain socket or an inherited ``fd`` share one listener
+between every slot instead.
 
 Startup. The first worker starts alone; once it accepts, the others start. If it fails (an import
 error, a failed lifespan startup) its error was printed once and the supervisor exits 1, with no
@@ -32,7 +36,13 @@ Signals (as gunicorn's arbiter):
                      one: SIGKILL every worker, exit 1.
     SIGHUP           rolling restart with fresh application code, one slot at a time.
     SIGTTIN          one worker more (a new slot).
-    SIGTTOU          one worker fewer (the newest slot; never below one).
+    SIGTTOU          one worker fewer (the newest slot; never below one). Its own listener
+                     first stops getting new connections (a classic BPF program on the
+                     reuse-port group picks one of the remaining listeners at random; the
+                     supervisor listens every slot's socket itself, in slot order, so it knows
+                     each one's index in the group); once its accept queue is empty (at least
+                     0.5 s later, at most 10 s) its worker stops gracefully and the listener
+                     closes, so no queued connection is reset.
 """
 from __future__ import annotations
 
