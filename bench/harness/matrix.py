@@ -76,10 +76,10 @@ def plan(args):
         servers.insert(0, "skirr")
     wk = prof.get("workers")
     if wk and not args.no_workers:
-        # --workloads limits the workers row too; --servers and --conns do not (its servers are
-        # its own, at its own connection counts).
+        # --workloads and --rounds apply to the workers row too; --servers and --conns do not
+        # (its servers are its own, at its own connection counts).
         wrows = [r for r in wk["rows"] if not args.workloads or r[0] in args.workloads.split(",")]
-        prof["workers"] = dict(wk, rows=wrows)
+        prof["workers"] = dict(wk, rows=wrows, rounds=args.rounds or wk["rounds"])
     else:
         prof["workers"] = None
     for s in servers + (prof["workers"] or {}).get("servers", []):
