@@ -556,6 +556,27 @@ def test_sigttou_serves_the_removed_slots_queue_and_routes_new_connections_away(
         assert proc.stop() == 0
 
 
+@pytest.mark.rule("skirr-signals-ttou-queue")
+def test_sigttou_under_a_flood_of_new_connections_fails_none(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "3")
+    with proc:
+        proc.wait_accepting(port)
+        _serving_pids(port, 3)
+        started = _started_pids(proc)
+        with Load(port, new=4) as load:
+            time.sleep(0.3)
+            for left, gone in ((2, started[2]), (1, started[1])):
+                proc.proc.send_signal(signal.SIGTTOU)
+                _wait_for(lambda: f"Worker [{gone}] stopped (exit status 0)" in proc.stderr, 15,
+                          f"SIGTTOU to {left}", proc)
+            time.sleep(0.3)
+        assert not load.failures, load.failures
+        assert len(load.answers) > 100
+        assert _listen_entries(port) == 1
+        assert {pid for t, pid, _ in load.answers[-20:]} == {started[0]}
+        assert proc.stop() == 0
+
+
 # ----------------------------------------------------------------------------------------------
 # CPU per request does not grow with the worker count
 
