@@ -332,7 +332,8 @@ class Supervisor:
     def _retire(self, worker: _Worker) -> None:
         """--limit-max-requests: the replacement first, then the old worker stops."""
         slot = worker.slot
-        if worker is slot.current and slot.successor is None and not self._stopping:
+        if (worker is slot.current and slot.successor is None and not self._stopping
+                and slot in self.slots):  # not for a slot SIGTTOU removed
             logger.info("Worker [%d] reached its request limit: starting its replacement",
                         worker.pid)
             self._spawn(slot, successor=True)
@@ -536,6 +537,7 @@ class Supervisor:
         stops the removed worker at once, as before."""
         group = self._group
         if group is None or not self.slots or not all(s in group for s in self.slots):
+            self._routed = False  # a removed slot then closes at once
             return
         indices = [group.index(s) for s in self.slots]
         insns = [(_BPF_LD_W_ABS, 0, 0, _SKF_AD_RANDOM), (_BPF_ALU_MOD_K, 0, 0, len(indices))]
