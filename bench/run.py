@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """skirr's benchmark harness: skirr beside its peers and the machine's limit (issue 6).
 
-    run.py matrix --profile quick|full [--summary bench/RESULTS.md]   throughput, fixed rate, streaming
+    run.py matrix --profile quick|full [--summary bench/RESULTS.md]   throughput, fixed rate, streaming,
+                                                                      the workers row
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000]                                       instructions per request
     run.py report bench/results/<run> [--summary bench/RESULTS.md]    re-render a run's report
@@ -10,7 +11,8 @@
 Every server serves the same app file (bench/apps) on the same base interpreter and uvloop, one
 worker, access log off, with the server and all its threads pinned to CPU 0 (`taskset -c 0`) and
 the load generator (`wrk -t1`, `h2load -t1`) and this harness pinned to CPU 1. Status and exact
-body are checked before and after every run; a socket error, timeout or non-2xx fails the run.
+body are checked before and after every run (the workers row is the exception: 2 worker
+processes per server, the server and `wrk -t2` sharing both CPUs); a socket error, timeout or non-2xx fails the run.
 Servers run in a fresh random order for every row of every round, and a peer's ratio to skirr is
 taken within the same round. Only the standard library is used here.
 
@@ -83,6 +85,8 @@ def main():
     m.add_argument("--warmup", type=int, help="seconds of warm-up before each run")
     m.add_argument("--no-fixed", action="store_true", help="skip the fixed-rate phase")
     m.add_argument("--no-stream", action="store_true", help="skip the streaming phase")
+    m.add_argument("--no-workers", action="store_true",
+                   help="skip the workers row (2 worker processes sharing both CPUs)")
     m.add_argument("--app-n", type=int, default=20000, help="calls per app-CPU sample")
     m.add_argument("--seed", type=int, default=None, help="random seed for the server order")
     m.add_argument("--label", help="results folder suffix (default: the profile)")

@@ -509,9 +509,168 @@ def test_sigttin_adds_and_sigttou_removes_a_worker(tmp_path):
                   "SIGTTOU", proc)
         assert _listen_entries(port) == 2
         assert {_pid_of(port) for _ in range(40)} <= set(_started_pids(proc)[:2])
+        # One at a time: a signal sent while the same one is still pending is delivered once.
         proc.proc.send_signal(signal.SIGTTOU)
+        _wait_for(lambda: "SIGTTOU: 1 worker(s)" in proc.stderr, 5, "SIGTTOU to 1", proc)
         proc.proc.send_signal(signal.SIGTTOU)
         _wait_for(lambda: "SIGTTOU: one worker left, keeping it" in proc.stderr, 5,
                   "SIGTTOU floor", proc)
         assert _pid_of(port) in _started_pids(proc)[:2]
         assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-signals-ttou-queue")
+def test_sigttou_serves_the_removed_slots_queue_and_routes_new_connections_away(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "2")
+    with proc:
+        proc.wait_accepting(port)
+        _serving_pids(port, 2)
+        first, removed = _started_pids(proc)[:2]  # SIGTTOU removes the newest slot
+        os.kill(removed, signal.SIGSTOP)  # it accepts nothing more: its queue fills
+        try:
+            queued = []
+            for _ in range(24):  # about half wait in the removed slot's queue
+                sock = _proc.connect(port)
+                conn = h11.Connection(h11.CLIENT)
+                _proc.send_request(sock, conn, "GET", "/")
+                queued.append((sock, conn))
+            time.sleep(0.2)
+            proc.proc.send_signal(signal.SIGTTOU)
+            _wait_for(lambda: "SIGTTOU: 1 worker(s)" in proc.stderr, 5, "SIGTTOU", proc)
+            time.sleep(0.2)
+            # New connections go to the remaining worker only, while the removed one still
+            # sleeps with its queue.
+            for _ in range(20):
+                assert _pid_of(port) == first
+            assert f"Worker [{removed}] stopped" not in proc.stderr
+        finally:
+            os.kill(removed, signal.SIGCONT)
+        pids = []
+        for sock, conn in queued:
+            with sock:
+                r = _proc.read_response(sock, conn)  # a reset would raise here
+                assert r.status == 200
+                pids.append(int(r.body.split()[0]))
+        assert set(pids) == {first, removed}, pids
+        _wait_for(lambda: f"Worker [{removed}] stopped (exit status 0)" in proc.stderr, 10,
+                  "the removed worker's exit", proc)
+        assert _listen_entries(port) == 1
+        assert {_pid_of(port) for _ in range(20)} == {first}
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-signals-ttou-queue")
+def test_sigttou_under_a_flood_of_new_connections_fails_none(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "3")
+    with proc:
+        proc.wait_accepting(port)
+        _serving_pids(port, 3)
+        started = _started_pids(proc)
+        with Load(port, new=4) as load:
+            time.sleep(0.3)
+            for left, gone in ((2, started[2]), (1, started[1])):
+                proc.proc.send_signal(signal.SIGTTOU)
+                _wait_for(lambda: f"Worker [{gone}] stopped (exit status 0)" in proc.stderr, 15,
+                          f"SIGTTOU to {left}", proc)
+            time.sleep(0.3)
+        assert not load.failures, load.failures
+        assert len(load.answers) > 100
+        assert _listen_entries(port) == 1
+        assert {pid for t, pid, _ in load.answers[-20:]} == {started[0]}
+        assert proc.stop() == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# CPU per request does not grow with the worker count
+
+
+def _tree(root):
+    """root and all its descendant pids (from /proc/*/stat)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            children.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def _cpu_ns(pid):
+    """CPU time of every thread of `pid` in nanoseconds (/proc/PID/task/*/schedstat)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total
+
+
+def _cpu_per_request(tmp_path, workers, conns=16, per_conn=200):
+    """(server CPU ns per request summed over the supervisor and its workers, {pid: CPU ns}) for
+    conns x per_conn keep-alive requests, the connections opened before measuring."""
+    args = ("--workers", str(workers)) if workers > 1 else ()
+    tmp_path.mkdir()
+    proc, port = _serve(tmp_path, *args)
+    with proc:
+        proc.wait_accepting(port)
+        _wait_for(lambda: proc.stderr.count("skirr running on") == workers, 20,
+                  f"{workers} worker(s)", proc)
+        socks = [(_proc.connect(port), h11.Connection(h11.CLIENT)) for _ in range(conns)]
+        for sock, conn in socks:  # each connection accepted and warm
+            _proc.send_request(sock, conn, "GET", "/")
+            assert _proc.read_response(sock, conn).status == 200
+            conn.start_next_cycle()
+        pids = _tree(proc.proc.pid)
+        assert len(pids) == workers + (workers > 1)
+        before = {pid: _cpu_ns(pid) for pid in pids}
+        errors = []
+
+        def client(sock, conn):
+            try:
+                for _ in range(per_conn):
+                    _proc.send_request(sock, conn, "GET", "/")
+                    assert _proc.read_response(sock, conn).status == 200
+                    conn.start_next_cycle()
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        threads = [threading.Thread(target=client, args=sc) for sc in socks]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        used = {pid: _cpu_ns(pid) - before[pid] for pid in pids}
+        assert not errors, errors
+        assert sorted(_tree(proc.proc.pid)) == sorted(pids)  # no worker restarted meanwhile
+        for sock, _ in socks:
+            sock.close()
+        assert proc.stop() == 0
+    return sum(used.values()) / (conns * per_conn), used
+
+
+@pytest.mark.rule("skirr-workers-cpu-per-request")
+def test_cpu_per_request_does_not_grow_with_the_worker_count(tmp_path):
+    # Alternating pairs, medians compared: other work on a shared 2-core machine moves single
+    # figures by tens of percent.
+    ones, twos = [], []
+    for i in range(3):
+        ones.append(_cpu_per_request(tmp_path / f"w1-{i}", 1)[0])
+        two, used = _cpu_per_request(tmp_path / f"w2-{i}", 2)
+        twos.append(two)
+        busy = sorted(used.values())
+        # Both workers served (the supervisor is the least busy process by far).
+        assert busy[1] > 0.2 * busy[2], used
+        assert busy[0] < 0.05 * sum(busy), used
+    one, two = sorted(ones)[1], sorted(twos)[1]
+    assert two <= 1.5 * one, (f"{two / 1000:.1f} us/request with 2 workers, {one / 1000:.1f} "
+                              f"with 1 (medians of {ones}, {twos} ns)")

@@ -1,7 +1,7 @@
 """Where the harness's files are, which CPU each side runs on, and what the machine is.
 
 Owns: the paths (bench/, the apps, the results, the two venvs), the CPU split (server on CPU 0,
-load generator and harness on CPU 1), the Debian tools and their installation, the log line, the
+load generator and harness on CPU 1; the workers row shares both), the Debian tools and their installation, the log line, the
 run folders under bench/results/, and the facts recorded about the machine, the interpreters and
 the commit.
 
@@ -31,6 +31,7 @@ PEERS_VENV = Path(os.environ.get("BENCH_PEERS_VENV", BENCH / ".venv-peers"))
 PEERS_FILE = BENCH / "peers.txt"
 SERVER_CPU = "0"
 CLIENT_CPU = "1"
+SHARED_CPUS = f"{SERVER_CPU},{CLIENT_CPU}"  # the workers row: servers and wrk -t2 share both CPUs
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -1,6 +1,7 @@
 """The matrix: which servers run which workloads, how many rounds, in which order.
 
-Owns: the profiles (quick: the CI smoke test; full: every peer and row), the plan a run follows
+Owns: the profiles (quick: the CI smoke test; full: every peer and row; each with its workers
+row: servers with 2 worker processes sharing both CPUs with wrk), the plan a run follows
 (the profile with the command line's subsets and overrides), the fresh random server order for
 every row of every round (seeded, the seed recorded), the run's metadata (commit, machine,
 interpreters, versions, configuration, what could not be installed or started), and the run folder
@@ -32,6 +33,9 @@ PROFILES = {
         rounds=3, duration=3, warmup=1,
         fixed_rate=[("raw_get", 64)], fixed_pcts=[50], fixed_duration=3,
         stream_samples=10, stream_rounds=1,
+        # The workers row, tiny: one round of raw_get, skirr with 1 and 2 workers beside uvicorn's.
+        workers=dict(servers=["skirr-w1", "skirr-w2", "uvicorn-w2"], rows=[("raw_get", 64)],
+                     rounds=1),
     ),
     "full": dict(
         servers=["skirr", "uvicorn-httptools", "uvicorn-h11", "granian", "hypercorn", "peregrine",
@@ -44,6 +48,11 @@ PROFILES = {
         fixed_rate=[("raw_get", 64), ("fastapi_json", 64)], fixed_pcts=[25, 50, 75],
         fixed_duration=8,
         stream_samples=20, stream_rounds=3,
+        # The workers row (issue 12): 2 workers, one per CPU, unpinned, wrk -t2 sharing the CPUs;
+        # skirr-w1 (one process) in the same setup is the baseline for CPU per request.
+        workers=dict(servers=["skirr-w1", "skirr-w2", "uvicorn-w2", "granian-w2",
+                              "gunicorn-uvicorn-w2"],
+                     rows=[("raw_get", 64), ("fastapi_json", 64)], rounds=5),
     ),
 }
 
@@ -65,7 +74,15 @@ def plan(args):
         rows = workload_order({(w, c) for w, _ in rows for c in cs})
     if "skirr" not in servers:
         servers.insert(0, "skirr")
-    for s in servers:
+    wk = prof.get("workers")
+    if wk and not args.no_workers:
+        # --workloads and --rounds apply to the workers row too; --servers and --conns do not
+        # (its servers are its own, at its own connection counts).
+        wrows = [r for r in wk["rows"] if not args.workloads or r[0] in args.workloads.split(",")]
+        prof["workers"] = dict(wk, rows=wrows, rounds=args.rounds or wk["rounds"])
+    else:
+        prof["workers"] = None
+    for s in servers + (prof["workers"] or {}).get("servers", []):
         if s not in SERVERS:
             raise SystemExit(f"unknown server {s}; known: {', '.join(SERVERS)}")
     return prof, servers, rows
@@ -118,13 +135,15 @@ def run(args):
     for t in ("wrk", "taskset"):
         if not tools[t]:
             raise SystemExit(f"bench: {t} is required and could not be installed")
-    groups = peer_groups(servers)
+    wk = prof["workers"]
+    wservers = wk["servers"] if wk and wk["rows"] else []
+    groups = peer_groups(servers + wservers)
     install = ensure_peers(groups, reinstall=args.reinstall) if groups else {}
     if "limit-c" in servers:
         build_limit()
 
     status = {}  # server -> why it is not measured
-    for s in servers:
+    for s in servers + wservers:
         g = SERVERS[s].group
         if g and not install.get(g, {}).get("ok"):
             status[s] = "failed to install: " + install.get(g, {}).get("error", "?").strip()[-600:]
@@ -167,6 +186,24 @@ def run(args):
 
     agg = aggregate(runs, prof["rounds"])  # the fixed rates are shares of each median req/s
 
+    wruns = []
+    if wservers:
+        log("workers row: servers and wrk -t2 share both CPUs")
+        wlive = [s for s in wservers if s not in status]
+        for rnd in range(wk["rounds"]):
+            for wl, conns in wk["rows"]:
+                for s in shuffled(wlive, wl):
+                    row = measure_row(s, wl, conns, prof, outdir, f"w{rnd}-{wl}-c{conns}-{s}")
+                    row["round"] = rnd
+                    wruns.append(row)
+                    if row["ok"]:
+                        log(f"workers r{rnd} {wl} c{conns} {s}: {row['rps']:,.0f} req/s cpu "
+                            f"{row['cpu_us_per_req']:.1f} us/req, per process "
+                            + " ".join(f"{c:.2f}" for c in row["process_cpu_s"]) + " s")
+                    else:
+                        log(f"workers r{rnd} {wl} c{conns} {s}: FAILED {row['error'][:300]}")
+                    (outdir / "workers.json").write_text(json.dumps(wruns, indent=1))
+
     log("app CPU per request, called directly")
     appcpu = app_cpu(sorted({w for w, _ in rows}), args.app_n)
 
@@ -197,11 +234,11 @@ def run(args):
                 streams.append(r)
 
     result = {"meta": meta, "idle": idle, "runs": runs, "app_cpu": appcpu, "fixed_rate": fixed,
-              "streaming": streams}
+              "streaming": streams, "workers": wruns}
     (outdir / "results.json").write_text(json.dumps(result, indent=1))
     report, agg = write_report(result, outdir, args.summary)
     if args.summary:
         log(f"summary written to {args.summary}")
     print(report)
     log(f"results in {outdir.relative_to(ROOT)}")
-    return 1 if skirr_failed(agg) else 0
+    return 1 if skirr_failed(agg) or skirr_failed(aggregate(wruns, 0)) else 0

@@ -23,8 +23,9 @@ import threading
 import time
 from pathlib import Path
 
-from .env import (CLIENT_CPU, CLK_TCK, RUN_PY, SERVER_CPU, SKIRR_VENV, describe, venv_python)
-from .peers import Server
+from .env import (CLIENT_CPU, CLK_TCK, RUN_PY, SERVER_CPU, SHARED_CPUS, SKIRR_VENV, describe,
+                  venv_python)
+from .peers import SERVERS, Server
 from .workloads import (STREAM_APP, STREAM_EXPECT, WORKLOADS, Conn, check_stream, check_workload,
                         direct_caller)
 
@@ -34,16 +35,22 @@ WRK_ERRORS = ("connect", "read", "write", "status", "timeout")
 # /proc
 
 
-def cpu_ticks(pids):
-    total = 0
+def proc_ticks(pids):
+    """{pid: utime+stime in clock ticks} (a process that is gone counts 0)."""
+    out = {}
     for pid in pids:
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
+            out[pid] = 0
             continue
         fields = stat[stat.rindex(")") + 2:].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total
+        out[pid] = int(fields[11]) + int(fields[12])  # utime, stime
+    return out
+
+
+def cpu_ticks(pids):
+    return sum(proc_ticks(pids).values())
 
 
 def memory(pids):
@@ -61,18 +68,20 @@ def memory(pids):
     return rss, pss
 
 
-def cpu0_busy():
-    """(busy, steal) jiffies of CPU 0: busy = user+nice+system+irq+softirq; steal = taken by the
-    hypervisor."""
+def cpu0_busy(cpus=SERVER_CPU):
+    """(busy, steal) jiffies of CPU 0 (or of the comma-separated `cpus`, summed): busy =
+    user+nice+system+irq+softirq; steal = taken by the hypervisor."""
+    want = {f"cpu{c} " for c in cpus.split(",")}
+    busy = steal = 0
     for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith(f"cpu{SERVER_CPU} "):
+        if line[:line.index(" ") + 1] in want:
             v = [int(x) for x in line.split()[1:]]
-            return v[0] + v[1] + v[2] + v[5] + v[6], v[7]
-    return 0, 0
+            busy, steal = busy + v[0] + v[1] + v[2] + v[5] + v[6], steal + v[7]
+    return busy, steal
 
 
-def affinity_ok(pids):
-    want = {int(SERVER_CPU)}
+def affinity_ok(pids, cpus=SERVER_CPU):
+    want = {int(c) for c in cpus.split(",")}
     for pid in pids:
         try:
             for tid in os.listdir(f"/proc/{pid}/task"):
@@ -129,11 +138,12 @@ def wrk_script(wl, outdir):
     return path
 
 
-def run_wrk(wl, port, conns, duration, outdir):
-    """Run wrk pinned to the client CPU; returns its JSON summary plus its CPU seconds."""
+def run_wrk(wl, port, conns, duration, outdir, cpus=CLIENT_CPU, threads=1):
+    """Run wrk pinned to the client CPU (or `cpus`) with `threads` threads; returns its JSON
+    summary plus its CPU seconds."""
     script = wrk_script(wl, outdir)
     url = f"http://127.0.0.1:{port}{WORKLOADS[wl]['path']}"
-    argv = ["taskset", "-c", CLIENT_CPU, "wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency",
+    argv = ["taskset", "-c", cpus, "wrk", f"-t{threads}", f"-c{conns}", f"-d{duration}s", "--latency",
             "--timeout", "5s", "-s", str(script), url]
     with tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
@@ -192,14 +202,23 @@ def run_h2load(wl, port, conns, rate, duration, outdir):
 
 
 def measure_row(name, wl, conns, cfg, outdir, tag):
+    """One measured run of server `name` on workload `wl` with `conns` connections. A server with
+    workers (the workers row) and wrk -t2 share both CPUs instead of the pinned split; its CPU is
+    summed over the manager and every worker, and the run fails if a process of its tree exits or
+    starts during the measured interval."""
     spec = WORKLOADS[wl]
+    workers = SERVERS[name].workers
+    cpus = SHARED_CPUS if workers else SERVER_CPU
+    client = dict(cpus=SHARED_CPUS, threads=2) if workers else {}
     row = {"server": name, "workload": wl, "conns": conns, "ok": False, "error": None}
-    with Server(name, spec["app"], Path(outdir) / "logs", tag) as srv:
+    with Server(name, spec["app"], Path(outdir) / "logs", tag, pin=cpus) as srv:
         try:
             srv.wait_ready(lambda port: check_workload(wl, port))
-            row["pinned"] = affinity_ok(srv.pids())
+            if workers > 1:  # the manager and every worker
+                srv.wait_processes(workers + 1)
+            row["pinned"] = affinity_ok(srv.pids(), cpus)
             if cfg["warmup"]:
-                w = run_wrk(wl, srv.port, conns, cfg["warmup"], outdir)
+                w = run_wrk(wl, srv.port, conns, cfg["warmup"], outdir, **client)
                 if any(w[k] for k in WRK_ERRORS):
                     raise RuntimeError(f"errors during warm-up: {w}")
             pids = srv.pids()
@@ -207,12 +226,17 @@ def measure_row(name, wl, conns, cfg, outdir, tag):
             sampler.sample()
             sampler.start()
             row["loadavg"] = Path("/proc/loadavg").read_text().split()[0]
-            b0, c0, t0 = cpu0_busy(), cpu_ticks(pids), time.perf_counter()
-            res = run_wrk(wl, srv.port, conns, cfg["duration"], outdir)
-            c1, b1, t1 = cpu_ticks(pids), cpu0_busy(), time.perf_counter()
+            b0, p0, t0 = cpu0_busy(cpus), proc_ticks(pids), time.perf_counter()
+            res = run_wrk(wl, srv.port, conns, cfg["duration"], outdir, **client)
+            p1, b1, t1 = proc_ticks(pids), cpu0_busy(cpus), time.perf_counter()
             sampler.stop()
+            if sorted(srv.pids()) != sorted(pids):
+                raise RuntimeError(f"the server's processes changed during the run: {sorted(pids)} "
+                                   f"-> {sorted(srv.pids())}")
             wall = t1 - t0
-            server_cpu = (c1 - c0) / CLK_TCK
+            server_cpu = sum(p1[p] - p0[p] for p in pids) / CLK_TCK
+            # CPU seconds of each process over the interval, busiest first (the workers' share).
+            row["process_cpu_s"] = sorted(((p1[p] - p0[p]) / CLK_TCK for p in pids), reverse=True)
             errors = {k: res[k] for k in WRK_ERRORS}
             n = res["requests"]
             row.update(
@@ -226,7 +250,9 @@ def measure_row(name, wl, conns, cfg, outdir, tag):
                 server_cpu_s=server_cpu, cpu_us_per_req=server_cpu / n * 1e6 if n else None,
                 server_util=server_cpu / wall, gen_cpu=res["cpu_s"] / res["wall_s"],
                 client_bound=res["cpu_s"] / res["wall_s"] >= 0.9,
-                other_cpu0=max(0.0, (b1[0] - b0[0]) / CLK_TCK - server_cpu) / wall,
+                # With shared CPUs, wrk's own CPU is not "other" load.
+                other_cpu0=max(0.0, (b1[0] - b0[0]) / CLK_TCK - server_cpu
+                               - (res["cpu_s"] if workers else 0)) / wall,
                 steal_cpu0=(b1[1] - b0[1]) / CLK_TCK / wall,
                 rss_mib=sampler.rss / 2**20, pss_mib=sampler.pss / 2**20,
             )

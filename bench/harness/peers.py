@@ -194,6 +194,18 @@ def gunicorn_argv(app, port, tmp):
             "--bind", f"127.0.0.1:{port}", app]
 
 
+def with_workers(argv_of, n):
+    """The command line of `argv_of` with `n` worker processes: its "--workers 1" replaced, or
+    "--workers n" added (every server here spells it so; gunicorn too)."""
+    def argv(app, port, tmp):
+        out = argv_of(app, port, tmp)
+        if "--workers" in out:
+            i = out.index("--workers")
+            return out[:i] + ["--workers", str(n)] + out[i + 2:]
+        return out + ["--workers", str(n)]
+    return argv
+
+
 def limit_argv(app, port, tmp):
     return [str(BUILD / "limit_http"), str(port)]
 
@@ -211,6 +223,7 @@ class Peer(NamedTuple):
     group: str | None  # its peers.txt group; None: nothing to install
     kind: str  # "skirr", "peer" or "limit"
     serves: set  # the workloads it can serve
+    workers: int = 0  # worker processes under a manager (the workers row); 0: one process, pinned
 
 
 SERVERS = {
@@ -225,6 +238,16 @@ SERVERS = {
     "gunicorn-uvicorn": Peer(gunicorn_argv, "gunicorn-uvicorn", "peer", ALL_WORKLOADS),
     "limit-c": Peer(limit_argv, None, "limit", set(WORKLOADS)),
     "nginx": Peer(nginx_argv, None, "limit", {"raw_get", "get_64k", "fastapi_json", "pipelined_get"}),
+    # The workers row: a manager and its worker processes, unpinned (the load generator shares the
+    # CPUs). skirr-w1 is plain skirr (one process, no supervisor) in the same setup, the baseline
+    # that CPU per request must not grow from.
+    "skirr-w1": Peer(skirr_argv, None, "skirr", ALL_WORKLOADS, 1),
+    "skirr-w2": Peer(with_workers(skirr_argv, 2), None, "skirr", ALL_WORKLOADS, 2),
+    "uvicorn-w2": Peer(with_workers(uvicorn_argv("httptools"), 2), "uvicorn", "peer",
+                       ALL_WORKLOADS, 2),
+    "granian-w2": Peer(with_workers(granian_argv, 2), "granian", "peer", ALL_WORKLOADS, 2),
+    "gunicorn-uvicorn-w2": Peer(with_workers(gunicorn_argv, 2), "gunicorn-uvicorn", "peer",
+                                ALL_WORKLOADS, 2),
 }
 
 
@@ -281,8 +304,8 @@ def proc_tree(root):
 class Server:
     """One server serving `app` on a free loopback port, in its own process group, its output in
     logdir/<tag>.log. `wrap` goes before the command (a tracer: strace, valgrind); `pin` puts the
-    server (inside the tracer) on the server CPU with taskset. A context manager: leaving the
-    `with` block stops it."""
+    server (inside the tracer) on the server CPU with taskset (a string: on those CPUs, e.g.
+    "0,1"). A context manager: leaving the `with` block stops it."""
 
     def __init__(self, name, app, logdir, tag, wrap=(), pin=True):
         self.name, self.app = name, app
@@ -290,7 +313,8 @@ class Server:
         self.port = free_port()
         self.tmp = tempfile.mkdtemp(prefix=f"bench-{name}-")
         argv = SERVERS[name].argv(app, self.port, self.tmp)
-        self.argv = list(wrap) + (["taskset", "-c", SERVER_CPU] if pin else []) + argv
+        cpus = pin if isinstance(pin, str) else SERVER_CPU if pin else None
+        self.argv = list(wrap) + (["taskset", "-c", cpus] if cpus else []) + argv
         self.logpath = Path(logdir) / f"{tag}.log"
         self.logpath.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONPATH=str(APPS))
@@ -322,6 +346,22 @@ class Server:
 
     def pids(self):
         return proc_tree(self.proc.pid)
+
+    def wait_processes(self, count, timeout=30.0, settle=1.0):
+        """Waits until the process tree has at least `count` processes (a manager and its
+        workers) and has not changed for `settle` seconds; returns the pids. RuntimeError when
+        that does not happen within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        last, since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            pids = sorted(self.pids())
+            if pids != last:
+                last, since = pids, time.monotonic()
+            elif len(pids) >= count and time.monotonic() - since >= settle:
+                return pids
+            time.sleep(0.1)
+        raise RuntimeError(f"expected {count} processes, have {len(last or [])} after "
+                           f"{timeout:.0f}s: {self.log_tail()}")
 
     def log_tail(self, n=1200):
         try:

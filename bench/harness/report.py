@@ -59,20 +59,20 @@ def aggregate(runs, rounds):
     return out
 
 
-def compare(runs):
-    """Per row and peer: ratios to skirr within each round, and whether every round agrees."""
+def compare(runs, base="skirr"):
+    """Per row and peer: ratios to `base` within each round, and whether every round agrees."""
     by = {}
     for r in runs:
         if r["ok"]:
             by[(r["workload"], r["conns"], r["round"], r["server"])] = r
     out = {}
-    keys = {(w, c, s) for (w, c, _, s) in by if s != "skirr"}
+    keys = {(w, c, s) for (w, c, _, s) in by if s != base}
     for w, c, s in sorted(keys):
         ratios, cpu_ratios, wins, losses, n = [], [], 0, 0, 0
         for (w2, c2, rnd, s2), r in by.items():
-            if (w2, c2, s2) != (w, c, s) or (w, c, rnd, "skirr") not in by:
+            if (w2, c2, s2) != (w, c, s) or (w, c, rnd, base) not in by:
                 continue
-            k = by[(w, c, rnd, "skirr")]
+            k = by[(w, c, rnd, base)]
             n += 1
             ratios.append(r["rps"] / k["rps"])
             cpu_ratios.append(r["cpu_us_per_req"] / k["cpu_us_per_req"])
@@ -85,11 +85,11 @@ def compare(runs):
         if not n:
             continue
         if wins == n:
-            verdict = f"skirr ahead in {n}/{n}"
+            verdict = f"{base} ahead in {n}/{n}"
         elif losses == n:
             verdict = f"{s} ahead in {n}/{n}"
         else:
-            verdict = f"mixed (skirr ahead in {wins}/{n})"
+            verdict = f"mixed ({base} ahead in {wins}/{n})"
         out[(w, c, s)] = {"rounds": n, "rps_ratio": median(ratios), "rps_ratio_min": min(ratios),
                           "rps_ratio_max": max(ratios), "cpu_ratio": median(cpu_ratios),
                           "verdict": verdict}
@@ -98,7 +98,7 @@ def compare(runs):
 
 def skirr_failed(agg):
     """The rows where a skirr run failed (the matrix's exit status)."""
-    return [k for k, a in agg.items() if a["failed"] and k[2] == "skirr"]
+    return [k for k, a in agg.items() if a["failed"] and SERVERS[k[2]].kind == "skirr"]
 
 
 def write_report(result, outdir, summary=None):
@@ -117,6 +117,51 @@ def rerender(run_dir, summary=None):
     """Re-renders the report of a finished matrix run from its results.json; returns it."""
     result = json.loads((Path(run_dir) / "results.json").read_text())
     return write_report(result, run_dir, summary)[0]
+
+
+def render_workers(L, wruns):
+    """The workers row: 2 worker processes per server, unpinned, beside skirr with 1."""
+    agg = aggregate(wruns, 0)
+    cmp = compare(wruns, base="skirr-w2")
+    L.append("\n## Workers (2 worker processes, one per CPU)\n")
+    L.append("Not pinned: each server (its manager and its 2 workers) and `wrk -t2` share both CPUs, "
+             "so wrk takes CPU the servers could use and req/s is lower than 2× the pinned "
+             "figure. CPU/request is summed over every process of the server (manager and "
+             "workers) and must not grow with the worker count: compare skirr-w2 with skirr-w1 "
+             "(plain skirr, one process, the same unpinned setup). `per process`: each process's "
+             "CPU seconds over the measured interval in the median round, busiest first (both "
+             "workers busy = the connections were spread).\n")
+    L.append("| workload | conns | server | req/s | min–max | p99 ms | CPU µs/req | per process s "
+             "| RSS MiB | PSS MiB | errors | gen CPU | vs skirr-w2 (req/s ratio, verdict) |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    notes = []
+    for w, c in workload_order({(w, c) for (w, c, _) in agg}):
+        names = sorted((s for (w2, c2, s) in agg if (w2, c2) == (w, c)),
+                       key=lambda s: (SERVERS[s].kind != "skirr", s))
+        for s in names:
+            a = agg[(w, c, s)]
+            ok = sorted((r for r in wruns if r["ok"] and (r["workload"], r["conns"], r["server"])
+                         == (w, c, s)), key=lambda r: r["rps"])
+            procs = " / ".join(f"{x:.2f}" for x in ok[len(ok) // 2]["process_cpu_s"]) if ok else ""
+            k = cmp.get((w, c, s))
+            vs = (f"{k['rps_ratio']:.2f} ({k['rps_ratio_min']:.2f}–{k['rps_ratio_max']:.2f}); "
+                  f"cpu {k['cpu_ratio']:.2f}; {k['verdict']}") if k else ""
+            flag = f" FAILED {a['rounds'] - a['rounds_ok']}/{a['rounds']}" if a["failed"] else ""
+            L.append(
+                f"| {w} | {c} | {s}{flag} | {fmt(a['rps'])} | {fmt(a['rps_min'])}–"
+                f"{fmt(a['rps_max'])} | {fmt(a['p99_ms'], '.2f')} | "
+                f"{fmt(a['cpu_us_per_req'], '.1f')} | {procs} | {fmt(a['rss_mib'], '.1f')} | "
+                f"{fmt(a['pss_mib'], '.1f')} | {sum(a['errors'].values())} | "
+                f"{fmt(a['gen_cpu'] and a['gen_cpu'] * 100, '.0f')}% | {vs} |")
+        one, two = agg.get((w, c, "skirr-w1")), agg.get((w, c, "skirr-w2"))
+        if one and two and one["cpu_us_per_req"] and two["cpu_us_per_req"]:
+            notes.append(f"- skirr CPU/request, 2 workers ÷ 1 ({w} c{c}): "
+                         f"{two['cpu_us_per_req'] / one['cpu_us_per_req']:.2f}")
+    L.append("")
+    L.extend(notes)
+    fails = [(k, a["errors_first"]) for k, a in agg.items() if a["errors_first"]]
+    for (w, c, s), e in fails:
+        L.append(f"- failed: {w} c{c} {s}: `{e[:400]}`")
 
 
 def render_report(result, agg, cmp, status):
@@ -208,6 +253,9 @@ def render_report(result, agg, cmp, status):
     errs = {w: r["error"] for w, r in result["app_cpu"].items() if "error" in r}
     for w, e in errs.items():
         L.append(f"\napp CPU for {w} failed: `{e[-300:]}`")
+
+    if result.get("workers"):
+        render_workers(L, result["workers"])
 
     if result["fixed_rate"]:
         L.append("\n## Fixed-rate latency (h2load --rps, HTTP/1.1)\n")

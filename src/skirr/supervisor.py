@@ -9,8 +9,12 @@ Slots. On Linux over TCP each slot has its own ``SO_REUSEPORT`` listener, so the
 new connections over the workers; the supervisor keeps every slot's socket open for the slot's
 whole life and hands the same socket to the slot's next worker, so connections queued on a dead
 worker's socket are served by its successor instead of being reset (closing a reuse-port
-listener drops its queue). ``reuse_port=False``, a Unix-domain socket or an inherited ``fd`` share
-one listener between every slot instead.
+listener drops its queue). The first worker listens on its slot's socket itself (so a failed
+startup never accepts a connection); every later slot's socket is listened on here, in slot
+order, as its first worker starts (connections the kernel routes to it wait for that worker, as
+they wait for a replacement), which keeps the order of the kernel's reuse-port group known for
+SIGTTOU. ``reuse_port=False``, a Unix-domain socket or an inherited ``fd`` share one listener
+between every slot instead.
 
 Startup. The first worker starts alone; once it accepts, the others start. If it fails (an import
 error, a failed lifespan startup) its error was printed once and the supervisor exits 1, with no
@@ -32,10 +36,17 @@ Signals (as gunicorn's arbiter):
                      one: SIGKILL every worker, exit 1.
     SIGHUP           rolling restart with fresh application code, one slot at a time.
     SIGTTIN          one worker more (a new slot).
-    SIGTTOU          one worker fewer (the newest slot; never below one).
+    SIGTTOU          one worker fewer (the newest slot; never below one). Its own listener
+                     first stops getting new connections (a classic BPF program on the
+                     reuse-port group picks one of the remaining listeners at random; the
+                     supervisor listens every slot's socket itself, in slot order, so it knows
+                     each one's index in the group); once its accept queue is empty (at least
+                     0.5 s later, at most 10 s) its worker stops gracefully and the listener
+                     closes, so no queued connection is reset.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import logging
@@ -43,6 +54,7 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -58,6 +70,15 @@ BACKOFF_FIRST = 0.1  # seconds before restarting a worker that failed its startu
 BACKOFF_MAX = 10.0  # the back-off doubles per consecutive failure up to this
 TICK = 0.05  # seconds: the longest the supervisor sleeps between checks
 KILL_MARGIN = 5.0  # seconds past the workers' own graceful timeout before they are killed
+RETIRE_SETTLE = 0.5  # seconds after SIGTTOU stops routing to a slot before its queue may count as
+# drained (handshakes the kernel routed to it just before complete within a round trip)
+RETIRE_MAX = 10.0  # seconds a removed slot's worker gets to drain its accept queue
+# Linux: SO_ATTACH_REUSEPORT_CBPF (<asm-generic/socket.h>), classic BPF opcodes and the random
+# number ancillary load (<linux/filter.h>).
+_SO_ATTACH_REUSEPORT_CBPF = 51
+_TCP_INFO_UNACKED = 24  # offset of tcpi_unacked: a listener's accept queue length
+_BPF_LD_W_ABS, _BPF_ALU_MOD_K, _BPF_JEQ_K, _BPF_RET_K = 0x20, 0x94, 0x15, 0x06
+_SKF_AD_RANDOM = 0xFFFFF000 + 56
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU,
             signal.SIGCHLD)
 
@@ -67,6 +88,8 @@ class _Slot:
     index: int
     sock: socket.socket
     own: bool  # the slot's own SO_REUSEPORT listener (closed with the slot)
+    listening: bool = False  # its own listener has joined the kernel's reuse-port group
+    retired_at: float = 0.0  # SIGTTOU removed it: when (its queue drains before it closes)
     current: _Worker | None = None
     successor: _Worker | None = None  # started to replace current; current stops once it serves
     failures: int = 0  # consecutive failed startups
@@ -86,6 +109,16 @@ class _Worker:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+
+def _accept_queue(sock: socket.socket) -> int:
+    """Connections waiting in a TCP listener's accept queue (Linux TCP_INFO); 0 when it cannot
+    be read."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except OSError:
+        return 0
+    return struct.unpack_from("I", info, _TCP_INFO_UNACKED)[0]
 
 
 def _status(returncode: int) -> str:
@@ -117,6 +150,11 @@ class Supervisor:
         self._stop_status = 0
         self._roll: list[_Slot] = []
         self._rolling: _Slot | None = None
+        # The own listeners in the order of the kernel's reuse-port group (the index a routing
+        # program returns); None when that order is not known (then SIGTTOU cannot reroute).
+        self._group: list[_Slot] | None = []
+        self._routed = False  # a routing program is attached to the group
+        self._retiring: list[_Slot] = []  # removed by SIGTTOU, draining their accept queues
         self._wake_w = -1
         self._sel: selectors.BaseSelector | None = None
         self._where = ""
@@ -200,6 +238,7 @@ class Supervisor:
                     worker.proc.kill()
             return
         self._check_heartbeats(now)
+        self._check_retiring(now)
         for slot in self.slots:
             if slot.restart_at is not None and now >= slot.restart_at:
                 slot.restart_at = None
@@ -220,6 +259,13 @@ class Supervisor:
 
     def _spawn(self, slot: _Slot, successor: bool = False) -> _Worker:
         config = self.config
+        if slot.own and not slot.listening:
+            if not self._starting:
+                # Listening here, in slot order, keeps the group's order known (see _route).
+                slot.sock.listen(config.backlog)
+                self._joined(slot)
+            elif any(s.own and not s.listening and s.current is not None for s in self.slots):
+                self._group = None  # two first workers listen themselves, in either order
         fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
         fields.update(workers=1, reload=False)
         read_end, write_end = os.pipe()
@@ -266,6 +312,8 @@ class Supervisor:
         worker.ready = True
         slot = worker.slot
         slot.failures = 0
+        if slot.own and not slot.listening:  # the first worker listened itself
+            self._joined(slot)
         if worker is slot.successor:
             old, slot.current, slot.successor = slot.current, worker, None
             if old is not None:
@@ -284,7 +332,8 @@ class Supervisor:
     def _retire(self, worker: _Worker) -> None:
         """--limit-max-requests: the replacement first, then the old worker stops."""
         slot = worker.slot
-        if worker is slot.current and slot.successor is None and not self._stopping:
+        if (worker is slot.current and slot.successor is None and not self._stopping
+                and slot in self.slots):  # not for a slot SIGTTOU removed
             logger.info("Worker [%d] reached its request limit: starting its replacement",
                         worker.pid)
             self._spawn(slot, successor=True)
@@ -406,6 +455,13 @@ class Supervisor:
             if slot is self._rolling:
                 self._rolling = None
                 self._advance_roll()
+            if slot.own and slot.listening:
+                # Closing a reuse-port listener resets the connections queued on it: route new
+                # ones to the other slots first, stop the worker once it has accepted the rest.
+                slot.retired_at = time.monotonic()
+                self._retiring.append(slot)
+                self._route()
+                return
             for worker in (slot.current, slot.successor):
                 if worker is not None:
                     self._stop_worker(worker)
@@ -435,7 +491,69 @@ class Supervisor:
         self._rolling = None
         self._advance_roll()
 
+    def _check_retiring(self, now: float) -> None:
+        """Stops the workers of the slots SIGTTOU removed once their accept queues are empty (at
+        once when new connections could not be routed away from them), then closes the
+        slot's listener."""
+        for slot in list(self._retiring):
+            workers = [w for w in (slot.current, slot.successor) if w is not None]
+            waited = now - slot.retired_at
+            if workers and self._routed and waited < RETIRE_MAX and (
+                    waited < RETIRE_SETTLE or _accept_queue(slot.sock)):
+                continue
+            if workers and waited >= RETIRE_MAX:
+                logger.warning("Slot %d's accept queue did not drain in %g s", slot.index,
+                               RETIRE_MAX)
+            for worker in workers:
+                self._stop_worker(worker)
+            self._retiring.remove(slot)
+            self._close_slot(slot)  # the worker's copy stays open until it stops accepting
+
     # -- sockets
+
+    def _joined(self, slot: _Slot) -> None:
+        """``slot``'s own listener has joined the reuse-port group (at its end)."""
+        slot.listening = True
+        if self._group is not None:
+            self._group.append(slot)
+        if self._routed:
+            self._route()
+
+    def _close_slot(self, slot: _Slot) -> None:
+        """Closes a removed slot's own listener; the kernel moves the group's last socket into
+        its place."""
+        slot.sock.close()
+        if self._group is not None and slot in self._group:
+            i = self._group.index(slot)
+            self._group[i] = self._group[-1]
+            self._group.pop()
+        if self._routed:
+            self._route()
+
+    def _route(self) -> None:
+        """Routes new connections only to the listeners of ``self.slots`` (not to the slots
+        being removed): a classic BPF program on the reuse-port group that picks one of them at
+        random. Without one (not Linux, an unknown group order, a refused program) SIGTTOU
+        stops the removed worker at once, as before."""
+        group = self._group
+        if group is None or not self.slots or not all(s in group for s in self.slots):
+            self._routed = False  # a removed slot then closes at once
+            return
+        indices = [group.index(s) for s in self.slots]
+        insns = [(_BPF_LD_W_ABS, 0, 0, _SKF_AD_RANDOM), (_BPF_ALU_MOD_K, 0, 0, len(indices))]
+        for i, index in enumerate(indices):
+            insns += [(_BPF_JEQ_K, 0, 1, i), (_BPF_RET_K, 0, 0, index)]
+        insns.append((_BPF_RET_K, 0, 0, indices[0]))
+        code = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *i) for i in insns))
+        fprog = struct.pack("HP", len(insns), ctypes.addressof(code))  # struct sock_fprog
+        try:
+            self.slots[0].sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_REUSEPORT_CBPF, fprog)
+        except OSError as exc:
+            logger.warning("Could not route connections away from a removed worker: %s", exc)
+            self._group = None
+            self._routed = False
+            return
+        self._routed = True
 
     def _bind(self) -> None:
         config = self.config
@@ -481,7 +599,7 @@ class Supervisor:
             f"http://{host}:{port}"
 
     def _close_sockets(self) -> None:
-        for slot in self.slots:
+        for slot in self.slots + self._retiring:
             slot.sock.close()
         if self._shared is not None:
             self._shared.close()
