@@ -325,7 +325,7 @@ def _cli_table() -> dict[str, str]:
     section = _readme().split("## Command line", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
-        m = re.match(r"\| `(--[a-z-]+)[^`]*` \| ([^|]*) \|", line)
+        m = re.match(r"\| `(--[a-z-]+)[^`]*` \|\s*([^|]*?)\s*\|", line)
         if m:
             rows[m.group(1)] = m.group(2).strip()
     return rows

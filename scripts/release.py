@@ -144,9 +144,9 @@ def check_dist(sdist: Path, wheels: list[Path], checker: str = sys.executable) -
     run([checker, "-m", "twine", "check", "--strict", sdist, *wheels])
     verdicts = {}
     for whl in wheels:
-        text = run([checker, "-m", "auditwheel", "show", whl])
-        m = re.search(r'consistent with the following platform tag:\s*"([^"]+)"', text)
-        verdicts[whl.name] = m.group(1) if m else " ".join(text.split())
+        text = " ".join(run([checker, "-m", "auditwheel", "show", whl]).split())
+        m = re.search(r'consistent with the following platform tag: "([^"]+)"', text)
+        verdicts[whl.name] = m.group(1) if m else text
         log(f"auditwheel: {whl.name}: {verdicts[whl.name]}")
     return verdicts
 
