@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MINORS = ("3.11", "3.12", "3.13")
-BUILD_REQUIRES = ["setuptools>=68", "pip", "wheel"]
+BUILD_REQUIRES = ["setuptools>=77", "pip", "wheel"]
 SMOKE_REQUIRES = ["fastapi", "pydantic"]  # examples/app.py's imports
 STEP_TIMEOUT = 900  # seconds: any one subprocess (a build, an install)
 SMOKE_TIMEOUT = 30  # seconds: server start, the request, the shutdown, each
@@ -141,7 +141,8 @@ def build_dist(out: Path, pys: list[str], src: Path = ROOT, builder: str = sys.e
 def check_dist(sdist: Path, wheels: list[Path], checker: str = sys.executable) -> dict[str, str]:
     """twine check on everything, auditwheel show on each wheel; returns {wheel name: the
     manylinux policy auditwheel says it is consistent with}."""
-    run([checker, "-m", "twine", "check", "--strict", sdist, *wheels])
+    for line in run([checker, "-m", "twine", "check", "--strict", sdist, *wheels]).splitlines():
+        log("twine: " + re.sub(r"\x1b\[[0-9;]*m", "", line))
     verdicts = {}
     for whl in wheels:
         text = " ".join(run([checker, "-m", "auditwheel", "show", whl]).split())
