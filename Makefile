@@ -1,14 +1,17 @@
 # skirr's verbs. `make run` serves examples/app.py on 127.0.0.1:8000; `make test` runs every test.
-# Another interpreter: make test PY=$(pyenv root)/versions/3.12.1/bin/python3 (the venv is remade
-# when PY or the test dependencies change).
+# Another interpreter: make test PY=$(pyenv root)/versions/3.12.1/bin/python3 VENV=.venv312 (the
+# venv is remade when PY or the test dependencies change); `make test-matrix` runs every one found.
+# Builds made here compile skirr's C with -Werror (SKIRR_WERROR=1, read by setup.py); a user's
+# `pip install` does not.
 
 PY ?= python3
 VENV ?= .venv
 CC ?= cc
 VPY := $(VENV)/bin/python
 # Test and example dependencies (the package itself needs none; uvloop is its optional extra).
+# mypy checks the typed API; build, setuptools, twine and auditwheel make and check dist/.
 TEST_DEPS := pytest pytest-timeout h11 hypothesis uvloop fastapi pydantic gunicorn watchfiles websockets \
-  python-dotenv PyYAML prometheus-client
+  python-dotenv PyYAML prometheus-client mypy build 'setuptools>=77' wheel twine auditwheel
 # Identifies the venv: the interpreter's path and version plus TEST_DEPS.
 PY_EXE := $(shell $(PY) -c 'import sys; print(sys.executable, sys.version.split()[0])' 2>/dev/null)
 PY_ID := $(PY_EXE) $(TEST_DEPS)
@@ -20,7 +23,8 @@ WS_CORE_SOURCES := src/core/sk_core.c src/core/sk_ws.c
 LLHTTP_FETCH := $(PY) scripts/fetch_llhttp.py
 LLHTTP_OBJ_DIR := build/test-c/llhttp
 
-.PHONY: venv build run test test-c conformance fuzz sanitize bench clean FORCE
+.PHONY: venv build run test test-c test-matrix check-deprecated dist release-check conformance \
+  fuzz sanitize bench clean FORCE
 
 venv: $(VENV)/.skirr-venv
 
@@ -41,7 +45,7 @@ build: $(VENV)/.skirr-build
 
 # The real, non-editable install of the wheel; skirr has no runtime dependencies to (re)install.
 $(VENV)/.skirr-build: $(VENV)/.skirr-venv $(SK_SOURCES) pyproject.toml setup.py scripts/fetch_llhttp.py
-	$(VPY) -m pip install -q --no-deps --force-reinstall .
+	SKIRR_WERROR=1 $(VPY) -m pip install -q --no-deps --force-reinstall .
 	@touch $@
 
 run: build
@@ -72,6 +76,49 @@ test-c:
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core $(WS_CORE_SOURCES) src/core/test/test_ws.c -o build/test_ws; \
 	build/test_core; \
 	build/test_ws
+
+# The interpreters of the matrix: the newest installed 3.11, 3.12 and 3.13 (pyenv), one per line.
+MATRIX_PYS ?= $(shell $(PY) scripts/release.py pythons)
+# What runs on each: `make test-matrix MATRIX_TARGETS="test conformance-check"` for both.
+MATRIX_TARGETS ?= test
+
+# MATRIX_TARGETS on each interpreter, in its own venv (.venv311, .venv312, .venv313); every one
+# runs even after a failure, and the target fails if any did.
+test-matrix:
+	@[ -n "$(strip $(MATRIX_PYS))" ] || { echo "test-matrix: no CPython 3.11-3.13 found" >&2; exit 1; }
+	@failed=""; for py in $(MATRIX_PYS); do \
+	  v=$$($$py -c 'import sys; print("%d%d" % sys.version_info[:2])'); \
+	  start=$$(date +%s); echo "=== $$py: make $(MATRIX_TARGETS) VENV=.venv$$v ==="; \
+	  $(MAKE) --no-print-directory $(MATRIX_TARGETS) PY=$$py VENV=.venv$$v || failed="$$failed $$py"; \
+	  echo "=== $$py done in $$(( $$(date +%s) - start )) s ==="; \
+	done; \
+	[ -z "$$failed" ] || { echo "test-matrix: failed on:$$failed" >&2; exit 1; }
+
+# No C-API deprecated in the interpreter's headers (3.13's mark what 3.14 removes): every src/ext
+# file compiled against them with -Werror=deprecated-declarations (syntax and semantics only); and
+# no private _Py* names (no promise across releases).
+DEPRECATED_PY ?= $(lastword $(MATRIX_PYS))
+check-deprecated:
+	@set -e; inc=$$($(DEPRECATED_PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+	cflags="$$($(LLHTTP_FETCH) --cflags)"; \
+	echo "$(CC) -fsyntax-only -Werror=deprecated-declarations -I$$inc src/ext/*.c ($$($(DEPRECATED_PY) -V))"; \
+	for src in src/ext/*.c; do \
+	  $(CC) -std=c11 -fsyntax-only -Wall -Wextra -Werror -Werror=deprecated-declarations \
+	    -Isrc/core -Isrc/ext -I$$inc $$cflags $$src; \
+	done; \
+	if grep -nE '\b_Py[A-Za-z]' src/ext/*.c src/ext/*.h; then \
+	  echo "check-deprecated: private C-API (_Py*) above: it may change or go in any release" >&2; exit 1; \
+	fi; echo "check-deprecated: no deprecated or private C-API in src/ext ($$($(DEPRECATED_PY) -V))"
+
+# The sdist (with the bundled llhttp) and one wheel per MATRIX_PYS interpreter into dist/, checked
+# with twine and auditwheel (its manylinux verdict is printed per wheel).
+dist: venv
+	$(VPY) scripts/release.py dist $(foreach p,$(MATRIX_PYS),--python $(p))
+
+# From a clean clone of HEAD: dist, then each wheel and the sdist installed with no network into a
+# fresh venv per interpreter, and the example app served, asked once and shut down (SIGTERM).
+release-check: venv
+	$(VPY) scripts/release.py release-check $(foreach p,$(MATRIX_PYS),--python $(p))
 
 clean:
 	rm -rf build dist src/skirr.egg-info src/*.egg-info

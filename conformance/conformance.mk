@@ -5,6 +5,9 @@
 #                            a case fails, a rule has no case or a marker names an unknown rule
 #   make conformance-check   the same run, but the matrix goes to a temporary file and the target
 #                            fails when the checked-in CONFORMANCE.md differs from it (CI)
+#   make conformance-quick   the same four legs with CONFORMANCE_QUICK_EXAMPLES (200, make test's
+#                            default) per property; the matrix goes to build/CONFORMANCE-<py>.md and
+#                            is not compared (CI's run on a second interpreter, e.g. 3.13)
 #
 # CONFORMANCE_EXAMPLES: hypothesis examples per property (the issue asks for at least 2000).
 # CONFORMANCE_MODES: plain,debug (both legs pairs; default) or one of them for a quick look.
@@ -15,10 +18,18 @@ CONFORMANCE_MODES ?= plain,debug
 CONFORMANCE_RUN = SKIRR_HYPOTHESIS_EXAMPLES=$(CONFORMANCE_EXAMPLES) $(VPY) conformance/run.py \
 	--modes $(CONFORMANCE_MODES) --examples $(CONFORMANCE_EXAMPLES)
 
-.PHONY: conformance conformance-check
+CONFORMANCE_QUICK_EXAMPLES ?= 200
+CONFORMANCE_PYV = $(shell $(VPY) -c 'import sys; print("%d%d" % sys.version_info[:2])')
+
+.PHONY: conformance conformance-check conformance-quick
 
 conformance: build
 	$(CONFORMANCE_RUN) --output CONFORMANCE.md
 
 conformance-check: build
 	$(CONFORMANCE_RUN) --check CONFORMANCE.md
+
+conformance-quick: build
+	SKIRR_HYPOTHESIS_EXAMPLES=$(CONFORMANCE_QUICK_EXAMPLES) $(VPY) conformance/run.py \
+	  --modes $(CONFORMANCE_MODES) --examples $(CONFORMANCE_QUICK_EXAMPLES) \
+	  --results build/conformance-$(CONFORMANCE_PYV) --output build/CONFORMANCE-$(CONFORMANCE_PYV).md

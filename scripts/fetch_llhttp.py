@@ -2,6 +2,9 @@
 """Locate llhttp for building skirr: the system library, else a pinned, checksum-verified sdist.
 
 Order:
+0. Inside an unpacked skirr sdist: ``vendor/llhttp/`` (written by ``bundle()`` when the sdist was
+   made: the pinned sdist's ``lib/`` files, its LICENSE, llhttp's own licence and a SHA256SUMS of
+   each file, checked here). No network, no pkg-config. A git checkout never holds this directory.
 1. ``pkg-config --exists libllhttp`` (Debian's ``libllhttp-dev`` where the release has it): the
    system headers and shared library are used (``--cflags``/``--libs`` from pkg-config, no sources).
 2. Otherwise the PyPI sdist ``llhttp==9.3.0.0`` (its ``lib/`` holds llhttp.h, llhttp.c, api.c and
@@ -17,6 +20,7 @@ Command line (one answer on stdout, progress and errors on stderr):
     fetch_llhttp.py --cflags     compiler flags for llhttp.h (-I...)
     fetch_llhttp.py --libs       linker flags (system library only; empty for the sdist)
     fetch_llhttp.py --sources    the .c files to compile and link (sdist only; empty for system)
+    fetch_llhttp.py --bundle DIR write the vendor/llhttp/ tree into DIR (what the sdist carries)
   --no-system skips pkg-config; --cache DIR overrides build/deps/.
 Exit status 1 with one "fetch_llhttp: error: ..." line when llhttp cannot be had.
 """
@@ -42,6 +46,11 @@ SOURCES = ("llhttp.c", "api.c", "http.c")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CACHE = os.path.join(REPO, "build", "deps")
+# Inside an unpacked sdist (relative to its top): the bundled sources and licences.
+VENDOR = os.path.join("vendor", "llhttp")
+SUMS = "SHA256SUMS"
+# llhttp's own licence (nodejs/llhttp LICENSE); the pinned sdist carries only its wrapper's.
+UPSTREAM_LICENSE = os.path.join(REPO, "licenses", "llhttp.txt")
 
 
 class FetchError(Exception):
@@ -52,7 +61,7 @@ class FetchError(Exception):
 class Llhttp:
     """Where llhttp is. ``sources`` is empty for a system library, ``libs`` empty for the sdist."""
 
-    origin: str  # "system" or "sdist"
+    origin: str  # "vendored", "system" or "sdist"
     include_dir: str
     cflags: tuple[str, ...]
     libs: tuple[str, ...]
@@ -156,6 +165,81 @@ def _extract(tarball: str, cache: str) -> str:
     return lib
 
 
+def bundle(dest: str, cache: str = DEFAULT_CACHE) -> list[str]:
+    """Writes ``dest/vendor/llhttp/``: the pinned sdist's lib/ files (downloaded and checked as for
+    a build, never the system library), the sdist's LICENSE as ``LICENSE.pyllhttp``, llhttp's own
+    licence as ``LICENSE.llhttp`` and ``SHA256SUMS`` over those files. Returns the paths written,
+    relative to ``dest``.
+
+    Raises:
+        FetchError: the sdist cannot be had or verified, or it lacks its LICENSE.
+    """
+    out = os.path.join(dest, VENDOR)
+    if vendored(REPO) is not None:  # an sdist made from an unpacked sdist: copy what it holds
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.copytree(os.path.join(REPO, VENDOR), out)
+        return [os.path.join(VENDOR, rel) for rel in sorted(
+            os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs)]
+    found = locate(cache, use_system=False)
+    tarball = os.environ.get("SKIRR_LLHTTP_SDIST") or os.path.join(cache, SDIST)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(os.path.join(out, "lib"))
+    written = []
+    for name in LIB_FILES:
+        shutil.copyfile(os.path.join(found.include_dir, name), os.path.join(out, "lib", name))
+        written.append(os.path.join("lib", name))
+    with tarfile.open(tarball, "r:gz") as tar:
+        try:
+            member = tar.getmember(f"{NAME}-{VERSION}/LICENSE")
+        except KeyError:
+            raise FetchError(f"{tarball} has no LICENSE") from None
+        src = tar.extractfile(member)
+        assert src is not None
+        with src, open(os.path.join(out, "LICENSE.pyllhttp"), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    written.append("LICENSE.pyllhttp")
+    shutil.copyfile(UPSTREAM_LICENSE, os.path.join(out, "LICENSE.llhttp"))
+    written.append("LICENSE.llhttp")
+    with open(os.path.join(out, SUMS), "w") as f:
+        f.write(f"# {SDIST} sha256 {SHA256}\n")
+        for rel in written:
+            f.write(f"{_sha256(os.path.join(out, rel))}  {rel}\n")
+    written.append(SUMS)
+    return [os.path.join(VENDOR, rel) for rel in written]
+
+
+def vendored(top: str) -> Llhttp | None:
+    """The bundled copy under ``top/vendor/llhttp/`` (an unpacked sdist), each file checked against
+    its SHA256SUMS; None when there is no such directory (a git checkout).
+
+    Raises:
+        FetchError: the directory exists but a file is missing or differs from SHA256SUMS.
+    """
+    root = os.path.join(top, VENDOR)
+    sums = os.path.join(root, SUMS)
+    if not os.path.isdir(root):
+        return None
+    if not os.path.isfile(sums):
+        raise FetchError(f"{root} has no {SUMS}")
+    listed = {}
+    with open(sums) as f:
+        for line in f:
+            if line.strip() and not line.startswith("#"):
+                digest, rel = line.split(None, 1)
+                listed[rel.strip()] = digest
+    for name in LIB_FILES:
+        if os.path.join("lib", name) not in listed:
+            raise FetchError(f"{sums} does not list lib/{name}")
+    for rel, digest in listed.items():
+        path = os.path.join(root, rel)
+        if not os.path.isfile(path):
+            raise FetchError(f"{path} is missing")
+        if _sha256(path) != digest:
+            raise FetchError(f"{path} differs from {SUMS}")
+    lib = os.path.join(root, "lib")
+    return Llhttp("vendored", lib, (f"-I{lib}",), (), tuple(os.path.join(lib, n) for n in SOURCES))
+
+
 def locate(cache: str = DEFAULT_CACHE, use_system: bool = True) -> Llhttp:
     """Finds llhttp, downloading and extracting the pinned sdist if needed.
 
@@ -164,8 +248,15 @@ def locate(cache: str = DEFAULT_CACHE, use_system: bool = True) -> Llhttp:
         use_system: try ``pkg-config libllhttp`` first.
 
     Raises:
-        FetchError: no system llhttp and the sdist could not be downloaded, verified or extracted.
+        FetchError: no system llhttp and the sdist could not be downloaded, verified or extracted
+            (or the bundled copy of an unpacked sdist fails its checksums).
+
+    Inside an unpacked sdist (``vendor/llhttp/`` next to ``scripts/``) the bundled copy wins.
     """
+    if os.path.abspath(cache) == os.path.abspath(DEFAULT_CACHE):
+        found = vendored(REPO)
+        if found is not None:
+            return found
     if use_system:
         found = _system()
         if found is not None:
@@ -193,10 +284,15 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--cflags", action="store_true", help="print compiler flags")
     what.add_argument("--libs", action="store_true", help="print linker flags")
     what.add_argument("--sources", action="store_true", help="print the .c files to compile")
+    what.add_argument("--bundle", metavar="DIR", help="write DIR/vendor/llhttp/ (for the sdist)")
     parser.add_argument("--cache", default=DEFAULT_CACHE, help="download and extract here")
     parser.add_argument("--no-system", action="store_true", help="skip pkg-config")
     args = parser.parse_args(argv)
     try:
+        if args.bundle:
+            for rel in bundle(args.bundle, args.cache):
+                print(rel)
+            return 0
         found = locate(args.cache, use_system=not args.no_system)
     except (FetchError, OSError, tarfile.TarError) as exc:
         print(f"fetch_llhttp: error: {exc}", file=sys.stderr)

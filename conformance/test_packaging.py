@@ -1,0 +1,404 @@
+"""How skirr is installed (issue 16): the offline sdist, the wheel, extras, types, the version.
+
+These cases build and install skirr the way a user does, in fresh venvs of the interpreter running
+the suite, with the helpers of scripts/release.py (``make dist`` and ``make release-check`` use the
+same). Network: only the ``pip download`` of the build requirements into build/test-wheelhouse/
+(once, kept between runs) and the extras' installs from the configured index; the sdist install
+runs with ``--no-index``, no pip configuration and its proxies pointed at a closed port.
+Each step has a timeout (scripts/release.py STEP_TIMEOUT); each case a pytest timeout.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.metadata
+import inspect
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import skirr
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import fetch_llhttp  # noqa: E402
+import release  # noqa: E402
+
+BUILD_TIMEOUT = 900  # seconds: a case that builds or installs skirr
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def wheelhouse() -> Path:
+    """setuptools, pip and wheel as wheels: the only build requirements an offline build gets."""
+    house = ROOT / "build" / "test-wheelhouse"
+    house.mkdir(parents=True, exist_ok=True)
+    with open(house / ".lock", "w") as lock:  # the two conformance legs run side by side
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        names = {p.name.split("-")[0].lower() for p in house.glob("*.whl")}
+        if not {"setuptools", "pip", "wheel"} <= names:
+            release.wheelhouse(house, sys.executable, release.BUILD_REQUIRES)
+    return house
+
+
+@pytest.fixture(scope="session")
+def sdist(tmp_path_factory) -> Path:
+    """``python -m build --sdist`` of this checkout (what a release uploads)."""
+    out = tmp_path_factory.mktemp("sdist")
+    release.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", out, ROOT],
+                env=release.user_env())
+    (path,) = out.glob("skirr-*.tar.gz")
+    return path
+
+
+@pytest.fixture(scope="session")
+def offline_install(sdist, wheelhouse, tmp_path_factory) -> tuple[str, str]:
+    """A fresh venv with skirr installed from the sdist by ``pip install -v --no-index``; returns
+    (its python, pip's verbose output, which holds the compiler command lines)."""
+    vpy = release.fresh_venv(sys.executable, tmp_path_factory.mktemp("offline") / "venv")
+    out = release.run([vpy, "-m", "pip", "install", "-v", "--no-index", "--find-links", wheelhouse,
+                       sdist], env=release.offline_env())
+    return vpy, out
+
+
+@pytest.fixture(scope="session")
+def wheel(sdist, wheelhouse, tmp_path_factory) -> Path:
+    """The wheel of this interpreter, built from the sdist with no network."""
+    out = tmp_path_factory.mktemp("wheel")
+    release.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index", "--find-links",
+                 wheelhouse, "--wheel-dir", out, sdist], env=release.offline_env())
+    (path,) = out.glob("skirr-*.whl")
+    return path
+
+
+ONE_REQUEST = textwrap.dedent("""
+    import importlib.util, json, threading, urllib.request
+    import skirr
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"offline"})
+
+    server = skirr.Server(skirr.Config(app, port=0, loop="asyncio", lifespan="off"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    assert server.started.wait(10)
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=5) as r:
+        got = [r.status, r.read().decode()]
+    server.request_shutdown()
+    thread.join(10)
+    print(json.dumps({"response": got, "alive": thread.is_alive(), "exit": server.exit_code,
+                      "file": skirr.__file__, "uvloop": importlib.util.find_spec("uvloop") is not None}))
+""")
+
+
+def _one_request(vpy: str) -> dict:
+    out = release.run([vpy, "-c", ONE_REQUEST], cwd=Path(vpy).parent, env=release.user_env(),
+                      timeout=60)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.rule("skirr-packaging-sdist-bundles-llhttp")
+@pytest.mark.timeout(BUILD_TIMEOUT)
+def test_sdist_bundles_pinned_llhttp_and_licences(sdist):
+    version = skirr.__version__
+    top = f"skirr-{version}/vendor/llhttp/"
+    with tarfile.open(sdist) as tar:
+        files = {m.name[len(top):]: tar.extractfile(m).read()
+                 for m in tar.getmembers() if m.name.startswith(top) and m.isfile()}
+        names = set(tar.getnames())
+    assert sorted(files) == sorted(
+        ["lib/llhttp.h", "lib/llhttp.c", "lib/api.c", "lib/http.c", "LICENSE.pyllhttp",
+         "LICENSE.llhttp", "SHA256SUMS"])
+    assert f"skirr-{version}/scripts/fetch_llhttp.py" in names
+    # Byte for byte the lib/ files of the pinned tarball, whose own sha256 is checked first.
+    pinned = fetch_llhttp.locate(use_system=False)
+    assert pinned.origin in ("sdist", "vendored")
+    for name in fetch_llhttp.LIB_FILES:
+        assert files[f"lib/{name}"] == Path(pinned.include_dir, name).read_bytes(), name
+    assert files["LICENSE.pyllhttp"].startswith(b"MIT License")
+    assert b"Copyright Fedor Indutny, 2018." in files["LICENSE.llhttp"]
+    sums = files["SHA256SUMS"].decode().splitlines()
+    assert sums[0] == f"# {fetch_llhttp.SDIST} sha256 {fetch_llhttp.SHA256}"
+    listed = dict(reversed(line.split("  ")) for line in sums[1:])
+    assert set(listed) == set(files) - {"SHA256SUMS"}
+    for rel, digest in listed.items():
+        assert _digest(files[rel]) == digest, rel
+
+
+@pytest.mark.rule("skirr-packaging-repo-holds-no-llhttp")
+def test_repository_holds_no_llhttp_source():
+    tracked = subprocess.run(["git", "-C", ROOT, "ls-files"], capture_output=True, text=True,
+                             check=True, timeout=30).stdout.split()
+    assert tracked, "not a git checkout"
+    llhttp_named = [p for p in tracked if Path(p).name in fetch_llhttp.LIB_FILES or p.startswith("vendor/")]
+    assert llhttp_named == []
+    marker = b"LLHTTP_VERSION_MAJOR"  # defined by llhttp.h itself; skirr's code only uses llhttp
+    holders = [p for p in tracked if (ROOT / p).is_file() and p.endswith((".c", ".h"))
+               and b"#define " + marker in (ROOT / p).read_bytes()]
+    assert holders == []
+
+
+@pytest.mark.rule("skirr-packaging-sdist-offline", "skirr-packaging-no-werror-for-users")
+@pytest.mark.timeout(BUILD_TIMEOUT)
+def test_sdist_installs_with_no_network(offline_install):
+    vpy, out = offline_install
+    # The bundled copy was used (no download, no pkg-config), and it was compiled.
+    assert "downloading llhttp" not in out
+    assert re.search(r"vendor/llhttp/lib/llhttp\.c", out), "bundled llhttp.c was not compiled"
+    # A user's build: skirr's own C with warnings on but not fatal.
+    skirr_cc = [line for line in out.splitlines()
+                if re.search(r"\bsrc/(core|ext)/\w+\.c\b", line) and " -c " in line]
+    assert len(skirr_cc) >= 2, out[-2000:]
+    for line in skirr_cc:
+        assert "-Wall" in line and "-Wextra" in line, line
+        assert "-Werror" not in line, line
+    got = _one_request(vpy)
+    assert got["response"] == [200, "offline"]
+    assert got["alive"] is False and got["exit"] == 0
+    assert "site-packages" in got["file"]
+    assert got["uvloop"] is False  # no extra asked for, none installed
+
+
+@pytest.mark.rule("skirr-packaging-werror-in-make")
+def test_make_builds_with_werror():
+    # The make verbs that compile skirr's C ask for -Werror: setup.py's switch, the C unit tests,
+    # the sanitizer builds. (make -n prints what would run without running it.)
+    dry = subprocess.run(["make", "-n", "-B", "-C", ROOT, "build", f"VPY={sys.executable}",
+                          "VENV=build/none"], capture_output=True, text=True, timeout=60).stdout
+    assert re.search(r"^SKIRR_WERROR=1 \S+ -m pip install .* \.$", dry, re.M), dry
+    setup_py = (ROOT / "setup.py").read_text()
+    assert 'os.environ.get("SKIRR_WERROR") == "1"' in setup_py
+    assert 'SK_CFLAGS.append("-Werror")' in setup_py
+    san = (ROOT / "sanitizers" / "sanitize.mk").read_text()
+    assert re.search(r"^SAN_CFLAGS \?= .*-Werror", san, re.M)
+
+
+@pytest.mark.rule("skirr-packaging-wheel-checked")
+@pytest.mark.timeout(BUILD_TIMEOUT)
+def test_wheel_passes_twine_and_auditwheel(sdist, wheel):
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    assert re.fullmatch(
+        rf"skirr-{re.escape(skirr.__version__)}-{tag}-{tag}-linux_(x86_64|aarch64)\.whl", wheel.name)
+    verdicts = release.check_dist(sdist, [wheel])
+    assert re.fullmatch(r"manylinux_2_\d+_(x86_64|aarch64)", verdicts[wheel.name]), verdicts
+
+
+EXTRAS = {
+    "uvloop": ["uvloop"],
+    "standard": ["uvloop", "watchfiles", "dotenv", "yaml"],
+}
+
+
+@pytest.mark.rule("skirr-packaging-extras")
+@pytest.mark.timeout(BUILD_TIMEOUT)
+@pytest.mark.parametrize("extra", sorted(EXTRAS))
+def test_extra_installs_what_it_names(extra, wheel, tmp_path):
+    vpy = release.fresh_venv(sys.executable, tmp_path / "venv")
+    release.run([vpy, "-m", "pip", "install", f"{wheel}[{extra}]"], env=release.user_env())
+    probe = ("import importlib.util, json, sys; "
+             f"print(json.dumps({{m: importlib.util.find_spec(m) is not None for m in {sorted(set().union(*EXTRAS.values()))!r}}}))")
+    found = json.loads(release.run([vpy, "-c", probe], env=release.user_env()).strip().splitlines()[-1])
+    assert found == {m: m in EXTRAS[extra] for m in found}
+    got = _one_request(vpy)
+    assert got["response"] == [200, "offline"] and got["exit"] == 0
+
+
+@pytest.mark.rule("skirr-packaging-extras")
+def test_extras_metadata_names_the_extras():
+    requires = importlib.metadata.requires("skirr") or []
+    by_extra: dict[str, set[str]] = {}
+    for req in requires:
+        m = re.fullmatch(r'([A-Za-z0-9_.-]+)\S*\s*;\s*extra\s*==\s*"(\w+)"', req)
+        assert m, f"a requirement outside an extra: {req!r}"
+        by_extra.setdefault(m.group(2), set()).add(m.group(1).lower())
+    assert by_extra == {"uvloop": {"uvloop"},
+                        "standard": {"uvloop", "watchfiles", "python-dotenv", "pyyaml"}}
+
+
+TYPED_OK = '''
+import asyncio
+import threading
+from typing import Any, Awaitable, Callable
+
+import skirr
+
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    try:
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+    except skirr.ClientDisconnected as exc:
+        errno: int | None = exc.errno
+        print(errno)
+
+
+def main() -> int:
+    config: skirr.Config = skirr.Config(app, port=0, loop="asyncio", timeout_keep_alive=2.5)
+    server = skirr.Server(config)
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    ok: bool = server.started.wait(5)
+    port: int | None = server.port
+    server.request_shutdown()
+    thread.join()
+    code: int | None = server.exit_code
+    print(ok, port, code, skirr.__version__.split("."))
+    status: int = skirr.run(app, host="127.0.0.1", port=0, limit_max_requests=1)
+    asyncio.run(server.serve())
+    return status
+'''
+
+TYPED_BAD = '''
+import skirr
+
+config = skirr.Config("main:app", port="8000")
+status: str = skirr.run("main:app")
+skirr.Server(config).no_such_method()
+err: skirr.ClientDisconnected = ValueError()
+'''
+
+
+def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
+    prog = tmp_path / "prog.py"
+    prog.write_text(source)
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--python-executable",
+         sys.executable, str(prog)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=release.user_env())
+
+
+@pytest.mark.rule("skirr-packaging-typed")
+@pytest.mark.timeout(600)
+def test_mypy_strict_accepts_the_typed_api(tmp_path):
+    proc = _mypy(tmp_path, TYPED_OK)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Success: no issues found in 1 source file" in proc.stdout
+    dist = importlib.metadata.distribution("skirr")
+    shipped = {str(f) for f in dist.files or ()}
+    assert {"skirr/py.typed", "skirr/_native.pyi"} <= shipped
+
+
+@pytest.mark.rule("skirr-packaging-typed")
+@pytest.mark.timeout(600)
+def test_mypy_strict_rejects_misuse(tmp_path):
+    proc = _mypy(tmp_path, TYPED_BAD)
+    assert proc.returncode == 1, proc.stdout
+    errors = [line.split(": error: ")[1] for line in proc.stdout.splitlines() if ": error: " in line]
+    assert len(errors) == 4, proc.stdout
+    assert 'Argument "port" to "Config" has incompatible type "str"; expected "int"' in errors[0]
+    assert 'Incompatible types in assignment (expression has type "int", variable has type "str")' in errors[1]
+    assert '"Server" has no attribute "no_such_method"' in errors[2]
+    assert '"ValueError"' in errors[3] and '"ClientDisconnected"' in errors[3]
+
+
+# ----------------------------------------------------------------------------------------------
+# Config documented once: README's Python API signature and its CLI table against the code.
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _readme_config_signature() -> str:
+    m = re.search(r"^- `Config\((.*?)\)`:", _readme(), re.M | re.S)
+    assert m, "README.md has no '- `Config(...)`:' entry under Python API"
+    return " ".join(m.group(1).split())
+
+
+def _cli_table() -> dict[str, str]:
+    """{option: default cell} of the README's Command line table."""
+    section = _readme().split("## Command line", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        m = re.match(r"\| `(--[a-z-]+)[^`]*` \|\s*([^|]*?)\s*\|", line)
+        if m:
+            rows[m.group(1)] = m.group(2).strip()
+    return rows
+
+
+def _cell_value(cell: str):
+    """A default cell as a Python value: `x` literals, empty or words (unlimited, never, ...) None."""
+    m = re.fullmatch(r"`([^`]*)`", cell)
+    if not m:
+        return None if cell in ("", "unlimited", "never") or cell.startswith("from ") else cell
+    text = m.group(1)
+    if text == '""':
+        return ""
+    try:
+        return float(text) if "." in text and text.replace(".", "").isdigit() else int(text)
+    except ValueError:
+        return text
+
+
+@pytest.mark.rule("skirr-packaging-config-documented")
+def test_readme_config_signature_is_the_code():
+    params = inspect.signature(skirr.Config).parameters
+    code = ", ".join(
+        name if p.default is inspect.Parameter.empty else f"{name}={p.default!r}".replace("'", '"')
+        for name, p in params.items())
+    assert _readme_config_signature() == code
+
+
+@pytest.mark.rule("skirr-packaging-config-documented")
+def test_readme_cli_table_matches_config():
+    params = inspect.signature(skirr.Config).parameters
+    rows = _cli_table()
+    options = {opt for opt in rows if opt != "--version"}
+    fields = {"--" + name.replace("_", "-") for name in params if name != "app"}
+    assert options == fields
+    for opt in sorted(options):
+        default = params[opt[2:].replace("-", "_")].default
+        cell = rows[opt]
+        if isinstance(default, bool):
+            assert cell == ("on" if default else "off"), opt
+        elif default is None:
+            assert _cell_value(cell) is None, (opt, cell)
+        else:
+            assert _cell_value(cell) == default, (opt, cell, default)
+
+
+@pytest.mark.rule("skirr-packaging-version-one-source")
+def test_version_has_one_source():
+    version = skirr.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+((a|b|rc)\d+)?(\.dev\d+)?", version)
+    assert importlib.metadata.version("skirr") == version
+    cli = subprocess.run([sys.executable, "-m", "skirr", "--version"], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT / "conformance")
+    assert cli.returncode == 0
+    assert cli.stdout.startswith(f"skirr {version} (CPython {sys.version.split()[0]}, Linux)")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "skirr.__version__"}
+    init = (ROOT / "src" / "skirr" / "__init__.py").read_text()
+    assert init.count(version) == 1
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert "## Unreleased" in changelog or f"## {version} " in changelog
+
+
+@pytest.mark.rule("skirr-packaging-pythons-declared-as-tested")
+def test_classifiers_and_requires_python_are_what_is_tested():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    minors = {c.rsplit(" :: ", 1)[1] for c in project["classifiers"]
+              if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)}
+    assert minors == set(release.MINORS) == {"3.11", "3.12", "3.13"}
+    assert project["requires-python"] == ">=3.11,<3.14"
+    assert "Programming Language :: Python :: Implementation :: CPython" in project["classifiers"]
+    assert not any("PyPy" in c for c in project["classifiers"])
+    ci = (ROOT / ".ci" / "run").read_text()
+    for minor in release.MINORS:  # CI runs each of them (the whole plan is in .ci/run)
+        assert re.search(rf"^\s*leg .*\b{re.escape(minor)}\b", ci, re.M), minor
