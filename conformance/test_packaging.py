@@ -9,6 +9,8 @@ Each step has a timeout (scripts/release.py STEP_TIMEOUT); each case a pytest ti
 """
 from __future__ import annotations
 
+import ast
+import dataclasses
 import fcntl
 import hashlib
 import importlib.metadata
@@ -334,40 +336,56 @@ def _cli_table() -> dict[str, str]:
 def _cell_value(cell: str):
     """A default cell as a Python value: `x` literals, empty or words (unlimited, never, ...) None."""
     m = re.fullmatch(r"`([^`]*)`", cell)
-    if not m:
-        return None if cell in ("", "unlimited", "never") or cell.startswith("from ") else cell
+    if not m:  # words (unlimited, never, from RLIMIT_NOFILE, uvicorn's line): no literal value
+        return None
     text = m.group(1)
     if text == '""':
         return ""
     try:
-        return float(text) if "." in text and text.replace(".", "").isdigit() else int(text)
+        return float(text) if "." in text and text.replace(".", "").isdigit() else int(text, 0)
     except ValueError:
         return text
 
 
+def _config_defaults() -> dict:
+    """Config's parameters in order, each with its default (a default_factory called)."""
+    factories = {f.name: f.default_factory for f in dataclasses.fields(skirr.Config)
+                 if f.default_factory is not dataclasses.MISSING}
+    out = {}
+    for name, p in inspect.signature(skirr.Config).parameters.items():
+        out[name] = factories[name]() if name in factories else p.default
+    return out
+
+
+# CLI flags named as uvicorn names them, where that is not the field's name with dashes
+CLI_NAMES = {"reload_dirs": "--reload-dir", "reload_includes": "--reload-include",
+             "reload_excludes": "--reload-exclude", "headers": "--header"}
+
+
 @pytest.mark.rule("skirr-packaging-config-documented")
 def test_readme_config_signature_is_the_code():
-    params = inspect.signature(skirr.Config).parameters
-    code = ", ".join(
-        name if p.default is inspect.Parameter.empty else f"{name}={p.default!r}".replace("'", '"')
-        for name, p in params.items())
-    assert _readme_config_signature() == code
+    """The README's Config(...) line names every parameter in order, with its default's value."""
+    call = ast.parse("Config(" + _readme_config_signature() + ")", mode="eval").body
+    documented = [("app", inspect.Parameter.empty)] if call.args else []
+    documented += [(kw.arg, ast.literal_eval(kw.value)) for kw in call.keywords]
+    assert documented == list(_config_defaults().items())
 
 
 @pytest.mark.rule("skirr-packaging-config-documented")
 def test_readme_cli_table_matches_config():
-    params = inspect.signature(skirr.Config).parameters
+    defaults = _config_defaults()
     rows = _cli_table()
     options = {opt for opt in rows if opt != "--version"}
-    fields = {"--" + name.replace("_", "-") for name in params if name != "app"}
-    assert options == fields
+    flags = {CLI_NAMES.get(name, "--" + name.replace("_", "-")): name
+             for name in defaults if name != "app"}
+    assert options == set(flags)
     for opt in sorted(options):
-        default = params[opt[2:].replace("-", "_")].default
+        default = defaults[flags[opt]]
         cell = rows[opt]
         if isinstance(default, bool):
             assert cell == ("on" if default else "off"), opt
-        elif default is None:
-            assert _cell_value(cell) is None, (opt, cell)
+        elif default is None or isinstance(default, list):
+            assert _cell_value(cell) is None or isinstance(default, list), (opt, cell)
         else:
             assert _cell_value(cell) == default, (opt, cell, default)
 
