@@ -31,9 +31,18 @@ SAN_UBSAN_OPTIONS ?= halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppres
 SAN_ENV = ASAN_OPTIONS=$(SAN_ASAN_OPTIONS):log_path=$(abspath $(SAN_DIR))/logs/asan \
   UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS):log_path=$(abspath $(SAN_DIR))/logs/ubsan
 
-.PHONY: sanitize sanitize-build sanitize-c sanitize-suite
+.PHONY: sanitize sanitize-build sanitize-c sanitize-suite sanitize-smoke
 
 sanitize: sanitize-c sanitize-suite
+
+# CI's smoke run: the C tests and fuzz corpora, then every case that drives the C extension over
+# HTTP (not the process-management, packaging and reverse-proxy cases, which run Python and
+# external programs: they run under `make sanitize`).
+SAN_SMOKE_IGNORE := test_packaging test_workers test_sockets test_gunicorn test_reload test_nginx \
+  test_proxy_nginx test_cli test_ops_cli test_lifespan test_lifetime test_oracle_h11
+sanitize-smoke: sanitize-c
+	@$(MAKE) --no-print-directory sanitize-suite \
+	  SAN_PYTEST_ARGS="-q $(foreach t,$(SAN_SMOKE_IGNORE),--ignore=conformance/$(t).py)"
 
 # The C unit tests (with LeakSanitizer: no interpreter here) and every fuzz seed and reproducer.
 sanitize-c: $(SAN_PREREQ)
