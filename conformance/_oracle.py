@@ -133,15 +133,19 @@ def expected_scope(req: Parsed) -> dict:
     """The scope fields (and body) skirr must give the app for a request h11 parsed. h11
     lower-cases the Transfer-Encoding value; skirr passes it as received (compared
     case-insensitively, rule skirr-h11-te-value-raw). With an absolute-form target the Host
-    value is the target's authority (rule RFC9112-3.2.2-absolute-form)."""
+    value is the target's authority (rule RFC9112-3.2.2-absolute-form), and a request without
+    Host (HTTP/1.0) gets one with it last (rule RFC9112-3.2.2-authority-syntax)."""
     raw_path, query, authority = target_parts(req.target)
+    headers = [(n, authority if authority is not None and n == b"host" else v)
+               for n, v in req.headers]
+    if authority is not None and not any(n == b"host" for n, _ in req.headers):
+        headers.append((b"host", authority))
     return {
         "method": req.method.decode("ascii"),
         "path": unquote(raw_path.decode("ascii")),
         "raw_path": raw_path,
         "query_string": query,
-        "headers": [(n, authority if authority is not None and n == b"host" else v)
-                    for n, v in req.headers],
+        "headers": headers,
         "http_version": req.http_version.decode("ascii"),
         "body": req.body,
     }

@@ -228,7 +228,8 @@ def test_extras_metadata_names_the_extras():
         assert m, f"a requirement outside an extra: {req!r}"
         by_extra.setdefault(m.group(2), set()).add(m.group(1).lower())
     assert by_extra == {"uvloop": {"uvloop"},
-                        "standard": {"uvloop", "watchfiles", "python-dotenv", "pyyaml"}}
+                        "standard": {"uvloop", "watchfiles", "python-dotenv", "pyyaml"},
+                        "reload": {"watchfiles"}, "metrics": {"prometheus-client"}}
 
 
 TYPED_OK = '''
