@@ -1,5 +1,4 @@
-/* sk_test.h — helpers shared by the byte-level core's plain C unit tests (test_ws.c; test_core.c
- * keeps its own copies until it moves to these).
+/* sk_test.h — helpers shared by the byte-level core's plain C unit tests (test_core.c, test_ws.c).
  *
  * Owns: the pass/fail counter (CHECK), the guard-page input area (every parser call's input ends
  * exactly at a PROT_NONE page, so an over-read faults even without ASan: picohttpparser's habit),
@@ -40,6 +39,9 @@ check(T *t, int ok, const char *file, int line, const char *what)
 }
 
 #define CHECK(t, cond) check((t), (cond) ? 1 : 0, __FILE__, __LINE__, #cond)
+
+/* Appends a string literal's bytes; the count comes from sizeof. */
+#define APPEND_LIT(b, lit) sk_buf_append((b), "" lit, sizeof(lit) - 1)
 
 /* Maps size bytes (rounded up to pages) followed by one PROT_NONE page. 0 or -1. */
 static inline int
@@ -99,13 +101,13 @@ log_bytes(sk_buf_t *log, const char *s, size_t n)
         unsigned char c = (unsigned char)s[i];
 
         if (c == '\r')
-            sk_buf_append(log, "\\r", 2);
+            APPEND_LIT(log, "\\r");
         else if (c == '\n')
-            sk_buf_append(log, "\\n", 2);
+            APPEND_LIT(log, "\\n");
         else if (c == '\t')
-            sk_buf_append(log, "\\t", 2);
+            APPEND_LIT(log, "\\t");
         else if (c == '\\')
-            sk_buf_append(log, "\\\\", 2);
+            APPEND_LIT(log, "\\\\");
         else if (c < 0x20 || c >= 0x7f)
             logf_(log, "\\x%02x", c);
         else

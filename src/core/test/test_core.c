@@ -24,6 +24,7 @@
 #include "sk_core.h"
 #include "sk_http.h"
 #include "sk_resp.h"
+#include "sk_test.h"
 #include "sk_token.h"
 #include "llhttp.h"
 
@@ -31,103 +32,6 @@
 #ifdef NDEBUG
 #error "test_core.c must be built without -DNDEBUG: it checks that the core's asserts run"
 #endif
-
-typedef struct {
-    int passed;
-    int failed;
-    int print;
-    /* Guarded input area: bytes [base, base + size) are readable, base + size is PROT_NONE. */
-    char *base;
-    size_t size;
-    size_t map_len;
-} T;
-
-static void
-check(T *t, int ok, const char *file, int line, const char *what)
-{
-    if (ok) {
-        t->passed++;
-        return;
-    }
-    t->failed++;
-    fprintf(stderr, "FAIL %s:%d: %s\n", file, line, what);
-}
-
-#define CHECK(t, cond) check((t), (cond) ? 1 : 0, __FILE__, __LINE__, #cond)
-
-/* Appends a string literal's bytes; the count comes from sizeof. */
-#define APPEND_LIT(b, lit) sk_buf_append((b), "" lit, sizeof(lit) - 1)
-
-static int
-guard_init(T *t, size_t size)
-{
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-
-    size = (size + page - 1) / page * page;
-    t->map_len = size + page;
-    t->base = mmap(NULL, t->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (t->base == MAP_FAILED)
-        return -1;
-    if (mprotect(t->base + size, page, PROT_NONE) != 0)
-        return -1;
-    t->size = size;
-    return 0;
-}
-
-/* Copies n bytes so that they end exactly at the guard page. */
-static char *
-guard_place(T *t, const char *src, size_t n)
-{
-    char *dst = t->base + t->size - n;
-
-    if (n > 0)
-        memmove(dst, src, n);
-    return dst;
-}
-
-#if defined(__GNUC__)
-static void logf_(sk_buf_t *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#endif
-
-static void
-logf_(sk_buf_t *log, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    int n;
-
-    va_start(ap, fmt);
-    /* NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized): va_start above; clang 14 false positive */
-    n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n >= sizeof(tmp))
-        n = sizeof(tmp) - 1;
-    sk_buf_append(log, tmp, (size_t)n);
-}
-
-/* Appends bytes, escaping CR, LF, HTAB, backslash and non-printables, so logs stay one line each. */
-static void
-log_bytes(sk_buf_t *log, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-
-        if (c == '\r')
-            APPEND_LIT(log, "\\r");
-        else if (c == '\n')
-            APPEND_LIT(log, "\\n");
-        else if (c == '\t')
-            APPEND_LIT(log, "\\t");
-        else if (c == '\\')
-            APPEND_LIT(log, "\\\\");
-        else if (c < 0x20 || c >= 0x7f)
-            logf_(log, "\\x%02x", c);
-        else
-            sk_buf_append(log, (const char *)&c, 1);
-    }
-}
 
 /* ---- parser harness -------------------------------------------------------------------------- */
 
@@ -251,19 +155,6 @@ run_parser(T *t, const sk_limits_t *lim, const char *in, size_t n, int mode, siz
     sk_buf_free(&r.body);
     sk_buf_free(&pend);
     sk_parser_free(&p);
-}
-
-static int
-log_eq(const sk_buf_t *a, const sk_buf_t *b)
-{
-    return sk_buf_len(a) == sk_buf_len(b) &&
-           memcmp(sk_buf_head(a), sk_buf_head(b), sk_buf_len(a)) == 0;
-}
-
-static void
-print_log(const char *label, const sk_buf_t *log)
-{
-    fprintf(stderr, "--- %s\n%.*s", label, (int)sk_buf_len(log), sk_buf_head(log));
 }
 
 /* The picohttpparser habit: whole, byte by byte, and every split must give the same events, and
