@@ -116,6 +116,152 @@ def test_no_trace_below_trace(tmp_path, loop):
         assert "TRACE" not in proc.stderr
 
 
+LOG_JSON = {
+    "version": 1, "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(name)s|%(levelname)s|%(message)s"}},
+    "handlers": {"f": {"class": "logging.FileHandler", "filename": "{out}",
+                       "formatter": "plain"}},
+    "loggers": {"skirr.access": {"handlers": ["f"], "level": "INFO", "propagate": False}},
+}
+LOG_INI = """[loggers]
+keys=root,access
+
+[handlers]
+keys=f
+
+[formatters]
+keys=plain
+
+[logger_root]
+level=WARNING
+handlers=
+
+[logger_access]
+level=INFO
+handlers=f
+qualname=skirr.access
+propagate=0
+
+[handler_f]
+class=FileHandler
+args=(%(out)r,)
+formatter=plain
+
+[formatter_plain]
+format=%(name)s|%(levelname)s|%(message)s
+"""
+
+
+@pytest.mark.rule("skirr-log-config")
+@pytest.mark.parametrize("kind", ["json", "yaml", "ini"])
+def test_log_config(tmp_path, loop, kind):
+    import yaml
+
+    out = tmp_path / "access.log"
+    cfg = tmp_path / f"log.{kind}"
+    as_dict = json.loads(json.dumps(LOG_JSON).replace("{out}", str(out)))
+    if kind == "json":
+        cfg.write_text(json.dumps(as_dict))
+    elif kind == "yaml":
+        cfg.write_text(yaml.safe_dump(as_dict))
+    else:
+        cfg.write_text(LOG_INI.replace("%(out)r", repr(str(out))))
+    port = _proc.free_port()
+    with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port), "--log-config",
+                      str(cfg)], tmp_path) as proc:
+        proc.wait_accepting(port)
+        status, me = get(port, "/cfg")
+        assert status == 200
+        assert proc.stop() == 0
+        assert access_lines(proc.stderr) == []  # the access logger no longer propagates
+        assert "skirr running on" in proc.stderr  # skirr.error still has skirr's own handler
+    assert out.read_text() == f'skirr.access|INFO|{me} - "GET /cfg HTTP/1.1" 200 OK\n'
+
+
+@pytest.mark.rule("skirr-log-config")
+@pytest.mark.parametrize("content,name,message", [
+    ("{not json", "bad.json", "--log-config"),
+    ("version: 99\n", "bad.yaml", "--log-config"),
+    ("[loggers]\nkeys=nope\n", "bad.ini", "--log-config"),
+])
+def test_bad_log_config(tmp_path, loop, content, name, message):
+    cfg = tmp_path / name
+    cfg.write_text(content)
+    port = _proc.free_port()
+    with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port), "--log-config",
+                      str(cfg)], tmp_path) as proc:
+        assert proc.proc.wait(_proc.STOP_TIMEOUT) == 1
+        err = proc.stderr
+    assert err.startswith(f"skirr: error: --log-config {cfg}: ") and err.count("\n") == 1
+
+
+@pytest.mark.rule("skirr-log-config")
+def test_missing_log_config_is_usage_error(tmp_path, loop):
+    with _proc.Skirr(["basic:app", "--loop", loop, "--log-config", str(tmp_path / "no.json")],
+                     tmp_path) as proc:
+        assert proc.proc.wait(_proc.STOP_TIMEOUT) == 2
+        assert proc.stderr == f"skirr: error: --log-config {tmp_path / 'no.json'}: No such file\n"
+
+
+@pytest.mark.rule("skirr-log-config")
+@pytest.mark.parametrize("flag,colored", [("--use-colors", True), ("--no-use-colors", False)])
+def test_use_colors(tmp_path, loop, flag, colored):
+    port = _proc.free_port()
+    with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port), flag], tmp_path) as proc:
+        proc.wait_accepting(port)
+        status, me = get(port)
+        assert proc.stop() == 0
+        err = proc.stderr
+    if colored:
+        assert "\x1b[32mINFO\x1b[0m:     skirr running on" in err
+        assert f'\x1b[32mINFO\x1b[0m:     {me} - "GET / HTTP/1.1" 200 OK' in err
+    else:
+        assert "\x1b[" not in err and f'INFO:     {me} - "GET / HTTP/1.1" 200 OK' in err
+
+
+@pytest.mark.rule("skirr-env-options")
+def test_env_file(tmp_path, loop):
+    env = tmp_path / ".env"
+    env.write_text("SKIRR_ACCESS_LOG=false\nSKIRR_HEADER=x-from-env: 1\nMY_APP_SETTING=7\n")
+    port = _proc.free_port()
+    with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port), "--env-file", str(env)],
+                     tmp_path) as proc:
+        proc.wait_accepting(port)
+        r = _proc.request(port)
+        assert r.status == 200 and r.header(b"x-from-env") == b"1"
+        assert proc.stop() == 0
+        assert access_lines(proc.stderr) == []
+
+
+@pytest.mark.rule("skirr-env-options")
+def test_env_options_and_command_line_wins(tmp_path, loop, monkeypatch):
+    port = _proc.free_port()
+    monkeypatch.setenv("SKIRR_PORT", str(port))
+    monkeypatch.setenv("SKIRR_SERVER_HEADER", "no")
+    monkeypatch.setenv("SKIRR_ACCESS_LOG", "off")
+    with _proc.Skirr(["basic:app", "--loop", loop, "--access-log"], tmp_path) as proc:
+        proc.wait_accepting(port)
+        r = _proc.request(port)
+        assert r.status == 200 and r.header(b"server") is None
+        assert proc.stop() == 0
+        assert len(access_lines(proc.stderr)) == 1  # --access-log beat SKIRR_ACCESS_LOG=off
+
+
+@pytest.mark.rule("skirr-env-options")
+@pytest.mark.parametrize("var,value,message", [
+    ("SKIRR_PORT", "abc", "skirr: error: SKIRR_PORT: invalid port: 'abc'\n"),
+    ("SKIRR_LOOP", "tokio", "skirr: error: SKIRR_LOOP: invalid choice 'tokio' (choose from "
+                            "auto, asyncio, uvloop)\n"),
+    ("SKIRR_PROXY_HEADERS", "maybe", "skirr: error: SKIRR_PROXY_HEADERS: expected one of "
+                                     "1/true/yes/on/0/false/no/off, got 'maybe'\n"),
+])
+def test_bad_env_value_is_usage_error(tmp_path, loop, monkeypatch, var, value, message):
+    monkeypatch.setenv(var, value)
+    with _proc.Skirr(["basic:app", "--loop", loop], tmp_path) as proc:
+        assert proc.proc.wait(_proc.STOP_TIMEOUT) == 2
+        assert proc.stderr == message
+
+
 @pytest.mark.rule("skirr-metrics")
 def test_metrics_port_flag(tmp_path, loop):
     mport = _proc.free_port()
