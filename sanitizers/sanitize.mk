@@ -17,6 +17,7 @@ SAN_DIR ?= build/asan
 SAN_SITE ?= $(SAN_DIR)/site
 SAN_PREREQ ?=
 SAN_PYTEST_ARGS ?= -q
+SAN_TESTS ?= conformance
 SAN_FLAGS ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
 SAN_CFLAGS ?= -std=c11 -O1 -Wall -Wextra -Werror
 SAN_LLHTTP ?= python3 scripts/fetch_llhttp.py
@@ -95,11 +96,11 @@ sanitize-suite: sanitize-build
 	@set -e; mkdir -p $(SAN_DIR)/logs; rm -f $(SAN_DIR)/logs/*; \
 	asan=$$($(SAN_CC) -print-file-name=libasan.so); \
 	[ -f "$$asan" ] || { echo "sanitize: no libasan.so from $(SAN_CC)" >&2; exit 1; }; \
-	echo "LD_PRELOAD=$$asan PYTHONMALLOC=malloc PYTHONPATH=$(SAN_SITE) $(SAN_PY) -m pytest conformance"; \
+	echo "LD_PRELOAD=$$asan PYTHONMALLOC=malloc PYTHONPATH=$(SAN_SITE) $(SAN_PY) -m pytest $(SAN_TESTS)"; \
 	export LD_PRELOAD=$$asan PYTHONMALLOC=malloc PYTHONPATH=$(abspath $(SAN_SITE)) $(SAN_ENV) \
 	  SKIRR_HYPOTHESIS_EXAMPLES=$${SKIRR_HYPOTHESIS_EXAMPLES:-200}; \
 	$(SAN_PY) -c 'import skirr._native as n, sys; f = n.__file__; print("sanitize: using", f); sys.exit(0 if "$(SAN_SITE)" in f else 1)'; \
-	rc=0; $(SAN_PY) -m pytest conformance $(SAN_PYTEST_ARGS) || rc=$$?; \
+	rc=0; $(SAN_PY) -m pytest $(SAN_TESTS) $(SAN_PYTEST_ARGS) || rc=$$?; \
 	unset LD_PRELOAD; \
 	if ls $(SAN_DIR)/logs/* >/dev/null 2>&1; then \
 	  echo "sanitize: sanitizer reports:" >&2; cat $(SAN_DIR)/logs/* >&2; exit 1; \
