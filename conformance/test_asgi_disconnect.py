@@ -437,3 +437,52 @@ def test_client_half_close_is_a_disconnect(serve):
             assert first["type"] == "http.request" and after == {"type": "http.disconnect"}
         assert srv.get("/next").body == b"next"
     assert srv.errors() == [], [record_text(r) for r in srv.errors()]
+
+
+@pytest.mark.rule("skirr-half-close-written-output-sent")
+def test_half_close_does_not_drop_a_response_waiting_for_a_slow_reader(serve):
+    """A 32 MiB response, complete on the server's side but mostly unsent (the client reads only
+    its first bytes), then the client's FIN: every byte still arrives, then EOF."""
+    body = bytes(range(256)) * 131072  # 32 MiB: more than loopback socket buffers hold
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(http_request("GET", "/big"))
+        head = c.read_until(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+        time.sleep(0.3)  # the server now holds most of the body, waiting for the reader
+        c.sock.shutdown(socket.SHUT_WR)
+        rest = c.read_until_close(timeout=10.0)
+        assert len(rest) == len(body) and rest == body
+    assert srv.errors() == [], [record_text(r) for r in srv.errors()]
+
+
+@pytest.mark.rule("skirr-half-close-written-output-sent")
+def test_half_close_after_pipelined_requests_keeps_the_completed_response(serve):
+    """Two pipelined GETs and a FIN in one send: the first response, completed and held back
+    while the second request starts, is sent whole; whatever follows is whole responses only."""
+    async def app(scope, receive, send):
+        await receive()
+        body = scope["path"].encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body})
+
+    for _ in range(20):
+        with serve(app) as srv:
+            c = srv.connect()
+            c.send(http_request("GET", "/1") + http_request("GET", "/2"))
+            c.sock.shutdown(socket.SHUT_WR)
+            data = c.read_until_close(timeout=5.0)
+        assert data.startswith(b"HTTP/1.1 200 OK\r\n"), data
+        responses = data.split(b"HTTP/1.1 ")[1:]
+        assert len(responses) in (1, 2), data
+        for i, r in enumerate(responses):
+            head, _, rest = r.partition(b"\r\n\r\n")
+            assert rest == b"/%d" % (i + 1), data

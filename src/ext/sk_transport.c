@@ -36,7 +36,8 @@
 
 enum tp_state {
     TP_OPEN = 0,
-    TP_CLOSING,   /* SK_CLOSE_AFTER_WRITE: sending what is left, then LINGERING */
+    TP_CLOSING,   /* SK_CLOSE_AFTER_WRITE, or the peer's FIN: sending what is left, then
+                   * LINGERING (or CLOSED at once after a FIN) */
     TP_LINGERING, /* half-closed by us: reading and discarding until EOF or the deadline */
     TP_CLOSED,    /* fd closed, handler told; waiting to be reaped */
 };
@@ -56,6 +57,8 @@ struct sk_transport {
     uint8_t held;        /* sk_transport_hold: output waits for sk_transport_release */
     uint8_t read_paused; /* sk_transport_pause_reading */
     uint8_t on_pending;  /* on the reactor's pending list (sk_transport_feed_soon) */
+    uint8_t peer_eof;    /* the peer's FIN arrived: no more reading, no EPOLLRDHUP */
+    uint8_t told;        /* the handler's closed() ran: its calls have no effect any more */
     int deadline_kind;   /* the handler's deadline, 0 = none */
     double deadline;     /* monotonic seconds */
     double tp_deadline; /* monotonic seconds: write progress (output pending) or linger; 0 = none */
@@ -112,7 +115,7 @@ update_events(sk_transport_t *t)
     if (t->state == TP_CLOSED) {
         return;
     }
-    uint32_t want = EPOLLRDHUP;
+    uint32_t want = t->peer_eof ? 0 : EPOLLRDHUP; /* level-triggered: it would fire forever */
     if (t->state == TP_LINGERING) {
         want |= EPOLLIN;
     }
@@ -216,6 +219,16 @@ unlink_pending(sk_transport_t *t)
     t->on_pending = 0;
 }
 
+/* Runs the handler's closed() entry, once. */
+static void
+tell_closed(sk_transport_t *t, int reason)
+{
+    if (!t->told) {
+        t->told = 1;
+        t->ops->closed(t->h, reason);
+    }
+}
+
 /* Closes the socket and tells the handler; the transport is freed by reap(). */
 static void
 tp_closed(sk_transport_t *t, int reason)
@@ -246,7 +259,31 @@ tp_closed(sk_transport_t *t, int reason)
     }
     t->reap_next = r->reap_head;
     r->reap_head = t;
-    t->ops->closed(t->h, reason); /* last: the handler may call back (no effect any more) */
+    tell_closed(t, reason); /* last: the handler may call back (no effect any more) */
+}
+
+/* The peer sent its FIN (recv() returned 0, or EPOLLRDHUP while not reading) and nothing says
+ * the connection is reset. The handler is told at once (the request in flight sees the client
+ * as gone: ASGI's http.disconnect), but what it already wrote, held or not, is still sent
+ * before the close: a response completed before a half-close is not thrown away (RFC 9112 §9.6
+ * lets a client half-close after its last request). With nothing to send, it closes now. */
+static void
+tp_peer_eof(sk_transport_t *t)
+{
+    if ((t->state != TP_OPEN && t->state != TP_CLOSING) || sk_buf_len(&t->out) == 0) {
+        tp_closed(t, t->state == TP_LINGERING ? SK_CLOSED_LINGER_DONE : SK_CLOSED_PEER);
+        return;
+    }
+    if (t->state == TP_OPEN) {
+        set_state(t, TP_CLOSING);
+    }
+    t->peer_eof = 1;
+    t->held = 0;
+    t->deadline_kind = 0;
+    tell_closed(t, SK_CLOSED_PEER);
+    if (t->state == TP_CLOSING) {
+        (void)tp_flush(t); /* drained: closes (tp_flush); else waits for EPOLLOUT */
+    }
 }
 
 static void
@@ -317,7 +354,12 @@ tp_flush(sk_transport_t *t)
     size_t left = sk_buf_len(&t->out);
     if (left == 0 && t->state == TP_CLOSING) {
         t->tp_deadline = 0;
-        tp_linger(t);
+        if (t->peer_eof) {
+            tp_closed(t, SK_CLOSED_PEER); /* the peer sends nothing more: no linger */
+        }
+        else {
+            tp_linger(t);
+        }
         return 0;
     }
     if (left > 0) {
@@ -328,7 +370,7 @@ tp_flush(sk_transport_t *t)
     else {
         t->tp_deadline = 0;
     }
-    if ((was_high && left < SK_OUTPUT_HIGH_WATER) || (was_stalled && left == 0)) {
+    if (!t->told && ((was_high && left < SK_OUTPUT_HIGH_WATER) || (was_stalled && left == 0))) {
         t->ops->writable(t->h);
         if (t->state == TP_CLOSED) {
             return 0;
@@ -387,8 +429,11 @@ tp_readable(sk_transport_t *t, uint32_t events)
 {
     sk_reactor_t *r = t->reactor;
     if (!(t->epoll_events & EPOLLIN)) {
-        if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        if (events & (EPOLLHUP | EPOLLERR)) {
             tp_closed(t, SK_CLOSED_PEER);
+        }
+        else if (events & EPOLLRDHUP) {
+            tp_peer_eof(t);
         }
         return;
     }
@@ -400,7 +445,7 @@ tp_readable(sk_transport_t *t, uint32_t events)
         return;
     }
     if (n == 0) {
-        tp_closed(t, t->state == TP_LINGERING ? SK_CLOSED_LINGER_DONE : SK_CLOSED_PEER);
+        tp_peer_eof(t);
         return;
     }
     if (t->state != TP_OPEN) {
@@ -454,7 +499,7 @@ sk_transport_is_open(const sk_transport_t *t)
 int
 sk_transport_write(sk_transport_t *t)
 {
-    if (t->state == TP_CLOSED) {
+    if (t->state == TP_CLOSED || t->told) {
         return -1;
     }
     if (t->dispatching || t->state == TP_LINGERING) {
@@ -562,6 +607,9 @@ sk_transport_deadline_kind(const sk_transport_t *t)
 void
 sk_transport_close(sk_transport_t *t, int how)
 {
+    if (t->told) {
+        return; /* after closed(): no effect (a FIN's drain goes on) */
+    }
     if (t->state != TP_OPEN) {
         if (how == SK_CLOSE_NOW && t->state != TP_CLOSED) {
             tp_closed(t, SK_CLOSED_BY_HANDLER);
@@ -581,7 +629,7 @@ sk_transport_close(sk_transport_t *t, int how)
 void
 sk_transport_abort(sk_transport_t *t, int reset)
 {
-    if (t->state == TP_CLOSED) {
+    if (t->state == TP_CLOSED || t->told) {
         return;
     }
     if (reset) {

@@ -34,7 +34,7 @@ typedef struct sk_transport sk_transport_t;
 
 /* Why a transport closed, as told to the handler's closed() entry. */
 enum sk_close_reason {
-    SK_CLOSED_PEER = 1,      /* EOF, reset or a socket error from the peer */
+    SK_CLOSED_PEER = 1,      /* FIN, reset or a socket error from the peer */
     SK_CLOSED_WRITE_TIMEOUT, /* unsent output made no progress for --timeout-write seconds */
     SK_CLOSED_LINGER_DONE,   /* a server-side close finished lingering (or timed out) */
     SK_CLOSED_BY_HANDLER,    /* the handler called sk_transport_close(SK_CLOSE_NOW) or _abort */
@@ -68,9 +68,11 @@ typedef struct sk_handler_ops {
     /* The server is shutting down: close now if nothing is in flight, else finish what is and
      * close after it. Called once per open transport. */
     void (*shutdown)(void *h);
-    /* The transport closed (its fd is gone); `reason` is an enum sk_close_reason. Called exactly
-     * once, and never for a handler switched away from. Wake whatever waits on the connection;
-     * no sk_transport_* call has any effect from here on. */
+    /* The transport closed (its fd is gone), or the peer sent its FIN (reason SK_CLOSED_PEER):
+     * then what the handler already wrote, held or not, is still sent before the fd closes (a
+     * response completed before a client's half-close is not lost). `reason` is an enum
+     * sk_close_reason. Called exactly once, and never for a handler switched away from. Wake
+     * whatever waits on the connection; no sk_transport_* call has any effect from here on. */
     void (*closed)(void *h, int reason);
     /* Frees `h`. Called exactly once, when the reactor reaps the closed transport (no frame can
      * still hold `h` then): after closed(), or, for a handler switched away from, with no
