@@ -122,6 +122,24 @@ def test_limit_max_requests_lets_the_last_request_finish(serve):
         assert srv.server.exit_code == 0
 
 
+@pytest.mark.rule("skirr-limit-max-requests", "skirr-close-announced-max-requests")
+def test_limit_max_requests_last_response_announces_the_close(serve, echo_app):
+    """limit_max_requests=2 on one keep-alive connection, the second request sent at once: the
+    first response stays persistent, the second (the last this server serves) says
+    'connection: close' and the connection ends after it, whatever the watcher's timing."""
+    for _ in range(5):
+        with serve(echo_app, limit_max_requests=2) as srv:
+            c = srv.connect()
+            r1 = c.request(http_request("GET", "/1"))
+            r2 = c.request(http_request("GET", "/2"))
+            assert (r1.status, r1.get(b"connection")) == (200, None)
+            assert (r2.status, r2.get(b"connection")) == (200, b"close")
+            c.expect_eof()
+            c.close()
+            wait_stopped(srv)
+            assert srv.server.exit_code == 0
+
+
 @pytest.mark.rule("skirr-limit-max-requests")
 def test_limit_max_requests_jitter(serve, echo_app, monkeypatch):
     """limit_max_requests=2, jitter=3: the limit is 2 + random.randint(0, 3); with randint

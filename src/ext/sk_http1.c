@@ -244,7 +244,9 @@ refuse(http1_conn_t *c, int status)
 static int
 server_closes_after(http1_conn_t *c, RequestObject *r)
 {
-    if (c->srv->shutting_down || c->closed) {
+    const sk_http1_server_t *srv = c->srv;
+    if (srv->shutting_down || c->closed ||
+        (srv->max_requests != 0 && srv->total_requests >= srv->max_requests)) {
         return 1;
     }
     if (r->rx != RX_BODY) {

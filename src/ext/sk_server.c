@@ -186,6 +186,29 @@ server_get_total(PyObject *op, void *Py_UNUSED(closure))
 }
 
 static PyObject *
+server_get_max_requests(PyObject *op, void *Py_UNUSED(closure))
+{
+    /* New reference. */
+    return PyLong_FromUnsignedLongLong(((ServerObject *)op)->http.max_requests);
+}
+
+static int
+server_set_max_requests(PyObject *op, PyObject *value, void *Py_UNUSED(closure))
+{
+    /* 0, or -1 with TypeError/ValueError/OverflowError set: not a non-negative int. */
+    if (value == NULL || !PyLong_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "max_requests must be an int");
+        return -1;
+    }
+    unsigned long long n = PyLong_AsUnsignedLongLong(value);
+    if (n == (unsigned long long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    ((ServerObject *)op)->http.max_requests = n;
+    return 0;
+}
+
+static PyObject *
 server_get_active(PyObject *op, void *Py_UNUSED(closure))
 {
     /* New reference. */
@@ -504,6 +527,10 @@ static PyGetSetDef server_getset[] = {
     {"active_requests", server_get_active, NULL, "Requests whose application task is running.",
      NULL},
     {"total_requests", server_get_total, NULL, "Requests started since the server was made.", NULL},
+    {"max_requests", server_get_max_requests, server_set_max_requests,
+     "--limit-max-requests: once total_requests reaches it, every response says `connection: "
+     "close` (RFC 9112 §9.6: the server is about to stop); 0 = no limit.",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

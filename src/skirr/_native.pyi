@@ -116,6 +116,10 @@ class Server:
     @property
     def total_requests(self) -> int:
         """Requests started since the server was made (for --limit-max-requests)."""
+    max_requests: int
+    """--limit-max-requests: once ``total_requests`` reaches it, every response says
+    ``connection: close`` (RFC 9112 §9.6); 0 = no limit. TypeError/OverflowError if not an int
+    >= 0."""
 
 def _live() -> dict[str, int]:
     """Live counts {"servers", "connections", "requests", "awaitables"} for leak tests."""

@@ -180,6 +180,15 @@ class Server:
                     # several; --metrics-port with --workers > 1 is refused by Config)
                     exporter = MetricsExporter(natives[0].metrics, config.host, config.metrics_port)
                     exporter.start()
+                limit = 0
+                if config.limit_max_requests:
+                    limit = config.limit_max_requests + random.randint(
+                        0, config.limit_max_requests_jitter
+                    )
+                    for native in natives:
+                        # the last responses announce the close; with several listeners each
+                        # counts its own (the watcher below stops on the sum)
+                        native.max_requests = limit
                 for native in natives:
                     native.start()
                 for sock in socks:
@@ -187,10 +196,7 @@ class Server:
                 self.started.set()
                 if self._on_started is not None:
                     self._on_started()
-                if config.limit_max_requests:
-                    limit = config.limit_max_requests + random.randint(
-                        0, config.limit_max_requests_jitter
-                    )
+                if limit:
                     watcher = asyncio.ensure_future(self._watch_max_requests(natives, limit))
                 await self._stop.wait()
                 self.draining = True
