@@ -158,6 +158,58 @@ def test_app_raising_on_lifespan_fails_under_on(loop_name):
     assert any("lifespan-not-supported-7e1" in t for t in run.handler.texts()), run.handler.texts()
 
 
+def _base_raising(exc: BaseException, phase: str):
+    async def app(scope, receive, send):
+        assert scope["type"] == "lifespan"
+        msg = await receive()
+        if msg["type"] == f"lifespan.{phase}":
+            raise exc
+        await send({"type": msg["type"] + ".complete"})
+        msg = await receive()
+        if msg["type"] == f"lifespan.{phase}":
+            raise exc
+        await send({"type": msg["type"] + ".complete"})
+    return app
+
+
+@rule("skirr-lifespan-on-required", "ASGI-lifespan-2.0-startup-failed",
+      "ASGI-lifespan-2.0-shutdown-failed")
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt()], ids=repr)
+@pytest.mark.parametrize("phase", ["startup", "shutdown"])
+def test_base_exception_in_lifespan_fails_run_with_1(loop_name, exc, phase):
+    """SystemExit or KeyboardInterrupt raised by the app inside the lifespan scope is the app's
+    failure like any exception: one ERROR line naming it (no traceback), Server.run() returns 1
+    (not the app's exit status), and a startup failure never serves."""
+    run = Unstarted(_base_raising(exc, phase), loop_name, lifespan="on")
+    if phase == "shutdown":
+        deadline = time.monotonic() + 10
+        while not run.server.started.is_set():
+            assert time.monotonic() < deadline and run.thread.is_alive()
+            time.sleep(0.02)
+        run.server.request_shutdown()
+    assert run.join() == 1
+    assert run.server.started.is_set() == (phase == "shutdown")
+    texts = run.handler.texts()
+    line = f"the application raised {exc!r} in the 'lifespan' protocol during {phase}"
+    assert line in texts, texts
+    assert all("Traceback" not in t for t in texts), texts
+
+
+@rule("skirr-lifespan-auto-unsupported")
+def test_system_exit_before_any_lifespan_message_is_unsupported_under_auto(serve):
+    """lifespan="auto" and an app raising SystemExit on the lifespan scope before its first
+    message: lifespan is taken as unsupported and requests are served (as for any exception)."""
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            raise SystemExit(3)
+        await _raising(scope, receive, send)
+
+    with serve(app, lifespan="auto") as srv:
+        r = srv.get("/")
+        assert (r.status, r.body) == (200, b"{}")
+    assert srv.errors() == [], [record_text(r) for r in srv.errors()]
+
+
 @rule("skirr-lifespan-off")
 def test_lifespan_off_never_calls_app_for_lifespan(serve):
     log = Recorder()

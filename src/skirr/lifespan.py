@@ -110,11 +110,15 @@ class Lifespan:
             if not self._sent_any and self._phase == _STARTUP and self.mode == "auto":
                 logger.info("ASGI 'lifespan' protocol appears unsupported.")
                 self._supported = False
-            else:
+            elif isinstance(exc, Exception):
                 logger.error("Exception in 'lifespan' protocol", exc_info=exc)
                 self.failed = True
-            if not isinstance(exc, Exception):
-                raise
+            else:
+                # SystemExit, KeyboardInterrupt, ...: the app's, not the server's: one line, and
+                # the run ends through the normal failed path (exit 1), never the app's code.
+                logger.error("the application raised %r in the 'lifespan' protocol during %s",
+                             exc, self._phase)
+                self.failed = True
         else:
             if self._phase not in self._done_phases:
                 if not self._sent_any and self._phase == _STARTUP:
