@@ -1048,6 +1048,74 @@ def test_more_body_bool_mutating_message_and_body(serve, natives):
         wait_counters(natives, active_requests=0)
 
 
+class SendsOnBool:
+    """A more_body value whose __bool__ calls send() with a message completing the response."""
+
+    def __init__(self, send, seen: Recorder):
+        self.send = send
+        self.seen = seen
+
+    def __bool__(self):
+        try:
+            self.send({"type": "http.response.body", "body": b"inner"})
+        except RuntimeError as exc:
+            self.seen.put(("RuntimeError", str(exc)))
+        else:
+            self.seen.put(("accepted", None))
+        return False
+
+
+class SendsOnIter:
+    """Response headers whose __iter__ calls send() (a whole body) before yielding one pair."""
+
+    def __init__(self, send, seen: Recorder):
+        self.send = send
+        self.seen = seen
+
+    def __iter__(self):
+        try:
+            self.send({"type": "http.response.body", "body": b"inner"})
+        except RuntimeError as exc:
+            self.seen.put(("RuntimeError", str(exc)))
+        else:
+            self.seen.put(("accepted", None))
+        return iter([(b"x-a", b"1")])
+
+
+REENTERED = "send() called again while a send() of this request is still reading its message"
+
+
+@pytest.mark.rule("skirr-send-hostile-objects")
+@pytest.mark.parametrize("where", ["more_body", "headers"])
+def test_send_reentered_from_its_own_message(serve, natives, where):
+    """The message's own code (more_body.__bool__, headers.__iter__) calls send() with a
+    message that would complete the response: that inner send raises RuntimeError at once and
+    changes nothing; the outer send goes on as if it had not happened (F3: it raised
+    ClientDisconnected, unlogged)."""
+    seen = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        if where == "headers":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": SendsOnIter(send, seen)})
+            await send({"type": "http.response.body", "body": b"outer"})
+        else:
+            await send(start(200))
+            await send({"type": "http.response.body", "body": b"outer",
+                        "more_body": SendsOnBool(send, seen)})
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(http_request())
+        r = c.response()
+        assert (r.status, r.body) == (200, b"outer")
+        assert seen.wait(1) == [("RuntimeError", REENTERED)]
+        assert c.request(http_request()).body == b"outer"  # the connection is still in step
+        wait_counters(natives, active_requests=0)
+    assert srv.errors() == [], [record_text(x) for x in srv.errors()]
+
+
 class RaisingPair:
     def __iter__(self):
         raise LookupError("pair-refuses")

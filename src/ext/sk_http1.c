@@ -81,6 +81,7 @@ struct RequestObject {
     uint8_t http_minor;        /* 0 or 1 */
     uint8_t is_head;           /* method HEAD */
     uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app (not logged) */
+    uint8_t in_send;           /* a send() is reading its message (which may run app code) */
     sk_resp_t resp;
     sk_access_req_t acc; /* the access log's record (sk_access.h), while the log is on */
 };
@@ -934,16 +935,25 @@ static PyObject *
 request_send(PyObject *op, PyObject *msg)
 {
     /* New reference: an awaitable completing when the message is accepted; NULL with
-     * RuntimeError/TypeError for an invalid or out-of-order message, or ClientDisconnected. */
+     * RuntimeError/TypeError for an invalid or out-of-order message (or a send() re-entered from
+     * the code of its own message), or ClientDisconnected. */
     RequestObject *r = (RequestObject *)op;
     PyObject *type = NULL;
     PyObject *res = NULL;
+    if (r->in_send) {
+        /* The message's own code (a __bool__, __iter__, __index__ ... run while it is read)
+         * called send(): the outer send must find the state it started from. */
+        PyErr_SetString(PyExc_RuntimeError, "send() called again while a send() of this request "
+                                            "is still reading its message");
+        return NULL;
+    }
+    r->in_send = 1;
     int rc = sk_asgi_msg_get(msg, r->st->s_type, &type);
     if (rc <= 0) {
         if (rc == 0) {
             PyErr_SetString(PyExc_RuntimeError, "ASGI message has no 'type'");
         }
-        return NULL;
+        goto done;
     }
     if (PyUnicode_Check(type) && PyUnicode_Compare(type, r->st->s_http_response_body) == 0) {
         res = send_body(r, msg);
@@ -954,7 +964,10 @@ request_send(PyObject *op, PyObject *msg)
     else if (!PyErr_Occurred()) {
         PyErr_Format(PyExc_RuntimeError, "Unexpected ASGI message type %R", type);
     }
-    Py_DECREF(type);
+
+done:
+    r->in_send = 0;
+    Py_XDECREF(type);
     return res;
 }
 
