@@ -234,6 +234,17 @@ def test_absolute_form_path_query_and_host_from_url(serve, echo_app, target, pat
         assert [tuple(h) for h in scope["headers"]] == [(b"host", host), (b"x-a", b"1")]
 
 
+@rule("RFC9110-7.4-misdirected-scheme-421")
+@pytest.mark.parametrize("target", [b"ftp://example.com/p", b"ws://example.com/", b"httpx://e/",
+                                    b"file://x/etc/passwd"])
+def test_absolute_form_with_another_scheme_is_421(serve, echo_app, target):
+    """RFC 9110 §7.4: skirr is the origin server for http and https targets only; an
+    absolute-form target with any other scheme is refused with 421 Misdirected Request (it
+    used to be served as if it were http) and never reaches the app."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, get(target), 421)
+
+
 @rule("RFC9110-4.2.4-userinfo-400")
 @pytest.mark.parametrize("target", [b"http://u@example.com/p", b"http://u:pw@example.com:80/",
                                     b"http://@example.com/"], ids=["user", "user-password", "empty"])

@@ -528,9 +528,9 @@ valid_authority(const char *v, size_t n, int nonempty)
 }
 
 /* The authority of an absolute-form request-target ("scheme://authority[/path][?query]"): 1 with
- * *auth and *len set, 0 for any other form. */
+ * *auth and *len set and *scheme_len the length of the scheme at t, 0 for any other form. */
 static int
-absolute_form_authority(const char *t, size_t n, const char **auth, size_t *len)
+absolute_form_authority(const char *t, size_t n, size_t *scheme_len, const char **auth, size_t *len)
 {
     if (n == 0 || t[0] == '/' || t[0] == '*')
         return 0;
@@ -541,6 +541,7 @@ absolute_form_authority(const char *t, size_t n, const char **auth, size_t *len)
 
             while (k < n && t[k] != '/' && t[k] != '?')
                 k++;
+            *scheme_len = i;
             *auth = t + start;
             *len = k - start;
             return 1;
@@ -604,7 +605,7 @@ on_headers_complete(llhttp_t *llh)
     int has_te = 0;
     int conn_close = 0, conn_keep_alive = 0;
     const char *auth;
-    size_t auth_len;
+    size_t auth_len, scheme_len;
     int rc;
 
     p->host_count = 0;
@@ -638,7 +639,12 @@ on_headers_complete(llhttp_t *llh)
     if (p->target.len >= 1 && sk_parser_ptr(p, p->target)[0] == '*' &&
         (p->target.len != 1 || llh->method != HTTP_OPTIONS))
         return fail(p, 400, "asterisk-form request-target other than OPTIONS *");
-    if (absolute_form_authority(sk_parser_ptr(p, p->target), p->target.len, &auth, &auth_len)) {
+    if (absolute_form_authority(sk_parser_ptr(p, p->target), p->target.len, &scheme_len, &auth,
+                                &auth_len)) {
+        const char *scheme = sk_parser_ptr(p, p->target);
+        /* RFC 9110 §7.4: a target this origin server does not serve (ftp://, ...) gets 421 */
+        if (!SK_TOKEN_IEQ(scheme, scheme_len, "http") && !SK_TOKEN_IEQ(scheme, scheme_len, "https"))
+            return fail(p, 421, "request-target scheme other than http or https");
         if (memchr(auth, '@', auth_len) != NULL)
             return fail(p, 400, "userinfo in the request-target"); /* RFC 9110 §4.2.4 */
         /* RFC 9112 §3.2.2: this authority replaces Host, so it is held to the same syntax */

@@ -367,6 +367,10 @@ test_parser_basic(T *t)
           "ERROR 501\nEOF mid=0 idle=0\n");
     PCASE(t, "fragment in the request-target", NULL, "GET /a?q=1#frag HTTP/1.1\r\nHost: a\r\n\r\n",
           "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "absolute-form with a scheme other than http(s)", NULL,
+          "GET ftp://a/x HTTP/1.1\r\nHost: a\r\n\r\n", "ERROR 421\nEOF mid=0 idle=0\n");
+    PCASE(t, "absolute-form with a scheme that starts like http", NULL,
+          "GET httpx://a/x HTTP/1.1\r\nHost: a\r\n\r\n", "ERROR 421\nEOF mid=0 idle=0\n");
     PCASE(t, "OPTIONS asterisk and absolute-form", NULL,
           "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\nGET http://a/x HTTP/1.1\r\nHost: a\r\n\r\n",
           "HEAD OPTIONS * 1.1 ka=1 ec=0 te=0 cl=-\n"
