@@ -54,6 +54,12 @@ class Unstarted:
         self.thread = threading.Thread(target=lambda: self.result.append(self.server.run()), daemon=True)
         self.thread.start()
 
+    def wait_started(self, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while not self.server.started.is_set():
+            assert time.monotonic() < deadline and self.thread.is_alive(), "did not start"
+            time.sleep(0.02)
+
     def join(self, timeout=10.0):
         self.thread.join(timeout)
         logging.getLogger("skirr.error").removeHandler(self.handler)
@@ -120,10 +126,7 @@ def test_shutdown_failed_ends_run_with_1(loop_name):
     serving normally."""
     log = Recorder()
     run = Unstarted(lifespan_app(log, shutdown="failed"), loop_name, lifespan="on")
-    deadline = time.monotonic() + 10
-    while not run.server.started.is_set():
-        assert time.monotonic() < deadline and run.thread.is_alive()
-        time.sleep(0.02)
+    run.wait_started()
     run.server.request_shutdown()
     assert run.join() == 1
     assert [x for x in log.items if isinstance(x, str)] == ["lifespan.startup", "lifespan.shutdown"]
@@ -182,10 +185,7 @@ def test_base_exception_in_lifespan_fails_run_with_1(loop_name, exc, phase):
     (not the app's exit status), and a startup failure never serves."""
     run = Unstarted(_base_raising(exc, phase), loop_name, lifespan="on")
     if phase == "shutdown":
-        deadline = time.monotonic() + 10
-        while not run.server.started.is_set():
-            assert time.monotonic() < deadline and run.thread.is_alive()
-            time.sleep(0.02)
+        run.wait_started()
         run.server.request_shutdown()
     assert run.join() == 1
     assert run.server.started.is_set() == (phase == "shutdown")

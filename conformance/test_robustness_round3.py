@@ -1048,37 +1048,28 @@ def test_more_body_bool_mutating_message_and_body(serve, natives):
         wait_counters(natives, active_requests=0)
 
 
-class SendsOnBool:
-    """A more_body value whose __bool__ calls send() with a message completing the response."""
+class SendsInside:
+    """A value of the message (more_body, via __bool__; the headers, via __iter__) whose own code
+    calls send() with a message that would complete the response, and records what it raised."""
 
     def __init__(self, send, seen: Recorder):
         self.send = send
         self.seen = seen
+
+    def _send_inside(self) -> None:
+        try:
+            self.send({"type": "http.response.body", "body": b"inner"})
+        except RuntimeError as exc:
+            self.seen.put(("RuntimeError", str(exc)))
+        else:
+            self.seen.put(("accepted", None))
 
     def __bool__(self):
-        try:
-            self.send({"type": "http.response.body", "body": b"inner"})
-        except RuntimeError as exc:
-            self.seen.put(("RuntimeError", str(exc)))
-        else:
-            self.seen.put(("accepted", None))
+        self._send_inside()
         return False
 
-
-class SendsOnIter:
-    """Response headers whose __iter__ calls send() (a whole body) before yielding one pair."""
-
-    def __init__(self, send, seen: Recorder):
-        self.send = send
-        self.seen = seen
-
     def __iter__(self):
-        try:
-            self.send({"type": "http.response.body", "body": b"inner"})
-        except RuntimeError as exc:
-            self.seen.put(("RuntimeError", str(exc)))
-        else:
-            self.seen.put(("accepted", None))
+        self._send_inside()
         return iter([(b"x-a", b"1")])
 
 
@@ -1098,12 +1089,12 @@ def test_send_reentered_from_its_own_message(serve, natives, where):
         await receive()
         if where == "headers":
             await send({"type": "http.response.start", "status": 200,
-                        "headers": SendsOnIter(send, seen)})
+                        "headers": SendsInside(send, seen)})
             await send({"type": "http.response.body", "body": b"outer"})
         else:
             await send(start(200))
             await send({"type": "http.response.body", "body": b"outer",
-                        "more_body": SendsOnBool(send, seen)})
+                        "more_body": SendsInside(send, seen)})
 
     with serve(app) as srv:
         c = srv.connect()
