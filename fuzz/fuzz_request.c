@@ -29,37 +29,10 @@
 #include "sk_core.h"
 #include "sk_http.h"
 
+#define FUZZ_NAME "fuzz_request"
+#include "fuzz_common.h"
+
 #define CONFIG_BYTES 8
-
-/* Stops the run with a message; abort() makes both fuzzers save the input. */
-static void
-die(const char *what)
-{
-    fprintf(stderr, "fuzz_request: %s\n", what);
-    abort();
-}
-
-#define REQUIRE(cond)   \
-    do {                \
-        if (!(cond))    \
-            die(#cond); \
-    } while (0)
-
-static void
-put(sk_buf_t *b, const void *p, size_t n)
-{
-    if (sk_buf_append(b, p, n) != 0)
-        die("out of memory");
-}
-
-/* put() of a string literal's bytes; the count comes from sizeof. */
-#define PUT_LIT(b, lit) put((b), "" lit, sizeof(lit) - 1)
-
-static void
-put_u64(sk_buf_t *b, uint64_t v)
-{
-    put(b, &v, sizeof(v));
-}
 
 typedef struct {
     sk_limits_t lim;
@@ -211,8 +184,8 @@ pump(sk_parser_t *p, sk_buf_t *pend, run_t *r)
 
             flush_body(r);
             REQUIRE(ev.reason != NULL);
-            REQUIRE(ev.status == 400 || ev.status == 413 || ev.status == 414 || ev.status == 431 ||
-                    ev.status == 501 || ev.status == 505);
+            REQUIRE(ev.status == 400 || ev.status == 413 || ev.status == 414 || ev.status == 421 ||
+                    ev.status == 431 || ev.status == 501 || ev.status == 505);
             if (getenv("FUZZ_VERBOSE") != NULL)
                 fprintf(stderr, "refused: %d %s (%zu bytes pending)\n", ev.status, ev.reason, len);
             PUT_LIT(&r->log, "X");
@@ -234,18 +207,6 @@ pump(sk_parser_t *p, sk_buf_t *pend, run_t *r)
     }
 }
 
-/* xorshift64*: the split run's piece sizes, from the leading bytes. */
-static uint64_t
-next_rand(uint64_t *s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ULL;
-}
-
-enum { SPLIT_RANDOM = 0, SPLIT_BYTES, SPLIT_TWO, SPLIT_SMALL };
-
 /* Parses in[0..n): whole when mode < 0, else split as mode/seed say. */
 static void
 run(const sk_limits_t *lim, const char *in, size_t n, int mode, uint64_t seed, sk_buf_t *log)
@@ -260,21 +221,8 @@ run(const sk_limits_t *lim, const char *in, size_t n, int mode, uint64_t seed, s
     r.lim = *lim;
     sk_parser_init(&p, lim);
     do {
-        size_t piece;
+        size_t piece = split_piece(mode, &seed, ++calls, n, pos);
 
-        /* an empty read may come first (SPLIT_TWO at 0, SPLIT_RANDOM), never forever */
-        if (++calls > 2 * n + 2)
-            mode = -1;
-
-        switch (mode) {
-        case SPLIT_BYTES: piece = 1; break;
-        case SPLIT_TWO: piece = calls == 1 ? (size_t)(seed % (n + 1)) : n - pos; break;
-        case SPLIT_SMALL: piece = 1 + (size_t)(next_rand(&seed) % 8); break;
-        case SPLIT_RANDOM: piece = (size_t)(next_rand(&seed) % 64); break;
-        default: piece = n; break;
-        }
-        if (piece > n - pos)
-            piece = n - pos;
         put(&pend, in + pos, piece);
         pos += piece;
         pump(&p, &pend, &r);
@@ -322,18 +270,6 @@ same_events(const sk_buf_t *a, const sk_buf_t *b)
     memcpy(&sx, x + n - tail + 1, 8);
     memcpy(&sy, y + n - tail + 1, 8);
     return is_limit(sx) || is_limit(sy);
-}
-
-/* Prints an event log, escaped, for a failing input. */
-static void
-dump(const char *label, const sk_buf_t *log)
-{
-    const unsigned char *s = (const unsigned char *)sk_buf_head(log);
-
-    fprintf(stderr, "--- %s events:\n", label);
-    for (size_t i = 0; i < sk_buf_len(log); i++)
-        fprintf(stderr, (s[i] >= 0x20 && s[i] < 0x7f) ? "%c" : "\\x%02x", s[i]);
-    fprintf(stderr, "\n");
 }
 
 static const size_t req_line_choices[8] = {8190, 1, 8, 32, 100, 1024, 65535, SIZE_MAX};

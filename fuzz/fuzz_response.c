@@ -44,29 +44,15 @@ static const char *wire_now;
 static size_t wire_len;
 
 static void
-die(const char *what)
+print_wire(void)
 {
-    fprintf(stderr, "fuzz_response: %s\n", what);
     if (wire_now != NULL)
         fprintf(stderr, "--- wire (%zu bytes)\n%.*s\n---\n", wire_len, (int)wire_len, wire_now);
-    abort();
 }
 
-#define REQUIRE(cond)   \
-    do {                \
-        if (!(cond))    \
-            die(#cond); \
-    } while (0)
-
-static void
-put(sk_buf_t *b, const void *p, size_t n)
-{
-    if (sk_buf_append(b, p, n) != 0)
-        die("out of memory");
-}
-
-/* put() of a string literal's bytes; the count comes from sizeof. */
-#define PUT_LIT(b, lit) put((b), "" lit, sizeof(lit) - 1)
+#define FUZZ_NAME "fuzz_response"
+#define FUZZ_DIE_CONTEXT print_wire
+#include "fuzz_common.h"
 
 /* ---- input reader ---------------------------------------------------------------------------- */
 
@@ -401,7 +387,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     input_t in = {data, size};
     uint8_t s0 = 0, s1 = 0, flags = 0, nh_byte = 0;
     int status;
-    sk_req_info_t req;
+    sk_req_info_t req = {0}; /* opts NULL: the default server field */
     sk_header_t h[MAX_HEADERS + 2];
     size_t nh = 0;
     sk_resp_t r;

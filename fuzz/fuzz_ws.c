@@ -31,33 +31,10 @@
 #include "sk_core.h"
 #include "sk_ws.h"
 
+#define FUZZ_NAME "fuzz_ws"
+#include "fuzz_common.h"
+
 #define CONFIG_BYTES 4
-
-static void
-die(const char *what)
-{
-    fprintf(stderr, "fuzz_ws: %s\n", what);
-    abort();
-}
-
-#define REQUIRE(cond)   \
-    do {                \
-        if (!(cond))    \
-            die(#cond); \
-    } while (0)
-
-static void
-put(sk_buf_t *b, const void *p, size_t n)
-{
-    if (n > 0 && sk_buf_append(b, p, n) != 0)
-        die("out of memory");
-}
-
-static void
-put_u64(sk_buf_t *b, uint64_t v)
-{
-    put(b, &v, sizeof(v));
-}
 
 typedef struct {
     sk_ws_limits_t lim;
@@ -218,17 +195,6 @@ pump(sk_ws_parser_t *p, sk_buf_t *pend, run_t *r)
     }
 }
 
-static uint64_t
-next_rand(uint64_t *s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ULL;
-}
-
-enum { SPLIT_RANDOM = 0, SPLIT_BYTES, SPLIT_TWO, SPLIT_SMALL };
-
 /* Parses in[0..n): whole when mode < 0, else split as mode/seed say. */
 static void
 run(const sk_ws_limits_t *lim, const char *in, size_t n, int mode, uint64_t seed, sk_buf_t *log)
@@ -243,19 +209,8 @@ run(const sk_ws_limits_t *lim, const char *in, size_t n, int mode, uint64_t seed
     r.lim = *lim;
     sk_ws_parser_init(&p, lim);
     do {
-        size_t piece;
+        size_t piece = split_piece(mode, &seed, ++calls, n, pos);
 
-        if (++calls > 2 * n + 2)
-            mode = -1;
-        switch (mode) {
-        case SPLIT_BYTES: piece = 1; break;
-        case SPLIT_TWO: piece = calls == 1 ? (size_t)(seed % (n + 1)) : n - pos; break;
-        case SPLIT_SMALL: piece = 1 + (size_t)(next_rand(&seed) % 8); break;
-        case SPLIT_RANDOM: piece = (size_t)(next_rand(&seed) % 64); break;
-        default: piece = n; break;
-        }
-        if (piece > n - pos)
-            piece = n - pos;
         put(&pend, in + pos, piece);
         pos += piece;
         pump(&p, &pend, &r);
@@ -270,17 +225,6 @@ run(const sk_ws_limits_t *lim, const char *in, size_t n, int mode, uint64_t seed
     *log = r.log;
     sk_buf_free(&r.msg);
     sk_buf_free(&pend);
-}
-
-static void
-dump(const char *label, const sk_buf_t *log)
-{
-    const unsigned char *s = (const unsigned char *)sk_buf_head(log);
-
-    fprintf(stderr, "--- %s events:\n", label);
-    for (size_t i = 0; i < sk_buf_len(log); i++)
-        fprintf(stderr, (s[i] >= 0x20 && s[i] < 0x7f) ? "%c" : "\\x%02x", s[i]);
-    fprintf(stderr, "\n");
 }
 
 static const uint64_t max_message_choices[8] = {0, 1, 5, 16, 125, 126, 65536, 16777216};

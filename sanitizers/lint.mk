@@ -13,7 +13,7 @@ LINT_FORMAT ?= clang-format
 LINT_PY ?= python3
 LINT_LLHTTP ?= python3 scripts/fetch_llhttp.py
 LINT_C := $(wildcard src/core/*.c src/core/test/*.c src/ext/*.c fuzz/*.c)
-LINT_H := $(wildcard src/core/*.h src/ext/*.h)
+LINT_H := $(wildcard src/core/*.h src/core/test/*.h src/ext/*.h fuzz/*.h)
 
 .PHONY: lint lint-layers lint-tidy lint-format format
 

@@ -48,7 +48,7 @@ enum sk_event_type {
     SK_EV_HEAD = 1,  /* request head complete: read it from the parser (see accessors) */
     SK_EV_BODY = 2,  /* ev.data/ev.len: a piece of request content (de-chunked), inside the input */
     SK_EV_END = 3,   /* request message complete */
-    SK_EV_ERROR = 4, /* ev.status: 400, 413, 414, 431, 501 or 505; ev.reason: static text */
+    SK_EV_ERROR = 4, /* ev.status: 400, 413, 414, 421, 431, 501 or 505; ev.reason: static text */
 };
 
 typedef struct {
