@@ -467,6 +467,10 @@ body_frame(sk_resp_t *r, sk_buf_t *out, const char *data, uint64_t len64, int mo
             goto error;
         if (framing == SK_FRAME_LENGTH && !r->app_has_cl)
             rc = append_content_length(out, content_length);
+        else if (data == NULL && r->req.head && !more_body && !r->app_has_cl && r->status >= 200 &&
+                 r->status != 204 && r->status != 205 && r->status != 304)
+            /* HEAD of a file: the length a GET would have (RFC 9110 §9.3.2, §8.6) */
+            rc = append_content_length(out, len64);
         else if (r->status == 205) /* RFC 9110 §15.3.6: zero-length content, said so */
             rc = append_content_length(out, 0);
         else if (framing == SK_FRAME_CHUNKED)

@@ -1183,7 +1183,12 @@ send_file(RequestObject *r, PyObject *msg, int by_path)
     }
     if (file_from_message(r, msg, by_path, &fd, &off, &count) < 0) {
         if (r->conn != NULL && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
-            fail_response(r, r->conn); /* the file cannot be sent: this response never completes */
+            /* the file cannot be sent: this response never completes (moved aside: failing it
+             * may call the access log) */
+            PyObject *typ, *val, *tb;
+            PyErr_Fetch(&typ, &val, &tb);
+            fail_response(r, r->conn);
+            PyErr_Restore(typ, val, tb);
         }
         goto error;
     }
@@ -1277,8 +1282,12 @@ send_trailers(RequestObject *r, PyObject *msg)
         fail_response(r, c); /* the trailer section cannot be completed as the app meant it */
         for (Py_ssize_t i = 0; rc == SK_ETRAILER && i < n; i++) {
             if (sk_resp_trailer_forbidden(hdrs[i].name, hdrs[i].name_len)) {
-                PyErr_Format(PyExc_RuntimeError, "%s: %.*s", sk_strerror(rc), (int)hdrs[i].name_len,
-                             hdrs[i].name);
+                PyObject *name =
+                    PyUnicode_DecodeLatin1(hdrs[i].name, (Py_ssize_t)hdrs[i].name_len, NULL);
+                if (name != NULL) {
+                    PyErr_Format(PyExc_RuntimeError, "%s: %U", sk_strerror(rc), name);
+                    Py_DECREF(name);
+                }
                 goto error;
             }
         }

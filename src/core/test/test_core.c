@@ -1374,6 +1374,18 @@ test_resp_ref(T *t)
     CHECK(t, sk_resp_body_ref(&r, &out, 5, 0, NULL, after, &alen) == 0);
     CHECK(t, r.framing == SK_FRAME_NONE && alen == 0 && r.body_sent == 0);
     CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ncontent-length: 5\r\nserver: skirr\r\n\r\n"));
+    /* HEAD of a file without the app's length: the file's length, as a GET would have it */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11_HEAD, 200, NULL, 0) == 0);
+    CHECK(t, sk_resp_body_ref(&r, &out, 12345, 0, NULL, after, &alen) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ncontent-length: 12345\r\nserver: skirr\r\n\r\n"));
+    /* ... but not for 304 (RFC 9110 §15.4.5 leaves it to the app) */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11_HEAD, 304, NULL, 0) == 0);
+    CHECK(t, sk_resp_body_ref(&r, &out, 12345, 0, NULL, after, &alen) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 304 Not Modified\r\nserver: skirr\r\n\r\n"));
     sk_resp_free(&r);
     sk_buf_free(&out);
 }
