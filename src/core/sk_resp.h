@@ -38,7 +38,7 @@ typedef struct {
     uint8_t
         force_close; /* 1 if the server wants to close after this response (shutdown, unread body) */
     const sk_resp_opts_t *opts; /* the server's own fields; NULL = the defaults (borrowed) */
-    uint8_t te_trailers; /* 1 if the request's TE field has "trailers" (RFC 9110 §10.1.4) */
+    uint8_t te_trailers;        /* 1 if the request's TE field has "trailers" (RFC 9110 §10.1.4) */
 } sk_req_info_t;
 
 enum sk_framing {

@@ -1328,7 +1328,8 @@ send_early_hint(RequestObject *r, PyObject *msg)
     int rc = sk_asgi_msg_get(msg, r->st->s_links, &links);
     if (rc <= 0) {
         if (rc == 0) {
-            PyErr_SetString(PyExc_TypeError, "'http.response.early_hint' message is missing 'links'");
+            PyErr_SetString(PyExc_TypeError,
+                            "'http.response.early_hint' message is missing 'links'");
         }
         goto error;
     }
@@ -1413,14 +1414,16 @@ request_send(PyObject *op, PyObject *msg)
     else if (PyUnicode_Check(type) && PyUnicode_Compare(type, r->st->s_http_response_start) == 0) {
         res = send_start(r, msg);
     }
-    else if (PyUnicode_Check(type) && PyUnicode_Compare(type, r->st->s_http_response_pathsend) == 0) {
+    else if (PyUnicode_Check(type) &&
+             PyUnicode_Compare(type, r->st->s_http_response_pathsend) == 0) {
         res = send_file(r, msg, 1);
     }
     else if (PyUnicode_Check(type) &&
              PyUnicode_Compare(type, r->st->s_http_response_zerocopysend) == 0) {
         res = send_file(r, msg, 0);
     }
-    else if (PyUnicode_Check(type) && PyUnicode_Compare(type, r->st->s_http_response_trailers) == 0) {
+    else if (PyUnicode_Check(type) &&
+             PyUnicode_Compare(type, r->st->s_http_response_trailers) == 0) {
         res = send_trailers(r, msg);
     }
     else if (PyUnicode_Check(type) &&

@@ -321,9 +321,9 @@ sk_exec(PyObject *module)
         PyDict_SetItem(st->scope_proto, st->s_scheme, st->s_http) < 0) {
         goto error;
     }
-    PyObject *per_request[] = {st->s_method,    st->s_path,    st->s_raw_path,
+    PyObject *per_request[] = {st->s_method,       st->s_path,      st->s_raw_path,
                                st->s_query_string, st->s_root_path, st->s_headers,
-                               st->s_client,   st->s_server,  st->s_extensions};
+                               st->s_client,       st->s_server,    st->s_extensions};
     for (size_t i = 0; i < sizeof(per_request) / sizeof(per_request[0]); i++) {
         if (PyDict_SetItem(st->scope_proto, per_request[i], Py_None) < 0) {
             goto error;

@@ -55,7 +55,7 @@ struct sk_transport {
     sk_buf_t out; /* bytes the kernel has not accepted */
     /* A file range queued after `out` (sk_transport_sendfile); what the handler appends while it
      * is pending goes to `tail`, sent after it. file_fd is owned: closed once sent or on close. */
-    int file_fd; /* -1 = none */
+    int file_fd;                  /* -1 = none */
     uint64_t file_off, file_left; /* bytes */
     sk_buf_t tail;
     uint32_t epoll_events;

@@ -1456,7 +1456,7 @@ test_resp_trailers(T *t)
     CHECK(t, sk_resp_trailer_forbidden("content-md5", 11) == 0);
     CHECK(t, sk_resp_trailer_forbidden("server-timing", 13) == 0);
     /* 103 Early Hints */
-#define EARLY_HINTS                                                                 \
+#define EARLY_HINTS                                                                         \
     "HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\nlink: </b.js>; rel=preload" \
     "\r\n\r\n"
     CHECK(t, sk_resp_interim(&out, 103, links, 2) == 0);
