@@ -375,7 +375,9 @@ tp_flush(sk_transport_t *t)
     assert(t->state == TP_OPEN || t->state == TP_CLOSING);
     for (;;) {
         if (sk_buf_len(&t->out) > 0) {
-            ssize_t n = send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL);
+            /* a file range follows: the head joins its first segment (MSG_MORE) */
+            int more = t->file_left > 0 ? MSG_MORE : 0;
+            ssize_t n = send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL | more);
             if (n > 0) {
                 sk_buf_consume(&t->out, (size_t)n);
                 progress = 1;
