@@ -34,7 +34,8 @@ FIELDS = ("id", "source", "strength", "rule", "decision", "status")
 STRENGTHS = ("MUST", "SHOULD", "MAY", "skirr")
 STATUSES = ("proven", "planned")
 SOURCE_PREFIXES = ("RFC 9110", "RFC 9112", "RFC 6585", "RFC 6455", "RFC 7239", "RFC 7692",
-                   "ASGI www 2.5", "ASGI lifespan 2.0", "ASGI websocket 2.4", "skirr")
+                   "RFC 8297", "ASGI www 2.5", "ASGI lifespan 2.0", "ASGI websocket 2.4",
+                   "ASGI extensions", "skirr")
 
 
 class SpecError(Exception):

@@ -3,7 +3,7 @@
  * Owns: one LLVMFuzzerTestOneInput body, built for libFuzzer, AFL++ (fuzz/afl_driver.c) and
  * replay (fuzz/replay.c), that turns structured input into what an application sends (status,
  * headers, body events with more_body) and what the request said (HTTP/1.0 or 1.1, HEAD,
- * keep-alive, forced close), drives sk_resp_start/sk_resp_body (or sk_resp_error), and parses what
+ * keep-alive, forced close), drives sk_resp_start/sk_resp_body/sk_resp_body_ref (or sk_resp_error), and parses what
  * was written back with llhttp (HTTP_RESPONSE).
  * Never: includes Python.h, performs I/O, or keeps state between inputs.
  *
@@ -15,7 +15,8 @@
  *   nheaders: 1 byte  (low 4 bits)
  *   header:  name byte (high bit clear: a name from a table; else raw, length in the low 5 bits)
  *            value byte (high bit set: a value from a table; else raw, length in the low 7 bits)
- *   events:  byte: length in the low 6 bits, bit6 more_body; the content bytes follow
+ *   events:  byte: length in the low 6 bits, bit6 more_body, bit7 sent as sk_resp_body_ref()
+ *            (the content placed by the harness, as sendfile would); the content bytes follow
  *
  * Checks (each failure aborts):
  *  - a refused call (any negative return) appends nothing and leaves the response state as it was;
@@ -387,7 +388,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     input_t in = {data, size};
     uint8_t s0 = 0, s1 = 0, flags = 0, nh_byte = 0;
     int status;
-    sk_req_info_t req = {0}; /* opts NULL: the default server field */
+    sk_req_info_t req = {0}; /* opts NULL: the default server field; no TE: trailers */
     sk_header_t h[MAX_HEADERS + 2];
     size_t nh = 0;
     sk_resp_t r;
@@ -487,7 +488,23 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             e = 0; /* input exhausted: an empty final event */
         len = take(&in, e & 0x3f, &piece);
         more = (e & 0x40) != 0 && in.n > 0;
-        rc = sk_resp_body(&r, &out, piece, len, more, date);
+        if (e & 0x80) {
+            /* the caller-sent form (pathsend/zerocopysend): the content goes between what the
+             * serializer appends and what it gives back for after it; the wire must be the same
+             * as with sk_resp_body */
+            char after[SK_RESP_AFTER_MAX];
+            size_t alen = SK_RESP_AFTER_MAX + 1;
+
+            rc = sk_resp_body_ref(&r, &out, len, more, date, after, &alen);
+            REQUIRE(alen <= SK_RESP_AFTER_MAX);
+            if (rc == 0 && r.framing != SK_FRAME_NONE)
+                put(&out, piece, len);
+            if (rc == 0)
+                put(&out, after, alen);
+        }
+        else {
+            rc = sk_resp_body(&r, &out, piece, len, more, date);
+        }
         if (rc != 0) {
             REQUIRE(rc == SK_ETOOLONG || rc == SK_ETOOSHORT);
             REQUIRE(sk_buf_len(&out) == before);

@@ -43,7 +43,7 @@ PROFILES = {
         rows=[("raw_get", 1), ("raw_get", 16), ("raw_get", 64), ("raw_get", 256),
               ("post_4k", 64), ("post_4k", 256), ("get_64k", 64), ("get_64k", 256),
               ("fastapi_json", 64), ("fastapi_json", 256),
-              ("pipelined_get", 64), ("pipelined_get", 256)],
+              ("pipelined_get", 64), ("pipelined_get", 256), ("file_1m", 64)],
         rounds=5, duration=5, warmup=1,
         fixed_rate=[("raw_get", 64), ("fastapi_json", 64)], fixed_pcts=[25, 50, 75],
         fixed_duration=8,

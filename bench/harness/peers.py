@@ -27,7 +27,7 @@ from typing import Callable, NamedTuple
 
 from .env import (APPS, BENCH, BUILD, PEERS_FILE, PEERS_VENV, SERVER_CPU, SKIRR_VENV, base_python,
                   log, tool_path, venv_python)
-from .workloads import ALL_WORKLOADS, BIG, JSON_BODY, WORKLOADS
+from .workloads import ALL_WORKLOADS, BIG, FILE_1M_PATH, JSON_BODY, WORKLOADS
 
 # ----------------------------------------------------------------------------------------------
 # Installing: a separate venv from the same base interpreter, app dependencies pinned to the skirr
@@ -136,6 +136,7 @@ http {{
         listen 127.0.0.1:{port} backlog=4096;
         location = /json {{ default_type application/json; return 200 '{json}'; }}
         location = /64k {{ default_type application/octet-stream; alias {tmp}/64k.bin; }}
+        location = /file_1m {{ default_type application/octet-stream; alias {file_1m}; }}
         location / {{ default_type text/plain; return 200 'Hello, world!'; }}
     }}
 }}
@@ -214,7 +215,8 @@ def nginx_argv(app, port, tmp):
     tmp = Path(tmp)
     (tmp / "64k.bin").write_bytes(BIG)
     conf = tmp / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, json=JSON_BODY.decode()))
+    conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, json=JSON_BODY.decode(),
+                                      file_1m=FILE_1M_PATH))
     return [tool_path("nginx"), "-c", str(conf), "-e", str(tmp / "error.log")]
 
 
@@ -236,8 +238,9 @@ SERVERS = {
     "peregrine": Peer(peregrine_argv, "peregrine", "peer", ALL_WORKLOADS),
     "weft": Peer(weft_argv, "weft", "peer", ALL_WORKLOADS),
     "gunicorn-uvicorn": Peer(gunicorn_argv, "gunicorn-uvicorn", "peer", ALL_WORKLOADS),
-    "limit-c": Peer(limit_argv, None, "limit", set(WORKLOADS)),
-    "nginx": Peer(nginx_argv, None, "limit", {"raw_get", "get_64k", "fastapi_json", "pipelined_get"}),
+    "limit-c": Peer(limit_argv, None, "limit", set(WORKLOADS) - {"file_1m"}),
+    "nginx": Peer(nginx_argv, None, "limit",
+                  {"raw_get", "get_64k", "fastapi_json", "pipelined_get", "file_1m"}),
     # The workers row: a manager and its worker processes, unpinned (the load generator shares the
     # CPUs). skirr-w1 is plain skirr (one process, no supervisor) in the same setup, the baseline
     # that CPU per request must not grow from.

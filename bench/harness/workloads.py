@@ -1,6 +1,7 @@
 """The workloads: which app each one serves, the request it sends and the exact answer it expects.
 
-Owns: the workload table (raw_get, post_4k, get_64k, fastapi_json, pipelined_get, and streaming),
+Owns: the workload table (raw_get, post_4k, get_64k, fastapi_json, pipelined_get, file_1m, and
+streaming),
 the request shapes wrk sends for them (its Lua request scripts), a minimal HTTP/1.1 client for the
 exact status-and-body checks made before and after every run, and the app called directly with a
 workload's scope (no network) for the app's own CPU per request.
@@ -20,9 +21,12 @@ from .env import APPS
 if str(APPS) not in sys.path:
     sys.path.insert(0, str(APPS))  # the apps are imported by name: raw_apps here, any in direct_caller
 import raw_apps  # noqa: E402  (the expected bodies come from the apps themselves)
+import file_apps  # noqa: E402
 
 HELLO = raw_apps.HELLO
 BIG = raw_apps.BIG
+FILE_1M = file_apps.FILE_1M
+FILE_1M_PATH = file_apps.PATH
 POST_BODY = b"0123456789abcdef" * 256  # 4 KiB, the same bytes the wrk script sends
 JSON_BODY = b'{"id":1,"name":"widget","price":9.99,"tags":["a","b"]}'
 PIPELINE_DEPTH = 16
@@ -53,6 +57,10 @@ WORKLOADS = {
     "fastapi_json": dict(app="fastapi_json:app", path="/json", method="GET", body=b"", expect=JSON_BODY),
     "pipelined_get": dict(app="raw_apps:raw", path="/", method="GET", body=b"", expect=HELLO,
                           pipeline=PIPELINE_DEPTH, wrk_lua=LUA_PIPELINE),
+    # Starlette FileResponse of 1 MiB (issue 17); the app's own CPU is measured with pathsend
+    # offered, as skirr and granian run it
+    "file_1m": dict(app="file_apps:app", path="/file_1m", method="GET", body=b"", expect=FILE_1M,
+                    extensions={"http.response.pathsend": {}}),
 }
 STREAM_APP = "raw_apps:stream"
 STREAM_EXPECT = raw_apps.STREAM_FIRST + raw_apps.STREAM_LAST
@@ -218,6 +226,8 @@ def direct_caller(wl):
              (b"content-length", str(len(body)).encode())] if body else []),
         "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {},
     }
+    if "extensions" in spec:
+        scope0["extensions"] = spec["extensions"]
     message = {"type": "http.request", "body": body, "more_body": False}
     sent = []
 

@@ -40,7 +40,8 @@
     X(SK_ETE, -6, "response transfer-encoding other than chunked, or with content-length")    \
     X(SK_ETOOLONG, -7, "response body longer than its content-length")                        \
     X(SK_ETOOSHORT, -8, "response body shorter than its content-length")                      \
-    X(SK_ESTATE, -9, "operation not valid in the current state")
+    X(SK_ESTATE, -9, "operation not valid in the current state")                              \
+    X(SK_ETRAILER, -10, "field name not allowed in a trailer section (RFC 9110 §6.5.1)")
 
 enum sk_error {
 #define SK_ERR_ENUM(name, value, text) name = (value),

@@ -279,6 +279,23 @@ is_bodyless(const sk_resp_t *r)
            r->status == 304;
 }
 
+/* RFC 9110 §5.1 and §5.5: the name is a token, the value has no CTL but HTAB. 0 or SK_E*. */
+static int
+check_field(const sk_header_t *f)
+{
+    if (f->name_len == 0 || sk_token_len(f->name, f->name_len) != f->name_len)
+        return SK_EHDRNAME;
+    for (size_t k = 0; k < f->value_len; k++) {
+        unsigned char c = (unsigned char)f->value[k];
+
+        /* Found by fuzzing (fuzz/regressions/response/ctl-in-value): any CTL, not only CR, LF
+         * and NUL, made a response that strict parsers such as llhttp refuse as a whole. */
+        if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return SK_EHDRVALUE;
+    }
+    return 0;
+}
+
 void
 sk_resp_reset(sk_resp_t *r)
 {
@@ -327,22 +344,9 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
         const sk_header_t *f = &headers[i];
         int write = 1;
 
-        /* RFC 9110 §5.1: field-name = token */
-        if (f->name_len == 0 || sk_token_len(f->name, f->name_len) != f->name_len) {
-            rc = SK_EHDRNAME;
+        rc = check_field(f);
+        if (rc < 0)
             goto error;
-        }
-        for (size_t k = 0; k < f->value_len; k++) {
-            unsigned char c = (unsigned char)f->value[k];
-
-            /* RFC 9110 §5.5: field-value is VCHAR, obs-text, SP and HTAB. Found by fuzzing
-             * (fuzz/regressions/response/ctl-in-value): any other CTL (not only CR, LF, NUL) made
-             * a response that strict parsers such as llhttp refuse as a whole. */
-            if ((c < 0x20 && c != '\t') || c == 0x7f) {
-                rc = SK_EHDRVALUE;
-                goto error;
-            }
-        }
         if (SK_TOKEN_IEQ(f->name, f->name_len, "content-length")) {
             if (r->app_has_cl) {
                 rc = SK_ECL;
@@ -398,10 +402,24 @@ error:
     return rc;
 }
 
-int
-sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more_body,
-             const char *date)
+/* The last-chunk and an empty trailer section (RFC 9112 §7.1). */
+#define LAST_CHUNK "0" CRLF CRLF
+
+/* 1 when the response's trailers go on the wire: announced, asked for ("TE: trailers") and
+ * chunked. Valid once the head is written (or with the framing being chosen). */
+static int
+sends_trailers(const sk_resp_t *r, uint8_t framing)
 {
+    return r->trailers && r->req.te_trailers && framing == SK_FRAME_CHUNKED;
+}
+
+/* sk_resp_body() and sk_resp_body_ref() in one: data == NULL is the ref form (the caller sends
+ * the len content bytes between what goes to out and what goes to after). */
+static int
+body_frame(sk_resp_t *r, sk_buf_t *out, const char *data, uint64_t len64, int more_body,
+           const char *date, char *after, size_t *after_len)
+{
+    size_t len = (size_t)len64;
     size_t saved = sk_buf_len(out);
     uint8_t framing = r->framing;
     uint8_t keep_alive = r->keep_alive;
@@ -417,8 +435,8 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
             framing = SK_FRAME_NONE;
         else if (r->app_has_cl)
             framing = SK_FRAME_LENGTH;
-        else if (r->app_chunked && r->req.http_minor >= 1)
-            framing = SK_FRAME_CHUNKED;
+        else if ((r->app_chunked || (r->trailers && r->req.te_trailers)) && r->req.http_minor >= 1)
+            framing = SK_FRAME_CHUNKED; /* the app's, or for a trailer section */
         else if (!more_body) {
             framing = SK_FRAME_LENGTH;
             content_length = len;
@@ -430,10 +448,12 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
         keep_alive = r->req.keep_alive && !r->req.force_close && !r->app_conn_close &&
                      framing != SK_FRAME_CLOSE;
     }
+    if (after_len != NULL)
+        *after_len = 0;
     if (framing == SK_FRAME_LENGTH) {
-        if (len > content_length - r->body_sent)
+        if (len64 > content_length - r->body_sent)
             return SK_ETOOLONG;
-        if (!more_body && r->body_sent + len < content_length)
+        if (!more_body && r->body_sent + len64 < content_length)
             return SK_ETOOSHORT;
     }
 
@@ -447,6 +467,10 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
             goto error;
         if (framing == SK_FRAME_LENGTH && !r->app_has_cl)
             rc = append_content_length(out, content_length);
+        else if (data == NULL && r->req.head && !more_body && !r->app_has_cl && r->status >= 200 &&
+                 r->status != 204 && r->status != 205 && r->status != 304)
+            /* HEAD of a file: the length a GET would have (RFC 9110 §9.3.2, §8.6) */
+            rc = append_content_length(out, len64);
         else if (r->status == 205) /* RFC 9110 §15.3.6: zero-length content, said so */
             rc = append_content_length(out, 0);
         else if (framing == SK_FRAME_CHUNKED)
@@ -476,26 +500,41 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
 
     switch (framing) {
     case SK_FRAME_LENGTH:
-    case SK_FRAME_CLOSE: rc = sk_buf_append(out, data, len); break;
-    case SK_FRAME_CHUNKED:
+    case SK_FRAME_CLOSE: rc = data != NULL ? sk_buf_append(out, data, len) : 0; break;
+    case SK_FRAME_CHUNKED: {
+        /* the last-chunk waits for sk_resp_trailers() when a trailer section follows */
+        int last = !more_body && !sends_trailers(r, framing);
+        size_t n_after = 0;
+
         rc = 0;
         if (len > 0) {
             char size[HEX_MAX_LEN + LIT_LEN(CRLF)];
-            size_t n = fmt_hex(size, len);
+            size_t n = fmt_hex(size, len64);
 
             size[n++] = '\r';
             size[n++] = '\n';
-            rc = sk_buf_reserve(out, n + len + LIT_LEN(CRLF));
+            rc = sk_buf_reserve(out, n + (data != NULL ? len : 0) + LIT_LEN(CRLF));
             if (rc == 0)
                 rc = sk_buf_append(out, size, n);
-            if (rc == 0)
+            if (rc == 0 && data != NULL)
                 rc = sk_buf_append(out, data, len);
-            if (rc == 0)
+            else if (rc == 0) {
+                memcpy(after, CRLF, LIT_LEN(CRLF));
+                n_after = LIT_LEN(CRLF);
+            }
+            if (rc == 0 && data != NULL)
                 rc = APPEND_LIT(out, CRLF);
         }
-        if (rc == 0 && !more_body)
-            rc = APPEND_LIT(out, "0" CRLF CRLF); /* last-chunk, empty trailer section */
+        if (rc == 0 && last && data != NULL)
+            rc = APPEND_LIT(out, LAST_CHUNK);
+        else if (rc == 0 && last) {
+            memcpy(after + n_after, LAST_CHUNK, LIT_LEN(LAST_CHUNK));
+            n_after += LIT_LEN(LAST_CHUNK);
+        }
+        if (rc == 0 && after_len != NULL)
+            *after_len = n_after;
         break;
+    }
     default: /* SK_FRAME_NONE: content is not sent (HEAD, 1xx, 204, 205, 304) */ rc = 0; break;
     }
     if (rc < 0)
@@ -506,7 +545,7 @@ sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more
     r->keep_alive = keep_alive;
     r->content_length = content_length;
     if (framing != SK_FRAME_NONE)
-        r->body_sent += len;
+        r->body_sent += len64;
     if (!more_body)
         r->done = 1;
     RESP_CHECK(r);
@@ -517,6 +556,145 @@ error:
     out->end = out->start + saved; /* nothing appended */
     RESP_CHECK(r);
     sk_buf_check(out);
+    return rc;
+}
+
+int
+sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more_body,
+             const char *date)
+{
+    return body_frame(r, out, data != NULL ? data : "", len, more_body, date, NULL, NULL);
+}
+
+int
+sk_resp_body_ref(sk_resp_t *r, sk_buf_t *out, uint64_t len, int more_body, const char *date,
+                 char after[SK_RESP_AFTER_MAX], size_t *after_len)
+{
+    return body_frame(r, out, NULL, len, more_body, date, after, after_len);
+}
+
+int
+sk_resp_announce_trailers(sk_resp_t *r)
+{
+    if (!r->started || r->head_written)
+        return SK_ESTATE;
+    r->trailers = 1;
+    return 0;
+}
+
+/* RFC 9110 §6.5.1: fields a sender MUST NOT generate in trailers unless a field says it may:
+ * message framing (content-length, transfer-encoding, trailer), routing and connection
+ * management (host, connection and its kin, te, upgrade), request modifiers and response
+ * controls (cache-control, expect, max-forwards, range, age, expires, retry-after, location,
+ * vary, date), authentication (authorization, proxy-*, www-authenticate, set-cookie, cookie) and
+ * the fields that say how to process the content (content-encoding, content-type,
+ * content-range). */
+static const char *const trailer_forbidden[] = {
+    "age",
+    "authorization",
+    "cache-control",
+    "connection",
+    "content-encoding",
+    "content-length",
+    "content-range",
+    "content-type",
+    "cookie",
+    "date",
+    "expect",
+    "expires",
+    "host",
+    "keep-alive",
+    "location",
+    "max-forwards",
+    "pragma",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "range",
+    "retry-after",
+    "set-cookie",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "vary",
+    "www-authenticate",
+};
+
+int
+sk_resp_trailer_forbidden(const char *name, size_t name_len)
+{
+    for (size_t i = 0; i < sizeof(trailer_forbidden) / sizeof(trailer_forbidden[0]); i++) {
+        const char *f = trailer_forbidden[i];
+        size_t n = strlen(f);
+
+        if (n == name_len && sk_token_ieq(name, name_len, f, n))
+            return 1;
+    }
+    return 0;
+}
+
+int
+sk_resp_trailers(sk_resp_t *r, sk_buf_t *out, const sk_header_t *fields, size_t nfields,
+                 int more_trailers)
+{
+    size_t saved = sk_buf_len(out);
+    int on = sends_trailers(r, r->framing);
+    int rc = 0;
+
+    RESP_CHECK(r);
+    if (!r->trailers || !r->done || r->trailers_done)
+        return SK_ESTATE;
+    for (size_t i = 0; i < nfields; i++) {
+        rc = check_field(&fields[i]);
+        if (rc == 0 && sk_resp_trailer_forbidden(fields[i].name, fields[i].name_len))
+            rc = SK_ETRAILER;
+        if (rc < 0)
+            return rc;
+    }
+    if (on && !r->trailers_begun)
+        rc = APPEND_LIT(out, "0" CRLF); /* last-chunk; the trailer section follows */
+    for (size_t i = 0; on && rc == 0 && i < nfields; i++)
+        rc = append_field(out, fields[i].name, fields[i].name_len, fields[i].value,
+                          fields[i].value_len);
+    if (on && rc == 0 && !more_trailers)
+        rc = APPEND_LIT(out, CRLF);
+    if (rc < 0) {
+        out->end = out->start + saved;
+        return rc;
+    }
+    if (on)
+        r->trailers_begun = 1;
+    if (!more_trailers)
+        r->trailers_done = 1;
+    RESP_CHECK(r);
+    return 0;
+}
+
+int
+sk_resp_interim(sk_buf_t *out, int status, const sk_header_t *fields, size_t nfields)
+{
+    size_t saved = sk_buf_len(out);
+    const char *reason;
+    int rc;
+
+    if (status < 100 || status > 199 || status == 101)
+        return SK_ESTATUS;
+    for (size_t i = 0; i < nfields; i++) {
+        rc = check_field(&fields[i]);
+        if (rc < 0)
+            return rc;
+    }
+    if (reason_phrase(status, &reason) == 0)
+        reason = "";
+    rc = append_status_line(out, status, reason);
+    for (size_t i = 0; rc == 0 && i < nfields; i++)
+        rc = append_field(out, fields[i].name, fields[i].name_len, fields[i].value,
+                          fields[i].value_len);
+    if (rc == 0)
+        rc = APPEND_LIT(out, CRLF);
+    if (rc < 0)
+        out->end = out->start + saved;
     return rc;
 }
 

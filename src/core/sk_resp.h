@@ -38,6 +38,7 @@ typedef struct {
     uint8_t
         force_close; /* 1 if the server wants to close after this response (shutdown, unread body) */
     const sk_resp_opts_t *opts; /* the server's own fields; NULL = the defaults (borrowed) */
+    uint8_t te_trailers;        /* 1 if the request's TE field has "trailers" (RFC 9110 §10.1.4) */
 } sk_req_info_t;
 
 enum sk_framing {
@@ -58,6 +59,9 @@ typedef struct {
     uint8_t framing; /* enum sk_framing, valid after the head is written */
     uint8_t app_has_date, app_has_server, app_has_cl, app_chunked, app_conn_close;
     uint8_t app_conn_keep_alive; /* private: the app's connection field has a keep-alive token */
+    uint8_t trailers;            /* the app will send trailers (sk_resp_announce_trailers) */
+    uint8_t trailers_begun;      /* the trailer section's last-chunk is written */
+    uint8_t trailers_done;       /* the final trailers call came: the message is complete */
     uint64_t content_length;     /* bytes, when framing is SK_FRAME_LENGTH */
     uint64_t body_sent;          /* content bytes accepted so far */
     sk_req_info_t req;
@@ -83,6 +87,44 @@ int sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_h
  * (not started or already done), SK_ENOMEM. */
 int sk_resp_body(sk_resp_t *r, sk_buf_t *out, const char *data, size_t len, int more_body,
                  const char *date);
+
+/* Bytes sk_resp_body_ref() may give to send after the content: CRLF and a last-chunk with an
+ * empty trailer section. */
+#define SK_RESP_AFTER_MAX 8
+
+/* As sk_resp_body() for `len` content bytes the caller sends itself (sendfile(2)) right after
+ * what this appends: the head (first call) and, chunked, the chunk-size line. The bytes that
+ * must follow the content (chunked: CRLF, and the last-chunk when final) go to after[0..*after_len)
+ * for the caller to send after it. When the framing is SK_FRAME_NONE (r->framing after the
+ * call: HEAD, 204, ...) the content must not be sent. Same returns as sk_resp_body(). */
+int sk_resp_body_ref(sk_resp_t *r, sk_buf_t *out, uint64_t len, int more_body, const char *date,
+                     char after[SK_RESP_AFTER_MAX], size_t *after_len);
+
+/* The application will send trailers (ASGI `trailers: true`). Call after sk_resp_start(), before
+ * the first body call. When the request said "TE: trailers", the response is HTTP/1.1 and has no
+ * Content-Length of the app's, it is chunked (even a single final body) and its final body
+ * leaves the last-chunk to sk_resp_trailers(); otherwise the trailers are dropped (RFC 9110
+ * §6.5: a recipient may discard them anyway). 0, or SK_ESTATE. */
+int sk_resp_announce_trailers(sk_resp_t *r);
+
+/* Trailer fields, after the final body call of a response whose trailers were announced.
+ * Validates each name (token, and not one RFC 9110 §6.5.1 keeps out of trailers: framing,
+ * routing, authentication, request modifiers, content description: SK_ETRAILER) and value,
+ * then appends them as part of the chunked trailer section (RFC 9112 §7.1.2) when there is one,
+ * else appends nothing. more_trailers == 0 ends the section and the message. Returns 0, or
+ * SK_ESTATE (no trailers announced, body not done, or trailers already ended), SK_EHDRNAME,
+ * SK_EHDRVALUE, SK_ETRAILER, SK_ENOMEM (nothing appended on error). */
+int sk_resp_trailers(sk_resp_t *r, sk_buf_t *out, const sk_header_t *fields, size_t nfields,
+                     int more_trailers);
+
+/* 1 if `name` may not be sent in a trailer section (RFC 9110 §6.5.1), else 0. */
+int sk_resp_trailer_forbidden(const char *name, size_t name_len);
+
+/* Appends an interim (1xx) response: status-line and the given fields, validated, nothing else
+ * (RFC 9110 §15.2; e.g. 103 Early Hints with link fields, RFC 8297). status: 100..199 but not
+ * 101 (switching protocols is not an interim answer). Returns 0, or SK_ESTATUS, SK_EHDRNAME,
+ * SK_EHDRVALUE, SK_ENOMEM (nothing appended on error). */
+int sk_resp_interim(sk_buf_t *out, int status, const sk_header_t *fields, size_t nfields);
 
 /* Appends a complete refusal response with "connection: close", a short text/plain body naming
  * the status, and date/server fields. status: 400, 408, 413, 414, 431, 500, 501, 503 or 505

@@ -23,11 +23,16 @@
 
 #include "sk_asgi.h"
 #include "sk_resp.h"
+#include "sk_token.h"
 
 #include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define BODY_HIGH_WATER (64 * 1024) /* stop reading while this much request body is unconsumed */
 #define FAIRNESS_QUOTA 128          /* ready receive/send operations per request before one yield */
@@ -82,6 +87,7 @@ struct RequestObject {
     uint8_t is_head;           /* method HEAD */
     uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app (not logged) */
     uint8_t in_send;           /* a send() is reading its message (which may run app code) */
+    uint8_t te_trailers;       /* the request's TE field lists "trailers" (RFC 9110 §10.1.4) */
     sk_resp_t resp;
     sk_access_req_t acc; /* the access log's record (sk_access.h), while the log is on */
 };
@@ -288,6 +294,32 @@ answer_500(http1_conn_t *c, RequestObject *r)
 /* ---- scope ---------------------------------------------------------------------------------- */
 
 static PyObject *
+ext_scope(sk_state *st, uint8_t http_minor)
+{
+    /* New reference: scope["extensions"], fresh per request (nothing mutable is shared): the
+     * response extensions skirr implements, each {} (ASGI www 2.5 extensions). Early hints and
+     * trailers need HTTP/1.1 (RFC 8297 §2: no 1xx to HTTP/1.0; a trailer section needs chunked),
+     * so an HTTP/1.0 request is offered only the file extensions. NULL with an exception. */
+    PyObject *names[] = {st->s_http_response_pathsend, st->s_http_response_zerocopysend,
+                         st->s_http_response_trailers, st->s_http_response_early_hint};
+    size_t n = http_minor >= 1 ? 4 : 2;
+    PyObject *ext = PyDict_New();
+    if (ext == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        PyObject *empty = PyDict_New();
+        if (empty == NULL || PyDict_SetItem(ext, names[i], empty) < 0) {
+            Py_XDECREF(empty);
+            Py_DECREF(ext);
+            return NULL;
+        }
+        Py_DECREF(empty);
+    }
+    return ext;
+}
+
+static PyObject *
 build_scope(http1_conn_t *c)
 {
     /* New reference: the request's scope dict; NULL with an exception. */
@@ -421,6 +453,7 @@ build_scope(http1_conn_t *c)
         }
     }
     SET(st->s_server, Py_NewRef(c->local));
+    SET(st->s_extensions, ext_scope(st, p->http_minor));
     if (srv->state != Py_None) {
         SET(st->s_state, PyDict_Check(srv->state)
                              ? PyDict_Copy(srv->state)
@@ -690,13 +723,79 @@ request_receive(PyObject *op, PyObject *Py_UNUSED(arg))
 
 /* ---- send ----------------------------------------------------------------------------------- */
 
+static int
+fields_from(PyObject *headers, sk_header_t *stack, size_t nstack, sk_header_t **out,
+            PyObject **keep_out, Py_ssize_t *n_out)
+{
+    /* ASGI `headers` (an iterable of [name, value] bytes pairs) as serializer fields: *out is
+     * `stack` or, for more than nstack, a PyMem array the caller frees when it is not `stack`;
+     * *keep_out (new reference, also on failure when made) keeps every name and value alive.
+     * Snapshots (tuples) of the list and of each pair: converting a pair may run the app's code
+     * (__iter__), which must not be able to free a name or value already taken. 0, or -1 with
+     * TypeError. */
+    PyObject *seq = PySequence_Tuple(headers);
+    int rc = -1;
+    if (seq == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_SetString(PyExc_TypeError,
+                            "ASGI 'headers' must be an iterable of [name, value] pairs");
+        }
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    sk_header_t *hdrs = stack;
+    *keep_out = PyTuple_New(n);
+    if (*keep_out == NULL) {
+        goto done;
+    }
+    if (n > (Py_ssize_t)nstack) {
+        hdrs = PyMem_Malloc((size_t)n * sizeof(sk_header_t));
+        if (hdrs == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        *out = hdrs;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PySequence_Tuple(PyTuple_GET_ITEM(seq, i));
+        if (pair == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_SetString(PyExc_TypeError, "each ASGI header must be a [name, value] pair");
+            }
+            goto done;
+        }
+        PyTuple_SET_ITEM(*keep_out, i, pair); /* keep owns it: alive until the head is built */
+        if (PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_SetString(PyExc_TypeError, "each ASGI header must be a [name, value] pair");
+            goto done;
+        }
+        PyObject *name = PyTuple_GET_ITEM(pair, 0);  /* borrowed from pair */
+        PyObject *value = PyTuple_GET_ITEM(pair, 1); /* borrowed from pair */
+        if (!PyBytes_Check(name) || !PyBytes_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "ASGI header names and values must be bytes");
+            goto done;
+        }
+        hdrs[i].name = PyBytes_AS_STRING(name);
+        hdrs[i].name_len = (size_t)PyBytes_GET_SIZE(name);
+        hdrs[i].value = PyBytes_AS_STRING(value);
+        hdrs[i].value_len = (size_t)PyBytes_GET_SIZE(value);
+    }
+    *n_out = n;
+    rc = 0;
+done:
+    Py_DECREF(seq);
+    return rc;
+}
+
+static int start_trailers(RequestObject *r, PyObject *msg, int *trailers);
+
 static PyObject *
 send_start(RequestObject *r, PyObject *msg)
 {
     /* New reference to the completion awaitable, or NULL with an exception. */
     sk_header_t stack_hdrs[32];
     sk_header_t *hdrs = stack_hdrs;
-    PyObject *status_o = NULL, *headers = NULL, *seq = NULL, *keep = NULL, *res = NULL;
+    PyObject *status_o = NULL, *headers = NULL, *keep = NULL, *res = NULL;
     if (r->resp.started) {
         PyErr_SetString(
             PyExc_RuntimeError,
@@ -735,57 +834,17 @@ send_start(RequestObject *r, PyObject *msg)
         goto error;
     }
     Py_ssize_t n = 0;
-    if (headers != NULL) {
-        /* Snapshots (tuples) of the list and of each pair: converting a pair may run the app's
-         * code (__iter__), which must not be able to free a name or value already taken. */
-        seq = PySequence_Tuple(headers);
-        if (seq == NULL) {
-            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-                PyErr_SetString(PyExc_TypeError,
-                                "ASGI 'headers' must be an iterable of [name, value] pairs");
-            }
-            goto error;
-        }
-        n = PyTuple_GET_SIZE(seq);
-        keep = PyTuple_New(n);
-        if (keep == NULL) {
-            goto error;
-        }
-        if (n > (Py_ssize_t)(sizeof(stack_hdrs) / sizeof(stack_hdrs[0]))) {
-            hdrs = PyMem_Malloc((size_t)n * sizeof(sk_header_t));
-            if (hdrs == NULL) {
-                PyErr_NoMemory();
-                goto error;
-            }
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *pair = PySequence_Tuple(PyTuple_GET_ITEM(seq, i));
-            if (pair == NULL) {
-                if (PyErr_ExceptionMatches(PyExc_TypeError)) {
-                    PyErr_SetString(PyExc_TypeError,
-                                    "each ASGI header must be a [name, value] pair");
-                }
-                goto error;
-            }
-            PyTuple_SET_ITEM(keep, i, pair); /* keep owns it: alive until the head is built */
-            if (PyTuple_GET_SIZE(pair) != 2) {
-                PyErr_SetString(PyExc_TypeError, "each ASGI header must be a [name, value] pair");
-                goto error;
-            }
-            PyObject *name = PyTuple_GET_ITEM(pair, 0);  /* borrowed from pair */
-            PyObject *value = PyTuple_GET_ITEM(pair, 1); /* borrowed from pair */
-            if (!PyBytes_Check(name) || !PyBytes_Check(value)) {
-                PyErr_SetString(PyExc_TypeError, "ASGI header names and values must be bytes");
-                goto error;
-            }
-            hdrs[i].name = PyBytes_AS_STRING(name);
-            hdrs[i].name_len = (size_t)PyBytes_GET_SIZE(name);
-            hdrs[i].value = PyBytes_AS_STRING(value);
-            hdrs[i].value_len = (size_t)PyBytes_GET_SIZE(value);
-        }
+    if (headers != NULL &&
+        fields_from(headers, stack_hdrs, sizeof(stack_hdrs) / sizeof(stack_hdrs[0]), &hdrs, &keep,
+                    &n) < 0) {
+        goto error;
     }
     if (r->conn == NULL) { /* the conversions above ran Python code, which may have closed it */
         raise_disconnected(r);
+        goto error;
+    }
+    int trailers = 0;
+    if (start_trailers(r, msg, &trailers) < 0) {
         goto error;
     }
     sk_req_info_t info = {
@@ -794,8 +853,12 @@ send_start(RequestObject *r, PyObject *msg)
         .keep_alive = r->keep_alive,
         .force_close = server_closes_after(r->conn, r), /* again when the head is built */
         .opts = &r->srv->resp_opts,
+        .te_trailers = r->te_trailers,
     };
     rc = sk_resp_start(&r->resp, &info, (int)status, hdrs, (size_t)n);
+    if (rc == 0 && trailers) {
+        rc = sk_resp_announce_trailers(&r->resp);
+    }
     if (rc < 0) {
         if (rc == SK_ENOMEM) {
             PyErr_NoMemory();
@@ -818,9 +881,89 @@ done:
     }
     Py_XDECREF(status_o);
     Py_XDECREF(headers);
-    Py_XDECREF(seq);
     Py_XDECREF(keep);
     return res;
+}
+
+/* The response cannot be completed: a clean 500 if nothing of it was written, else an abort
+ * (never a message that looks complete). */
+static void
+fail_response(RequestObject *r, http1_conn_t *c)
+{
+    if (r->resp.head_written) {
+        set_tx(r, TX_FAILED);
+        abort_response(c, r); /* the message must never look complete */
+    }
+    else {
+        answer_500(c, r); /* nothing of it was written: the client gets a clean 500 */
+    }
+}
+
+/* A body (or file) event the serializer refused: rc is its SK_E* code; a length mismatch fails
+ * the response. Always sets the exception send() raises. */
+static void
+body_refused(RequestObject *r, http1_conn_t *c, int rc)
+{
+    if (rc == SK_ETOOLONG || rc == SK_ETOOSHORT) {
+        fail_response(r, c);
+        PyErr_SetString(PyExc_RuntimeError, rc == SK_ETOOLONG
+                                                ? "Response content longer than Content-Length"
+                                                : "Response content shorter than Content-Length");
+    }
+    else if (rc == SK_ENOMEM) {
+        PyErr_NoMemory();
+    }
+    else {
+        PyErr_SetString(PyExc_RuntimeError, sk_strerror(rc));
+    }
+}
+
+/* 0 if a body-like event of `type` may be sent now, else -1 with the exception send() raises. */
+static int
+body_allowed(RequestObject *r, const char *type)
+{
+    if (!r->resp.started) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "Unexpected ASGI message '%s' sent, before 'http.response.start'.", type);
+        return -1;
+    }
+    if (r->tx == TX_COMPLETE || r->tx == TX_FAILED) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "Unexpected ASGI message '%s' sent, after response already completed.", type);
+        return -1;
+    }
+    if (r->conn == NULL || r->tx == TX_GONE) {
+        raise_disconnected(r);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+response_queued(RequestObject *r, http1_conn_t *c, int more)
+{
+    /* New reference: the completion awaitable of a send() whose bytes were just queued (more = 0:
+     * they complete the response); NULL with ClientDisconnected. Writes them, finishes the
+     * exchange when complete, and applies backpressure otherwise. */
+    if (!more) {
+        set_tx(r, TX_COMPLETE);
+    }
+    /* settle_output(): a final response with pipelined input behind it is not written alone. */
+    int follow = !more && r->resp.keep_alive && sk_transport_in_len(c->t) > 0;
+    if (!follow && (sk_transport_write(c->t) < 0 || r->conn == NULL)) {
+        return raise_disconnected(r);
+    }
+    if (!more) {
+        conn_request_done(c, r->resp.keep_alive);
+        release_waiters(r); /* receive() sees http.disconnect; senders waiting for drain go on */
+        return ready(r, NULL);
+    }
+    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER || sk_transport_file_pending(c->t)) {
+        /* Backpressure: complete only when the unsent output is below the high-water mark and
+         * a file range is sent (one at a time): the transport's writable() entry resolves it. */
+        return add_waiter(r, &r->drain_waiters); /* each sender waits: one list for all */
+    }
+    return ready(r, NULL);
 }
 
 static PyObject *
@@ -831,20 +974,7 @@ send_body(RequestObject *r, PyObject *msg)
     PyObject *body = NULL, *more_o = NULL, *res = NULL;
     Py_buffer view = {0};
     int have_view = 0;
-    if (!r->resp.started) {
-        PyErr_SetString(
-            PyExc_RuntimeError,
-            "Unexpected ASGI message 'http.response.body' sent, before 'http.response.start'.");
-        goto error;
-    }
-    if (r->tx == TX_COMPLETE || r->tx == TX_FAILED) {
-        PyErr_SetString(
-            PyExc_RuntimeError,
-            "Unexpected ASGI message 'http.response.body' sent, after response already completed.");
-        goto error;
-    }
-    if (r->conn == NULL || r->tx == TX_GONE) {
-        raise_disconnected(r);
+    if (body_allowed(r, "http.response.body") < 0) {
         goto error;
     }
     if (sk_asgi_msg_get(msg, r->st->s_body, &body) < 0) {
@@ -875,50 +1005,12 @@ send_body(RequestObject *r, PyObject *msg)
     }
     int rc = sk_resp_body(&r->resp, sk_transport_out(c->t), have_view ? view.buf : "",
                           have_view ? (size_t)view.len : 0, more, server_date(r->srv));
-    if (rc == SK_ETOOLONG || rc == SK_ETOOSHORT) {
-        if (r->resp.head_written) {
-            set_tx(r, TX_FAILED);
-            abort_response(c, r); /* the message must never look complete */
-        }
-        else {
-            answer_500(c, r); /* nothing of it was written: the client gets a clean 500 */
-        }
-        PyErr_SetString(PyExc_RuntimeError, rc == SK_ETOOLONG
-                                                ? "Response content longer than Content-Length"
-                                                : "Response content shorter than Content-Length");
-        goto error;
-    }
     if (rc < 0) {
-        if (rc == SK_ENOMEM) {
-            PyErr_NoMemory();
-        }
-        else {
-            PyErr_SetString(PyExc_RuntimeError, sk_strerror(rc));
-        }
+        body_refused(r, c, rc);
         goto error;
     }
-    if (!more) {
-        set_tx(r, TX_COMPLETE);
-    }
-    /* settle_output(): a final body with pipelined input behind it is not written alone. */
-    int follow = !more && r->resp.keep_alive && sk_transport_in_len(c->t) > 0;
-    if (!follow && (sk_transport_write(c->t) < 0 || r->conn == NULL)) {
-        raise_disconnected(r);
-        goto error;
-    }
-    if (!more) {
-        conn_request_done(c, r->resp.keep_alive);
-        release_waiters(r); /* receive() sees http.disconnect; senders waiting for drain go on */
-        res = ready(r, NULL);
-        goto done;
-    }
-    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
-        /* Backpressure: complete only when the unsent output is below the high-water mark
-         * (the transport's writable() entry resolves it). */
-        res = add_waiter(r, &r->drain_waiters); /* each sender waits: one list for all */
-        goto done;
-    }
-    res = ready(r, NULL);
+    /* the final body completes the response, unless trailers were announced (they do) */
+    res = response_queued(r, c, more || r->resp.trailers);
     goto done;
 error:
     res = NULL;
@@ -928,6 +1020,379 @@ done:
     }
     Py_XDECREF(body);
     Py_XDECREF(more_o);
+    return res;
+}
+
+/* ---- send: the response extensions (ASGI www 2.5 extensions) ------------------------------- */
+
+static int
+start_trailers(RequestObject *r, PyObject *msg, int *trailers)
+{
+    /* http.response.start's `trailers` (default False) into *trailers. 0, or -1 with an
+     * exception. */
+    PyObject *v = NULL;
+    int rc = sk_asgi_msg_get(msg, r->st->s_trailers, &v);
+    *trailers = 0;
+    if (rc <= 0) {
+        return rc;
+    }
+    *trailers = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return *trailers < 0 ? -1 : 0;
+}
+
+static int
+msg_offset(PyObject *msg, PyObject *key, const char *what, uint64_t *out)
+{
+    /* An optional non-negative int of a message: 1 (*out set), 0 (absent or None), -1 with
+     * TypeError/ValueError. */
+    PyObject *v = NULL;
+    int rc = sk_asgi_msg_get(msg, key, &v);
+    if (rc <= 0) {
+        return rc;
+    }
+    if (v == Py_None) {
+        Py_DECREF(v);
+        return 0;
+    }
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "ASGI '%s' must be an int, not %.100s", what,
+                     Py_TYPE(v)->tp_name);
+        Py_DECREF(v);
+        return -1;
+    }
+    unsigned long long u = PyLong_AsUnsignedLongLong(v);
+    Py_DECREF(v);
+    if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "ASGI '%s' must be a non-negative int (bytes)", what);
+        return -1;
+    }
+    *out = (uint64_t)u;
+    return 1;
+}
+
+static int
+file_from_message(RequestObject *r, PyObject *msg, int by_path, int *fd, uint64_t *off,
+                  uint64_t *count)
+{
+    /* Opens what a pathsend (by_path) or zerocopysend message names: *fd a new descriptor of
+     * ours (O_CLOEXEC) on a regular file, *off and *count the range to send (bytes; zerocopysend
+     * without `offset` starts at the file's position and moves it past the range, as
+     * os.sendfile(offset=None) would). 0, or -1 with an exception: TypeError/ValueError for a
+     * malformed message, RuntimeError naming the file for one that cannot be sent. */
+    sk_state *st = r->st;
+    PyObject *v = NULL, *path_b = NULL;
+    const char *type = by_path ? "http.response.pathsend" : "http.response.zerocopysend";
+    struct stat sb;
+    int rc = sk_asgi_msg_get(msg, by_path ? st->s_path : st->s_file, &v);
+    int have_off = 0, have_count = 0;
+    *fd = -1;
+    if (rc <= 0) {
+        if (rc == 0) {
+            PyErr_Format(PyExc_TypeError, "'%s' message is missing '%s'", type,
+                         by_path ? "path" : "file");
+        }
+        goto error;
+    }
+    if (by_path) {
+        if (!PyUnicode_FSConverter(v, &path_b)) {
+            goto error;
+        }
+        *fd = open(PyBytes_AS_STRING(path_b), O_RDONLY | O_CLOEXEC);
+        if (*fd < 0) {
+            PyErr_Format(PyExc_RuntimeError, "%s: cannot open %R: %s", type, v, strerror(errno));
+            goto error;
+        }
+    }
+    else {
+        int app_fd = PyObject_AsFileDescriptor(v); /* an int or an object with fileno() */
+        if (app_fd < 0) {
+            goto error;
+        }
+        *fd = fcntl(app_fd, F_DUPFD_CLOEXEC, 0); /* ours to close; the app keeps its own */
+        if (*fd < 0) {
+            PyErr_Format(PyExc_RuntimeError, "%s: file descriptor %d: %s", type, app_fd,
+                         strerror(errno));
+            goto error;
+        }
+        have_off = msg_offset(msg, st->s_offset, "offset", off);
+        have_count = have_off < 0 ? -1 : msg_offset(msg, st->s_count, "count", count);
+        if (have_off < 0 || have_count < 0) {
+            goto error;
+        }
+    }
+    if (fstat(*fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+        PyErr_Format(PyExc_RuntimeError, "%s: %R is not a regular file", type, v);
+        goto error;
+    }
+    if (!have_off) {
+        off_t pos = by_path ? 0 : lseek(*fd, 0, SEEK_CUR);
+        *off = pos > 0 ? (uint64_t)pos : 0;
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    uint64_t avail = *off < size ? size - *off : 0;
+    if (!have_count) {
+        *count = avail;
+    }
+    else if (*count > avail) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s: %R has %llu bytes from offset %llu, fewer than the count %llu", type, v,
+                     (unsigned long long)avail, (unsigned long long)*off,
+                     (unsigned long long)*count);
+        goto error;
+    }
+    if (!by_path && !have_off) {
+        (void)lseek(*fd, (off_t)(*off + *count), SEEK_SET); /* shared with the app's descriptor */
+    }
+    Py_DECREF(v);
+    Py_XDECREF(path_b);
+    return 0;
+error:
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+    Py_XDECREF(v);
+    Py_XDECREF(path_b);
+    return -1;
+}
+
+static PyObject *
+send_file(RequestObject *r, PyObject *msg, int by_path)
+{
+    /* New reference: the completion awaitable of http.response.pathsend (by_path: the whole
+     * file, the final body) or http.response.zerocopysend (a range, `more_body` allowed); NULL
+     * with an exception. The bytes go from the file to the socket with sendfile(2) (the
+     * transport's file range): never through memory, under the same backpressure, write timeout
+     * and close rules as any body. A file that cannot be sent fails the response (500 before the
+     * head, else an abort) and raises RuntimeError, which the app's log shows. */
+    const char *type = by_path ? "http.response.pathsend" : "http.response.zerocopysend";
+    PyObject *more_o = NULL, *res = NULL;
+    int fd = -1, more = 0;
+    uint64_t off = 0, count = 0;
+    char after[SK_RESP_AFTER_MAX];
+    size_t alen = 0;
+    if (body_allowed(r, type) < 0) {
+        goto error;
+    }
+    if (!by_path) {
+        if (sk_asgi_msg_get(msg, r->st->s_more_body, &more_o) < 0) {
+            goto error;
+        }
+        more = more_o ? PyObject_IsTrue(more_o) : 0;
+        if (more < 0) {
+            goto error;
+        }
+    }
+    if (file_from_message(r, msg, by_path, &fd, &off, &count) < 0) {
+        if (r->conn != NULL && PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+            /* the file cannot be sent: this response never completes (moved aside: failing it
+             * may call the access log) */
+            PyObject *typ, *val, *tb;
+            PyErr_Fetch(&typ, &val, &tb);
+            fail_response(r, r->conn);
+            PyErr_Restore(typ, val, tb);
+        }
+        goto error;
+    }
+    http1_conn_t *c = r->conn;
+    if (c == NULL || r->tx != TX_OPEN) { /* Python code ran above (fileno(), __index__) */
+        raise_disconnected(r);
+        goto error;
+    }
+    if (!r->resp.head_written) {
+        r->resp.req.force_close = server_closes_after(c, r); /* announced: RFC 9112 §9.6 */
+    }
+    int rc = sk_resp_body_ref(&r->resp, sk_transport_out(c->t), count, more, server_date(r->srv),
+                              after, &alen);
+    if (rc < 0) {
+        body_refused(r, c, rc);
+        goto error;
+    }
+    if (r->resp.framing != SK_FRAME_NONE && count > 0) {
+        int owned = fd; /* the transport's from here, also on failure */
+        fd = -1;
+        if (sk_transport_sendfile(c->t, owned, off, count) < 0) {
+            fail_response(r, c);
+            PyErr_Format(PyExc_RuntimeError, "%s: a file range is still being sent", type);
+            goto error;
+        }
+    }
+    if (alen > 0 && sk_buf_append(sk_transport_out(c->t), after, alen) < 0) {
+        fail_response(r, c);
+        PyErr_NoMemory();
+        goto error;
+    }
+    res = response_queued(r, c, more || r->resp.trailers);
+    goto done;
+error:
+    res = NULL;
+done:
+    if (fd >= 0) {
+        close(fd);
+    }
+    Py_XDECREF(more_o);
+    return res;
+}
+
+static PyObject *
+send_trailers(RequestObject *r, PyObject *msg)
+{
+    /* New reference: the completion awaitable of http.response.trailers; NULL with an exception.
+     * Sent as the chunked trailer section when the request asked for trailers (TE: trailers),
+     * else dropped (RFC 9110 §6.5); a field RFC 9110 §6.5.1 keeps out of trailers fails the
+     * response (RuntimeError naming it). The last one (more_trailers False) completes it. */
+    sk_header_t stack_hdrs[8];
+    sk_header_t *hdrs = stack_hdrs;
+    PyObject *headers = NULL, *keep = NULL, *more_o = NULL, *res = NULL;
+    Py_ssize_t n = 0;
+    if (body_allowed(r, "http.response.trailers") < 0) {
+        goto error;
+    }
+    if (!r->resp.trailers || !r->resp.done) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        !r->resp.trailers
+                            ? "Unexpected ASGI message 'http.response.trailers' sent, but "
+                              "'http.response.start' did not say 'trailers': True."
+                            : "Unexpected ASGI message 'http.response.trailers' sent, before the "
+                              "final body (more_body False).");
+        goto error;
+    }
+    if (sk_asgi_msg_get(msg, r->st->s_headers, &headers) < 0 ||
+        sk_asgi_msg_get(msg, r->st->s_more_trailers, &more_o) < 0) {
+        goto error;
+    }
+    if (headers != NULL &&
+        fields_from(headers, stack_hdrs, sizeof(stack_hdrs) / sizeof(stack_hdrs[0]), &hdrs, &keep,
+                    &n) < 0) {
+        goto error;
+    }
+    int more = more_o ? PyObject_IsTrue(more_o) : 0;
+    if (more < 0) {
+        goto error;
+    }
+    http1_conn_t *c = r->conn;
+    if (c == NULL || r->tx != TX_OPEN) { /* the conversions above ran Python code */
+        raise_disconnected(r);
+        goto error;
+    }
+    int rc = sk_resp_trailers(&r->resp, sk_transport_out(c->t), hdrs, (size_t)n, more);
+    if (rc < 0) {
+        if (rc == SK_ENOMEM) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        fail_response(r, c); /* the trailer section cannot be completed as the app meant it */
+        for (Py_ssize_t i = 0; rc == SK_ETRAILER && i < n; i++) {
+            if (sk_resp_trailer_forbidden(hdrs[i].name, hdrs[i].name_len)) {
+                PyObject *name =
+                    PyUnicode_DecodeLatin1(hdrs[i].name, (Py_ssize_t)hdrs[i].name_len, NULL);
+                if (name != NULL) {
+                    PyErr_Format(PyExc_RuntimeError, "%s: %U", sk_strerror(rc), name);
+                    Py_DECREF(name);
+                }
+                goto error;
+            }
+        }
+        PyErr_SetString(PyExc_RuntimeError, sk_strerror(rc));
+        goto error;
+    }
+    res = response_queued(r, c, more);
+    goto done;
+error:
+    res = NULL;
+done:
+    if (hdrs != stack_hdrs) {
+        PyMem_Free(hdrs);
+    }
+    Py_XDECREF(headers);
+    Py_XDECREF(keep);
+    Py_XDECREF(more_o);
+    return res;
+}
+
+static PyObject *
+send_early_hint(RequestObject *r, PyObject *msg)
+{
+    /* New reference: the completion awaitable of http.response.early_hint; NULL with an
+     * exception. Each sends "103 Early Hints" with one link field per `links` item (RFC 8297),
+     * at once, before the final response; to an HTTP/1.0 client nothing (RFC 8297 §2, RFC 9110
+     * §15.2: no 1xx to HTTP/1.0; the extension is not offered there). After http.response.start:
+     * RuntimeError. */
+    sk_header_t stack_hdrs[8];
+    sk_header_t *hdrs = stack_hdrs;
+    PyObject *links = NULL, *seq = NULL, *res = NULL;
+    if (r->resp.started) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Unexpected ASGI message 'http.response.early_hint' sent, after "
+                        "'http.response.start'.");
+        goto error;
+    }
+    int rc = sk_asgi_msg_get(msg, r->st->s_links, &links);
+    if (rc <= 0) {
+        if (rc == 0) {
+            PyErr_SetString(PyExc_TypeError,
+                            "'http.response.early_hint' message is missing 'links'");
+        }
+        goto error;
+    }
+    seq = PySequence_Tuple(links);
+    if (seq == NULL) {
+        goto error;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
+    if (n > (Py_ssize_t)(sizeof(stack_hdrs) / sizeof(stack_hdrs[0]))) {
+        hdrs = PyMem_Malloc((size_t)n * sizeof(sk_header_t));
+        if (hdrs == NULL) {
+            PyErr_NoMemory();
+            goto error;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *link = PyTuple_GET_ITEM(seq, i); /* borrowed from seq */
+        if (!PyBytes_Check(link)) {
+            PyErr_Format(PyExc_TypeError, "ASGI 'links' items must be bytes, not %.100s",
+                         Py_TYPE(link)->tp_name);
+            goto error;
+        }
+        hdrs[i].name = "link";
+        hdrs[i].name_len = sizeof("link") - 1;
+        hdrs[i].value = PyBytes_AS_STRING(link);
+        hdrs[i].value_len = (size_t)PyBytes_GET_SIZE(link);
+    }
+    http1_conn_t *c = r->conn;
+    if (c == NULL || r->tx != TX_OPEN) {
+        raise_disconnected(r);
+        goto error;
+    }
+    if (r->http_minor == 0 || n == 0) {
+        res = ready(r, NULL); /* nothing to send */
+        goto done;
+    }
+    rc = sk_resp_interim(sk_transport_out(c->t), 103, hdrs, (size_t)n);
+    if (rc < 0) {
+        if (rc == SK_ENOMEM) {
+            PyErr_NoMemory();
+        }
+        else {
+            PyErr_Format(PyExc_RuntimeError, "'http.response.early_hint': %s", sk_strerror(rc));
+        }
+        goto error;
+    }
+    if (sk_transport_write(c->t) < 0 || r->conn == NULL) {
+        raise_disconnected(r);
+        goto error;
+    }
+    res = ready(r, NULL);
+    goto done;
+error:
+    res = NULL;
+done:
+    if (hdrs != stack_hdrs) {
+        PyMem_Free(hdrs);
+    }
+    Py_XDECREF(links);
+    Py_XDECREF(seq);
     return res;
 }
 
@@ -960,6 +1425,22 @@ request_send(PyObject *op, PyObject *msg)
     }
     else if (PyUnicode_Check(type) && PyUnicode_Compare(type, r->st->s_http_response_start) == 0) {
         res = send_start(r, msg);
+    }
+    else if (PyUnicode_Check(type) &&
+             PyUnicode_Compare(type, r->st->s_http_response_pathsend) == 0) {
+        res = send_file(r, msg, 1);
+    }
+    else if (PyUnicode_Check(type) &&
+             PyUnicode_Compare(type, r->st->s_http_response_zerocopysend) == 0) {
+        res = send_file(r, msg, 0);
+    }
+    else if (PyUnicode_Check(type) &&
+             PyUnicode_Compare(type, r->st->s_http_response_trailers) == 0) {
+        res = send_trailers(r, msg);
+    }
+    else if (PyUnicode_Check(type) &&
+             PyUnicode_Compare(type, r->st->s_http_response_early_hint) == 0) {
+        res = send_early_hint(r, msg);
     }
     else if (!PyErr_Occurred()) {
         PyErr_Format(PyExc_RuntimeError, "Unexpected ASGI message type %R", type);
@@ -1283,6 +1764,14 @@ request_new(http1_conn_t *c)
     r->keep_alive = p->keep_alive;
     r->http_minor = p->http_minor;
     r->is_head = (p->method == HTTP_HEAD);
+    for (uint32_t i = 0; i < p->nfields; i++) {
+        /* TE: trailers (RFC 9110 §10.1.4): the client accepts a trailer section */
+        sk_span_t name = p->fields[i].name, value = p->fields[i].value;
+        if (SK_TOKEN_IEQ(sk_parser_ptr(p, name), name.len, "te") &&
+            SK_LIST_HAS_TOKEN(sk_parser_ptr(p, value), value.len, "trailers")) {
+            r->te_trailers = 1;
+        }
+    }
     r->scope = build_scope(c);
     if (r->scope == NULL) {
         r->conn = NULL;
@@ -1468,8 +1957,11 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
         if (r != NULL && r->rx != RX_BODY) {
             break;
         }
-        if (r == NULL && sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
-            break; /* earlier responses are not read yet: start no new request (bounded memory) */
+        if (r == NULL && (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER ||
+                          sk_transport_file_pending(c->t))) {
+            /* earlier responses are not read yet (or a file of one is being sent: one range at
+             * a time): start no new request (bounded memory) */
+            break;
         }
         /* Over the body mark no more bytes are fed; but the end of a Content-Length body whose
          * last byte was in the last piece carries none and is due now: collect it with an
@@ -1570,7 +2062,8 @@ h1_writable(void *h)
     http1_conn_t *c = h;
     RequestObject *r = c->current;
     if (r != NULL) {
-        if (r->drain_waiters != NULL && sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER) {
+        if (r->drain_waiters != NULL && sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER &&
+            !sk_transport_file_pending(c->t)) {
             resolve_all(r->st, &r->drain_waiters, Py_None, NULL);
         }
         return;
@@ -1642,11 +2135,23 @@ h1_closed(void *h, int reason)
             [SK_CLOSED_BY_HANDLER] = "HTTP connection closed by the server",
             [SK_CLOSED_SERVER] = "HTTP connection closed (server stopping)",
             [SK_CLOSED_NO_MEMORY] = "HTTP connection closed (out of memory)",
+            [SK_CLOSED_FILE_SHORT] = "HTTP connection reset (the file being sent shrank)",
+            [SK_CLOSED_FILE_ERROR] = "HTTP connection reset (the file being sent failed)",
         };
-        int known = reason > 0 && reason <= SK_CLOSED_NO_MEMORY;
+        int known = reason > 0 && reason <= SK_CLOSED_FILE_ERROR;
         socklen_t plen;
         sk_access_trace(c->srv, NULL, sk_transport_peer(c->t, &plen),
                         known ? why[reason] : "HTTP connection closed");
+    }
+    if (reason == SK_CLOSED_FILE_SHORT || reason == SK_CLOSED_FILE_ERROR) {
+        /* pathsend/zerocopysend: the response could not be completed (it was reset) */
+        sk_asgi_log_error(c->srv->st, c->srv->logger,
+                          reason == SK_CLOSED_FILE_SHORT
+                              ? "File response incomplete: the file ended before the bytes "
+                                "promised (it shrank while being sent); connection reset"
+                              : "File response incomplete: reading the file failed; connection "
+                                "reset",
+                          NULL);
     }
     if (c->current) {
         request_detach(c->current); /* c->current becomes NULL */

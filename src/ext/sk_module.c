@@ -222,7 +222,18 @@ static PyType_Spec ready_spec = {
     X(s_remove_reader, "remove_reader") \
     X(s_call_soon, "call_soon") \
     X(s_error, "error") \
-    X(s_copy, "copy")
+    X(s_copy, "copy") \
+    X(s_extensions, "extensions") \
+    X(s_http_response_pathsend, "http.response.pathsend") \
+    X(s_http_response_zerocopysend, "http.response.zerocopysend") \
+    X(s_http_response_trailers, "http.response.trailers") \
+    X(s_http_response_early_hint, "http.response.early_hint") \
+    X(s_file, "file") \
+    X(s_offset, "offset") \
+    X(s_count, "count") \
+    X(s_trailers, "trailers") \
+    X(s_more_trailers, "more_trailers") \
+    X(s_links, "links")
 /* clang-format on */
 
 static PyObject *
@@ -310,8 +321,9 @@ sk_exec(PyObject *module)
         PyDict_SetItem(st->scope_proto, st->s_scheme, st->s_http) < 0) {
         goto error;
     }
-    PyObject *per_request[] = {st->s_method,    st->s_path,    st->s_raw_path, st->s_query_string,
-                               st->s_root_path, st->s_headers, st->s_client,   st->s_server};
+    PyObject *per_request[] = {st->s_method,       st->s_path,      st->s_raw_path,
+                               st->s_query_string, st->s_root_path, st->s_headers,
+                               st->s_client,       st->s_server,    st->s_extensions};
     for (size_t i = 0; i < sizeof(per_request) / sizeof(per_request[0]); i++) {
         if (PyDict_SetItem(st->scope_proto, per_request[i], Py_None) < 0) {
             goto error;

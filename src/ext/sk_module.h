@@ -44,6 +44,10 @@ typedef struct {
     PyObject *s_create_task, *s_create_future, *s_throw, *s_close, *s_set_result;
     PyObject *s_set_exception, *s_done, *s_add_reader;
     PyObject *s_remove_reader, *s_call_soon, *s_error, *s_copy;
+    /* the response extensions (ASGI www 2.5 extensions) */
+    PyObject *s_extensions, *s_http_response_pathsend, *s_http_response_zerocopysend;
+    PyObject *s_http_response_trailers, *s_http_response_early_hint, *s_file, *s_offset;
+    PyObject *s_count, *s_trailers, *s_more_trailers, *s_links;
     /* Live-object counters for the leak and lifetime checks (skirr._native._live()). */
     Py_ssize_t live_servers, live_conns, live_requests, live_ready;
 } sk_state;

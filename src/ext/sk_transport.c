@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/sendfile.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +34,7 @@
 #define INPUT_HIGH_WATER (64 * 1024) /* stop reading while this much input is unconsumed */
 #define PAUSE_LOG_INTERVAL 5.0       /* seconds between two "accepting paused" warnings */
 #define LINGER_SECONDS 2.0           /* after a server-side close: read and discard this long */
+#define SENDFILE_MAX (1024 * 1024)   /* bytes asked of one sendfile() call */
 
 enum tp_state {
     TP_OPEN = 0,
@@ -52,6 +54,11 @@ struct sk_transport {
     void *retired_h;
     sk_buf_t in;  /* received bytes the handler has not consumed */
     sk_buf_t out; /* bytes the kernel has not accepted */
+    /* A file range queued after `out` (sk_transport_sendfile); what the handler appends while it
+     * is pending goes to `tail`, sent after it. file_fd is owned: closed once sent or on close. */
+    int file_fd;                  /* -1 = none */
+    uint64_t file_off, file_left; /* bytes */
+    sk_buf_t tail;
     uint32_t epoll_events;
     uint8_t dispatching; /* a data_received() call is on the stack: it writes when it returns */
     uint8_t held;        /* sk_transport_hold: output waits for sk_transport_release */
@@ -96,6 +103,8 @@ monotonic(void)
 
 static int tp_flush(sk_transport_t *t);
 static void tp_closed(sk_transport_t *t, int reason);
+static size_t pending_out(const sk_transport_t *t);
+static void file_drop(sk_transport_t *t);
 
 /* ---- state ---------------------------------------------------------------------------------- */
 
@@ -120,10 +129,10 @@ update_events(sk_transport_t *t)
         want |= EPOLLIN;
     }
     else if (t->state == TP_OPEN && !t->read_paused && sk_buf_len(&t->in) < INPUT_HIGH_WATER &&
-             sk_buf_len(&t->out) < SK_OUTPUT_HIGH_WATER) {
+             pending_out(t) < SK_OUTPUT_HIGH_WATER) {
         want |= EPOLLIN;
     }
-    if (sk_buf_len(&t->out) > 0 && !t->held && !t->dispatching) {
+    if (pending_out(t) > 0 && !t->held && !t->dispatching) {
         want |= EPOLLOUT;
     }
     if (want != t->epoll_events) {
@@ -243,6 +252,7 @@ tp_closed(sk_transport_t *t, int reason)
     (void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, t->fd, NULL);
     close(t->fd);
     t->fd = -1;
+    file_drop(t); /* a file range not sent: its descriptor goes with the connection */
     if (t->all_prev) {
         t->all_prev->all_next = t->all_next;
     }
@@ -270,7 +280,7 @@ tp_closed(sk_transport_t *t, int reason)
 static void
 tp_peer_eof(sk_transport_t *t)
 {
-    if ((t->state != TP_OPEN && t->state != TP_CLOSING) || sk_buf_len(&t->out) == 0) {
+    if ((t->state != TP_OPEN && t->state != TP_CLOSING) || pending_out(t) == 0) {
         tp_closed(t, t->state == TP_LINGERING ? SK_CLOSED_LINGER_DONE : SK_CLOSED_PEER);
         return;
     }
@@ -296,6 +306,7 @@ tp_free(sk_transport_t *t)
     }
     sk_buf_free(&t->in);
     sk_buf_free(&t->out);
+    sk_buf_free(&t->tail);
     t->reactor->cfg.st->live_conns--;
     PyMem_Free(t);
 }
@@ -327,31 +338,123 @@ tp_linger(sk_transport_t *t)
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
-/* Sends the output until the kernel takes no more. 0, or -1 when the peer is gone (closed). */
+/* Unsent output, in bytes: the buffer, the queued file range and what follows it (saturating). */
+static size_t
+pending_out(const sk_transport_t *t)
+{
+    uint64_t n = (uint64_t)sk_buf_len(&t->out) + t->file_left + (uint64_t)sk_buf_len(&t->tail);
+    return n > (uint64_t)SIZE_MAX ? SIZE_MAX : (size_t)n;
+}
+
+/* Drops the queued file range (its descriptor is closed) and what followed it. */
+static void
+file_drop(sk_transport_t *t)
+{
+    if (t->file_fd >= 0) {
+        close(t->file_fd);
+        t->file_fd = -1;
+    }
+    t->file_left = 0;
+    sk_buf_consume(&t->tail, sk_buf_len(&t->tail));
+}
+
+/* The queued file range is sent: what the handler appended behind it becomes the output. */
+static void
+file_done(sk_transport_t *t)
+{
+    sk_buf_t swap = t->out; /* empty: the range is only sent once `out` is */
+    close(t->file_fd);
+    t->file_fd = -1;
+    t->out = t->tail;
+    t->tail = swap;
+}
+
+/* One sendfile() of the queued range: > 0 bytes sent, 0 the kernel takes no more for now, -1 the
+ * peer is gone, -2 the file failed (SK_CLOSED_FILE_SHORT or _ERROR in *reason). */
+static int
+file_send(sk_transport_t *t, int *reason)
+{
+    for (;;) {
+        off_t off = (off_t)t->file_off;
+        size_t want = t->file_left > SENDFILE_MAX ? SENDFILE_MAX : (size_t)t->file_left;
+        ssize_t n = sendfile(t->fd, t->file_fd, &off, want);
+        if (n > 0) {
+            t->file_off += (uint64_t)n;
+            t->file_left -= (uint64_t)n;
+            return 1;
+        }
+        if (n == 0) {
+            *reason = SK_CLOSED_FILE_SHORT; /* end of file before the count */
+            return -2;
+        }
+        if (errno == EINTR) {
+            continue;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return 0;
+        }
+        if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN || errno == ETIMEDOUT) {
+            return -1;
+        }
+        *reason = SK_CLOSED_FILE_ERROR; /* EIO, EINVAL, ...: the file's side */
+        return -2;
+    }
+}
+
+/* Sends the output (the buffer, then a queued file range, then what follows it) until the
+ * kernel takes no more. 0, or -1 when the peer is gone or the file failed (closed). */
 static int
 tp_flush(sk_transport_t *t)
 {
-    int progress = 0;
-    int was_high = sk_buf_len(&t->out) >= SK_OUTPUT_HIGH_WATER;
+    int progress = 0, file_finished = 0;
+    int was_high = pending_out(t) >= SK_OUTPUT_HIGH_WATER;
     int was_stalled = t->tp_deadline != 0;
     assert(t->state == TP_OPEN || t->state == TP_CLOSING);
-    while (sk_buf_len(&t->out) > 0) {
-        ssize_t n = send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL);
-        if (n > 0) {
-            sk_buf_consume(&t->out, (size_t)n);
+    for (;;) {
+        if (sk_buf_len(&t->out) > 0) {
+            /* a file range follows: the head joins its first segment (MSG_MORE) */
+            int more = t->file_left > 0 ? MSG_MORE : 0;
+            ssize_t n = send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL | more);
+            if (n > 0) {
+                sk_buf_consume(&t->out, (size_t)n);
+                progress = 1;
+                continue;
+            }
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                break;
+            }
+            tp_closed(t, SK_CLOSED_PEER);
+            return -1;
+        }
+        if (t->file_fd < 0) {
+            break;
+        }
+        if (t->file_left == 0) {
+            file_done(t);
+            file_finished = 1;
+            continue;
+        }
+        int reason = 0;
+        int rc = file_send(t, &reason);
+        if (rc > 0) {
             progress = 1;
             continue;
         }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (rc == 0) {
             break;
         }
-        tp_closed(t, SK_CLOSED_PEER);
+        if (rc == -2) {
+            /* The message cannot be completed: a reset, so it never looks complete. */
+            struct linger lg = {.l_onoff = 1, .l_linger = 0};
+            (void)setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        }
+        tp_closed(t, rc == -2 ? reason : SK_CLOSED_PEER);
         return -1;
     }
-    size_t left = sk_buf_len(&t->out);
+    size_t left = pending_out(t);
     if (left == 0 && t->state == TP_CLOSING) {
         t->tp_deadline = 0;
         if (t->peer_eof) {
@@ -370,7 +473,8 @@ tp_flush(sk_transport_t *t)
     else {
         t->tp_deadline = 0;
     }
-    if (!t->told && ((was_high && left < SK_OUTPUT_HIGH_WATER) || (was_stalled && left == 0))) {
+    if (!t->told && ((was_high && left < SK_OUTPUT_HIGH_WATER) || (was_stalled && left == 0) ||
+                     file_finished)) {
         t->ops->writable(t->h);
         if (t->state == TP_CLOSED) {
             return 0;
@@ -403,7 +507,7 @@ dispatch(sk_transport_t *t, const char *data, size_t len)
         }
     }
     t->dispatching = 0;
-    if ((t->state == TP_OPEN || t->state == TP_CLOSING) && !t->held && sk_buf_len(&t->out) > 0) {
+    if ((t->state == TP_OPEN || t->state == TP_CLOSING) && !t->held && pending_out(t) > 0) {
         (void)tp_flush(t);
     }
     return used;
@@ -475,13 +579,36 @@ tp_readable(sk_transport_t *t, uint32_t events)
 sk_buf_t *
 sk_transport_out(sk_transport_t *t)
 {
-    return &t->out;
+    return t->file_fd >= 0 ? &t->tail : &t->out;
 }
 
 size_t
 sk_transport_out_len(const sk_transport_t *t)
 {
-    return sk_buf_len(&t->out);
+    return pending_out(t);
+}
+
+int
+sk_transport_file_pending(const sk_transport_t *t)
+{
+    return t->file_fd >= 0;
+}
+
+int
+sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count)
+{
+    if (t->state != TP_OPEN || t->file_fd >= 0) {
+        close(fd);
+        return -1;
+    }
+    if (count == 0) {
+        close(fd);
+        return 0;
+    }
+    t->file_fd = fd;
+    t->file_off = offset;
+    t->file_left = count;
+    return 0;
 }
 
 size_t
@@ -525,7 +652,7 @@ sk_transport_release(sk_transport_t *t)
     }
     t->held = 0;
     if (!t->dispatching && t->state == TP_OPEN) {
-        if (sk_buf_len(&t->out) > 0) {
+        if (pending_out(t) > 0) {
             (void)tp_flush(t);
         }
         else {
@@ -641,6 +768,7 @@ sk_transport_abort(sk_transport_t *t, int reset)
         /* Best effort: what was already produced goes out; the message stays incomplete. */
         (void)send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL);
     }
+    file_drop(t); /* closed in tp_closed too; here before anything could follow it */
     tp_closed(t, SK_CLOSED_BY_HANDLER);
 }
 
@@ -709,6 +837,7 @@ reactor_accept(sk_reactor_t *r)
             return;
         }
         t->fd = fd;
+        t->file_fd = -1;
         t->reactor = r;
         memcpy(&t->peer, &addr, alen);
         t->peer_len = alen;
@@ -760,7 +889,7 @@ reactor_tick(sk_reactor_t *r)
                       t->state == TP_LINGERING ? SK_CLOSED_LINGER_DONE : SK_CLOSED_WRITE_TIMEOUT);
         }
         else if (t->state == TP_OPEN && t->deadline_kind != 0 && t->deadline <= now &&
-                 sk_buf_len(&t->out) == 0) {
+                 pending_out(t) == 0) {
             int kind = t->deadline_kind;
             t->deadline_kind = 0;
             t->ops->deadline(t->h, kind);

@@ -40,6 +40,8 @@ enum sk_close_reason {
     SK_CLOSED_BY_HANDLER,    /* the handler called sk_transport_close(SK_CLOSE_NOW) or _abort */
     SK_CLOSED_SERVER,        /* the reactor is closing every connection */
     SK_CLOSED_NO_MEMORY,     /* the transport could not buffer received bytes */
+    SK_CLOSED_FILE_SHORT,    /* a queued file range ended early (the file shrank): reset */
+    SK_CLOSED_FILE_ERROR,    /* reading a queued file range failed (sendfile: EIO, ...): reset */
 };
 
 /* The protocol handler table. One per protocol (HTTP/1.1 now; WebSocket next), static storage.
@@ -57,8 +59,8 @@ typedef struct sk_handler_ops {
      * protocol (the rest goes to the new handler). Not called while the transport is closing,
      * lingering or closed. */
     size_t (*data_received)(void *h, const char *data, size_t len);
-    /* Output dropped below the high-water mark after being at or above it, or drained completely
-     * after a write had to wait for the peer. For waking a sender waiting for drain, resuming
+    /* Output dropped below the high-water mark after being at or above it, drained completely
+     * after a write had to wait for the peer, or a queued file range was completely sent. For waking a sender waiting for drain, resuming
      * held-back input, restarting an idle deadline. May write and close. */
     void (*writable)(void *h);
     /* The handler's deadline (sk_transport_set_deadline) passed; `kind` is the value it gave.
@@ -139,14 +141,29 @@ enum sk_close_how {
     SK_CLOSE_AFTER_WRITE /* send the output, half-close, read and discard for up to 2 s, close */
 };
 
-/* The output buffer. Borrowed: append bytes, then call sk_transport_write. */
+/* The output buffer (while a file range is queued, the one sent after it). Borrowed: append
+ * bytes, then call sk_transport_write. */
 sk_buf_t *sk_transport_out(sk_transport_t *t);
-/* Unsent output, in bytes. */
+/* Unsent output, in bytes (a queued file range included). */
 size_t sk_transport_out_len(const sk_transport_t *t);
 /* Received bytes not yet consumed by the handler, in bytes. */
 size_t sk_transport_in_len(const sk_transport_t *t);
 /* 1 while open (not closing after write, not lingering, not closed). */
 int sk_transport_is_open(const sk_transport_t *t);
+
+/* Queues `count` bytes of the file `fd` from `offset` (bytes) after the output appended so far;
+ * they are sent with sendfile(2) once that output is sent, never read into memory. What the
+ * handler appends to sk_transport_out() from now on follows the range. The range counts in
+ * sk_transport_out_len(), so the high-water mark, writable(), the write-progress deadline and
+ * closing apply to it as to any output. `fd` (a regular file, opened by the caller) is owned
+ * from here: closed when the range is sent, when the transport closes (the peer reset, a
+ * timeout, an abort) and on error. Send it with sk_transport_write(). If the file ends before
+ * `count` bytes or cannot be read, the connection is reset (the message must not look complete)
+ * and closed() gets SK_CLOSED_FILE_SHORT or SK_CLOSED_FILE_ERROR. Returns 0, or -1 (fd closed)
+ * when the transport is not open or a range is already queued (one at a time). */
+int sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count);
+/* 1 while a file range is queued and not completely sent (writable() is called when it is). */
+int sk_transport_file_pending(const sk_transport_t *t);
 
 /* Sends the output now, ending any hold, unless a data_received() call is on the stack (it is
  * sent when that returns). 0, or -1 when the peer is gone (the transport is closed, the handler

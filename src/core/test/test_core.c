@@ -972,10 +972,10 @@ ends_with(const sk_buf_t *b, const char *s)
         (n), sizeof(n) - 1, (v), sizeof(v) - 1 \
     }
 
-static const sk_req_info_t REQ11 = {1, 0, 1, 0, NULL};
-static const sk_req_info_t REQ10 = {0, 0, 0, 0, NULL};
-static const sk_req_info_t REQ10_KA = {0, 0, 1, 0, NULL};
-static const sk_req_info_t REQ11_HEAD = {1, 1, 1, 0, NULL};
+static const sk_req_info_t REQ11 = {1, 0, 1, 0, NULL, 0};
+static const sk_req_info_t REQ10 = {0, 0, 0, 0, NULL, 0};
+static const sk_req_info_t REQ10_KA = {0, 0, 1, 0, NULL, 0};
+static const sk_req_info_t REQ11_HEAD = {1, 1, 1, 0, NULL, 0};
 
 static void
 test_resp_framing(T *t)
@@ -1329,6 +1329,151 @@ test_resp_accounting(T *t)
     sk_buf_free(&out);
 }
 
+/* sk_resp_body_ref: the framing around content the caller sends itself (sendfile). */
+static void
+test_resp_ref(T *t)
+{
+    sk_resp_t r;
+    sk_buf_t out = {0};
+    sk_header_t cl[] = {H("content-length", "5")};
+    char after[SK_RESP_AFTER_MAX];
+    size_t alen = 99;
+
+    memset(&r, 0, sizeof(r));
+    /* Content-Length: the head only, nothing after */
+    CHECK(t, sk_resp_start(&r, &REQ11, 200, cl, 1) == 0);
+    CHECK(t, sk_resp_body_ref(&r, &out, 5, 0, NULL, after, &alen) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ncontent-length: 5\r\nserver: skirr\r\n\r\n"));
+    CHECK(t, alen == 0 && r.done && r.body_sent == 5 && r.framing == SK_FRAME_LENGTH);
+    /* shorter than Content-Length: refused, nothing appended */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 200, cl, 1) == 0);
+    CHECK(t, sk_resp_body_ref(&r, &out, 4, 0, NULL, after, &alen) == SK_ETOOSHORT);
+    CHECK(t, sk_buf_len(&out) == 0 && !r.head_written);
+    CHECK(t, sk_resp_body_ref(&r, &out, 6, 1, NULL, after, &alen) == SK_ETOOLONG);
+    /* no length, more to come: chunked; the chunk-size line before, CRLF after */
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 200, NULL, 0) == 0);
+    CHECK(t, sk_resp_body_ref(&r, &out, 300, 1, NULL, after, &alen) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nserver: skirr\r\n"
+                          "\r\n12c\r\n"));
+    CHECK(t, alen == 2 && memcmp(after, "\r\n", 2) == 0);
+    /* the final piece: CRLF and the last-chunk after it */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    CHECK(t, sk_resp_body_ref(&r, &out, 16, 0, NULL, after, &alen) == 0);
+    CHECK(t, buf_is(&out, "10\r\n") && alen == 7 && memcmp(after, "\r\n0\r\n\r\n", 7) == 0);
+    CHECK(t, r.done && r.body_sent == 316);
+    /* an empty final piece: only the last-chunk */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 200, NULL, 0) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "ab", 2, 1, NULL) == 0);
+    sk_buf_consume(&out, sk_buf_len(&out));
+    CHECK(t, sk_resp_body_ref(&r, &out, 0, 0, NULL, after, &alen) == 0);
+    CHECK(t, sk_buf_len(&out) == 0 && alen == 5 && memcmp(after, "0\r\n\r\n", 5) == 0);
+    /* HEAD: framing NONE, the content is not to be sent */
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11_HEAD, 200, cl, 1) == 0);
+    CHECK(t, sk_resp_body_ref(&r, &out, 5, 0, NULL, after, &alen) == 0);
+    CHECK(t, r.framing == SK_FRAME_NONE && alen == 0 && r.body_sent == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ncontent-length: 5\r\nserver: skirr\r\n\r\n"));
+    /* HEAD of a file without the app's length: the file's length, as a GET would have it */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11_HEAD, 200, NULL, 0) == 0);
+    CHECK(t, sk_resp_body_ref(&r, &out, 12345, 0, NULL, after, &alen) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ncontent-length: 12345\r\nserver: skirr\r\n\r\n"));
+    /* ... but not for 304 (RFC 9110 §15.4.5 leaves it to the app) */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11_HEAD, 304, NULL, 0) == 0);
+    CHECK(t, sk_resp_body_ref(&r, &out, 12345, 0, NULL, after, &alen) == 0);
+    CHECK(t, buf_is(&out, "HTTP/1.1 304 Not Modified\r\nserver: skirr\r\n\r\n"));
+    sk_resp_free(&r);
+    sk_buf_free(&out);
+}
+
+/* Trailers (RFC 9112 §7.1.2, RFC 9110 §6.5) and interim responses (RFC 9110 §15.2, RFC 8297). */
+static void
+test_resp_trailers(T *t)
+{
+    static const sk_req_info_t te = {1, 0, 1, 0, NULL, 1};
+    sk_resp_t r;
+    sk_buf_t out = {0};
+    resp_parse_t rp;
+    sk_header_t tr[] = {H("grpc-status", "0"), H("x-checksum", "abc")};
+    sk_header_t bad[] = {H("Content-Length", "3")};
+    sk_header_t ctl[] = {H("x-a", "a\rb")};
+    sk_header_t cl[] = {H("content-length", "5")};
+    sk_header_t links[] = {H("link", "</a.css>; rel=preload"), H("link", "</b.js>; rel=preload")};
+    char after[SK_RESP_AFTER_MAX];
+    size_t alen;
+
+    memset(&r, 0, sizeof(r));
+    /* TE: trailers: a single final body is still chunked, the section follows it */
+    CHECK(t, sk_resp_start(&r, &te, 200, NULL, 0) == 0);
+    CHECK(t, sk_resp_trailers(&r, &out, tr, 2, 0) == SK_ESTATE); /* not announced */
+    CHECK(t, sk_resp_announce_trailers(&r) == 0);
+    CHECK(t, sk_resp_trailers(&r, &out, tr, 2, 0) == SK_ESTATE); /* body not done */
+    CHECK(t, sk_resp_body(&r, &out, "hello", 5, 0, NULL) == 0);
+    CHECK(t, sk_resp_announce_trailers(&r) == SK_ESTATE);
+    CHECK(t, buf_is(&out, "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nserver: skirr\r\n"
+                          "\r\n5\r\nhello\r\n"));
+    CHECK(t, sk_resp_trailers(&r, &out, bad, 1, 0) == SK_ETRAILER);
+    CHECK(t, sk_resp_trailers(&r, &out, ctl, 1, 0) == SK_EHDRVALUE);
+    CHECK(t, ends_with(&out, "hello\r\n"));
+    CHECK(t, sk_resp_trailers(&r, &out, tr, 1, 1) == 0);
+    CHECK(t, sk_resp_trailers(&r, &out, tr + 1, 1, 0) == 0);
+    CHECK(t, ends_with(&out, "5\r\nhello\r\n0\r\ngrpc-status: 0\r\nx-checksum: abc\r\n\r\n"));
+    CHECK(t, sk_resp_trailers(&r, &out, NULL, 0, 0) == SK_ESTATE);
+    CHECK(t, parse_response(&rp, &out, 0, 0) == 0);
+    CHECK(t, rp.complete == 1 && buf_is(&rp.body, "hello"));
+    rp_free(&rp);
+    /* with a file piece: the last-chunk is left to the trailers */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &te, 200, NULL, 0) == 0 && sk_resp_announce_trailers(&r) == 0);
+    CHECK(t, sk_resp_body_ref(&r, &out, 3, 0, NULL, after, &alen) == 0);
+    CHECK(t, alen == 2 && memcmp(after, "\r\n", 2) == 0);
+    /* no "TE: trailers": framed as usual, the trailers validated and dropped */
+    sk_buf_consume(&out, sk_buf_len(&out));
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &REQ11, 200, NULL, 0) == 0 && sk_resp_announce_trailers(&r) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "hello", 5, 0, NULL) == 0);
+    CHECK(t, ends_with(&out, "content-length: 5\r\nserver: skirr\r\n\r\nhello"));
+    sk_buf_consume(&out, sk_buf_len(&out));
+    CHECK(t, sk_resp_trailers(&r, &out, bad, 1, 0) == SK_ETRAILER);
+    CHECK(t, sk_resp_trailers(&r, &out, tr, 2, 0) == 0 && sk_buf_len(&out) == 0);
+    CHECK(t, r.trailers_done == 1);
+    /* the app's Content-Length: no trailer section possible, dropped */
+    sk_resp_reset(&r);
+    CHECK(t, sk_resp_start(&r, &te, 200, cl, 1) == 0 && sk_resp_announce_trailers(&r) == 0);
+    CHECK(t, sk_resp_body(&r, &out, "hello", 5, 0, NULL) == 0 && r.framing == SK_FRAME_LENGTH);
+    sk_buf_consume(&out, sk_buf_len(&out));
+    CHECK(t, sk_resp_trailers(&r, &out, tr, 2, 0) == 0 && sk_buf_len(&out) == 0);
+    /* the forbidden names, any case; ordinary names pass */
+    CHECK(t, sk_resp_trailer_forbidden("Transfer-Encoding", 17) == 1);
+    CHECK(t, sk_resp_trailer_forbidden("HOST", 4) == 1);
+    CHECK(t, sk_resp_trailer_forbidden("set-cookie", 10) == 1);
+    CHECK(t, sk_resp_trailer_forbidden("content-type", 12) == 1);
+    CHECK(t, sk_resp_trailer_forbidden("content-md5", 11) == 0);
+    CHECK(t, sk_resp_trailer_forbidden("server-timing", 13) == 0);
+    /* 103 Early Hints */
+#define EARLY_HINTS                                                                         \
+    "HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\nlink: </b.js>; rel=preload" \
+    "\r\n\r\n"
+    CHECK(t, sk_resp_interim(&out, 103, links, 2) == 0);
+    CHECK(t, buf_is(&out, EARLY_HINTS));
+    CHECK(t, sk_resp_interim(&out, 101, NULL, 0) == SK_ESTATUS);
+    CHECK(t, sk_resp_interim(&out, 200, NULL, 0) == SK_ESTATUS);
+    CHECK(t, sk_resp_interim(&out, 103, ctl, 1) == SK_EHDRVALUE);
+    CHECK(t, buf_is(&out, EARLY_HINTS)); /* nothing appended by the refused ones */
+#undef EARLY_HINTS
+    sk_resp_free(&r);
+    sk_buf_free(&out);
+}
+
 static void
 test_resp_error(T *t)
 {
@@ -1672,7 +1817,7 @@ test_core(T *t)
     CHECK(t, strcmp(sk_strerror(SK_ESTATE), "operation not valid in the current state") == 0);
     CHECK(t, strcmp(sk_strerror(0), "unknown error") == 0);
     CHECK(t, strcmp(sk_strerror(-100), "unknown error") == 0);
-    for (int e = SK_ESTATE; e <= SK_ENOMEM; e++)
+    for (int e = SK_ETRAILER; e <= SK_ENOMEM; e++)
         CHECK(t, strcmp(sk_strerror(e), "unknown error") != 0);
 
     CHECK(t, sk_buf_len(&b) == 0);
@@ -1722,6 +1867,8 @@ main(void)
     }
     test_core(&t);
     test_token(&t);
+    test_resp_ref(&t);
+    test_resp_trailers(&t);
     test_parser_basic(&t);
     test_parser_errors(&t);
     test_parser_limits(&t);

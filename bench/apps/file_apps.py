@@ -1,0 +1,36 @@
+"""The file_1m workload (issue 17): Starlette's FileResponse of a 1 MiB file, as a static-file route
+is served in practice. On a server offering ``http.response.pathsend`` (skirr, granian) Starlette
+hands the path to the server; elsewhere it reads the file in 64 KiB chunks and sends body events.
+
+The file (1,048,576 bytes 0..255 repeated) is written once into the temporary directory the first
+time this module is imported, so every server serves the same bytes from the page cache.
+"""
+import os
+import tempfile
+
+from starlette.responses import FileResponse
+
+FILE_1M = bytes(range(256)) * 4096  # 1,048,576 bytes
+PATH = os.path.join(tempfile.gettempdir(), "skirr-bench-file_1m.bin")
+
+
+def _ensure_file():
+    try:
+        with open(PATH, "rb") as f:
+            if f.read() == FILE_1M:
+                return
+    except OSError:
+        pass
+    tmp = PATH + f".{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(FILE_1M)
+    os.replace(tmp, PATH)  # atomic: a concurrent reader sees the old file or the whole new one
+
+
+_ensure_file()
+
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await FileResponse(PATH, media_type="application/octet-stream")(scope, receive, send)
