@@ -203,11 +203,15 @@ class Client:
         return data
 
     def read_exact(self, n: int) -> bytes:
-        while len(self.buf) < n:
+        parts, have = [self.buf], len(self.buf)  # joined once: += on bytes is quadratic
+        while have < n:
             data = self._recv(what=f"{n} bytes")
             if not data:
-                raise AssertionError(f"peer closed after {len(self.buf)} of {n} bytes: {self.buf!r}")
-            self.buf += data
+                self.buf = b"".join(parts)
+                raise AssertionError(f"peer closed after {have} of {n} bytes: {self.buf[:500]!r}")
+            parts.append(data)
+            have += len(data)
+        self.buf = b"".join(parts)
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
@@ -225,17 +229,20 @@ class Client:
     def read_until_close(self, timeout: Optional[float] = None) -> bytes:
         """Every byte until the peer closes; AssertionError if it does not within the timeout."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        parts = [self.buf]  # joined once: += on bytes is quadratic (32 MiB took over 10 s)
         while not self.eof:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"server did not close the connection; got {self.buf[:500]!r}")
-            self.buf += self._recv(timeout=left, what="close")
-        out, self.buf = self.buf, b""
+                got = b"".join(parts)[:500]
+                raise AssertionError(f"server did not close the connection; got {got!r}")
+            parts.append(self._recv(timeout=left, what="close"))
+        out, self.buf = b"".join(parts), b""
         return out
 
     def read_for(self, seconds: float) -> bytes:
         """Whatever arrives within `seconds` (possibly nothing); never fails on silence."""
         deadline = time.monotonic() + seconds
+        parts = [self.buf]
         while not self.eof:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -252,8 +259,8 @@ class Client:
                 self.sock.settimeout(self.timeout)
             if not data:
                 self.eof = True
-            self.buf += data
-        out, self.buf = self.buf, b""
+            parts.append(data)
+        out, self.buf = b"".join(parts), b""
         return out
 
     def expect_eof(self, timeout: Optional[float] = None) -> None:

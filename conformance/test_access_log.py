@@ -153,6 +153,25 @@ def test_408_logged(serve, access):
 
 
 @pytest.mark.rule("skirr-access-refusals")
+def test_408_for_stalled_content_logged_as_content(serve, access):
+    """--timeout-request-body: the 408 line names the request (its head was complete) and says
+    the content, not the head, was not complete in time."""
+    async def reader(scope, receive, send):
+        while (await receive()).get("more_body"):
+            pass
+
+    with serve(reader, timeout_request_body=1) as srv:
+        c = srv.connect()
+        c.addr = addr(c)
+        c.send(b"POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 20\r\n\r\nabc")
+        r = c.response(allow_incomplete=True)
+        assert r.status == 408
+        lines = access.wait(1)
+    assert lines == [f'{c.addr} - "POST /up HTTP/1.1" 408 Request Timeout (refused: request '
+                     f'content not complete in time)']
+
+
+@pytest.mark.rule("skirr-access-refusals")
 def test_503_logged(serve, access):
     import asyncio
 

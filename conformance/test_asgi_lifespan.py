@@ -2,6 +2,7 @@
 messages around the requests, and how startup and shutdown failures end ``Server.run()``.
 The CLI-level cases (exit status, log lines, never accepting) are in test_lifespan.py.
 """
+import asyncio
 import logging
 import threading
 import time
@@ -177,11 +178,12 @@ def _base_raising(exc: BaseException, phase: str):
 
 @rule("skirr-lifespan-on-required", "ASGI-lifespan-2.0-startup-failed",
       "ASGI-lifespan-2.0-shutdown-failed")
-@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt()], ids=repr)
+@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), asyncio.CancelledError()],
+                         ids=repr)
 @pytest.mark.parametrize("phase", ["startup", "shutdown"])
 def test_base_exception_in_lifespan_fails_run_with_1(loop_name, exc, phase):
-    """SystemExit or KeyboardInterrupt raised by the app inside the lifespan scope is the app's
-    failure like any exception: one ERROR line naming it (no traceback), Server.run() returns 1
+    """SystemExit, KeyboardInterrupt or a CancelledError the app raises itself (no one cancelled
+    the lifespan task) inside the lifespan scope is the app's failure like any exception: one ERROR line naming it (no traceback), Server.run() returns 1
     (not the app's exit status), and a startup failure never serves."""
     run = Unstarted(_base_raising(exc, phase), loop_name, lifespan="on")
     if phase == "shutdown":

@@ -155,6 +155,31 @@ def test_receive_after_response_is_disconnect(serve):
         assert c.request(http_request("GET", "/")).status == 200
 
 
+@pytest.mark.rule("ASGI-www-receive-after-response")
+@pytest.mark.parametrize("body", [b"", b"abc"], ids=["no-content", "content"])
+def test_receive_after_response_without_reading_is_disconnect(serve, body):
+    """The app responds without reading the request and then calls receive(): http.disconnect,
+    not the unread http.request (ASGI www: "Sent to the application if receive is called after
+    a response has been sent"); the connection still serves the next request."""
+    seen = Recorder()
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"done"})
+        try:
+            after = await asyncio.wait_for(receive(), 3.0)
+        except asyncio.TimeoutError:
+            after = "receive() did not return within 3 s"
+        seen.put(after)
+
+    with serve(app) as srv:
+        c = srv.connect()
+        r = c.request(http_request("POST", "/", body=body))
+        assert (r.status, r.body) == (200, b"done")
+        assert seen.wait(1) == [{"type": "http.disconnect"}]
+        assert c.request(http_request("GET", "/")).status == 200
+
+
 # -- Expect: 100-continue ------------------------------------------------------------------------
 
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"

@@ -215,9 +215,11 @@ refuse(http1_conn_t *c, int status)
         const sk_parser_t *p = &c->parser;
         const struct sockaddr_storage *peer = sk_transport_peer(c->t, &plen);
         const char *reason = p->dead && p->err_reason ? p->err_reason
-                             : status == 408          ? "request head not complete in time"
-                             : status == 503          ? "--limit-concurrency reached"
-                                                      : "server error";
+                             : status == 408 && c->current != NULL
+                                 ? "request content not complete in time"
+                             : status == 408 ? "request head not complete in time"
+                             : status == 503 ? "--limit-concurrency reached"
+                                             : "server error";
         if (c->srv->access.pending != NULL) {
             sk_access_refusal(c->srv, c->client, peer, p, status, reason);
         }
@@ -592,7 +594,9 @@ next_message(RequestObject *r, PyObject **out)
     sk_state *st = r->st;
     PyObject *msg = NULL, *data = NULL;
     *out = NULL;
-    if (r->body_buffered > 0 || r->rx == RX_COMPLETE) {
+    /* ASGI www 2.5 "Disconnect - receive event": after the response was sent, http.disconnect,
+     * even with content the app never read (skirr reads and drops it, or closes). */
+    if ((r->body_buffered > 0 || r->rx == RX_COMPLETE) && r->tx != TX_COMPLETE) {
         Py_ssize_t n = r->body ? PyList_GET_SIZE(r->body) : 0;
         if (n == 0) {
             data = Py_NewRef(st->empty_bytes);

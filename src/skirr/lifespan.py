@@ -102,9 +102,12 @@ class Lifespan:
     async def _main(self, scope: dict[str, Any]) -> None:
         try:
             await self.app(scope, self._receive, self._send)
-        except asyncio.CancelledError:
-            raise
         except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                task = asyncio.current_task()
+                if self._cancelling or task is None or task.cancelling():
+                    raise  # this task was cancelled (a forced exit, the loop's teardown)
+                # else the app raised CancelledError itself: its failure, like any exception
             if self._cancelling:
                 return  # a forced exit: whatever the cancelled app raised is not its failure
             if not self._sent_any and self._phase == _STARTUP and self.mode == "auto":
