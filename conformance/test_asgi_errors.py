@@ -2,6 +2,8 @@
 -> the connection is closed without a terminating chunk or a complete message; returning without
 responding -> 500. Failures are logged at ERROR on ``skirr.error``; the server keeps serving.
 """
+import time
+
 import pytest
 
 from conftest import Recorder, http_request, record_text
@@ -193,6 +195,35 @@ def test_cancelled_before_start_is_500_not_logged(serve):
         r = srv.get("/check")
         assert (r.status, r.body) == (200, b"cancelled")
     assert srv.errors() == [], [record_text(x) for x in srv.errors()]
+
+
+@pytest.mark.rule("skirr-errors-app-cancelled")
+@pytest.mark.parametrize("where", ["before-start", "mid-stream"])
+def test_cancelled_error_raised_by_the_app_itself_is_logged(serve, where):
+    """An app that raises CancelledError itself (no one cancelled its Task: an inner task's
+    cancellation let through) failed like with any exception: 500 or a close, and logged."""
+    import asyncio
+
+    async def app(scope, receive, send):
+        if where == "mid-stream":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        raise asyncio.CancelledError("app-raised-cancel-5d1")
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(http_request())
+        if where == "mid-stream":
+            raw = c.read_until_close()
+            assert raw.endswith(b"4\r\npart\r\n"), raw
+        else:
+            assert c.response().status == 500
+        deadline = time.monotonic() + 3
+        while not srv.errors() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        texts = [record_text(x) for x in srv.errors()]
+    assert len(texts) == 1 and "Exception in ASGI application" in texts[0], texts
+    assert "app-raised-cancel-5d1" in texts[0], texts
 
 
 @pytest.mark.rule("skirr-errors-app-cancelled")

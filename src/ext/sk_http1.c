@@ -1463,6 +1463,35 @@ done:
  * finishes the exchange in the same step: no done callback, no extra loop iteration. The app's
  * own coroutine still runs inside the request's Task (asyncio.current_task() is that Task). */
 
+static int
+task_cancelling(RequestObject *r)
+{
+    /* 1 when someone called cancel() on the request's Task (Task.cancelling() > 0, 3.11+), or
+     * when that cannot be told (no Task, an error: quiet is the safe side); else 0. Called with
+     * no exception set (the caller has fetched it). */
+    int yes = 1;
+    PyObject *task = NULL, *n = NULL;
+    assert(!PyErr_Occurred());
+    if (r->task != NULL) {
+        task = Py_NewRef(r->task);
+    }
+    else { /* an eager start (3.12+) still inside its first step: the Task is the current one */
+        PyObject *asyncio = PyImport_ImportModule("asyncio");
+        task = asyncio ? PyObject_CallMethod(asyncio, "current_task", NULL) : NULL;
+        Py_XDECREF(asyncio);
+    }
+    if (task != NULL && task != Py_None) {
+        n = PyObject_CallMethod(task, "cancelling", NULL);
+        if (n != NULL && PyLong_Check(n)) {
+            yes = PyLong_AsLong(n) != 0;
+        }
+    }
+    Py_XDECREF(n);
+    Py_XDECREF(task);
+    PyErr_Clear();
+    return yes;
+}
+
 static void
 request_finish(RequestObject *r, PyObject *exc, int cancelled)
 {
@@ -1524,7 +1553,9 @@ request_ended(RequestObject *r, PySendResult res, PyObject **result)
         PyException_SetTraceback(val, tb);
     }
     int cancelled = PyErr_GivenExceptionMatches(val, r->st->CancelledError);
-    request_finish(r, cancelled ? NULL : val, cancelled);
+    /* A CancelledError the app raised itself (no one called cancel() on its Task) is its
+     * failure and logged; a cancelled Task's is not. */
+    request_finish(r, cancelled && task_cancelling(r) ? NULL : val, cancelled);
     if (cancelled) {
         PyErr_Restore(typ, val, tb);
         *result = NULL;
