@@ -2,7 +2,9 @@
 """skirr's benchmark harness: skirr beside its peers and the machine's limit (issue 6).
 
     run.py matrix --profile quick|full [--summary bench/RESULTS.md]   throughput, fixed rate, streaming,
-                                                                      the workers row
+                                                                      the workers row, the cost rows
+    run.py matrix --profile costs                                     the cost rows alone: access
+                                                                      log and metrics on vs off
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000]                                       instructions per request
     run.py report bench/results/<run> [--summary bench/RESULTS.md]    re-render a run's report
@@ -87,6 +89,8 @@ def main():
     m.add_argument("--no-stream", action="store_true", help="skip the streaming phase")
     m.add_argument("--no-workers", action="store_true",
                    help="skip the workers row (2 worker processes sharing both CPUs)")
+    m.add_argument("--no-costs", action="store_true",
+                   help="skip the cost rows (access log and metrics on against off)")
     m.add_argument("--app-n", type=int, default=20000, help="calls per app-CPU sample")
     m.add_argument("--seed", type=int, default=None, help="random seed for the server order")
     m.add_argument("--label", help="results folder suffix (default: the profile)")
