@@ -198,3 +198,19 @@ def test_workers_send_their_final_counts_when_replaced(tmp_path):
         assert m[("skirr_requests_in_flight", ())] == 0
         assert m[("skirr_connections", ())] == 0
         assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-metrics-workers")
+def test_workers_metrics_port_in_use_is_reported_before_any_worker(tmp_path):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        mport = held.getsockname()[1]
+        status, stderr = _proc.run_to_exit(
+            ["workers_app:app", "--workers", "2", "--port", str(free_port()), "--metrics-port",
+             str(mport)], tmp_path)
+    assert status == 1
+    assert stderr == (f"skirr: error: could not bind the metrics listener to 127.0.0.1:{mport}: "
+                      "Address already in use\n")
