@@ -60,7 +60,9 @@ def cmd_setup(args):
 
 def cmd_callgrind(args):
     ensure_tools(["valgrind", "callgrind_control"])
-    return traced.callgrind(args.n, "skirr-access-log" if args.access_log else "skirr")
+    server = ("skirr-access-log" if args.access_log else "skirr-metrics" if args.metrics
+              else "skirr")
+    return traced.callgrind(args.n, server)
 
 
 def cmd_report(args):
@@ -106,6 +108,8 @@ def main():
     cg.add_argument("--n", type=int, default=2000, help="requests per phase")
     cg.add_argument("--access-log", action="store_true",
                     help="with skirr's access log on, written to its log file (issue 13)")
+    cg.add_argument("--metrics", action="store_true",
+                    help="with --metrics-port on (issue 13)")
     rp = sub.add_parser("report", help="re-render a finished matrix run's report (results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")
     rp.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md)")
