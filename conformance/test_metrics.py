@@ -214,3 +214,50 @@ def test_workers_metrics_port_in_use_is_reported_before_any_worker(tmp_path):
     assert status == 1
     assert stderr == (f"skirr: error: could not bind the metrics listener to 127.0.0.1:{mport}: "
                       "Address already in use\n")
+
+
+def _snap(n: int, in_flight: int) -> dict:
+    return {"requests": {("GET", "2xx"): n, ("POST", "5xx"): 1}, "refusals": {"431": 2},
+            "timeouts": {"request_head": 1, "keep_alive": 0, "write": 0, "request_body": 0},
+            "buckets": [(0.005, n), (0.01, n + 1)], "bytes_in": 10 * n, "bytes_out": 5 * n,
+            "count": n + 1, "sum": 0.5, "connections": 3, "in_flight": in_flight}
+
+
+@pytest.mark.rule("skirr-metrics-workers")
+def test_pipe_messages_survive_any_split():
+    """The worker's S frames (its counters) read back whole however the pipe cuts them, beside
+    the one-byte messages, even when the payload holds the bytes R, H and M."""
+    from skirr import _worker
+    from skirr.metrics import decode, encode
+
+    snap = _snap(7, 1)
+    snap["refusals"] = {"RHM": 1}  # the one-byte messages' bytes inside a payload
+    stream = _worker.READY + _worker.frame(encode(snap)) + _worker.HEARTBEAT + _worker.RETIRE
+    for cut in range(1, len(stream)):
+        inbox = bytearray()
+        got = []
+        for part in (stream[:cut], stream[cut:]):
+            inbox += part
+            got += _worker.parse(inbox)
+        assert [kind for kind, _ in got] == [b"R", b"S", b"H", b"M"], cut
+        assert decode(got[1][1]) == snap
+        assert inbox == b""
+
+
+@pytest.mark.rule("skirr-metrics-workers")
+def test_aggregate_keeps_exited_workers_counters_not_their_gauges():
+    from skirr.metrics import Aggregate
+
+    agg = Aggregate()
+    agg.update("a", _snap(10, 2))
+    agg.update("b", _snap(5, 1))
+    both = agg.snapshot()
+    assert both["requests"] == {("GET", "2xx"): 15, ("POST", "5xx"): 2}
+    assert both["buckets"] == [(0.005, 15), (0.01, 17)]
+    assert (both["count"], both["bytes_in"], both["in_flight"], both["connections"]) == (17, 150, 3, 6)
+    agg.retire("a")
+    agg.update("c", _snap(1, 0))  # a's replacement
+    after = agg.snapshot()
+    assert after["requests"] == {("GET", "2xx"): 16, ("POST", "5xx"): 3}
+    assert after["refusals"] == {"431": 6} and after["timeouts"]["request_head"] == 3
+    assert (after["count"], after["in_flight"], after["connections"]) == (19, 1, 6)
