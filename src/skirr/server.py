@@ -83,7 +83,8 @@ class Server:
         # False under skirr's supervisor: it serves --metrics-port with the sum of its workers
         # (each sends metrics() over its heartbeat pipe).
         self._serve_metrics = True
-        self._natives: list[Any] = []
+        self._natives: list[Any] = []  # while serving (metrics() reads them)
+        self._final_metrics: dict[str, Any] | None = None  # metrics() once they are gone
 
     @property
     def port(self) -> int | None:
@@ -121,11 +122,12 @@ class Server:
         dict of ``skirr.metrics.merge``); ``None`` when metrics are off or before serving. Still
         readable after :meth:`run` returned (the final counts). Call it from the loop's thread or
         the metrics listener's (a snapshot, not atomic across listeners)."""
-        if self.config.metrics_port is None or not self._natives:
-            return None
+        natives = self._natives
+        if self.config.metrics_port is None or not natives:
+            return self._final_metrics
         from .metrics import merge
 
-        snaps = [native.metrics() for native in self._natives]
+        snaps = [native.metrics() for native in natives]
         return snaps[0] if len(snaps) == 1 else merge(snaps)
 
     def request_shutdown(self) -> None:
@@ -244,6 +246,9 @@ class Server:
                 watcher.cancel()  # asyncio.Runner finishes it on the way out
             for native in natives:
                 native.close()
+            if self._natives:  # the final counts, without keeping the native servers alive
+                self._final_metrics = self.metrics()
+                self._natives = []
             if access is not None:
                 access.close()  # the lines of the last responses
             if exporter is not None:
