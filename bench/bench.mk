@@ -3,7 +3,7 @@
 BENCH_RUN := $(VPY) bench/run.py
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access
+.PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access bench-costs
 
 # The full matrix (about 80 minutes), only on a build that passes the conformance suite; writes the
 # raw results to bench/results/ and the summary to bench/RESULTS.md.
@@ -32,10 +32,16 @@ CALLGRIND_ARGS ?=
 bench-callgrind: build
 	$(BENCH_RUN) callgrind $(CALLGRIND_ARGS)
 
-# The access log's cost (issue 13): raw_get instructions per request under callgrind with the access
-# log off and on (to a file), then CPU per request under wrk (server on CPU 0, wrk on CPU 1),
-# access log off / on, 3 alternating rounds. Target: on <= 1.25x off.
+# The cost rows of the matrix alone (issue 13, about 3 minutes): raw_get c64 CPU per request with
+# skirr's access log (to its log file) and --metrics-port on against off, and uvicorn's access log
+# on against off, 5 rounds (server on CPU 0, wrk on CPU 1). Target: skirr's access log on <= 1.25x
+# off and below uvicorn's with its log on. `make bench` runs the same rows in its matrix.
+bench-costs: build
+	$(BENCH_RUN) matrix --profile costs $(BENCH_ARGS)
+
+# The access log's cost in instructions per request under callgrind (off, then on to a file),
+# then the cost rows.
 bench-access: build
 	$(BENCH_RUN) callgrind $(CALLGRIND_ARGS)
 	$(BENCH_RUN) callgrind --access-log $(CALLGRIND_ARGS)
-	$(VPY) bench/access/measure.py --rounds 3
+	$(BENCH_RUN) matrix --profile costs $(BENCH_ARGS)

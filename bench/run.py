@@ -2,7 +2,9 @@
 """skirr's benchmark harness: skirr beside its peers and the machine's limit (issue 6).
 
     run.py matrix --profile quick|full [--summary bench/RESULTS.md]   throughput, fixed rate, streaming,
-                                                                      the workers row
+                                                                      the workers row, the cost rows
+    run.py matrix --profile costs                                     the cost rows alone: access
+                                                                      log and metrics on vs off
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000]                                       instructions per request
     run.py report bench/results/<run> [--summary bench/RESULTS.md]    re-render a run's report
@@ -58,7 +60,9 @@ def cmd_setup(args):
 
 def cmd_callgrind(args):
     ensure_tools(["valgrind", "callgrind_control"])
-    return traced.callgrind(args.n, "skirr-access-log" if args.access_log else "skirr")
+    server = ("skirr-access-log" if args.access_log else "skirr-metrics" if args.metrics
+              else "skirr")
+    return traced.callgrind(args.n, server)
 
 
 def cmd_report(args):
@@ -87,6 +91,8 @@ def main():
     m.add_argument("--no-stream", action="store_true", help="skip the streaming phase")
     m.add_argument("--no-workers", action="store_true",
                    help="skip the workers row (2 worker processes sharing both CPUs)")
+    m.add_argument("--no-costs", action="store_true",
+                   help="skip the cost rows (access log and metrics on against off)")
     m.add_argument("--app-n", type=int, default=20000, help="calls per app-CPU sample")
     m.add_argument("--seed", type=int, default=None, help="random seed for the server order")
     m.add_argument("--label", help="results folder suffix (default: the profile)")
@@ -102,6 +108,8 @@ def main():
     cg.add_argument("--n", type=int, default=2000, help="requests per phase")
     cg.add_argument("--access-log", action="store_true",
                     help="with skirr's access log on, written to its log file (issue 13)")
+    cg.add_argument("--metrics", action="store_true",
+                    help="with --metrics-port on (issue 13)")
     rp = sub.add_parser("report", help="re-render a finished matrix run's report (results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")
     rp.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md)")

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 
+import _proc
 from conftest import http_request
 from _proc import free_port
 
@@ -90,3 +93,171 @@ def test_timeouts_counted(serve):
     assert m[("skirr_timeouts_total", (("kind", "keep_alive"),))] == 1
     assert m[("skirr_refusals_total", (("status", "408"),))] == 1
 
+
+
+# --workers: the supervisor serves the sum of its workers (skirr-metrics-workers)
+
+def _requests_total(m: dict) -> float:
+    return sum(v for (name, _), v in m.items() if name == "skirr_requests_total")
+
+
+def _wait_total(mport: int, want: int, proc, timeout: float = 10.0) -> dict:
+    """The scrape once its request total is ``want``; fails if it ever goes past it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = scrape(mport)
+        total = _requests_total(m)
+        assert total <= want, (total, want)
+        if total == want:
+            return m
+        if time.monotonic() > deadline:
+            raise AssertionError(f"total {total}, want {want}, within {timeout} s\n{proc.stderr}")
+        time.sleep(0.05)
+
+
+class _Client:
+    """GETs on new connections to a --workers server; counts them and the pids that answered."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sent = 0
+        self.pids: set[int] = set()
+
+    def get(self) -> int:
+        r = _proc.request(self.port, "GET", "/")
+        self.sent += 1
+        assert r.status == 200, r
+        pid = int(r.body.split()[0])
+        self.pids.add(pid)
+        return pid
+
+    def until_both(self, n: int) -> None:
+        """Requests until two workers have answered and at least ``n`` requests were made."""
+        deadline = time.monotonic() + 20
+        while self.sent < n or len(self.pids) < 2:
+            assert time.monotonic() < deadline, f"{len(self.pids)} worker(s) answered"
+            self.get()
+
+
+def _workers(tmp_path, mport: int, healthcheck: str):
+    port = free_port()
+    proc = _proc.Skirr(["workers_app:app", "--port", str(port), "--workers", "2",
+                        "--metrics-port", str(mport), "--timeout-worker-healthcheck",
+                        healthcheck], tmp_path)
+    return proc, port
+
+
+@pytest.mark.rule("skirr-metrics-workers")
+def test_workers_sum_and_never_go_backwards_across_a_kill(tmp_path):
+    mport = free_port()
+    proc, port = _workers(tmp_path, mport, "1")  # a heartbeat (and snapshot) every 0.2 s
+    with proc:
+        proc.wait_accepting(port)
+        client = _Client(port)
+        client.until_both(40)
+        first = client.sent
+        m = _wait_total(mport, first, proc)
+        assert m[("skirr_requests_total", (("method", "GET"), ("status", "2xx")))] == first
+        assert m[("skirr_request_duration_seconds_count", ())] == first
+        assert m[("skirr_requests_in_flight", ())] == 0
+        victim = sorted(client.pids)[0]
+        os.kill(victim, signal.SIGKILL)
+        # the replacement starts; meanwhile no scrape is below what was counted before
+        deadline = time.monotonic() + 20
+        while proc.stderr.count("Started worker") < 3:
+            assert _requests_total(scrape(mport)) == first
+            assert time.monotonic() < deadline, proc.stderr
+            time.sleep(0.05)
+        client.pids.clear()
+        client.until_both(client.sent + 20)  # the survivor and the replacement
+        assert victim not in client.pids
+        m = _wait_total(mport, client.sent, proc)
+        assert m[("skirr_request_duration_seconds_bucket", (("le", "+Inf"),))] == client.sent
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-metrics-workers")
+def test_workers_send_their_final_counts_when_replaced(tmp_path):
+    mport = free_port()
+    # heartbeats every 12 s: the counts below can only come from the exiting workers
+    proc, port = _workers(tmp_path, mport, "60")
+    with proc:
+        proc.wait_accepting(port)
+        client = _Client(port)
+        client.until_both(30)
+        old = set(client.pids)
+        # each worker's first beat came before it served; its next is 12 s away
+        assert _requests_total(scrape(mport)) == 0
+        proc.proc.send_signal(signal.SIGHUP)  # rolling restart: both old workers stop gracefully
+        deadline = time.monotonic() + 10
+        while sum(f"Worker [{p}] stopped" in proc.stderr for p in old) < 2:
+            assert time.monotonic() < deadline, proc.stderr
+            time.sleep(0.05)
+        m = scrape(mport)
+        assert _requests_total(m) == client.sent
+        assert m[("skirr_requests_in_flight", ())] == 0
+        assert m[("skirr_connections", ())] == 0
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-metrics-workers")
+def test_workers_metrics_port_in_use_is_reported_before_any_worker(tmp_path):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        mport = held.getsockname()[1]
+        status, stderr = _proc.run_to_exit(
+            ["workers_app:app", "--workers", "2", "--port", str(free_port()), "--metrics-port",
+             str(mport)], tmp_path)
+    assert status == 1
+    assert stderr == (f"skirr: error: could not bind the metrics listener to 127.0.0.1:{mport}: "
+                      "Address already in use\n")
+
+
+def _snap(n: int, in_flight: int) -> dict:
+    return {"requests": {("GET", "2xx"): n, ("POST", "5xx"): 1}, "refusals": {"431": 2},
+            "timeouts": {"request_head": 1, "keep_alive": 0, "write": 0, "request_body": 0},
+            "buckets": [(0.005, n), (0.01, n + 1)], "bytes_in": 10 * n, "bytes_out": 5 * n,
+            "count": n + 1, "sum": 0.5, "connections": 3, "in_flight": in_flight}
+
+
+@pytest.mark.rule("skirr-metrics-workers")
+def test_pipe_messages_survive_any_split():
+    """The worker's S frames (its counters) read back whole however the pipe cuts them, beside
+    the one-byte messages, even when the payload holds the bytes R, H and M."""
+    from skirr import _worker
+    from skirr.metrics import decode, encode
+
+    snap = _snap(7, 1)
+    snap["refusals"] = {"RHM": 1}  # the one-byte messages' bytes inside a payload
+    stream = _worker.READY + _worker.frame(encode(snap)) + _worker.HEARTBEAT + _worker.RETIRE
+    for cut in range(1, len(stream)):
+        inbox = bytearray()
+        got = []
+        for part in (stream[:cut], stream[cut:]):
+            inbox += part
+            got += _worker.parse(inbox)
+        assert [kind for kind, _ in got] == [b"R", b"S", b"H", b"M"], cut
+        assert decode(got[1][1]) == snap
+        assert inbox == b""
+
+
+@pytest.mark.rule("skirr-metrics-workers")
+def test_aggregate_keeps_exited_workers_counters_not_their_gauges():
+    from skirr.metrics import Aggregate
+
+    agg = Aggregate()
+    agg.update("a", _snap(10, 2))
+    agg.update("b", _snap(5, 1))
+    both = agg.snapshot()
+    assert both["requests"] == {("GET", "2xx"): 15, ("POST", "5xx"): 2}
+    assert both["buckets"] == [(0.005, 15), (0.01, 17)]
+    assert (both["count"], both["bytes_in"], both["in_flight"], both["connections"]) == (17, 150, 3, 6)
+    agg.retire("a")
+    agg.update("c", _snap(1, 0))  # a's replacement
+    after = agg.snapshot()
+    assert after["requests"] == {("GET", "2xx"): 16, ("POST", "5xx"): 3}
+    assert after["refusals"] == {"431": 6} and after["timeouts"]["request_head"] == 3
+    assert (after["count"], after["in_flight"], after["connections"]) == (19, 1, 6)

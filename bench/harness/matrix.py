@@ -1,7 +1,8 @@
 """The matrix: which servers run which workloads, how many rounds, in which order.
 
 Owns: the profiles (quick: the CI smoke test; full: every peer and row; each with its workers
-row: servers with 2 worker processes sharing both CPUs with wrk), the plan a run follows
+row: servers with 2 worker processes sharing both CPUs with wrk, and its cost rows: a feature on
+against off, see costs.py), the plan a run follows
 (the profile with the command line's subsets and overrides), the fresh random server order for
 every row of every round (seeded, the seed recorded), the run's metadata (commit, machine,
 interpreters, versions, configuration, what could not be installed or started), and the run folder
@@ -20,6 +21,7 @@ import random
 
 from .env import (CLIENT_CPU, PEERS_VENV, ROOT, SKIRR_VENV, ensure_tools, git_commit, interp_identity,
                   log, machine_info, new_run_dir, run_text, venv_python)
+from .costs import cost_servers, run_round
 from .measure import app_cpu, idle_memory, measure_fixed, measure_row, measure_stream
 from .peers import SERVERS, build_limit, ensure_peers, peer_groups, pip_versions
 from .report import aggregate, fmt, skirr_failed, write_report
@@ -36,6 +38,8 @@ PROFILES = {
         # The workers row, tiny: one round of raw_get, skirr with 1 and 2 workers beside uvicorn's.
         workers=dict(servers=["skirr-w1", "skirr-w2", "uvicorn-w2"], rows=[("raw_get", 64)],
                      rounds=1),
+        # The cost rows (costs.py): raw_get c64, access log and metrics on against off.
+        costs=dict(rounds=1),
     ),
     "full": dict(
         servers=["skirr", "uvicorn-httptools", "uvicorn-h11", "granian", "hypercorn", "peregrine",
@@ -53,6 +57,13 @@ PROFILES = {
         workers=dict(servers=["skirr-w1", "skirr-w2", "uvicorn-w2", "granian-w2",
                               "gunicorn-uvicorn-w2"],
                      rows=[("raw_get", 64), ("fastapi_json", 64)], rounds=5),
+        costs=dict(rounds=5),
+    ),
+    # `run.py costs` / `make bench-costs`: the cost rows alone (about 3 minutes).
+    "costs": dict(
+        servers=[], rows=[], rounds=5, duration=5, warmup=1,
+        fixed_rate=[], fixed_pcts=[], fixed_duration=0, stream_samples=0, stream_rounds=0,
+        workers=None, costs=dict(rounds=5),
     ),
 }
 
@@ -72,7 +83,7 @@ def plan(args):
     if args.conns:
         cs = [int(x) for x in args.conns.split(",")]
         rows = workload_order({(w, c) for w, _ in rows for c in cs})
-    if "skirr" not in servers:
+    if "skirr" not in servers and rows:
         servers.insert(0, "skirr")
     wk = prof.get("workers")
     if wk and not args.no_workers:
@@ -82,6 +93,11 @@ def plan(args):
         prof["workers"] = dict(wk, rows=wrows, rounds=args.rounds or wk["rounds"])
     else:
         prof["workers"] = None
+    ck = prof.get("costs")
+    if ck and not getattr(args, "no_costs", False):
+        prof["costs"] = dict(ck, servers=cost_servers(), rounds=args.rounds or ck["rounds"])
+    else:
+        prof["costs"] = None
     for s in servers + (prof["workers"] or {}).get("servers", []):
         if s not in SERVERS:
             raise SystemExit(f"unknown server {s}; known: {', '.join(SERVERS)}")
@@ -137,13 +153,15 @@ def run(args):
             raise SystemExit(f"bench: {t} is required and could not be installed")
     wk = prof["workers"]
     wservers = wk["servers"] if wk and wk["rows"] else []
-    groups = peer_groups(servers + wservers)
+    ck = prof["costs"]
+    cservers = ck["servers"] if ck else []
+    groups = peer_groups(servers + wservers + cservers)
     install = ensure_peers(groups, reinstall=args.reinstall) if groups else {}
     if "limit-c" in servers:
         build_limit()
 
     status = {}  # server -> why it is not measured
-    for s in servers + wservers:
+    for s in dict.fromkeys(servers + wservers + cservers):
         g = SERVERS[s].group
         if g and not install.get(g, {}).get("ok"):
             status[s] = "failed to install: " + install.get(g, {}).get("error", "?").strip()[-600:]
@@ -156,7 +174,8 @@ def run(args):
 
     live = [s for s in servers if s not in status]
     # Idle memory, which doubles as a start-up check: a server that cannot start is not measured.
-    log("idle memory / start check")
+    if live:
+        log("idle memory / start check")
     idle = idle_memory(live, outdir)
     for s, r in idle.items():
         if not r["ok"]:
@@ -204,8 +223,18 @@ def run(args):
                         log(f"workers r{rnd} {wl} c{conns} {s}: FAILED {row['error'][:300]}")
                     (outdir / "workers.json").write_text(json.dumps(wruns, indent=1))
 
-    log("app CPU per request, called directly")
-    appcpu = app_cpu(sorted({w for w, _ in rows}), args.app_n)
+    cruns = []
+    if ck:
+        log("cost rows: raw_get c64, each feature on against off (server CPU 0, wrk CPU 1)")
+        clive = [s for s in cservers if s not in status]
+        for rnd in range(ck["rounds"]):
+            cruns += run_round(rnd, clive, prof, outdir)
+            (outdir / "costs.json").write_text(json.dumps(cruns, indent=1))
+
+    appcpu = {}
+    if rows:
+        log("app CPU per request, called directly")
+        appcpu = app_cpu(sorted({w for w, _ in rows}), args.app_n)
 
     fixed = []
     if prof["fixed_rate"] and tools.get("h2load") and not args.no_fixed:
@@ -234,11 +263,12 @@ def run(args):
                 streams.append(r)
 
     result = {"meta": meta, "idle": idle, "runs": runs, "app_cpu": appcpu, "fixed_rate": fixed,
-              "streaming": streams, "workers": wruns}
+              "streaming": streams, "workers": wruns, "costs": cruns}
     (outdir / "results.json").write_text(json.dumps(result, indent=1))
     report, agg = write_report(result, outdir, args.summary)
     if args.summary:
         log(f"summary written to {args.summary}")
     print(report)
     log(f"results in {outdir.relative_to(ROOT)}")
-    return 1 if skirr_failed(agg) or skirr_failed(aggregate(wruns, 0)) else 0
+    return 1 if (skirr_failed(agg) or skirr_failed(aggregate(wruns, 0))
+                 or skirr_failed(aggregate(cruns, 0))) else 0

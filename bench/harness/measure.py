@@ -201,11 +201,12 @@ def run_h2load(wl, port, conns, rate, duration, outdir):
 # One measured run each
 
 
-def measure_row(name, wl, conns, cfg, outdir, tag):
+def measure_row(name, wl, conns, cfg, outdir, tag, after=None):
     """One measured run of server `name` on workload `wl` with `conns` connections. A server with
     workers (the workers row) and wrk -t2 share both CPUs instead of the pinned split; its CPU is
     summed over the manager and every worker, and the run fails if a process of its tree exits or
-    starts during the measured interval."""
+    starts during the measured interval. `after(srv, row)`, when given, checks the still running
+    server once the run succeeded (raising fails the run) and may add to the row."""
     spec = WORKLOADS[wl]
     workers = SERVERS[name].workers
     cpus = SHARED_CPUS if workers else SERVER_CPU
@@ -261,6 +262,8 @@ def measure_row(name, wl, conns, cfg, outdir, tag):
                 raise RuntimeError(f"wrk reported errors {errors}")
             if n == 0:
                 raise RuntimeError("no request completed")
+            if after is not None:
+                after(srv, row)
             row["ok"] = True
         except Exception as exc:  # noqa: BLE001
             row["error"] = describe(exc)

@@ -156,11 +156,25 @@ def skirr_access_argv(app, port, tmp):
     return argv
 
 
-def uvicorn_argv(http):
+METRICS_PORT_FILE = "metrics-port"  # in a skirr-metrics server's tmp folder: its metrics port
+
+
+def skirr_metrics_argv(app, port, tmp):
+    """skirr with --metrics-port on a free loopback port (written to tmp/metrics-port)."""
+    mport = free_port()
+    (Path(tmp) / METRICS_PORT_FILE).write_text(str(mport))
+    return skirr_argv(app, port, tmp) + ["--metrics-port", str(mport)]
+
+
+def uvicorn_argv(http, access_log=False):
     def argv(app, port, tmp):
-        return [venv_python(PEERS_VENV), "-m", "uvicorn", app, "--app-dir", str(APPS), "--loop",
-                "uvloop", "--http", http, "--lifespan", "off", "--no-access-log", "--log-level",
-                "warning", "--host", "127.0.0.1", "--port", str(port)]
+        out = [venv_python(PEERS_VENV), "-m", "uvicorn", app, "--app-dir", str(APPS), "--loop",
+               "uvloop", "--http", http, "--lifespan", "off", "--no-access-log", "--log-level",
+               "warning", "--host", "127.0.0.1", "--port", str(port)]
+        if access_log:  # its access log on (uvicorn.access at INFO), to the server's log file
+            out.remove("--no-access-log")
+            out[out.index("--log-level") + 1] = "info"
+        return out
     return argv
 
 
@@ -230,7 +244,11 @@ class Peer(NamedTuple):
 
 SERVERS = {
     "skirr": Peer(skirr_argv, None, "skirr", ALL_WORKLOADS),
+    # The cost rows (issue 13): a feature on against off, the server's output to its log file.
     "skirr-access-log": Peer(skirr_access_argv, None, "skirr", ALL_WORKLOADS),
+    "skirr-metrics": Peer(skirr_metrics_argv, None, "skirr", ALL_WORKLOADS),
+    "uvicorn-access-log": Peer(uvicorn_argv("httptools", access_log=True), "uvicorn", "peer",
+                               ALL_WORKLOADS),
     "uvicorn-httptools": Peer(uvicorn_argv("httptools"), "uvicorn", "peer", ALL_WORKLOADS),
     "uvicorn-h11": Peer(uvicorn_argv("h11"), "uvicorn", "peer", ALL_WORKLOADS),
     "granian": Peer(granian_argv, "granian", "peer", ALL_WORKLOADS),

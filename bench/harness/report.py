@@ -15,6 +15,7 @@ import json
 import statistics
 from pathlib import Path
 
+from .costs import COSTS, TARGET_ACCESS
 from .env import LEVERS
 from .peers import SERVERS
 from .workloads import workload_order
@@ -164,6 +165,68 @@ def render_workers(L, wruns):
         L.append(f"- failed: {w} c{c} {s}: `{e[:400]}`")
 
 
+def cost_figures(cruns):
+    """Per pair of COSTS: the rounds where both sides ran, the per-round ratio of CPU per request
+    (on ÷ off) with its median and range, and each side's median CPU per request (µs) and req/s.
+    Also "vs uvicorn": per round, skirr's CPU per request with its access log on ÷ uvicorn's."""
+    by = {(r["round"], r["server"]): r for r in cruns if r["ok"]}
+    out = {}
+    pairs = [(what, off, on) for what, off, on in COSTS]
+    pairs.append(("skirr access log vs uvicorn's", "uvicorn-access-log", "skirr-access-log"))
+    for what, off, on in pairs:
+        rounds = sorted({rnd for rnd, _ in by if (rnd, off) in by and (rnd, on) in by})
+        if not rounds:
+            continue
+        ratios = [by[(r, on)]["cpu_us_per_req"] / by[(r, off)]["cpu_us_per_req"] for r in rounds]
+        out[what] = {
+            "off": off, "on": on, "rounds": len(rounds), "ratio": median(ratios),
+            "ratio_min": min(ratios), "ratio_max": max(ratios), "ratios": ratios,
+            "off_cpu": median([by[(r, off)]["cpu_us_per_req"] for r in rounds]),
+            "on_cpu": median([by[(r, on)]["cpu_us_per_req"] for r in rounds]),
+            "off_rps": median([by[(r, off)]["rps"] for r in rounds]),
+            "on_rps": median([by[(r, on)]["rps"] for r in rounds]),
+        }
+    return out
+
+
+def render_costs(L, cruns):
+    """The cost rows: a feature on against off (issue 13)."""
+    figs = cost_figures(cruns)
+    L.append("\n## Cost of the access log and of metrics (raw_get, 64 connections)\n")
+    L.append("Pinned as the throughput rows (server on CPU 0, `wrk -t1` on CPU 1), every server of "
+             "the table once per round in a fresh random order; the access logs write to the "
+             "server's log file (skirr's default line at INFO; uvicorn's `uvicorn.access` at INFO), "
+             "and each run is checked to have logged a line per request (metrics: the endpoint "
+             "counted every request). `ratio`: CPU per request on ÷ off within each round; the "
+             "median and the range over rounds. The machine may be shared: compare ratios, not "
+             "absolute figures, and mind the range.\n")
+    L.append("| what | off | on | rounds | off CPU µs/req | on CPU µs/req | off req/s | on req/s "
+             "| ratio (median) | min–max |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    for what, f in figs.items():
+        if what not in {c[0] for c in COSTS}:
+            continue
+        L.append(f"| {what} | {f['off']} | {f['on']} | {f['rounds']} | {f['off_cpu']:.2f} | "
+                 f"{f['on_cpu']:.2f} | {fmt(f['off_rps'])} | {fmt(f['on_rps'])} | "
+                 f"{f['ratio']:.3f} | {f['ratio_min']:.3f}–{f['ratio_max']:.3f} |")
+    L.append("")
+    acc, vs = figs.get("skirr access log"), figs.get("skirr access log vs uvicorn's")
+    if acc:
+        met = "met" if acc["ratio"] <= TARGET_ACCESS else "MISSED"
+        L.append(f"- raw_get, access log on ÷ off (skirr): median {acc['ratio']:.3f} "
+                 f"({acc['ratio_min']:.3f}–{acc['ratio_max']:.3f}); target ≤ {TARGET_ACCESS}: "
+                 f"{met} (median), {sum(x <= TARGET_ACCESS for x in acc['ratios'])}/"
+                 f"{acc['rounds']} rounds within it")
+    if vs:
+        met = "met" if vs["ratio"] < 1 else "MISSED"
+        L.append(f"- raw_get, access log on: skirr {vs['on_cpu']:.2f} µs/req, uvicorn "
+                 f"{vs['off_cpu']:.2f} µs/req; skirr below uvicorn: {met} "
+                 f"({sum(x < 1 for x in vs['ratios'])}/{vs['rounds']} rounds)")
+    fails = [r for r in cruns if not r["ok"]]
+    for r in fails:
+        L.append(f"- failed: round {r['round']} {r['server']}: `{(r['error'] or '')[:400]}`")
+
+
 def render_report(result, agg, cmp, status):
     meta = result["meta"]
     m = meta["machine"]
@@ -197,6 +260,9 @@ def render_report(result, agg, cmp, status):
         for s, why in status.items():
             L.append(f"- **{s}**: {why.splitlines()[-1] if why else '?'}")
         L.append("")
+    if not result["runs"]:  # the cost rows alone (`--profile costs`)
+        render_costs(L, result.get("costs") or [])
+        return "\n".join(L)
     L.append("## Throughput\n")
     L.append("| workload | conns | server | req/s | min–max | p99 ms | CPU µs/req | RSS MiB | PSS MiB "
              "| errors | gen CPU | other/steal | vs skirr (req/s ratio, verdict) |")
@@ -256,6 +322,9 @@ def render_report(result, agg, cmp, status):
 
     if result.get("workers"):
         render_workers(L, result["workers"])
+
+    if result.get("costs"):
+        render_costs(L, result["costs"])
 
     if result["fixed_rate"]:
         L.append("\n## Fixed-rate latency (h2load --rps, HTTP/1.1)\n")

@@ -2,12 +2,18 @@
 
 Owns: rebuilding the ``Config`` and the inherited listening socket(s) from ``$SKIRR_WORKER``
 (JSON: ``config`` fields, ``fds``, ``pipe``), serving them with ``skirr.Server``, and the pipe to
-the supervisor: one byte per message, written from the event loop, so a blocked loop writes
-nothing.
+the supervisor: messages written from the event loop, so a blocked loop writes nothing. Each is
+one byte, except S:
 
     R   accepting (the worker's startup is done)
     H   heartbeat, every fifth of ``timeout_worker_healthcheck``
     M   ``--limit-max-requests`` reached: start my replacement, then stop me with SIGTERM
+    S   ``--metrics-port``: S, a 4-byte big-endian length, then the worker's counters
+        (``skirr.metrics.encode``); after every heartbeat, and once more when the worker exits
+
+Bytes the pipe cannot take at once wait in the worker (in order) for the next heartbeat, so a
+message is never cut; past 64 KiB of them nothing more is queued (a pipe that full says "alive"
+already). On exit the last bytes get up to 2 s.
 
 Signals: SIGTERM is the graceful shutdown (a second one forces it); SIGINT, SIGHUP, SIGTTIN and
 SIGTTOU are ignored (a terminal's Ctrl-C reaches the whole process group; the supervisor decides).
@@ -18,14 +24,48 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import signal
 import socket
+import struct
 import sys
+import time
+from typing import Any
 
 from .config import Config, ConfigError
 
 ENV = "SKIRR_WORKER"
-READY, HEARTBEAT, RETIRE = b"R", b"H", b"M"
+READY, HEARTBEAT, RETIRE, SNAPSHOT = b"R", b"H", b"M", b"S"
+_LENGTH = struct.Struct(">I")
+_QUEUE_MAX = 65536  # bytes waiting for the pipe past which nothing more is queued
+_EXIT_WAIT = 2.0  # seconds the last bytes get when the worker exits
+
+
+def frame(payload: bytes) -> bytes:
+    """An S message carrying ``payload``."""
+    return SNAPSHOT + _LENGTH.pack(len(payload)) + payload
+
+
+def parse(buffer: bytearray) -> list[tuple[bytes, bytes]]:
+    """Takes the whole messages off the front of ``buffer`` (the supervisor's read side):
+    ``(kind, payload)`` pairs, payload empty but for S. An incomplete S stays in ``buffer``;
+    an unknown byte is dropped."""
+    out = []
+    while buffer:
+        kind = bytes(buffer[:1])
+        if kind != SNAPSHOT:
+            del buffer[:1]
+            out.append((kind, b""))
+            continue
+        if len(buffer) < 1 + _LENGTH.size:
+            break
+        (n,) = _LENGTH.unpack_from(buffer, 1)
+        end = 1 + _LENGTH.size + n
+        if len(buffer) < end:
+            break
+        out.append((kind, bytes(buffer[1 + _LENGTH.size:end])))
+        del buffer[:end]
+    return out
 
 
 class _Pipe:
@@ -35,24 +75,51 @@ class _Pipe:
         self.fd = fd
         self.interval = interval
         self.parent = os.getppid()
-        self.server: object | None = None
+        self.server: Any = None
+        self._queue = bytearray()  # bytes the pipe has not taken yet
         os.set_blocking(fd, False)
 
     def send(self, message: bytes) -> None:
+        if len(self._queue) + len(message) > _QUEUE_MAX:
+            return  # the supervisor reads nothing: a full pipe already says "alive"
+        self._queue += message
+        self._flush()
+
+    def _flush(self) -> None:
         try:
-            os.write(self.fd, message)
-        except (BlockingIOError, BrokenPipeError):
-            pass  # a full pipe already says "alive"; a broken one: the parent check below
+            while self._queue:
+                del self._queue[:os.write(self.fd, self._queue)]
+        except BlockingIOError:
+            pass  # the rest at the next beat
+        except BrokenPipeError:
+            self._queue.clear()  # the supervisor is gone: the parent check below
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon(self._beat, loop)
 
     def _beat(self, loop: asyncio.AbstractEventLoop) -> None:
         self.send(HEARTBEAT)
+        self.send_metrics()
         if os.getppid() != self.parent and self.server is not None:
             self.parent = os.getppid()
-            self.server.request_shutdown()  # type: ignore[attr-defined]
+            self.server.request_shutdown()
         loop.call_later(self.interval, self._beat, loop)
+
+    def send_metrics(self) -> None:
+        snap = self.server.metrics() if self.server is not None else None
+        if snap is not None:
+            from .metrics import encode
+
+            self.send(frame(encode(snap)))
+
+    def close(self) -> None:
+        """Sends the final counters and what is still queued (up to 2 s), closes the pipe."""
+        self.send_metrics()
+        deadline = time.monotonic() + _EXIT_WAIT
+        while self._queue and (left := deadline - time.monotonic()) > 0:
+            select.select([], [self.fd], [], left)
+            self._flush()
+        os.close(self.fd)
 
 
 def main() -> int:
@@ -72,6 +139,7 @@ def main() -> int:
     server._on_loop = pipe.start
     server._on_started = lambda: pipe.send(READY)
     server._on_max_requests = lambda: pipe.send(RETIRE)
+    server._serve_metrics = False  # the supervisor serves the sum of its workers
     # Until the loop's own handler is installed (after the application is imported), SIGTERM
     # still means a graceful stop, never the default death.
     signal.signal(signal.SIGTERM, lambda signum, frame: server.request_shutdown())
@@ -80,6 +148,8 @@ def main() -> int:
     except ConfigError as exc:
         report_error(exc)
         return 1
+    finally:
+        pipe.close()
 
 
 if __name__ == "__main__":

@@ -201,7 +201,8 @@ class Config:
         request_id: every request and response carries an ``X-Request-ID`` (a valid incoming
             one is kept, else one is made; see ``skirr.request_id``). Default off.
         metrics_port: serve Prometheus metrics on this TCP port of ``host`` (its own listener;
-            see ``skirr.metrics``; needs prometheus-client); ``None`` = off.
+            see ``skirr.metrics``; needs prometheus-client); ``None`` = off. With ``workers`` >
+            1 the supervisor serves it: the numbers of all workers together.
         env_file: a dotenv file loaded (python-dotenv; existing variables win) on construction,
             before anything reads the environment or imports the app.
 
@@ -350,11 +351,6 @@ class Config:
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
                 raise ConfigError(f"{name} must be a list of strings; got {value!r}")
             setattr(self, name, list(value))
-        if self.metrics_port is not None and self.workers > 1:
-            raise ConfigError(
-                "metrics_port cannot be used with workers > 1 yet: each worker would bind it "
-                "(the numbers of all workers together are planned, issue 13)"
-            )
         if (self.workers > 1 or self.reload) and not isinstance(self.app, str):
             raise ConfigError(
                 "workers and reload need the application as a 'module:attr' string (each worker "

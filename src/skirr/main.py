@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         "headers, the response carries it (default: off)")
     add("--metrics-port", type=_port, default=None, metavar="N",
         help="serve Prometheus metrics on this TCP port of --host (its own listener; needs "
-        "prometheus-client) (default: off)")
+        "prometheus-client; with --workers, all workers together) (default: off)")
     add("--env-file", default=None, metavar="PATH",
         help="load environment variables from this dotenv file first (python-dotenv; variables "
         "already set win), so it may also hold SKIRR_<OPTION> settings")

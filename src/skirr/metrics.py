@@ -14,13 +14,106 @@ its own HTTP listener (``prometheus_client.start_http_server``, a thread) on ``h
 - ``skirr_timeouts_total{kind}``: ``request_head``, ``keep_alive``, ``write``, ``request_body``;
 - ``skirr_request_duration_seconds``: histogram from the request head to the response's end.
 
+With ``--workers N`` the supervisor serves the listener and the numbers are those of all workers
+together (:class:`Aggregate`): each worker sends its snapshot (:func:`encode`) over its heartbeat
+pipe at every heartbeat (a fifth of ``--timeout-worker-healthcheck``) and once more when it exits;
+a scrape sums the last snapshot of every live worker and the final counters of every worker that
+exited or was replaced, so counters never go backwards across a restart (a worker killed by a
+signal contributes the counters of its last heartbeat). Gauges (in-flight requests, connections)
+sum the live workers only. A scrape is therefore up to one heartbeat behind.
+
 Never: costs anything on the request path when off (the native server then keeps no counters).
 Needs ``pip install 'skirr[metrics]'`` (prometheus-client).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+_GAUGES = ("connections", "in_flight")
+_SCALARS = ("bytes_in", "bytes_out", "count", "sum")
+_LABELLED = ("requests", "refusals", "timeouts")
+
+
+def merge(snapshots: Iterable[dict[str, Any]], gauges: bool = True) -> dict[str, Any]:
+    """The sum of native snapshots (dicts as ``_native.Server.metrics`` returns), same shape.
+
+    ``gauges=False`` sets ``connections`` and ``in_flight`` to 0 (for the final counters of
+    workers that have exited). The histograms' bucket bounds are the same in every process.
+    """
+    out: dict[str, Any] = {"requests": {}, "refusals": {}, "timeouts": {}, "buckets": [],
+                           "bytes_in": 0, "bytes_out": 0, "count": 0, "sum": 0.0,
+                           "connections": 0, "in_flight": 0}
+    bounds: dict[float, int] = {}
+    for snap in snapshots:
+        for name in _LABELLED:
+            totals = out[name]
+            for key, n in snap[name].items():
+                totals[key] = totals.get(key, 0) + n
+        for name in _SCALARS:
+            out[name] += snap[name]
+        if gauges:
+            for name in _GAUGES:
+                out[name] += snap[name]
+        for bound, n in snap["buckets"]:
+            bounds[bound] = bounds.get(bound, 0) + n
+    out["buckets"] = sorted(bounds.items())
+    return out
+
+
+def encode(snap: dict[str, Any]) -> bytes:
+    """A snapshot as JSON bytes (its tuple keys as lists), for the pipe to the supervisor."""
+    doc = dict(snap)
+    doc["requests"] = [[m, c, n] for (m, c), n in snap["requests"].items()]
+    return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def decode(data: bytes) -> dict[str, Any]:
+    """The inverse of :func:`encode`.
+
+    Raises:
+        ValueError: ``data`` is not an encoded snapshot.
+    """
+    try:
+        doc = json.loads(data)
+        doc["requests"] = {(m, c): n for m, c, n in doc["requests"]}
+        doc["buckets"] = [(float(b), n) for b, n in doc["buckets"]]
+    except (TypeError, KeyError, AttributeError) as exc:  # JSONDecodeError is a ValueError
+        raise ValueError(f"not a metrics snapshot: {exc!r}") from None
+    missing = [name for name in _SCALARS + _GAUGES + _LABELLED if name not in doc]
+    if missing:
+        raise ValueError(f"not a metrics snapshot: no {', '.join(missing)}")
+    return doc  # type: ignore[no-any-return]
+
+
+class Aggregate:
+    """The numbers of all workers together, as one snapshot (the supervisor's, ``--workers``).
+
+    ``update(key, snap)`` records a live worker's latest snapshot; ``retire(key)`` folds that
+    worker's last counters into the totals of exited workers (its gauges are dropped);
+    ``snapshot()`` is their sum. Thread-safe (the scrape runs in the listener's thread).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[Any, dict[str, Any]] = {}
+        self._retired: dict[str, Any] = merge([])
+
+    def update(self, key: Any, snap: dict[str, Any]) -> None:
+        with self._lock:
+            self._live[key] = snap
+
+    def retire(self, key: Any) -> None:
+        with self._lock:
+            snap = self._live.pop(key, None)
+            if snap is not None:
+                self._retired = merge([self._retired, snap], gauges=False)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return merge([self._retired, *self._live.values()])
 
 
 class MetricsExporter:

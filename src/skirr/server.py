@@ -80,6 +80,11 @@ class Server:
         self._on_loop: Callable[[asyncio.AbstractEventLoop], None] | None = None
         self._on_started: Callable[[], None] | None = None
         self._on_max_requests: Callable[[], None] | None = None
+        # False under skirr's supervisor: it serves --metrics-port with the sum of its workers
+        # (each sends metrics() over its heartbeat pipe).
+        self._serve_metrics = True
+        self._natives: list[Any] = []  # while serving (metrics() reads them)
+        self._final_metrics: dict[str, Any] | None = None  # metrics() once they are gone
 
     @property
     def port(self) -> int | None:
@@ -111,6 +116,19 @@ class Server:
             raise
         assert self.exit_code is not None
         return self.exit_code
+
+    def metrics(self) -> dict[str, Any] | None:
+        """The native counters of ``--metrics-port`` summed over this server's listeners (the
+        dict of ``skirr.metrics.merge``); ``None`` when metrics are off or before serving. Still
+        readable after :meth:`run` returned (the final counts). Call it from the loop's thread or
+        the metrics listener's (a snapshot, not atomic across listeners)."""
+        natives = self._natives
+        if self.config.metrics_port is None or not natives:
+            return self._final_metrics
+        from .metrics import merge
+
+        snaps = [native.metrics() for native in natives]
+        return snaps[0] if len(snaps) == 1 else merge(snaps)
 
     def request_shutdown(self) -> None:
         """Starts the graceful shutdown (as SIGTERM does); a second call forces exit. Thread-safe;
@@ -173,12 +191,11 @@ class Server:
                     sock.setblocking(False)
                     sock.listen(config.backlog)
                     natives.append(self._native_server(app, loop, sock, lifespan.state, access))
-                if config.metrics_port is not None:
+                self._natives = natives
+                if config.metrics_port is not None and self._serve_metrics:
                     from .metrics import MetricsExporter
 
-                    # the first listener's counters (one socket unless a gunicorn worker serves
-                    # several; --metrics-port with --workers > 1 is refused by Config)
-                    exporter = MetricsExporter(natives[0].metrics, config.host, config.metrics_port)
+                    exporter = MetricsExporter(self.metrics, config.host, config.metrics_port)
                     exporter.start()
                 limit = 0
                 if config.limit_max_requests:
@@ -229,6 +246,9 @@ class Server:
                 watcher.cancel()  # asyncio.Runner finishes it on the way out
             for native in natives:
                 native.close()
+            if self._natives:  # the final counts, without keeping the native servers alive
+                self._final_metrics = self.metrics()
+                self._natives = []
             if access is not None:
                 access.close()  # the lines of the last responses
             if exporter is not None:

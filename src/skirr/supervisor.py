@@ -25,6 +25,11 @@ Heartbeat. Each worker's event loop writes a byte to its pipe every fifth of
 ``timeout_worker_healthcheck``; a worker silent for that long (a blocked loop) is killed (SIGKILL)
 and replaced, with an error line naming it.
 
+Metrics (``--metrics-port``). The supervisor serves the listener (``skirr.metrics``, bound before
+any worker starts); each worker sends its counters after every heartbeat and when it exits, and a
+scrape sums them (``skirr.metrics.Aggregate``: exited workers' final counters, live workers'
+latest counters and gauges).
+
 Replacing a worker without dropping connections (SIGHUP, ``--limit-max-requests``): start the
 slot's new worker on the same socket, wait until it accepts, then stop the old one gracefully
 (SIGTERM). Both accept from the one socket meanwhile, so no connection is refused or reset.
@@ -105,6 +110,7 @@ class _Worker:
     last_beat: float = 0.0
     stopping: bool = False  # we sent SIGTERM
     killed: bool = False  # we sent SIGKILL (heartbeat)
+    inbox: bytearray = dataclasses.field(default_factory=bytearray)  # a message's first part
 
     @property
     def pid(self) -> int:
@@ -158,6 +164,7 @@ class Supervisor:
         self._wake_w = -1
         self._sel: selectors.BaseSelector | None = None
         self._where = ""
+        self._metrics: Any = None  # skirr.metrics.Aggregate with --metrics-port
 
     # -- the main loop
 
@@ -170,6 +177,17 @@ class Supervisor:
         config = self.config
         configure_logging(config.log_level_number)
         self._bind()
+        exporter = None
+        if config.metrics_port is not None:
+            from .metrics import Aggregate, MetricsExporter
+
+            self._metrics = Aggregate()
+            exporter = MetricsExporter(self._metrics.snapshot, config.host, config.metrics_port)
+            try:
+                exporter.start()
+            except BaseException:
+                self._close_sockets()
+                raise
         self._sel = selectors.DefaultSelector()
         wake_r, self._wake_w = os.pipe()
         os.set_blocking(wake_r, False)
@@ -193,6 +211,8 @@ class Supervisor:
         finally:
             if reloader is not None:
                 reloader.stop()
+            if exporter is not None:
+                exporter.stop()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
             signal.set_wakeup_fd(old_wakeup)
@@ -293,20 +313,36 @@ class Supervisor:
         logger.info("Started worker [%d] (slot %d)", proc.pid, slot.index)
         return worker
 
-    def _read(self, worker: _Worker) -> None:
+    def _read(self, worker: _Worker, final: bool = False) -> bool:
+        """Handles what the worker wrote (``final``: only its metrics, it has exited); False once
+        its end is closed (it is exiting: the exit is seen by poll()) or nothing is left to
+        read."""
         try:
-            data = os.read(worker.pipe, 4096)
+            data = os.read(worker.pipe, 65536)
         except BlockingIOError:
-            return
-        if not data:  # the worker closed its end (it is exiting): the exit is seen by poll()
+            return False
+        if not data:
             assert self._sel is not None
-            self._sel.unregister(worker.pipe)
-            return
+            if worker.pipe in self._sel.get_map():
+                self._sel.unregister(worker.pipe)
+            return False
         worker.last_beat = time.monotonic()
-        if _worker.READY in data and not worker.ready:
-            self._ready(worker)
-        if _worker.RETIRE in data:
-            self._retire(worker)
+        worker.inbox += data
+        for kind, payload in _worker.parse(worker.inbox):
+            if final and kind != _worker.SNAPSHOT:
+                continue
+            if kind == _worker.READY and not worker.ready:
+                self._ready(worker)
+            elif kind == _worker.RETIRE:
+                self._retire(worker)
+            elif kind == _worker.SNAPSHOT and self._metrics is not None:
+                from .metrics import decode
+
+                try:
+                    self._metrics.update(worker, decode(payload))
+                except ValueError as exc:
+                    logger.warning("Worker [%d] sent unreadable metrics: %s", worker.pid, exc)
+        return True
 
     def _ready(self, worker: _Worker) -> None:
         worker.ready = True
@@ -346,6 +382,10 @@ class Supervisor:
     def _exited(self, worker: _Worker, returncode: int) -> None:
         assert self._sel is not None
         self.workers.remove(worker)
+        if self._metrics is not None:
+            while self._read(worker, final=True):  # its final counters
+                pass
+            self._metrics.retire(worker)
         if worker.pipe in self._sel.get_map():
             self._sel.unregister(worker.pipe)
         os.close(worker.pipe)
