@@ -2,7 +2,8 @@
  *
  * Owns: the pass/fail counter (CHECK), the guard-page input area (every parser call's input ends
  * exactly at a PROT_NONE page, so an over-read faults even without ASan: picohttpparser's habit),
- * and one-line event-log formatting (logf_, log_bytes, log_eq, print_log).
+ * one-line event-log formatting (logf_, log_bytes, log_eq, print_log), and the case runner that
+ * feeds one input whole, byte by byte and split at every offset (run_case).
  * Never: includes Python.h, uses the network, or depends on the wall clock.
  */
 #ifndef SK_TEST_H
@@ -126,6 +127,71 @@ static inline void
 print_log(const char *label, const sk_buf_t *log)
 {
     fprintf(stderr, "--- %s\n%.*s", label, (int)sk_buf_len(log), sk_buf_head(log));
+}
+
+/* How a case's input reaches its parser: in one read, in two (split at k), one byte per read. */
+enum { FEED_WHOLE, FEED_SPLIT, FEED_BYTES };
+
+/* Runs one parser over in[0..n), fed as `mode` says (split at k for FEED_SPLIT), with the
+ * parser's own limits `lim`; the event log (a new buffer the caller frees) goes to *out. */
+typedef void (*run_fn)(T *t, const void *lim, const char *in, size_t n, int mode, size_t k,
+                       sk_buf_t *out);
+
+/* The split offset after k for an input of n bytes: every offset up to `every_max` bytes; past
+ * that the first and last 64 and about 100 between (every offset of a 64 KiB frame would take
+ * minutes). */
+static inline size_t
+next_split(size_t k, size_t n, size_t every_max)
+{
+    size_t stride = n / 97;
+
+    if (n <= every_max || k < 64 || k + 64 >= n)
+        return k + 1;
+    return k + stride < n - 64 ? k + stride : n - 64;
+}
+
+/* The picohttpparser habit: whole, byte by byte, and every split must give the same events, and
+ * those events must be `expect`. `kind` names the parser in failure messages. */
+static inline void
+run_case(T *t, const char *kind, const char *name, run_fn run, const void *lim, const char *in,
+         size_t n, size_t every_max, const char *expect, const char *file, int line)
+{
+    sk_buf_t whole, other;
+    int same = 1;
+    char what[256];
+
+    run(t, lim, in, n, FEED_WHOLE, 0, &whole);
+    if (t->print)
+        print_log(name, &whole);
+    snprintf(what, sizeof(what), "%s case '%s': expected events", kind, name);
+    {
+        int ok = strlen(expect) == sk_buf_len(&whole) &&
+                 memcmp(expect, sk_buf_head(&whole), sk_buf_len(&whole)) == 0;
+
+        check(t, ok, file, line, what);
+        if (!ok) {
+            fprintf(stderr, "--- expected\n%s", expect);
+            print_log("got (whole)", &whole);
+        }
+    }
+    run(t, lim, in, n, FEED_BYTES, 0, &other);
+    snprintf(what, sizeof(what), "%s case '%s': byte by byte == whole", kind, name);
+    check(t, log_eq(&whole, &other), file, line, what);
+    if (!log_eq(&whole, &other))
+        print_log("got (byte by byte)", &other);
+    sk_buf_free(&other);
+    for (size_t k = 1; k < n && same; k = next_split(k, n, every_max)) {
+        run(t, lim, in, n, FEED_SPLIT, k, &other);
+        if (!log_eq(&whole, &other)) {
+            same = 0;
+            fprintf(stderr, "split at %zu differs\n", k);
+            print_log("got (split)", &other);
+        }
+        sk_buf_free(&other);
+    }
+    snprintf(what, sizeof(what), "%s case '%s': every split == whole", kind, name);
+    check(t, same, file, line, what);
+    sk_buf_free(&whole);
 }
 
 #endif

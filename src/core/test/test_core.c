@@ -123,12 +123,9 @@ pump(T *t, sk_parser_t *p, sk_buf_t *pend, run_t *r)
     }
 }
 
-enum { FEED_WHOLE, FEED_SPLIT, FEED_BYTES };
-
 /* Parses in[0..n) fed as a whole, split at k, or byte by byte; the event log goes to *out. */
 static void
-run_parser(T *t, const sk_limits_t *lim, const char *in, size_t n, int mode, size_t k,
-           sk_buf_t *out)
+run_parser(T *t, const void *lim, const char *in, size_t n, int mode, size_t k, sk_buf_t *out)
 {
     sk_parser_t p;
     sk_buf_t pend = {0};
@@ -157,52 +154,18 @@ run_parser(T *t, const sk_limits_t *lim, const char *in, size_t n, int mode, siz
     sk_parser_free(&p);
 }
 
-/* The picohttpparser habit: whole, byte by byte, and every split must give the same events, and
- * those events must be the expected ones. */
+/* run_case over the HTTP parser; lim NULL: the default limits. Every split offset. */
 static void
 parser_case_n(T *t, const char *name, const sk_limits_t *lim, const char *in, size_t n,
               const char *expect, const char *file, int line)
 {
     sk_limits_t def;
-    sk_buf_t whole, other;
-    int same = 1;
-    char what[256];
 
     if (lim == NULL) {
         sk_limits_default(&def);
         lim = &def;
     }
-    run_parser(t, lim, in, n, FEED_WHOLE, 0, &whole);
-    if (t->print)
-        print_log(name, &whole);
-    snprintf(what, sizeof(what), "parser case '%s': expected events", name);
-    {
-        int ok = strlen(expect) == sk_buf_len(&whole) &&
-                 memcmp(expect, sk_buf_head(&whole), sk_buf_len(&whole)) == 0;
-        check(t, ok, file, line, what);
-        if (!ok) {
-            fprintf(stderr, "--- expected\n%s", expect);
-            print_log("got (whole)", &whole);
-        }
-    }
-    run_parser(t, lim, in, n, FEED_BYTES, 0, &other);
-    snprintf(what, sizeof(what), "parser case '%s': byte by byte == whole", name);
-    check(t, log_eq(&whole, &other), file, line, what);
-    if (!log_eq(&whole, &other))
-        print_log("got (byte by byte)", &other);
-    sk_buf_free(&other);
-    for (size_t k = 1; k < n && same; k++) {
-        run_parser(t, lim, in, n, FEED_SPLIT, k, &other);
-        if (!log_eq(&whole, &other)) {
-            same = 0;
-            fprintf(stderr, "split at %zu differs\n", k);
-            print_log("got (split)", &other);
-        }
-        sk_buf_free(&other);
-    }
-    snprintf(what, sizeof(what), "parser case '%s': every split == whole", name);
-    check(t, same, file, line, what);
-    sk_buf_free(&whole);
+    run_case(t, "parser", name, run_parser, lim, in, n, SIZE_MAX, expect, file, line);
 }
 
 #define PCASE(t, name, lim, in, expect) \

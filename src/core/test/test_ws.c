@@ -192,11 +192,9 @@ pump(T *t, sk_ws_parser_t *p, sk_buf_t *pend, run_t *r)
     }
 }
 
-enum { FEED_WHOLE, FEED_SPLIT, FEED_BYTES };
-
 /* Parses in[0..n) fed whole, split at k, or byte by byte; the event log goes to *out. */
 static void
-run_ws(T *t, const sk_ws_limits_t *lim, const char *in, size_t n, int mode, size_t k, sk_buf_t *out)
+run_ws(T *t, const void *lim, const char *in, size_t n, int mode, size_t k, sk_buf_t *out)
 {
     sk_ws_parser_t p;
     sk_buf_t pend = {0};
@@ -222,66 +220,19 @@ run_ws(T *t, const sk_ws_limits_t *lim, const char *in, size_t n, int mode, size
     sk_buf_free(&pend);
 }
 
-/* Inputs longer than this are split at the first and last 64 offsets and about 100 between
- * (every offset of a 64 KiB frame would take minutes); shorter ones at every offset. */
+/* Inputs longer than this are split at the first and last 64 offsets and about 100 between;
+ * shorter ones at every offset (next_split). */
 #define EVERY_SPLIT_MAX 4096
 
-/* The split offset after k for an input of n bytes. */
-static size_t
-next_split(size_t k, size_t n)
-{
-    size_t stride = n / 97;
-
-    if (n <= EVERY_SPLIT_MAX || k < 64 || k + 64 >= n)
-        return k + 1;
-    return k + stride < n - 64 ? k + stride : n - 64;
-}
-
-/* Whole, byte by byte, and every split must give the same events (picohttpparser's habit), and
- * those events must be the expected ones. lim NULL: no size limit, no extension. */
+/* run_case over the frame parser; lim NULL: no size limit, no extension. */
 static void
 ws_case_n(T *t, const char *name, const sk_ws_limits_t *lim, const char *in, size_t n,
           const char *expect, const char *file, int line)
 {
     sk_ws_limits_t def = {0, 0};
-    sk_buf_t whole, other;
-    int same = 1;
-    char what[256];
 
-    if (lim == NULL)
-        lim = &def;
-    run_ws(t, lim, in, n, FEED_WHOLE, 0, &whole);
-    if (t->print)
-        print_log(name, &whole);
-    snprintf(what, sizeof(what), "ws case '%s': expected events", name);
-    {
-        int ok = strlen(expect) == sk_buf_len(&whole) &&
-                 memcmp(expect, sk_buf_head(&whole), sk_buf_len(&whole)) == 0;
-
-        check(t, ok, file, line, what);
-        if (!ok) {
-            fprintf(stderr, "--- expected\n%s", expect);
-            print_log("got (whole)", &whole);
-        }
-    }
-    run_ws(t, lim, in, n, FEED_BYTES, 0, &other);
-    snprintf(what, sizeof(what), "ws case '%s': byte by byte == whole", name);
-    check(t, log_eq(&whole, &other), file, line, what);
-    if (!log_eq(&whole, &other))
-        print_log("got (byte by byte)", &other);
-    sk_buf_free(&other);
-    for (size_t k = 1; k < n && same; k = next_split(k, n)) {
-        run_ws(t, lim, in, n, FEED_SPLIT, k, &other);
-        if (!log_eq(&whole, &other)) {
-            same = 0;
-            fprintf(stderr, "split at %zu differs\n", k);
-            print_log("got (split)", &other);
-        }
-        sk_buf_free(&other);
-    }
-    snprintf(what, sizeof(what), "ws case '%s': every split == whole", name);
-    check(t, same, file, line, what);
-    sk_buf_free(&whole);
+    run_case(t, "ws", name, run_ws, lim != NULL ? lim : &def, in, n, EVERY_SPLIT_MAX, expect, file,
+             line);
 }
 
 /* Runs the case over buf's bytes, then empties buf for the next case. */
