@@ -120,8 +120,8 @@ sk_ws_accept(const char *key, size_t key_len, char out[SK_WS_ACCEPT_LEN])
 static int
 b64_char(char c)
 {
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-           c == '+' || c == '/';
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' ||
+           c == '/';
 }
 
 static int

@@ -23,6 +23,7 @@
 
 #include "sk_asgi.h"
 #include "sk_resp.h"
+#include "sk_wshs.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -58,6 +59,7 @@ typedef struct {
     PyObject *local;        /* strong: scope "server", made once per connection */
     uint8_t closed;         /* the transport told closed(): nothing more is sent */
     uint8_t discarding;     /* reading and dropping the rest of an answered request's body */
+    uint8_t switched;       /* handed to the WebSocket handler: this handler is done */
 } http1_conn_t;
 
 struct RequestObject {
@@ -1439,6 +1441,35 @@ conn_request_done(http1_conn_t *c, int keep_alive)
     }
 }
 
+/* A WebSocket opening handshake (RFC 6455 §4.2.1), with --ws auto: a malformed one is refused
+ * with 400 here; a valid one (or a wrong version, 426) goes to the WebSocket handler, which takes
+ * the connection over (sk_wsh.h). The request never reaches the app as HTTP. */
+static void
+upgrade_websocket(http1_conn_t *c)
+{
+    sk_ws_handshake_t hs;
+    const char *why;
+    PyObject *scope = NULL;
+    int status = sk_ws_handshake_check(&c->parser, &hs, &why);
+    if (status == 400) {
+        refuse(c, 400);
+        return;
+    }
+    if (status == 0 && (scope = build_scope(c)) == NULL) {
+        PyErr_WriteUnraisable(c->srv->owner);
+        refuse(c, 500);
+        return;
+    }
+    if (sk_wsh_start(c->t, c->srv, &c->parser, status, scope, hs.key, hs.key_len) < 0) {
+        PyErr_WriteUnraisable(c->srv->owner);
+        refuse(c, 500);
+    }
+    else {
+        c->switched = 1;
+    }
+    Py_XDECREF(scope);
+}
+
 /* Parses one request's worth of events and starts its app (which, when started eagerly, may
  * answer before this returns). Returns bytes consumed. */
 static size_t
@@ -1477,6 +1508,10 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
                 break;
             }
             srv->total_requests++;
+            if (srv->ws.enabled && sk_ws_is_upgrade(&c->parser)) {
+                upgrade_websocket(c);
+                return total; /* the connection (and the rest of the input) moved on, or closed */
+            }
             r = request_new(c);
             if (r == NULL) {
                 PyErr_WriteUnraisable(srv->owner);
@@ -1534,6 +1569,9 @@ h1_data_received(void *h, const char *data, size_t len)
     }
     do {
         total += parse_one(c, data + total, len - total);
+        if (c->switched) {
+            return total; /* the WebSocket handler has the connection and the rest */
+        }
     } while (sk_transport_is_open(c->t) && c->current == NULL && total < len &&
              c->srv->eager_budget > 0 && c->srv->eager);
     if (c->srv->metrics != NULL) {

@@ -18,6 +18,7 @@
 #include "sk_metrics.h"
 #include "sk_proxy.h"
 #include "sk_resp.h"
+#include "sk_wsh.h"
 
 #define SK_MAX_EAGER 16 /* applications started eagerly per reactor callback */
 
@@ -57,6 +58,7 @@ typedef struct sk_http1_server {
     PyObject *trace;              /* callable(event, client) for --log-level trace, or NULL:
                                    * connection events are not reported */
     sk_metrics_t *metrics;        /* --metrics-port counters (PyMem, owned), or NULL: off */
+    sk_ws_config_t ws;            /* --ws and the --ws-* options (sk_wsh.h) */
 } sk_http1_server_t;
 
 /* The handler table (static storage). */

@@ -222,7 +222,25 @@ static PyType_Spec ready_spec = {
     X(s_remove_reader, "remove_reader") \
     X(s_call_soon, "call_soon") \
     X(s_error, "error") \
-    X(s_copy, "copy")
+    X(s_copy, "copy") \
+    X(s_websocket, "websocket") \
+    X(s_ws, "ws") \
+    X(s_wss, "wss") \
+    X(s_websocket_connect, "websocket.connect") \
+    X(s_websocket_receive, "websocket.receive") \
+    X(s_websocket_disconnect, "websocket.disconnect") \
+    X(s_websocket_accept, "websocket.accept") \
+    X(s_websocket_send, "websocket.send") \
+    X(s_websocket_close, "websocket.close") \
+    X(s_websocket_http_response_start, "websocket.http.response.start") \
+    X(s_websocket_http_response_body, "websocket.http.response.body") \
+    X(s_text, "text") \
+    X(s_bytes, "bytes") \
+    X(s_code, "code") \
+    X(s_reason, "reason") \
+    X(s_subprotocol, "subprotocol") \
+    X(s_subprotocols, "subprotocols") \
+    X(s_extensions, "extensions")
 /* clang-format on */
 
 static PyObject *
@@ -265,6 +283,10 @@ sk_exec(PyObject *module)
     }
     st->request_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &sk_request_spec, NULL);
     if (st->request_type == NULL) {
+        goto error;
+    }
+    st->websocket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &sk_websocket_spec, NULL);
+    if (st->websocket_type == NULL) {
         goto error;
     }
     st->ClientDisconnected = PyErr_NewExceptionWithDoc(
@@ -343,6 +365,7 @@ sk_traverse(PyObject *module, visitproc visit, void *arg)
     sk_state *st = PyModule_GetState(module);
     Py_VISIT(st->server_type);
     Py_VISIT(st->request_type);
+    Py_VISIT(st->websocket_type);
     Py_VISIT(st->ready_type);
     Py_VISIT(st->ClientDisconnected);
     Py_VISIT(st->CancelledError);
@@ -360,6 +383,7 @@ sk_clear(PyObject *module)
     sk_state *st = PyModule_GetState(module);
     Py_CLEAR(st->server_type);
     Py_CLEAR(st->request_type);
+    Py_CLEAR(st->websocket_type);
     Py_CLEAR(st->ready_type);
     Py_CLEAR(st->ClientDisconnected);
     Py_CLEAR(st->CancelledError);

@@ -7,6 +7,7 @@
  * Files of the extension, each including only the headers below it:
  *   sk_server.c     the Server type: configuration, the reactor's Python callbacks, counters
  *   sk_http1.c/.h   the HTTP/1.1 protocol handler and the ASGI `http` Request (receive, send, task)
+ *   sk_wsh.c/.h     the WebSocket protocol handler and the ASGI `websocket` session
  *   sk_asgi.c/.h    ASGI pieces any protocol's scope and messages use (paths, headers, addresses)
  *   sk_transport.c/.h  the reactor (epoll, accept, timer) and its connections (transports)
  *   sk_module.c/.h  this module: init, state, the ready awaitable
@@ -27,6 +28,7 @@
 typedef struct {
     PyTypeObject *server_type;
     PyTypeObject *request_type;
+    PyTypeObject *websocket_type;
     PyTypeObject *ready_type;
     PyObject *ClientDisconnected;
     PyObject *CancelledError; /* asyncio.CancelledError: a cancelled app is not an app error */
@@ -44,6 +46,11 @@ typedef struct {
     PyObject *s_create_task, *s_create_future, *s_throw, *s_close, *s_set_result;
     PyObject *s_set_exception, *s_done, *s_add_reader;
     PyObject *s_remove_reader, *s_call_soon, *s_error, *s_copy;
+    PyObject *s_websocket, *s_ws, *s_wss, *s_websocket_connect, *s_websocket_receive;
+    PyObject *s_websocket_disconnect, *s_websocket_accept, *s_websocket_send, *s_websocket_close;
+    PyObject *s_websocket_http_response_start, *s_websocket_http_response_body;
+    PyObject *s_text, *s_bytes, *s_code, *s_reason, *s_subprotocol, *s_subprotocols;
+    PyObject *s_extensions;
     /* Live-object counters for the leak and lifetime checks (skirr._native._live()). */
     Py_ssize_t live_servers, live_conns, live_requests, live_ready;
 } sk_state;
@@ -57,7 +64,8 @@ sk_state *sk_get_state_by_type(PyTypeObject *tp);
 PyObject *sk_ready_new(sk_state *st, PyObject *value, int yield_first);
 
 /* The types' specs, made into heap types by sk_module.c's exec slot. */
-extern PyType_Spec sk_server_spec;  /* sk_server.c */
-extern PyType_Spec sk_request_spec; /* sk_http1.c */
+extern PyType_Spec sk_server_spec;    /* sk_server.c */
+extern PyType_Spec sk_request_spec;   /* sk_http1.c */
+extern PyType_Spec sk_websocket_spec; /* sk_wsh.c */
 
 #endif

@@ -282,12 +282,20 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                              "headers",
                              "trace",
                              "metrics",
+                             "ws",
+                             "ws_max_size",
+                             "ws_max_queue",
+                             "ws_ping_interval",
+                             "ws_ping_timeout",
                              NULL};
     PyObject *app, *loop, *unix_path = Py_None, *root_path = NULL, *state = Py_None;
     PyObject *logger = Py_None;
     PyObject *access_log = Py_None, *access_flush = Py_None, *allow_ips = NULL;
     PyObject *server_header = NULL, *extra_headers = NULL, *trace = Py_None;
-    int proxy_headers = 0, date_header = 1, metrics = 0;
+    int proxy_headers = 0, date_header = 1, metrics = 0, ws = 1;
+    unsigned long long ws_max_size = 16 * 1024 * 1024;
+    Py_ssize_t ws_max_queue = 32;
+    double ws_ping_interval = 20.0, ws_ping_timeout = 20.0;
     int listen_fd;
     double keep_alive = 5.0, head_timeout = 10.0, write_timeout = 30.0, body_timeout = 60.0;
     Py_ssize_t limit_concurrency = 0, limit_connections = 0;
@@ -295,16 +303,17 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
     ServerObject *s = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OOi|$OUOdKnnnOddnndOOpUpSSOp", kwlist, &app, &loop, &listen_fd, &unix_path,
-            &root_path, &state, &keep_alive, &max_body, &max_line, &max_fields, &max_section,
-            &logger, &head_timeout, &write_timeout, &limit_concurrency, &limit_connections,
-            &body_timeout, &access_log, &access_flush, &proxy_headers, &allow_ips, &date_header,
-            &server_header, &extra_headers, &trace, &metrics)) {
+            args, kwds, "OOi|$OUOdKnnnOddnndOOpUpSSOppKndd", kwlist, &app, &loop, &listen_fd,
+            &unix_path, &root_path, &state, &keep_alive, &max_body, &max_line, &max_fields,
+            &max_section, &logger, &head_timeout, &write_timeout, &limit_concurrency,
+            &limit_connections, &body_timeout, &access_log, &access_flush, &proxy_headers,
+            &allow_ips, &date_header, &server_header, &extra_headers, &trace, &metrics, &ws,
+            &ws_max_size, &ws_max_queue, &ws_ping_interval, &ws_ping_timeout)) {
         return NULL;
     }
     if (max_line <= 0 || max_fields <= 0 || max_section <= 0 || keep_alive < 0 ||
         head_timeout <= 0 || write_timeout <= 0 || body_timeout < 0 || limit_concurrency < 0 ||
-        limit_connections < 0) {
+        limit_connections < 0 || ws_max_queue <= 0 || ws_ping_interval < 0 || ws_ping_timeout < 0) {
         PyErr_SetString(PyExc_ValueError, "limits and timeouts must be positive");
         return NULL;
     }
@@ -373,6 +382,11 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     h->head_timeout = head_timeout;
     h->body_timeout = body_timeout;
     h->limit_concurrency = limit_concurrency;
+    h->ws.enabled = (uint8_t)ws;
+    h->ws.max_size = ws_max_size;
+    h->ws.max_queue = ws_max_queue;
+    h->ws.ping_interval = ws_ping_interval;
+    h->ws.ping_timeout = ws_ping_timeout;
     sk_limits_default(&h->limits);
     h->limits.max_body = max_body;
     h->limits.max_request_line = (size_t)max_line;
@@ -521,7 +535,8 @@ static PyType_Slot server_slots[] = {
                         "limit_connections=0, timeout_request_body=60.0, access_log=None, "
                         "access_flush=None, proxy_headers=False, forwarded_allow_ips='127.0.0.1', "
                         "date_header=True, server_header=None, headers=None, trace=None, "
-                        "metrics=False)\n\n"
+                        "metrics=False, ws=True, ws_max_size=16777216, ws_max_queue=32, "
+                        "ws_ping_interval=20.0, ws_ping_timeout=20.0)\n\n"
                         "A native HTTP/1.1 reactor serving one ASGI 3 application on one "
                         "listening socket. See skirr/_native.pyi."},
     {0, NULL},

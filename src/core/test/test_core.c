@@ -1741,16 +1741,20 @@ test_ws_handshake(T *t)
     const char *why = NULL;
 
     sk_sha1("abc", 3, d); /* FIPS 180-2 appendix A.1 */
-    CHECK(t, memcmp(d, "\xa9\x99\x3e\x36\x47\x06\x81\x6a\xba\x3e\x25\x71\x78\x50\xc2\x6c"
-                       "\x9c\xd0\xd8\x9d", 20) == 0);
+    CHECK(t, memcmp(d,
+                    "\xa9\x99\x3e\x36\x47\x06\x81\x6a\xba\x3e\x25\x71\x78\x50\xc2\x6c"
+                    "\x9c\xd0\xd8\x9d",
+                    20) == 0);
     sk_sha1("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 56, d); /* A.2 */
-    CHECK(t, memcmp(d, "\x84\x98\x3e\x44\x1c\x3b\xd2\x6e\xba\xae\x4a\xa1\xf9\x51\x29\xe5"
-                       "\xe5\x46\x70\xf1", 20) == 0);
+    CHECK(t, memcmp(d,
+                    "\x84\x98\x3e\x44\x1c\x3b\xd2\x6e\xba\xae\x4a\xa1\xf9\x51\x29\xe5"
+                    "\xe5\x46\x70\xf1",
+                    20) == 0);
     sk_ws_accept("dGhlIHNhbXBsZSBub25jZQ==", 24, accept); /* RFC 6455 §1.3 */
     CHECK(t, memcmp(accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", SK_WS_ACCEPT_LEN) == 0);
 
-#define WS_HEAD(method, version, conn, key, ver)                                              \
-    method " /chat HTTP/" version "\r\nHost: x\r\nUpgrade: WebSocket\r\nConnection: " conn      \
+#define WS_HEAD(method, version, conn, key, ver)                                           \
+    method " /chat HTTP/" version "\r\nHost: x\r\nUpgrade: WebSocket\r\nConnection: " conn \
            "\r\nSec-WebSocket-Key: " key "\r\nSec-WebSocket-Version: " ver "\r\n\r\n"
 #define KEY "dGhlIHNhbXBsZSBub25jZQ=="
     CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", KEY, "13"), &why) == 0);
@@ -1758,15 +1762,17 @@ test_ws_handshake(T *t)
     CHECK(t, ws_check(t, WS_HEAD("POST", "1.1", "Upgrade", KEY, "13"), &why) == 400);
     CHECK(t, ws_check(t, WS_HEAD("GET", "1.0", "Upgrade", KEY, "13"), &why) == 400);
     CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "keep-alive", KEY, "13"), &why) == 400);
-    CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", "dGhlIHNhbXBsZSBub25jZ==", "13"),
-                      &why) == 400); /* 15 bytes */
+    CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", "dGhlIHNhbXBsZSBub25jZ==", "13"), &why) ==
+                 400); /* 15 bytes */
     CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", "dGhlIHNhbXBsZSBub25j*Q==", "13"),
                       &why) == 400);
     CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", KEY, "8"), &why) == 426);
     CHECK(t, why != NULL && strstr(why, "§4.4") != NULL);
     CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", KEY, "13, 8"), &why) == 426);
-    CHECK(t, ws_check(t, "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: upgrade"
-                         "\r\nSec-WebSocket-Key: " KEY "\r\n\r\n", &why) == 400);
+    CHECK(t, ws_check(t,
+                      "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: upgrade"
+                      "\r\nSec-WebSocket-Key: " KEY "\r\n\r\n",
+                      &why) == 400);
     CHECK(t, ws_check(t, "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n",
                       &why) == -1);
     CHECK(t, ws_check(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", &why) == -1);
