@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
+import time
 
 import pytest
+from fastapi import FastAPI, WebSocket  # module level: the route's annotations are strings here
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from conftest import IO_TIMEOUT, Recorder
+from conftest import IO_TIMEOUT, Recorder, record_text
 
 rule = pytest.mark.rule
 
@@ -213,3 +217,325 @@ def test_non_minimal_length_accepted(serve):
         handshake(c)
         c.send(frame(0x81, b"Hi", length16=True))
         assert c.read_exact(4) == b"\x81\x02Hi"
+
+
+# -- the ASGI side: scope, accept, denial, errors, disconnects --------------------------------------
+
+def scope_app(record: Recorder, accept: dict | None = None):
+    """Records the scope and the first event, then accepts with `accept`'s extra keys and waits
+    for the disconnect (recorded too)."""
+
+    async def app(scope, receive, send):
+        record.put(dict(scope))
+        record.put(await receive())
+        await send({"type": "websocket.accept", **(accept or {})})
+        record.put(await receive())
+
+    return app
+
+
+@rule("ASGI-websocket-scope")
+def test_scope(serve):
+    """ASGI websocket 2.4: every key of the scope, exactly, for a request with a query, two
+    subprotocols over two fields, and a root_path."""
+    record = Recorder()
+    with serve(scope_app(record), root_path="/api") as srv:
+        c = srv.connect()
+        c.send(b"GET /ws/caf%C3%A9?x=1&y=%20 HTTP/1.1\r\nHost: example.com\r\nUpgrade: websocket\r\n"
+               b"Connection: keep-alive, Upgrade\r\nSec-WebSocket-Key: " + KEY + b"\r\n"
+               b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: chat, superchat\r\n"
+               b"Sec-WebSocket-Protocol: v3\r\n\r\n")
+        assert c.read_until(b"\r\n\r\n").startswith(b"HTTP/1.1 101 ")
+        scope, connect = record.wait(2)[:2]
+        c.send(frame(0x88, b"\x03\xe8"))  # the client's Close 1000
+        assert record.wait(3)[2] == {"type": "websocket.disconnect", "code": 1000, "reason": ""}
+    assert connect == {"type": "websocket.connect"}
+    client = scope.pop("client")
+    server = scope.pop("server")
+    assert client[0] == "127.0.0.1" and isinstance(client[1], int)
+    assert server == ("127.0.0.1", srv.port)
+    assert scope == {
+        "type": "websocket",
+        "asgi": {"version": "3.0", "spec_version": "2.4"},
+        "http_version": "1.1",
+        "scheme": "ws",
+        "path": "/api/ws/café",
+        "raw_path": b"/api/ws/caf%C3%A9",
+        "query_string": b"x=1&y=%20",
+        "root_path": "/api",
+        "headers": [(b"host", b"example.com"), (b"upgrade", b"websocket"),
+                    (b"connection", b"keep-alive, Upgrade"), (b"sec-websocket-key", KEY),
+                    (b"sec-websocket-version", b"13"),
+                    (b"sec-websocket-protocol", b"chat, superchat"),
+                    (b"sec-websocket-protocol", b"v3")],
+        "subprotocols": ["chat", "superchat", "v3"],
+        "extensions": {"websocket.http.response": {}},
+        "state": {},
+    }
+
+
+@rule("ASGI-websocket-accept-subprotocol-headers")
+def test_accept_subprotocol_and_headers(serve):
+    """ASGI websocket.accept: `subprotocol` becomes Sec-WebSocket-Protocol (the websockets client
+    sees it negotiated) and `headers` are added to the 101."""
+    record = Recorder()
+    app = scope_app(record, {"subprotocol": "superchat", "headers": [(b"x-extra", b"yes")]})
+    with serve(app) as srv:
+        with connect(f"ws://127.0.0.1:{srv.port}/", subprotocols=["chat", "superchat"],
+                     open_timeout=IO_TIMEOUT, close_timeout=IO_TIMEOUT) as ws:
+            assert ws.subprotocol == "superchat"
+            assert ws.response.status_code == 101
+            assert ws.response.headers["x-extra"] == "yes"
+            assert ws.response.headers["server"] == "skirr"
+        assert record.wait(3)[2]["code"] == 1000
+
+
+@rule("ASGI-websocket-denial-response")
+def test_denial_response(serve):
+    """ASGI websocket.http.response extension: start + body (in two parts) is the HTTP response,
+    sent instead of the 101, and the connection is closed after it."""
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+        await send({"type": "websocket.http.response.body", "body": b"no ", "more_body": True})
+        await send({"type": "websocket.http.response.body", "body": b"token"})
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(upgrade())
+        r = c.response()
+        assert (r.status, r.body) == (401, b"no token")
+        assert r.get(b"www-authenticate") == b"Bearer"
+        assert r.get(b"connection") == b"close"
+        c.expect_eof()
+
+
+@rule("RFC6455-4.2.1-frames-behind-head")
+def test_frames_right_behind_the_head_are_kept(serve):
+    """Frames sent in the same packet as the upgrade request are the connection's first
+    messages: they reach the app once it accepts."""
+    with serve(make_app(Recorder())) as srv:
+        c = srv.connect()
+        c.send(upgrade() + frame(0x81, b"early") + frame(0x82, b"\x01\x02"))
+        assert c.read_until(b"\r\n\r\n").startswith(b"HTTP/1.1 101 ")
+        assert c.read_exact(7) == b"\x81\x05early"
+        assert c.read_exact(4) == b"\x82\x02\x01\x02"
+
+
+@rule("skirr-ws-other-upgrade-is-http")
+def test_other_upgrade_is_plain_http(serve, echo_app):
+    """An Upgrade skirr does not take (h2c) is ignored: the request, body included, is HTTP."""
+    with serve(echo_app) as srv:
+        c = srv.connect()
+        c.send(b"POST /x HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+               b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nContent-Length: 5\r\n\r\nhello")
+        r = c.response()
+        assert (r.status, r.body) == (200, b"hello")
+
+
+@rule("skirr-ws-none")
+def test_ws_none_passes_the_upgrade_as_http(serve):
+    """--ws none (uvicorn's flag): the upgrade reaches the app as an http scope (404 here)."""
+    with serve(make_app(Recorder()), ws="none") as srv:
+        c = srv.connect()
+        c.send(upgrade())
+        assert c.response().status == 404
+
+
+@rule("ASGI-websocket-app-error")
+@pytest.mark.parametrize("when", ["raise", "return"])
+def test_app_failing_before_accept_is_500(serve, when):
+    """An app that raises, or returns, before answering the handshake: 500, logged."""
+
+    async def app(scope, receive, send):
+        await receive()
+        if when == "raise":
+            raise RuntimeError("ws-boom-before-accept")
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(upgrade())
+        assert c.response().status == 500
+        c.expect_eof()
+        deadline = time.monotonic() + IO_TIMEOUT
+        want = "ws-boom-before-accept" if when == "raise" else "without sending handshake"
+        while not [r for r in srv.errors() if want in record_text(r)]:
+            assert time.monotonic() < deadline, [record_text(r) for r in srv.errors()]
+            time.sleep(0.01)
+
+
+@rule("ASGI-websocket-app-error")
+def test_app_raising_after_accept_closes_1011(serve):
+    """An app that raises after accept: the client gets a Close with 1011 (internal error)."""
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept"})
+        await receive()
+        raise RuntimeError("ws-boom-after-accept")
+
+    with serve(app) as srv:
+        fails_with(srv, frame(0x81, b"go"), 1011)
+        assert [r for r in srv.errors() if "ws-boom-after-accept" in record_text(r)]
+
+
+@rule("RFC6455-7.1.5-peer-vanished-1006")
+def test_peer_vanishing_is_1006(serve):
+    """RFC 6455 §7.1.5: a TCP close without a Close frame is websocket.disconnect 1006."""
+    record = Recorder()
+    with serve(make_app(record)) as srv:
+        c = srv.connect()
+        handshake(c)
+        c.sock.close()
+        assert record.wait(1)[0] == {"type": "websocket.disconnect", "code": 1006, "reason": ""}
+
+
+@rule("ASGI-websocket-send-after-close")
+def test_send_after_close_raises_client_disconnected(serve):
+    """ASGI websocket: send() after the connection closed raises skirr.ClientDisconnected (an
+    OSError), not logged as an application error."""
+    import skirr
+
+    record = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept"})
+        record.put(await receive())
+        try:
+            await send({"type": "websocket.send", "text": "late"})
+        except BaseException as e:
+            record.put(e)
+            raise
+
+    with serve(app) as srv:
+        with connect(f"ws://127.0.0.1:{srv.port}/", open_timeout=IO_TIMEOUT,
+                     close_timeout=IO_TIMEOUT) as ws:
+            ws.close(1001)
+        event, exc = record.wait(2)[:2]
+        assert event == {"type": "websocket.disconnect", "code": 1001, "reason": ""}
+        assert isinstance(exc, skirr.ClientDisconnected) and isinstance(exc, OSError)
+        time.sleep(0.05)
+        assert srv.errors() == [], [record_text(r) for r in srv.errors()]
+
+
+@rule("RFC6455-7.1.2-server-close")
+def test_server_close_code_and_reason(serve):
+    """RFC 6455 §5.5.1: the app's websocket.close (4001, "done") is a Close frame with that code
+    and reason; the client's answer completes the handshake and the server closes TCP."""
+    record = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": 4001, "reason": "done"})
+        record.put(await receive())
+
+    with serve(app) as srv:
+        c = srv.connect()
+        handshake(c)
+        assert c.read_exact(8) == close_frame(4001, b"done")
+        c.send(frame(0x88, b"\x0f\xa1"))
+        c.expect_eof()
+        assert record.wait(1)[0]["type"] == "websocket.disconnect"
+        with connect(f"ws://127.0.0.1:{srv.port}/", open_timeout=IO_TIMEOUT,
+                     close_timeout=IO_TIMEOUT) as ws:
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=IO_TIMEOUT)
+            assert (ws.close_code, ws.close_reason) == (4001, "done")
+
+
+@rule("skirr-ws-ping-keepalive")
+def test_keepalive_ping_then_timeout(serve):
+    """--ws-ping-interval 1 --ws-ping-timeout 1: an idle connection gets a ping; a client that
+    never answers it gets a Close 1011 and the connection closes."""
+    with serve(make_app(Recorder()), ws_ping_interval=1.0, ws_ping_timeout=1.0) as srv:
+        c = srv.connect()
+        handshake(c)
+        ping = c.read_exact(6)
+        assert ping[:2] == b"\x89\x04"
+        assert c.read_until_close(timeout=IO_TIMEOUT) == close_frame(1011, b"keepalive ping timeout")
+
+
+@rule("skirr-ws-ping-keepalive")
+def test_keepalive_answered_keeps_the_connection(serve):
+    """The websockets client answers the server's pings: after 3 ping intervals it still echoes."""
+    with serve(make_app(Recorder()), ws_ping_interval=1.0, ws_ping_timeout=1.0) as srv:
+        with connect(f"ws://127.0.0.1:{srv.port}/", open_timeout=IO_TIMEOUT,
+                     close_timeout=IO_TIMEOUT) as ws:
+            time.sleep(3.2)
+            ws.send("still here")
+            assert ws.recv(timeout=IO_TIMEOUT) == "still here"
+
+
+@rule("RFC6455-5.4-fragments-reassembled")
+def test_large_messages_echo(serve):
+    """Messages of 1 MiB both ways (many reads, output over the high-water mark)."""
+    with serve(make_app(Recorder())) as srv:
+        with connect(f"ws://127.0.0.1:{srv.port}/", open_timeout=IO_TIMEOUT,
+                     close_timeout=IO_TIMEOUT, max_size=None) as ws:
+            for i in range(3):
+                data = bytes([i]) * (1 << 20)
+                ws.send(data)
+                assert ws.recv(timeout=IO_TIMEOUT) == data
+            ws.send("é" * 100_000)
+            assert ws.recv(timeout=IO_TIMEOUT) == "é" * 100_000
+
+
+@rule("RFC6455-8.1-invalid-utf8-1007")
+def test_invalid_utf8_across_fragments_fails_1007(serve):
+    """A 4-byte sequence split over fragments is valid; an invalid continuation in a later
+    fragment fails with 1007."""
+    with serve(make_app(Recorder())) as srv:
+        c = srv.connect()
+        handshake(c)
+        c.send(frame(0x01, b"\xf0\x9f") + frame(0x80, b"\x98\x80"))
+        assert c.read_exact(6) == b"\x81\x04\xf0\x9f\x98\x80"
+        c.send(frame(0x01, b"\xf0\x9f") + frame(0x80, b"\x28\x80"))
+        assert c.read_until_close() == close_frame(1007)
+
+
+@rule("skirr-ws-config")
+def test_ws_config_values_checked():
+    """skirr.Config refuses a --ws mode it does not have and non-positive WebSocket limits."""
+    import skirr
+    from skirr.config import ConfigError
+
+    for bad in ({"ws": "wsproto"}, {"ws_max_size": 0}, {"ws_max_queue": 0},
+                {"ws_ping_interval": -1}, {"ws_ping_timeout": float("nan")}):
+        with pytest.raises(ConfigError):
+            skirr.Config(lambda s, r, se: None, **bad)
+    c = skirr.Config(lambda s, r, se: None)
+    assert (c.ws, c.ws_max_size, c.ws_max_queue, c.ws_ping_interval, c.ws_ping_timeout) == (
+        "auto", 16 * 1024 * 1024, 32, 20.0, 20.0)
+
+
+@rule("skirr-ws-fastapi")
+def test_fastapi_websocket_endpoint(serve):
+    """A FastAPI @app.websocket route: receive_text, send_json, iter_text, close with a code."""
+    api = FastAPI()
+
+    @api.websocket("/chat/{room}")
+    async def chat(websocket: WebSocket, room: str):
+        await websocket.accept()
+        first = await websocket.receive_text()
+        await websocket.send_json({"room": room, "first": first})
+        async for text in websocket.iter_text():
+            if text == "bye":
+                await websocket.close(code=4002)
+                return
+            await websocket.send_text(text.upper())
+
+    with serve(api) as srv:
+        with connect(f"ws://127.0.0.1:{srv.port}/chat/blue", open_timeout=IO_TIMEOUT,
+                     close_timeout=IO_TIMEOUT) as ws:
+            ws.send("hi")
+            assert json.loads(ws.recv(timeout=IO_TIMEOUT)) == {"room": "blue", "first": "hi"}
+            ws.send("abc")
+            assert ws.recv(timeout=IO_TIMEOUT) == "ABC"
+            ws.send("bye")
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=IO_TIMEOUT)
+            assert ws.close_code == 4002
