@@ -539,3 +539,84 @@ def test_fastapi_websocket_endpoint(serve):
             with pytest.raises(ConnectionClosed):
                 ws.recv(timeout=IO_TIMEOUT)
             assert ws.close_code == 4002
+
+
+@rule("RFC6455-7.1.2-server-close")
+def test_app_returning_after_accept_closes_1000(serve):
+    """An app that returns after accept without closing: a Close 1000, and the handshake is
+    completed with the client's answer (the websockets client sees a clean close)."""
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept"})
+
+    with serve(app) as srv:
+        with connect(f"ws://127.0.0.1:{srv.port}/", open_timeout=IO_TIMEOUT,
+                     close_timeout=IO_TIMEOUT) as ws:
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=IO_TIMEOUT)
+            assert ws.close_code == 1000
+        assert srv.errors() == [], [record_text(r) for r in srv.errors()]
+
+
+@rule("skirr-ws-shutdown-1012")
+def test_shutdown_closes_with_1012(serve):
+    """A graceful shutdown sends every open WebSocket a Close 1012 (service restart, as uvicorn)
+    and the app sees the disconnect once the client answers."""
+    record = Recorder()
+    with serve(make_app(record)) as srv:
+        c = srv.connect()
+        handshake(c)
+        srv.server.request_shutdown()
+        assert c.read_exact(4) == close_frame(1012)
+        c.send(frame(0x88, b"\x03\xf4"))
+        c.expect_eof()
+        assert record.wait(1)[0]["type"] == "websocket.disconnect"
+        srv.thread.join(10)  # let this shutdown finish: a second request forces exit
+        assert not srv.thread.is_alive() and srv.server.exit_code == 0
+
+
+@rule("skirr-ws-flow-control")
+def test_reading_stops_while_the_app_does_not_receive(serve):
+    """Flow control: while the app does not call receive(), skirr stops reading (the client's
+    send blocks once the socket buffers are full); once it does, every message arrives, in
+    order, none lost."""
+    import threading
+
+    go = threading.Event()
+    record = Recorder()
+    count, size = 512, 60000  # about 30 MiB, far more than the socket buffers hold
+
+    async def app(scope, receive, send):
+        import asyncio
+
+        await receive()
+        await send({"type": "websocket.accept"})
+        while not go.is_set():
+            await asyncio.sleep(0.01)
+        got = 0
+        for i in range(count):
+            ev = await receive()
+            assert ev["bytes"] == bytes([i & 0xFF]) * size, i
+            got += 1
+        record.put(got)
+        await send({"type": "websocket.send", "text": str(got)})
+
+    with serve(app) as srv:
+        c = srv.connect()
+        handshake(c)
+        msgs = [frame(0x82, bytes([i & 0xFF]) * size) for i in range(count)]
+        wire = b"".join(msgs)
+        c.sock.settimeout(1.0)
+        sent = 0
+        try:
+            while sent < len(wire):
+                sent += c.sock.send(wire[sent:sent + 65536])
+        except TimeoutError:
+            pass
+        assert sent < len(wire), "the server read 30 MiB the app never asked for"
+        go.set()
+        c.sock.settimeout(IO_TIMEOUT)
+        c.sock.sendall(wire[sent:])
+        assert record.wait(1, timeout=20)[0] == count
+        assert c.read_exact(5) == b"\x81\x03" + str(count).encode()

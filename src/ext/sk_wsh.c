@@ -334,6 +334,21 @@ fail(WebSocketObject *w, int code, const char *reason)
     sk_transport_close(t, SK_CLOSE_AFTER_WRITE);
 }
 
+static int
+start_close(WebSocketObject *w, int code, const char *reason, size_t reason_len)
+{
+    /* The server's side of the close handshake (RFC 6455 §5.5.1, §7.1.2): a Close with code and
+     * reason, then CLOSING until the peer's Close arrives (the TCP connection is closed then) or
+     * CLOSE_TIMEOUT passes. 0, or -1 when nothing could be sent (out of memory). */
+    if (sk_ws_close_frame(sk_transport_out(w->t), code, reason, reason_len) < 0) {
+        return -1;
+    }
+    set_state(w, WS_CLOSING);
+    sk_transport_set_deadline(w->t, DL_CLOSE, CLOSE_TIMEOUT);
+    (void)sk_transport_write(w->t);
+    return 0;
+}
+
 static void
 arm_ping(WebSocketObject *w)
 {
@@ -495,11 +510,7 @@ ws_shutdown(void *h)
     WebSocketObject *w = h;
     if (w->state == WS_OPEN) {
         /* RFC 6455 §7.4.1: 1012, the server is restarting (uvicorn sends the same) */
-        if (sk_ws_close_frame(sk_transport_out(w->t), 1012, "", 0) == 0) {
-            set_state(w, WS_CLOSING);
-            sk_transport_set_deadline(w->t, DL_CLOSE, CLOSE_TIMEOUT);
-            (void)sk_transport_write(w->t);
-        }
+        (void)start_close(w, 1012, "", 0);
     }
 }
 
@@ -845,13 +856,10 @@ send_close(WebSocketObject *w, PyObject *msg)
         raise_disconnected(w);
         goto done;
     }
-    if (sk_ws_close_frame(sk_transport_out(w->t), (int)code, reason, (size_t)rlen) < 0) {
+    if (start_close(w, (int)code, reason, (size_t)rlen) < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    set_state(w, WS_CLOSING);
-    sk_transport_set_deadline(w->t, DL_CLOSE, CLOSE_TIMEOUT);
-    (void)sk_transport_write(w->t);
     rc = 0;
 done:
     Py_XDECREF(code_o);
@@ -1082,8 +1090,11 @@ ws_app_done(PyObject *op, PyObject *task)
             sk_transport_abort(w->t, 0);
         }
     }
-    else if (w->state == WS_OPEN) {
-        fail(w, failed ? 1011 : 1000, NULL);
+    else if (w->state == WS_OPEN && failed) {
+        fail(w, 1011, NULL); /* RFC 6455 §7.4.1: an unexpected condition; closed at once */
+    }
+    else if (w->state == WS_OPEN && start_close(w, 1000, "", 0) < 0) {
+        fail(w, 1000, NULL); /* returned without closing: a normal close handshake */
     }
     Py_RETURN_NONE;
 }
@@ -1289,7 +1300,7 @@ static int
 ws_tp_clear(PyObject *op)
 {
     WebSocketObject *w = (WebSocketObject *)op;
-    if (w->app_running && w->srv != NULL) {
+    if (w->owner != NULL && w->app_running) { /* dropped unfinished: no longer in flight */
         w->app_running = 0;
         w->srv->active_requests--;
     }
