@@ -152,6 +152,12 @@ server_date(sk_http1_server_t *srv)
     return srv->date;
 }
 
+const char *
+sk_http1_date(sk_http1_server_t *srv)
+{
+    return server_date(srv);
+}
+
 /* ---- reading and writing -------------------------------------------------------------------- */
 
 /* Flow control for request bodies: the transport reads while the current request's unconsumed
@@ -459,75 +465,11 @@ raise_disconnected(RequestObject *r)
     return NULL;
 }
 
-static int
-resolve_future(sk_state *st, PyObject *fut, PyObject *result, PyObject *exc_type)
-{
-    /* Unless fut is already done (cancelled), sets its result (result, borrowed) or, with
-     * exc_type, an exc_type("client disconnected") exception. 1 if it was set, 0 if fut was done;
-     * a failure is reported as unraisable (0). */
-    PyObject *res = NULL, *exc = NULL;
-    int set = 0;
-    PyObject *done = PyObject_CallMethodNoArgs(fut, st->s_done);
-    if (done == NULL) {
-        goto error;
-    }
-    if (done == Py_False) {
-        if (exc_type != NULL) {
-            exc = PyObject_CallFunction(exc_type, "s", "client disconnected");
-            res = exc ? PyObject_CallMethodOneArg(fut, st->s_set_exception, exc) : NULL;
-        }
-        else {
-            res = PyObject_CallMethodOneArg(fut, st->s_set_result, result);
-        }
-        if (res == NULL) {
-            goto error;
-        }
-        set = 1;
-    }
-    goto done;
-error:
-    PyErr_WriteUnraisable(fut);
-done:
-    Py_XDECREF(done);
-    Py_XDECREF(res);
-    Py_XDECREF(exc);
-    return set;
-}
-
-static void
-resolve_all(sk_state *st, PyObject **list, PyObject *result, PyObject *exc_type)
-{
-    /* Resolves every future of *list (see resolve_future) and drops the list. Moved out first:
-     * a future's callbacks may add new waiters, which go to a new list. */
-    PyObject *waiters = *list;
-    if (waiters == NULL) {
-        return;
-    }
-    *list = NULL;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(waiters); i++) {
-        (void)resolve_future(st, PyList_GET_ITEM(waiters, i), result, exc_type);
-    }
-    Py_DECREF(waiters);
-}
-
 static PyObject *
 add_waiter(RequestObject *r, PyObject **list)
 {
-    /* New reference: a new future of the loop, appended to *list (made on first use); NULL with
-     * an exception. */
-    PyObject *fut = NULL;
-    if (*list == NULL) {
-        *list = PyList_New(0);
-        if (*list == NULL) {
-            return NULL;
-        }
-    }
-    fut = PyObject_CallMethodNoArgs(r->srv->loop, r->st->s_create_future);
-    if (fut == NULL || PyList_Append(*list, fut) < 0) {
-        Py_XDECREF(fut);
-        return NULL;
-    }
-    return fut;
+    /* New reference: a new future of the loop appended to *list (sk_asgi_add_waiter). */
+    return sk_asgi_add_waiter(r->st, r->srv->loop, list);
 }
 
 /* Every waiter of a request that will get no more events: receive() gets http.disconnect (or
@@ -544,7 +486,8 @@ release_waiters(RequestObject *r)
         if (!ok) {
             r->raised_disconnect = 1;
         }
-        resolve_all(r->st, &r->drain_waiters, Py_None, ok ? NULL : r->st->ClientDisconnected);
+        sk_asgi_resolve_all(r->st, &r->drain_waiters, Py_None,
+                            ok ? NULL : r->st->ClientDisconnected);
     }
 }
 
@@ -609,52 +552,18 @@ error:
     return -1;
 }
 
+static int
+next_message_of(void *r, PyObject **out)
+{
+    return next_message((RequestObject *)r, out);
+}
+
 static void
 wake_receivers(RequestObject *r)
 {
     /* Hands the events that are ready to the waiting receive() calls, first come first served;
-     * once the exchange is over every waiter gets http.disconnect. A cancelled waiter is dropped
-     * without consuming an event. */
-    PyObject *waiters = r->receive_waiters;
-    if (waiters == NULL) {
-        return;
-    }
-    Py_INCREF(waiters); /* a future's callback may replace r->receive_waiters */
-    while (PyList_GET_SIZE(waiters) > 0) {
-        PyObject *fut = Py_NewRef(PyList_GET_ITEM(waiters, 0));
-        PyObject *done = PyObject_CallMethodNoArgs(fut, r->st->s_done);
-        int is_done = (done == Py_True);
-        Py_XDECREF(done);
-        if (done == NULL) {
-            PyErr_WriteUnraisable(fut);
-            Py_DECREF(fut);
-            break;
-        }
-        PyObject *msg = NULL;
-        int rc = is_done ? 0 : next_message(r, &msg);
-        if (rc < 0) {
-            PyErr_WriteUnraisable(fut);
-        }
-        if (!is_done && rc <= 0) {
-            Py_DECREF(fut);
-            break; /* nothing ready for the first waiter: it keeps its place */
-        }
-        if (PySequence_DelItem(waiters, 0) < 0) {
-            PyErr_WriteUnraisable(fut);
-            Py_XDECREF(msg);
-            Py_DECREF(fut);
-            break;
-        }
-        if (msg != NULL) {
-            (void)resolve_future(r->st, fut, msg, NULL);
-            Py_DECREF(msg);
-        }
-        Py_DECREF(fut);
-    }
-    if (r->receive_waiters == waiters && PyList_GET_SIZE(waiters) == 0) {
-        Py_CLEAR(r->receive_waiters);
-    }
-    Py_DECREF(waiters);
+     * once the exchange is over every waiter gets http.disconnect (sk_asgi_wake_receivers). */
+    sk_asgi_wake_receivers(r->st, &r->receive_waiters, next_message_of, r);
 }
 
 static PyObject *
@@ -1594,7 +1503,7 @@ h1_writable(void *h)
     RequestObject *r = c->current;
     if (r != NULL) {
         if (r->drain_waiters != NULL && sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER) {
-            resolve_all(r->st, &r->drain_waiters, Py_None, NULL);
+            sk_asgi_resolve_all(r->st, &r->drain_waiters, Py_None, NULL);
         }
         return;
     }

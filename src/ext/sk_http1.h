@@ -68,4 +68,8 @@ extern const sk_handler_ops_t sk_http1_ops;
  * request-head deadline. The handler, or NULL when out of memory. */
 void *sk_http1_open(void *owner, sk_transport_t *t);
 
+/* The IMF-fixdate for now, formatted once per second (borrowed: valid until the next second),
+ * or NULL with --no-date-header. For the responses of every handler the server runs. */
+const char *sk_http1_date(sk_http1_server_t *srv);
+
 #endif

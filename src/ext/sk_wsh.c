@@ -25,7 +25,6 @@
 
 #include <assert.h>
 #include <string.h>
-#include <time.h>
 
 #define QUEUE_HIGH_WATER (64 * 1024) /* received payload bytes waiting for the app: stop reading */
 #define CLOSE_TIMEOUT 10.0           /* seconds the peer has to answer the server's Close */
@@ -73,86 +72,16 @@ set_state(WebSocketObject *w, enum ws_state to)
     w->state = to;
 }
 
-static const char *
-server_date(sk_http1_server_t *srv)
-{
-    /* Borrowed: the cached IMF-fixdate of this second, NULL with --no-date-header. */
-    if (!srv->date_header) {
-        return NULL;
-    }
-    int64_t now = (int64_t)time(NULL);
-    if (now != srv->date_sec) {
-        srv->date_sec = now;
-        sk_format_date(now, srv->date);
-    }
-    return srv->date;
-}
-
 /* ---- futures -------------------------------------------------------------------------------- */
-
-static void
-resolve(WebSocketObject *w, PyObject *fut, PyObject *result, PyObject *exc_type)
-{
-    /* Sets fut's result (borrowed) or an exc_type("client disconnected"), unless fut is done. */
-    sk_state *st = w->st;
-    PyObject *res = NULL, *exc = NULL;
-    PyObject *done = PyObject_CallMethodNoArgs(fut, st->s_done);
-    if (done == NULL) {
-        goto error;
-    }
-    if (done == Py_False) {
-        if (exc_type != NULL) {
-            exc = PyObject_CallFunction(exc_type, "s", "client disconnected");
-            res = exc ? PyObject_CallMethodOneArg(fut, st->s_set_exception, exc) : NULL;
-        }
-        else {
-            res = PyObject_CallMethodOneArg(fut, st->s_set_result, result);
-        }
-        if (res == NULL) {
-            goto error;
-        }
-    }
-    goto done;
-error:
-    PyErr_WriteUnraisable(fut);
-done:
-    Py_XDECREF(done);
-    Py_XDECREF(res);
-    Py_XDECREF(exc);
-}
-
-static PyObject *
-add_waiter(WebSocketObject *w, PyObject **list)
-{
-    /* New reference: a new future of the loop appended to *list; NULL with an exception. */
-    PyObject *fut = NULL;
-    if (*list == NULL && (*list = PyList_New(0)) == NULL) {
-        return NULL;
-    }
-    fut = PyObject_CallMethodNoArgs(w->srv->loop, w->st->s_create_future);
-    if (fut == NULL || PyList_Append(*list, fut) < 0) {
-        Py_XDECREF(fut);
-        return NULL;
-    }
-    return fut;
-}
 
 static void
 release_drain(WebSocketObject *w, int gone)
 {
     /* Wakes every send() waiting for drain: done, or ClientDisconnected when gone. */
-    PyObject *waiters = w->drain_waiters;
-    w->drain_waiters = NULL;
-    if (waiters == NULL) {
-        return;
-    }
-    if (gone) {
+    if (w->drain_waiters != NULL && gone) {
         w->raised_disconnect = 1;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(waiters); i++) {
-        resolve(w, PyList_GET_ITEM(waiters, i), Py_None, gone ? w->st->ClientDisconnected : NULL);
-    }
-    Py_DECREF(waiters);
+    sk_asgi_resolve_all(w->st, &w->drain_waiters, Py_None, gone ? w->st->ClientDisconnected : NULL);
 }
 
 /* ---- receive -------------------------------------------------------------------------------- */
@@ -223,45 +152,17 @@ next_event(WebSocketObject *w, PyObject **out)
     return 0;
 }
 
+static int
+next_event_of(void *w, PyObject **out)
+{
+    return next_event((WebSocketObject *)w, out);
+}
+
 static void
 wake_receivers(WebSocketObject *w)
 {
     /* Hands ready events to waiting receive() calls, first come first served. */
-    PyObject *waiters = w->receive_waiters;
-    if (waiters == NULL) {
-        return;
-    }
-    Py_INCREF(waiters);
-    while (PyList_GET_SIZE(waiters) > 0) {
-        PyObject *fut = Py_NewRef(PyList_GET_ITEM(waiters, 0));
-        PyObject *done = PyObject_CallMethodNoArgs(fut, w->st->s_done);
-        int is_done = (done == Py_True);
-        Py_XDECREF(done);
-        PyObject *msg = NULL;
-        int rc = (done == NULL || is_done) ? 0 : next_event(w, &msg);
-        if (done == NULL || rc < 0) {
-            PyErr_WriteUnraisable(fut);
-        }
-        if (done == NULL || (!is_done && rc <= 0)) {
-            Py_DECREF(fut);
-            break;
-        }
-        if (PySequence_DelItem(waiters, 0) < 0) {
-            PyErr_WriteUnraisable(fut);
-            Py_XDECREF(msg);
-            Py_DECREF(fut);
-            break;
-        }
-        if (msg != NULL) {
-            resolve(w, fut, msg, NULL);
-            Py_DECREF(msg);
-        }
-        Py_DECREF(fut);
-    }
-    if (w->receive_waiters == waiters && PyList_GET_SIZE(waiters) == 0) {
-        Py_CLEAR(w->receive_waiters);
-    }
-    Py_DECREF(waiters);
+    sk_asgi_wake_receivers(w->st, &w->receive_waiters, next_event_of, w);
 }
 
 static int
@@ -676,7 +577,7 @@ send_accept(WebSocketObject *w, PyObject *msg)
     sk_resp_t resp = {0};
     int r = sk_resp_start(&resp, &info, 101, sp != NULL ? hdrs : hdrs + 1, sp != NULL ? n : n - 1);
     if (r == 0) {
-        r = sk_resp_body(&resp, sk_transport_out(w->t), "", 0, 0, server_date(w->srv));
+        r = sk_resp_body(&resp, sk_transport_out(w->t), "", 0, 0, sk_http1_date(w->srv));
     }
     sk_resp_free(&resp);
     if (r < 0) {
@@ -759,7 +660,7 @@ send_denial(WebSocketObject *w, PyObject *msg, int start)
         goto done;
     }
     int r = sk_resp_body(&w->resp, sk_transport_out(w->t), obj ? view.buf : "",
-                         obj ? (size_t)view.len : 0, more, server_date(w->srv));
+                         obj ? (size_t)view.len : 0, more, sk_http1_date(w->srv));
     if (r < 0) {
         if (w->resp.head_written) {
             set_state(w, WS_DONE);
@@ -793,7 +694,7 @@ answer_status(WebSocketObject *w, int status)
     /* Answers the handshake with a refusal (403: the app closed before accepting; 500: it failed
      * or returned without answering) and closes after it. */
     if (w->t != NULL && sk_transport_is_open(w->t)) {
-        if (sk_resp_error_opts(sk_transport_out(w->t), status, 0, server_date(w->srv),
+        if (sk_resp_error_opts(sk_transport_out(w->t), status, 0, sk_http1_date(w->srv),
                                &w->srv->resp_opts) < 0) {
             sk_transport_close(w->t, SK_CLOSE_NOW);
         }
@@ -928,7 +829,8 @@ send_data(WebSocketObject *w, PyObject *msg)
         goto done;
     }
     if (sk_transport_out_len(w->t) >= SK_OUTPUT_HIGH_WATER) {
-        res = add_waiter(w, &w->drain_waiters); /* backpressure: writable() resolves it */
+        res = sk_asgi_add_waiter(st, w->srv->loop,
+                                 &w->drain_waiters); /* backpressure: writable() resolves it */
         goto done;
     }
     res = Py_NewRef(st->send_done);
@@ -1031,7 +933,7 @@ ws_receive(PyObject *op, PyObject *Py_UNUSED(arg))
             return rc > 0 ? sk_ready_new(w->st, msg, 0) : NULL;
         }
     }
-    return add_waiter(w, &w->receive_waiters);
+    return sk_asgi_add_waiter(w->st, w->srv->loop, &w->receive_waiters);
 }
 
 static PyMethodDef ws_receive_def = {"receive", ws_receive, METH_NOARGS,
@@ -1234,7 +1136,7 @@ answer_426(sk_transport_t *t, sk_http1_server_t *srv)
     static const char body[] = "Upgrade Required\n";
     int r = sk_resp_start(&resp, &info, 426, h, 1);
     if (r == 0) {
-        r = sk_resp_body(&resp, sk_transport_out(t), body, sizeof(body) - 1, 0, server_date(srv));
+        r = sk_resp_body(&resp, sk_transport_out(t), body, sizeof(body) - 1, 0, sk_http1_date(srv));
     }
     sk_resp_free(&resp);
     sk_transport_close(t, r == 0 ? SK_CLOSE_AFTER_WRITE : SK_CLOSE_NOW);
