@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import time
+import zlib
 
 import pytest
 from fastapi import FastAPI, WebSocket  # module level: the route's annotations are strings here
@@ -508,8 +509,8 @@ def test_ws_config_values_checked():
         with pytest.raises(ConfigError):
             skirr.Config(lambda s, r, se: None, **bad)
     c = skirr.Config(lambda s, r, se: None)
-    assert (c.ws, c.ws_max_size, c.ws_max_queue, c.ws_ping_interval, c.ws_ping_timeout) == (
-        "auto", 16 * 1024 * 1024, 32, 20.0, 20.0)
+    assert (c.ws, c.ws_max_size, c.ws_max_queue, c.ws_ping_interval, c.ws_ping_timeout,
+            c.ws_per_message_deflate) == ("auto", 16 * 1024 * 1024, 32, 20.0, 20.0, True)
 
 
 @rule("skirr-ws-fastapi")
@@ -620,3 +621,121 @@ def test_reading_stops_while_the_app_does_not_receive(serve):
         c.sock.sendall(wire[sent:])
         assert record.wait(1, timeout=20)[0] == count
         assert c.read_exact(5) == b"\x81\x03" + str(count).encode()
+
+
+# -- permessage-deflate (RFC 7692) ------------------------------------------------------------------
+
+def pmd_handshake(c, offer: bytes) -> dict:
+    """Sends an upgrade offering `offer` in Sec-WebSocket-Extensions; returns the 101's fields."""
+    c.send(upgrade()[:-2] + b"Sec-WebSocket-Extensions: " + offer + b"\r\n\r\n")
+    head = c.read_until(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101 "), head
+    return {line.split(b":", 1)[0].strip().lower(): line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")[1:] if b":" in line}
+
+
+@rule("RFC7692-7.1-negotiation")
+@pytest.mark.parametrize("offer, answer", [
+    (b"permessage-deflate; client_max_window_bits", b"permessage-deflate"),
+    (b"permessage-deflate; server_no_context_takeover; client_no_context_takeover",
+     b"permessage-deflate; server_no_context_takeover; client_no_context_takeover"),
+    (b"permessage-deflate; server_max_window_bits=10; client_max_window_bits=12",
+     b"permessage-deflate; server_max_window_bits=10; client_max_window_bits=12"),
+    # an offer skirr cannot take (8 bits: zlib; an unknown parameter) is skipped for the next
+    (b"permessage-deflate; server_max_window_bits=8, permessage-deflate; x=1, "
+     b"permessage-deflate; server_max_window_bits=\"9\"",
+     b"permessage-deflate; server_max_window_bits=9"),
+    (b"x-webkit-deflate-frame, permessage-deflate; server_max_window_bits=16", None),
+])
+def test_permessage_deflate_negotiation(serve, offer, answer):
+    """RFC 7692 §7.1: the first acceptable offer is answered with the parameters it asked for;
+    none acceptable: no Sec-WebSocket-Extensions in the 101 (and RSV1 stays an error)."""
+    with serve(make_app(Recorder())) as srv:
+        c = srv.connect()
+        fields = pmd_handshake(c, offer)
+        assert fields.get(b"sec-websocket-extensions") == answer
+        if answer is None:
+            c.send(frame(0xC1, b"x"))
+            assert c.read_until_close() == close_frame(1002)
+
+
+@rule("RFC7692-7.1-negotiation")
+def test_permessage_deflate_off(serve):
+    """--no-ws-per-message-deflate: an offer is not answered."""
+    with serve(make_app(Recorder()), ws_per_message_deflate=False) as srv:
+        c = srv.connect()
+        assert b"sec-websocket-extensions" not in pmd_handshake(c, b"permessage-deflate")
+
+
+@rule("RFC7692-7.2-compressed-messages")
+@pytest.mark.parametrize("params", [{}, {"server_no_context_takeover": True,
+                                         "client_no_context_takeover": True},
+                                    {"server_max_window_bits": 9, "client_max_window_bits": 9}])
+def test_permessage_deflate_echo(serve, params):
+    """RFC 7692 §7.2: compressed messages both ways with the websockets client (which checks the
+    server's frames), context takeover on and off, small windows; the app sees plain text."""
+    from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
+
+    factory = ClientPerMessageDeflateFactory(**params)
+    with serve(make_app(Recorder())) as srv:
+        with connect(f"ws://127.0.0.1:{srv.port}/", extensions=[factory], compression=None,
+                     open_timeout=IO_TIMEOUT, close_timeout=IO_TIMEOUT, max_size=None) as ws:
+            assert [type(e).__name__ for e in ws.protocol.extensions] == ["PerMessageDeflate"]
+            for text in ("hello " * 1000, "héllo", "", "x" * 200_000):
+                ws.send(text)
+                assert ws.recv(timeout=IO_TIMEOUT) == text
+            data = os.urandom(100_000)
+            ws.send(data)
+            assert ws.recv(timeout=IO_TIMEOUT) == data
+
+
+def read_frame(c) -> tuple[int, bytes]:
+    """One unmasked server frame: (first byte, payload)."""
+    b0, b1 = c.read_exact(2)
+    n = b1 & 0x7F
+    if n == 126:
+        n = int.from_bytes(c.read_exact(2), "big")
+    elif n == 127:
+        n = int.from_bytes(c.read_exact(8), "big")
+    return b0, c.read_exact(n)
+
+
+def deflated(data: bytes) -> bytes:
+    """A message's permessage-deflate payload (RFC 7692 §7.2.1: the 00 00 FF FF tail removed)."""
+    z = zlib.compressobj(wbits=-15)
+    out = z.compress(data) + z.flush(zlib.Z_SYNC_FLUSH)
+    assert out.endswith(b"\x00\x00\xff\xff")
+    return out[:-4]
+
+
+@rule("RFC7692-7.2.2-inflate-bounded-1009")
+def test_compressed_message_inflating_past_max_size_fails_1009(serve):
+    """A 16 MiB run of zeros compresses to about 16 KiB: with --ws-max-size 65536 it is refused
+    with 1009 while inflating (the app never sees it); the same message at 65536 bytes passes."""
+    with serve(make_app(Recorder()), ws_max_size=65536) as srv:
+        c = srv.connect()
+        pmd_handshake(c, b"permessage-deflate")
+        c.send(frame(0xC2, deflated(b"\0" * 65536)))
+        b0, payload = read_frame(c)
+        assert b0 == 0xC2  # FIN, RSV1 (compressed), binary
+        assert zlib.decompressobj(wbits=-15).decompress(payload + b"\x00\x00\xff\xff") == (
+            b"\0" * 65536)
+        bomb = deflated(b"\0" * (16 << 20))
+        assert len(bomb) < 20_000
+        c.send(frame(0xC2, bomb))
+        assert c.read_until_close() == close_frame(1009)
+
+
+@rule("RFC7692-7.2-compressed-messages")
+def test_compressed_invalid_utf8_fails_1007(serve):
+    """A compressed text message is UTF-8 checked after inflating: an encoded surrogate is 1007;
+    bytes that are not DEFLATE are 1007 too."""
+    with serve(make_app(Recorder())) as srv:
+        c = srv.connect()
+        pmd_handshake(c, b"permessage-deflate")
+        c.send(frame(0xC1, deflated(b"ok\xed\xa0\x80")))
+        assert c.read_until_close() == close_frame(1007)
+        c = srv.connect()
+        pmd_handshake(c, b"permessage-deflate")
+        c.send(frame(0xC1, b"\xff\xff\xff\xff"))
+        assert c.read_until_close() == close_frame(1007)

@@ -22,6 +22,7 @@
 #include "sk_token.h"
 #include "sk_ws.h"
 #include "sk_wshs.h"
+#include "sk_wspmd.h"
 
 #include <assert.h>
 #include <string.h>
@@ -50,13 +51,18 @@ typedef struct {
     PyObject *drain_waiters;   /* list of futures waiting in send() for output to drain */
     PyObject *disconnect;      /* the websocket.disconnect event, once the connection ended */
     enum ws_state state;
-    uint8_t connect_given;     /* websocket.connect was returned by receive() */
-    uint8_t app_running;       /* counted in srv->active_requests */
-    uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app (not logged) */
-    uint8_t paused;            /* reading stopped: the queue is over its marks */
-    uint8_t msg_opcode;        /* SK_WS_TEXT/SK_WS_BINARY of the message being reassembled */
-    size_t queued_bytes;       /* payload bytes of the queued messages */
-    uint32_t pings;            /* server pings sent (their payload) */
+    uint8_t connect_given;      /* websocket.connect was returned by receive() */
+    uint8_t app_running;        /* counted in srv->active_requests */
+    uint8_t raised_disconnect;  /* skirr raised ClientDisconnected into the app (not logged) */
+    uint8_t paused;             /* reading stopped: the queue is over its marks */
+    uint8_t msg_opcode;         /* SK_WS_TEXT/SK_WS_BINARY of the message being reassembled */
+    uint8_t msg_compressed;     /* it has RSV1: permessage-deflate (inflated as it arrives) */
+    uint8_t pmd_offered;        /* the handshake offered acceptable permessage-deflate params */
+    sk_pmd_params_t pmd_params; /* those parameters (RFC 7692 §7.1) */
+    sk_pmd_t *pmd;              /* PyMem, owned: the zlib streams once negotiated, else NULL */
+    sk_buf_t zout;              /* a compressed message to send */
+    size_t queued_bytes;        /* payload bytes of the queued messages */
+    uint32_t pings;             /* server pings sent (their payload) */
     sk_ws_parser_t parser;
     sk_buf_t msg;   /* the message being reassembled */
     sk_resp_t resp; /* the denial response (websocket.http.response.*) */
@@ -286,6 +292,15 @@ message_end(WebSocketObject *w)
     return rc;
 }
 
+static void
+inflate_failed(WebSocketObject *w, int rc)
+{
+    /* A compressed message that cannot be inflated: 1009 past --ws-max-size (RFC 6455 §7.4.1),
+     * 1007 for data that is not DEFLATE (as the websockets library answers), 1011 out of
+     * memory. */
+    fail(w, rc == SK_ETOOLONG ? SK_WS_TOO_BIG : rc == SK_ESTATE ? SK_WS_INVALID_DATA : 1011, NULL);
+}
+
 static size_t
 ws_data_received(void *h, const char *data, size_t len)
 {
@@ -312,14 +327,32 @@ ws_data_received(void *h, const char *data, size_t len)
         }
         if (ev.type == SK_WS_EV_MESSAGE) {
             w->msg_opcode = (uint8_t)ev.opcode;
+            w->msg_compressed = (uint8_t)ev.compressed;
         }
         else if (ev.type == SK_WS_EV_DATA) {
-            if (sk_buf_append(&w->msg, ev.data, ev.len) < 0) {
-                fail(w, 1011, "out of memory");
+            int rc = w->msg_compressed
+                         ? sk_pmd_inflate(w->pmd, ev.data, ev.len, 0, &w->msg, w->srv->ws.max_size)
+                         : sk_buf_append(&w->msg, ev.data, ev.len);
+            if (rc < 0) {
+                inflate_failed(w, rc);
                 break;
             }
         }
         else if (ev.type == SK_WS_EV_MESSAGE_END) {
+            if (w->msg_compressed) {
+                /* RFC 7692 §7.2.2: the tail, then the text's UTF-8 check (RFC 6455 §8.1) */
+                int rc = sk_pmd_inflate(w->pmd, NULL, 0, 1, &w->msg, w->srv->ws.max_size);
+                if (rc < 0) {
+                    inflate_failed(w, rc);
+                    break;
+                }
+                if (w->msg_opcode == SK_WS_TEXT &&
+                    !sk_ws_utf8_valid(sk_buf_len(&w->msg) ? sk_buf_head(&w->msg) : "",
+                                      sk_buf_len(&w->msg))) {
+                    fail(w, SK_WS_INVALID_DATA, NULL);
+                    break;
+                }
+            }
             if (w->state == WS_OPEN && message_end(w) < 0) {
                 PyErr_WriteUnraisable((PyObject *)w);
                 fail(w, 1011, "server error");
@@ -531,8 +564,8 @@ resp_error(int rc)
     return -1;
 }
 
-#define SET_HDR(h, n, v, vl) \
-    ((h).name = (n), (h).name_len = sizeof(n) - 1, (h).value = (v), (h).value_len = (vl))
+/* Fills the sk_header_t at h (evaluated once) with a literal name. */
+#define SET_HDR(h, n, v, vl) (*(h) = (sk_header_t){(n), sizeof(n) - 1, (v), (vl)})
 
 static int
 send_accept(WebSocketObject *w, PyObject *msg)
@@ -555,29 +588,48 @@ send_accept(WebSocketObject *w, PyObject *msg)
             goto done;
         }
     }
-    if (get_headers(msg, st, &keep, &hdrs, &n, 4) < 0) {
+    if (get_headers(msg, st, &keep, &hdrs, &n, 5) < 0) {
         goto done;
     }
     if (w->t == NULL) { /* the conversions ran Python code */
         raise_disconnected(w);
         goto done;
     }
-    SET_HDR(hdrs[0], "upgrade", "websocket", sizeof("websocket") - 1);
-    SET_HDR(hdrs[1], "connection", "Upgrade", sizeof("Upgrade") - 1);
-    SET_HDR(hdrs[2], "sec-websocket-accept", w->accept, SK_WS_ACCEPT_LEN);
+    /* The server's fields go in the free slots just before the app's headers. */
+    sk_header_t own[5];
+    size_t k = 0;
+    SET_HDR(&own[k++], "upgrade", "websocket", sizeof("websocket") - 1);
+    SET_HDR(&own[k++], "connection", "Upgrade", sizeof("Upgrade") - 1);
+    SET_HDR(&own[k++], "sec-websocket-accept", w->accept, SK_WS_ACCEPT_LEN);
     if (sp != NULL) {
-        SET_HDR(hdrs[3], "sec-websocket-protocol", sp, (size_t)splen);
+        SET_HDR(&own[k++], "sec-websocket-protocol", sp, (size_t)splen);
     }
-    else {
-        hdrs[3] = hdrs[2]; /* slot 3 unused: start one later */
-        hdrs[2] = hdrs[1];
-        hdrs[1] = hdrs[0];
+    char ext[SK_PMD_RESPONSE_MAX];
+    size_t ext_len = 0;
+    if (w->pmd_offered && w->srv->ws.per_message_deflate) {
+        ext_len = sk_pmd_response(&w->pmd_params, ext, sizeof(ext));
+        if (ext_len > 0) {
+            SET_HDR(&own[k++], "sec-websocket-extensions", ext, ext_len);
+        }
     }
+    memcpy(hdrs + (5 - k), own, k * sizeof(sk_header_t));
     sk_req_info_t info = {.http_minor = 1, .keep_alive = 1, .opts = &w->srv->resp_opts};
     sk_resp_t resp = {0};
-    int r = sk_resp_start(&resp, &info, 101, sp != NULL ? hdrs : hdrs + 1, sp != NULL ? n : n - 1);
+    int r = sk_resp_start(&resp, &info, 101, hdrs + (5 - k), n - (5 - k));
     if (r == 0) {
         r = sk_resp_body(&resp, sk_transport_out(w->t), "", 0, 0, sk_http1_date(w->srv));
+    }
+    if (r == 0 && ext_len > 0) {
+        /* RFC 7692 §6: from now on RSV1 marks a compressed message */
+        w->pmd = PyMem_Calloc(1, sizeof(sk_pmd_t));
+        if (w->pmd == NULL) {
+            r = SK_ENOMEM;
+        }
+        else {
+            sk_pmd_init(w->pmd, &w->pmd_params);
+            sk_ws_limits_t limits = {.max_message = w->srv->ws.max_size, .allow_rsv1 = 1};
+            sk_ws_parser_init(&w->parser, &limits); /* no frame was parsed yet */
+        }
     }
     sk_resp_free(&resp);
     if (r < 0) {
@@ -819,10 +871,24 @@ send_data(WebSocketObject *w, PyObject *msg)
         goto done;
     }
     sk_buf_t *out = sk_transport_out(w->t);
-    if (sk_ws_frame_header(out, 1, opcode, 0, (uint64_t)n) < 0 ||
+    if (w->pmd != NULL) {
+        /* RFC 7692 §7.2.1: the message compressed, RSV1 on its (only) frame */
+        sk_buf_consume(&w->zout, sk_buf_len(&w->zout));
+        int rc = sk_pmd_deflate(w->pmd, d, (size_t)n, &w->zout);
+        if (rc < 0) {
+            resp_error(rc);
+            goto done;
+        }
+        d = sk_buf_len(&w->zout) ? sk_buf_head(&w->zout) : "";
+        n = (Py_ssize_t)sk_buf_len(&w->zout);
+    }
+    if (sk_ws_frame_header(out, 1, opcode, w->pmd != NULL, (uint64_t)n) < 0 ||
         sk_buf_append(out, d, (size_t)n) < 0) {
         PyErr_NoMemory();
         goto done;
+    }
+    if (w->zout.cap > QUEUE_HIGH_WATER) {
+        sk_buf_free(&w->zout);
     }
     if (sk_transport_write(w->t) < 0 || w->t == NULL) {
         raise_disconnected(w);
@@ -1130,7 +1196,7 @@ answer_426(sk_transport_t *t, sk_http1_server_t *srv)
 {
     /* RFC 6455 §4.4: 426 naming the version skirr speaks; closes after it. 0 or -1. */
     sk_header_t h[1];
-    SET_HDR(h[0], "sec-websocket-version", "13", 2);
+    SET_HDR(&h[0], "sec-websocket-version", "13", 2);
     sk_req_info_t info = {.http_minor = 1, .force_close = 1, .opts = &srv->resp_opts};
     sk_resp_t resp = {0};
     static const char body[] = "Upgrade Required\n";
@@ -1164,6 +1230,13 @@ sk_wsh_start(sk_transport_t *t, sk_http1_server_t *srv, const sk_parser_t *p, in
     sk_ws_limits_t limits = {.max_message = srv->ws.max_size, .allow_rsv1 = 0};
     sk_ws_parser_init(&w->parser, &limits);
     sk_ws_accept(key, key_len, w->accept);
+    for (uint32_t i = 0; i < p->nfields && !w->pmd_offered; i++) {
+        const sk_field_t *f = &p->fields[i];
+        if (SK_TOKEN_IEQ(sk_parser_ptr(p, f->name), f->name.len, "sec-websocket-extensions")) {
+            w->pmd_offered =
+                (uint8_t)sk_pmd_negotiate(sk_parser_ptr(p, f->value), f->value.len, &w->pmd_params);
+        }
+    }
     if (make_scope(st, scope, p) < 0) {
         Py_DECREF(w);
         return -1;
@@ -1227,7 +1300,12 @@ ws_tp_dealloc(PyObject *op)
     }
     ws_tp_clear(op);
     sk_buf_free(&w->msg);
+    sk_buf_free(&w->zout);
     sk_resp_free(&w->resp);
+    if (w->pmd != NULL) {
+        sk_pmd_free(w->pmd);
+        PyMem_Free(w->pmd);
+    }
     tp->tp_free(op);
     Py_DECREF(tp);
 }

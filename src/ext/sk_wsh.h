@@ -26,7 +26,9 @@ typedef struct {
     Py_ssize_t max_queue; /* --ws-max-queue: received messages held for the app before reading
                              * stops (flow control) */
     double ping_interval; /* --ws-ping-interval: seconds between server pings; 0 = none */
-    double ping_timeout;  /* --ws-ping-timeout: seconds a ping waits for its pong; 0 = forever */
+    uint8_t per_message_deflate; /* --ws-per-message-deflate: accept a permessage-deflate offer
+                                  * (RFC 7692, sk_wspmd.h) */
+    double ping_timeout; /* --ws-ping-timeout: seconds a ping waits for its pong; 0 = forever */
 } sk_ws_config_t;
 
 struct sk_http1_server;

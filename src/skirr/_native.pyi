@@ -63,6 +63,7 @@ class Server:
         ws_max_queue: received messages held for the app before reading stops (> 0).
         ws_ping_interval: seconds between keepalive pings; 0 = none.
         ws_ping_timeout: seconds a ping waits for its pong (then close 1011); 0 = forever.
+        ws_per_message_deflate: accept a client's permessage-deflate offer (RFC 7692).
 
     Raises:
         OSError: epoll/timerfd could not be created.
@@ -101,6 +102,7 @@ class Server:
         ws_max_queue: int = 32,
         ws_ping_interval: float = 20.0,
         ws_ping_timeout: float = 20.0,
+        ws_per_message_deflate: bool = True,
     ) -> None: ...
     def metrics(self) -> dict[str, Any] | None:
         """The counters (None when made without ``metrics``): ``requests`` {(method, "2xx"): n},

@@ -213,6 +213,9 @@ class Config:
             0 = none. Default 20, as uvicorn.
         ws_ping_timeout: seconds a keepalive ping waits for its pong before the connection is
             closed with 1011; 0 = forever. Default 20, as uvicorn.
+        ws_per_message_deflate: accept a client's permessage-deflate offer (RFC 7692: messages
+            compressed with zlib both ways; inflating is bounded by ``ws_max_size``). Default
+            on, as uvicorn.
         env_file: a dotenv file loaded (python-dotenv; existing variables win) on construction,
             before anything reads the environment or imports the app.
 
@@ -275,6 +278,7 @@ class Config:
     ws_max_queue: int = 32
     ws_ping_interval: float = 20.0
     ws_ping_timeout: float = 20.0
+    ws_per_message_deflate: bool = True
 
     def __post_init__(self) -> None:
         if self.env_file is not None:

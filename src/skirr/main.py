@@ -193,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--ws-ping-timeout", type=_seconds, default=20.0, metavar="SECONDS",
         help="close a WebSocket (1011) whose keepalive ping gets no pong for this long; "
         "0 = forever (default: %(default)g)")
+    add("--ws-per-message-deflate", action=argparse.BooleanOptionalAction, default=True,
+        help="accept a WebSocket client's permessage-deflate offer (RFC 7692) (default: on)")
     add("--lifespan", choices=LIFESPANS, default="auto",
         help="ASGI lifespan: auto = when the app supports it (default: %(default)s)")
     add("--root-path", default="", metavar="PATH",
@@ -403,6 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ws_max_queue=args.ws_max_queue,
             ws_ping_interval=args.ws_ping_interval,
             ws_ping_timeout=args.ws_ping_timeout,
+            ws_per_message_deflate=args.ws_per_message_deflate,
         )
     except ConfigError as exc:
         print(f"skirr: error: {exc}", file=sys.stderr)

@@ -276,6 +276,7 @@ class Server:
             ws_max_queue=config.ws_max_queue,
             ws_ping_interval=float(config.ws_ping_interval),
             ws_ping_timeout=float(config.ws_ping_timeout),
+            ws_per_message_deflate=bool(config.ws_per_message_deflate),
         )
 
     async def _watch_max_requests(self, natives: list[Any], limit: int) -> None:
