@@ -8,6 +8,7 @@
  *   sk_server.c     the Server type: configuration, the reactor's Python callbacks, counters
  *   sk_http1.c/.h   the HTTP/1.1 protocol handler and the ASGI `http` Request (receive, send, task)
  *   sk_wsh.c/.h     the WebSocket protocol handler and the ASGI `websocket` session
+ *   sk_wspmd.c/.h   permessage-deflate (RFC 7692) for it: negotiation and zlib streams
  *   sk_asgi.c/.h    ASGI pieces any protocol's scope and messages use (paths, headers, addresses)
  *   sk_transport.c/.h  the reactor (epoll, accept, timer) and its connections (transports)
  *   sk_module.c/.h  this module: init, state, the ready awaitable

@@ -855,10 +855,12 @@ send_data(WebSocketObject *w, PyObject *msg)
         opcode = SK_WS_BINARY;
     }
     else {
-        if (!PyUnicode_Check(text) || (d = PyUnicode_AsUTF8AndSize(text, &n)) == NULL) {
-            PyErr_Clear();
+        if (!PyUnicode_Check(text)) {
             PyErr_SetString(PyExc_TypeError, "ASGI 'text' must be a str");
             goto done;
+        }
+        if ((d = PyUnicode_AsUTF8AndSize(text, &n)) == NULL) {
+            goto done; /* UnicodeEncodeError: a lone surrogate has no UTF-8 form */
         }
         opcode = SK_WS_TEXT;
     }
