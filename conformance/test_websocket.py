@@ -603,7 +603,7 @@ def test_reading_stops_while_the_app_does_not_receive(serve):
         record.put(got)
         await send({"type": "websocket.send", "text": str(got)})
 
-    with serve(app) as srv:
+    with serve(app, ws_ping_interval=0) as srv:  # no keepalive ping among the bytes read
         c = srv.connect()
         handshake(c)
         msgs = [frame(0x82, bytes([i & 0xFF]) * size) for i in range(count)]
