@@ -739,3 +739,17 @@ def test_compressed_invalid_utf8_fails_1007(serve):
         pmd_handshake(c, b"permessage-deflate")
         c.send(frame(0xC1, b"\xff\xff\xff\xff"))
         assert c.read_until_close() == close_frame(1007)
+
+
+@rule("skirr-ws-config")
+@pytest.mark.parametrize("args", [["--ws", "wsproto"], ["--ws-max-size", "0"],
+                                  ["--ws-ping-interval", "-1"], ["--ws-max-queue", "x"]])
+def test_ws_cli_usage_errors(args):
+    """The CLI refuses a bad WebSocket option as a usage error (exit 2, the option named)."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "skirr", *args, "app:app"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert args[0] in p.stderr

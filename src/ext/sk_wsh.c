@@ -897,8 +897,8 @@ send_data(WebSocketObject *w, PyObject *msg)
         goto done;
     }
     if (sk_transport_out_len(w->t) >= SK_OUTPUT_HIGH_WATER) {
-        res = sk_asgi_add_waiter(st, w->srv->loop,
-                                 &w->drain_waiters); /* backpressure: writable() resolves it */
+        /* backpressure: complete once writable() says the output is below its mark */
+        res = sk_asgi_add_waiter(st, w->srv->loop, &w->drain_waiters);
         goto done;
     }
     res = Py_NewRef(st->send_done);
