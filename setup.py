@@ -102,6 +102,7 @@ setup(
             depends=sorted(glob.glob(os.path.join("src", "*", "*.h"))),
             include_dirs=[os.path.join("src", "core"), os.path.join("src", "ext")],
             extra_compile_args=SK_CFLAGS,
+            libraries=["z"],  # zlib from the system: permessage-deflate (src/ext/sk_wspmd.c)
         )
     ],
     cmdclass={"build_ext": BuildExt, "sdist": Sdist},

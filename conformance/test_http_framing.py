@@ -397,19 +397,22 @@ def test_content_on_get_is_read_by_its_framing(serve, echo_app, method):
 
 @rule("skirr-framing-upgrade-not-taken")
 @pytest.mark.parametrize(
-    "data, body",
-    [(b"GET /f HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", b""),
+    "data, body, ws",
+    [(b"GET /f HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", b"",
+      "none"),
      (b"POST /f HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
-      b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nContent-Length: 5\r\n\r\nhello", b"hello"),
+      b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nContent-Length: 5\r\n\r\nhello", b"hello",
+      "auto"),
      (b"POST /f HTTP/1.1\r\nHost: x\r\nUpgrade: foo\r\nConnection: upgrade\r\n"
-      b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", b"hello")],
-    ids=["websocket-no-body", "h2c-content-length", "chunked"],
+      b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", b"hello", "auto")],
+    ids=["websocket-ws-none-no-body", "h2c-content-length", "chunked"],
 )
-def test_upgrade_request_served_as_plain_http(serve, echo_app, data, body):
-    """skirr switches to no other protocol (RFC 9110 §7.8: a server MAY ignore Upgrade). The
-    request is an ordinary one: its content is read by its framing, the app sees the Upgrade
-    fields, and the next request on the connection is served."""
-    with serve(echo_app) as srv:
+def test_upgrade_request_served_as_plain_http(serve, echo_app, data, body, ws):
+    """skirr switches to no protocol but WebSocket (RFC 9110 §7.8: a server MAY ignore Upgrade),
+    and to that one only with --ws auto. Any other upgrade is an ordinary request: its content is
+    read by its framing, the app sees the Upgrade fields, and the next request on the connection
+    is served."""
+    with serve(echo_app, ws=ws) as srv:
         call = accepted_with_canary(srv, echo_app, data, body)
         assert call["scope"]["type"] == "http"
         assert any(n == b"upgrade" for n, _ in call["scope"]["headers"])

@@ -134,9 +134,10 @@ def test_absolute_form_authority_replaces_host(serve):
 
 @pytest.mark.rule("skirr-h11-upgrade-ignored", "skirr-framing-upgrade-not-taken")
 def test_upgrade_is_not_a_switch(serve):
-    """h11 pauses after a request with Upgrade (it proposes a protocol switch); skirr treats it
-    as a plain request and goes on with the next one."""
-    data = get(b"/c", b"Upgrade: websocket\r\nConnection: Upgrade\r\n")
+    """h11 pauses after a request with Upgrade (it proposes a protocol switch); skirr treats one
+    it does not take (h2c: not WebSocket) as a plain request and goes on with the next one."""
+    data = get(b"/c", b"Upgrade: h2c\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+               b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n")
     conn = h11.Connection(h11.SERVER)
     conn.receive_data(data + CANARY)
     events = [type(conn.next_event()).__name__ for _ in range(2)]

@@ -85,7 +85,7 @@ sanitize-build: $(SAN_PREREQ)
 	rm -rf $(SAN_SITE)/skirr; mkdir -p $(SAN_SITE)/skirr; \
 	cp src/skirr/*.py $(SAN_SITE)/skirr/; cp src/skirr/*.pyi src/skirr/py.typed $(SAN_SITE)/skirr/ 2>/dev/null || true; \
 	echo "$(SAN_CC) -shared -fPIC $(SAN_FLAGS) src/core/*.c src/ext/*.c -> $(SAN_SITE)/skirr/_native$$suffix"; \
-	$(SAN_CC) -shared -fPIC $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core -Isrc/ext -I$$pyinc $$cflags $(SAN_CORE) $(SAN_EXT) $$objs \
+	$(SAN_CC) -shared -fPIC $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core -Isrc/ext -I$$pyinc $$cflags $(SAN_CORE) $(SAN_EXT) $$objs -lz \
 	  -o $(SAN_SITE)/skirr/_native$$suffix
 
 # The whole conformance suite (every case runs on asyncio and uvloop) against that build.

@@ -1,8 +1,8 @@
 /* sk_asgi.c — ASGI pieces any protocol handler's scope and messages are built from.
  *
  * Owns: path decoding, the headers list, address tuples, message lookups, the awaitable an app
- * call returned, the application-error log call (see sk_asgi.h). Never: keeps state, touches a
- * connection or calls back into a handler.
+ * call returned, the application-error log call, and the waiter futures of receive()/send()
+ * (see sk_asgi.h). Never: keeps state, touches a connection or calls back into a handler.
  */
 #include "sk_asgi.h"
 
@@ -217,4 +217,120 @@ sk_asgi_awaitable_iter(PyObject *obj)
         Py_CLEAR(it);
     }
     return it;
+}
+
+/* ---- futures the receive()/send() awaitables wait on ------------------------------------- */
+
+int
+sk_asgi_resolve(sk_state *st, PyObject *fut, PyObject *result, PyObject *exc_type)
+{
+    /* Unless fut is already done (cancelled), sets its result (result, borrowed) or, with
+     * exc_type, an exc_type("client disconnected") exception. 1 if it was set, 0 if fut was done;
+     * a failure is reported as unraisable (0). */
+    PyObject *res = NULL, *exc = NULL;
+    int set = 0;
+    PyObject *done = PyObject_CallMethodNoArgs(fut, st->s_done);
+    if (done == NULL) {
+        goto error;
+    }
+    if (done == Py_False) {
+        if (exc_type != NULL) {
+            exc = PyObject_CallFunction(exc_type, "s", "client disconnected");
+            res = exc ? PyObject_CallMethodOneArg(fut, st->s_set_exception, exc) : NULL;
+        }
+        else {
+            res = PyObject_CallMethodOneArg(fut, st->s_set_result, result);
+        }
+        if (res == NULL) {
+            goto error;
+        }
+        set = 1;
+    }
+    goto done;
+error:
+    PyErr_WriteUnraisable(fut);
+done:
+    Py_XDECREF(done);
+    Py_XDECREF(res);
+    Py_XDECREF(exc);
+    return set;
+}
+
+void
+sk_asgi_resolve_all(sk_state *st, PyObject **list, PyObject *result, PyObject *exc_type)
+{
+    /* Resolves every future of *list (see sk_asgi_resolve) and drops the list. Moved out first:
+     * a future's callbacks may add new waiters, which go to a new list. */
+    PyObject *waiters = *list;
+    if (waiters == NULL) {
+        return;
+    }
+    *list = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(waiters); i++) {
+        (void)sk_asgi_resolve(st, PyList_GET_ITEM(waiters, i), result, exc_type);
+    }
+    Py_DECREF(waiters);
+}
+
+PyObject *
+sk_asgi_add_waiter(sk_state *st, PyObject *loop, PyObject **list)
+{
+    PyObject *fut = NULL;
+    if (*list == NULL) {
+        *list = PyList_New(0);
+        if (*list == NULL) {
+            return NULL;
+        }
+    }
+    fut = PyObject_CallMethodNoArgs(loop, st->s_create_future);
+    if (fut == NULL || PyList_Append(*list, fut) < 0) {
+        Py_XDECREF(fut);
+        return NULL;
+    }
+    return fut;
+}
+
+void
+sk_asgi_wake_receivers(sk_state *st, PyObject **list, int (*next)(void *, PyObject **), void *obj)
+{
+    PyObject *waiters = *list;
+    if (waiters == NULL) {
+        return;
+    }
+    Py_INCREF(waiters); /* a future's callback may replace *list */
+    while (PyList_GET_SIZE(waiters) > 0) {
+        PyObject *fut = Py_NewRef(PyList_GET_ITEM(waiters, 0));
+        PyObject *done = PyObject_CallMethodNoArgs(fut, st->s_done);
+        int is_done = (done == Py_True);
+        Py_XDECREF(done);
+        if (done == NULL) {
+            PyErr_WriteUnraisable(fut);
+            Py_DECREF(fut);
+            break;
+        }
+        PyObject *msg = NULL;
+        int rc = is_done ? 0 : next(obj, &msg);
+        if (rc < 0) {
+            PyErr_WriteUnraisable(fut);
+        }
+        if (!is_done && rc <= 0) {
+            Py_DECREF(fut);
+            break; /* nothing ready for the first waiter: it keeps its place */
+        }
+        if (PySequence_DelItem(waiters, 0) < 0) {
+            PyErr_WriteUnraisable(fut);
+            Py_XDECREF(msg);
+            Py_DECREF(fut);
+            break;
+        }
+        if (msg != NULL) {
+            (void)sk_asgi_resolve(st, fut, msg, NULL);
+            Py_DECREF(msg);
+        }
+        Py_DECREF(fut);
+    }
+    if (*list == waiters && PyList_GET_SIZE(waiters) == 0) {
+        Py_CLEAR(*list);
+    }
+    Py_DECREF(waiters);
 }

@@ -42,4 +42,26 @@ int sk_asgi_msg_get(PyObject *msg, PyObject *key, PyObject **out);
  * __await__() iterator; NULL with TypeError when obj is not awaitable. */
 PyObject *sk_asgi_awaitable_iter(PyObject *obj);
 
+/* ---- waiter futures (a receive() or send() that cannot complete yet) ------------------------- */
+
+/* Unless fut is already done (cancelled), sets its result (result, borrowed) or, with exc_type,
+ * an exc_type("client disconnected") exception. 1 if it was set, 0 if fut was done; a failure is
+ * reported as unraisable (0). */
+int sk_asgi_resolve(sk_state *st, PyObject *fut, PyObject *result, PyObject *exc_type);
+
+/* Resolves every future of *list (sk_asgi_resolve) and drops the list (*list = NULL first: a
+ * future's callbacks may add new waiters, which go to a new list). */
+void sk_asgi_resolve_all(sk_state *st, PyObject **list, PyObject *result, PyObject *exc_type);
+
+/* New reference: a new future of loop, appended to *list (a list made on first use); NULL with
+ * an exception. */
+PyObject *sk_asgi_add_waiter(sk_state *st, PyObject *loop, PyObject **list);
+
+/* Hands ready events to the futures of *list, first come first served: next(obj, &event) gives
+ * the next event (1, a new reference), none yet (0: the first waiter keeps its place) or fails
+ * (-1, reported as unraisable). A waiter already done (cancelled) is dropped without consuming
+ * an event. *list is cleared once empty. */
+void sk_asgi_wake_receivers(sk_state *st, PyObject **list, int (*next)(void *, PyObject **),
+                            void *obj);
+
 #endif

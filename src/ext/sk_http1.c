@@ -24,6 +24,7 @@
 #include "sk_asgi.h"
 #include "sk_resp.h"
 #include "sk_token.h"
+#include "sk_wshs.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -63,6 +64,7 @@ typedef struct {
     PyObject *local;        /* strong: scope "server", made once per connection */
     uint8_t closed;         /* the transport told closed(): nothing more is sent */
     uint8_t discarding;     /* reading and dropping the rest of an answered request's body */
+    uint8_t switched;       /* handed to the WebSocket handler: this handler is done */
 } http1_conn_t;
 
 struct RequestObject {
@@ -155,6 +157,12 @@ server_date(sk_http1_server_t *srv)
         sk_format_date(now, srv->date);
     }
     return srv->date;
+}
+
+const char *
+sk_http1_date(sk_http1_server_t *srv)
+{
+    return server_date(srv);
 }
 
 /* ---- reading and writing -------------------------------------------------------------------- */
@@ -495,75 +503,11 @@ raise_disconnected(RequestObject *r)
     return NULL;
 }
 
-static int
-resolve_future(sk_state *st, PyObject *fut, PyObject *result, PyObject *exc_type)
-{
-    /* Unless fut is already done (cancelled), sets its result (result, borrowed) or, with
-     * exc_type, an exc_type("client disconnected") exception. 1 if it was set, 0 if fut was done;
-     * a failure is reported as unraisable (0). */
-    PyObject *res = NULL, *exc = NULL;
-    int set = 0;
-    PyObject *done = PyObject_CallMethodNoArgs(fut, st->s_done);
-    if (done == NULL) {
-        goto error;
-    }
-    if (done == Py_False) {
-        if (exc_type != NULL) {
-            exc = PyObject_CallFunction(exc_type, "s", "client disconnected");
-            res = exc ? PyObject_CallMethodOneArg(fut, st->s_set_exception, exc) : NULL;
-        }
-        else {
-            res = PyObject_CallMethodOneArg(fut, st->s_set_result, result);
-        }
-        if (res == NULL) {
-            goto error;
-        }
-        set = 1;
-    }
-    goto done;
-error:
-    PyErr_WriteUnraisable(fut);
-done:
-    Py_XDECREF(done);
-    Py_XDECREF(res);
-    Py_XDECREF(exc);
-    return set;
-}
-
-static void
-resolve_all(sk_state *st, PyObject **list, PyObject *result, PyObject *exc_type)
-{
-    /* Resolves every future of *list (see resolve_future) and drops the list. Moved out first:
-     * a future's callbacks may add new waiters, which go to a new list. */
-    PyObject *waiters = *list;
-    if (waiters == NULL) {
-        return;
-    }
-    *list = NULL;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(waiters); i++) {
-        (void)resolve_future(st, PyList_GET_ITEM(waiters, i), result, exc_type);
-    }
-    Py_DECREF(waiters);
-}
-
 static PyObject *
 add_waiter(RequestObject *r, PyObject **list)
 {
-    /* New reference: a new future of the loop, appended to *list (made on first use); NULL with
-     * an exception. */
-    PyObject *fut = NULL;
-    if (*list == NULL) {
-        *list = PyList_New(0);
-        if (*list == NULL) {
-            return NULL;
-        }
-    }
-    fut = PyObject_CallMethodNoArgs(r->srv->loop, r->st->s_create_future);
-    if (fut == NULL || PyList_Append(*list, fut) < 0) {
-        Py_XDECREF(fut);
-        return NULL;
-    }
-    return fut;
+    /* New reference: a new future of the loop appended to *list (sk_asgi_add_waiter). */
+    return sk_asgi_add_waiter(r->st, r->srv->loop, list);
 }
 
 /* Every waiter of a request that will get no more events: receive() gets http.disconnect (or
@@ -580,7 +524,8 @@ release_waiters(RequestObject *r)
         if (!ok) {
             r->raised_disconnect = 1;
         }
-        resolve_all(r->st, &r->drain_waiters, Py_None, ok ? NULL : r->st->ClientDisconnected);
+        sk_asgi_resolve_all(r->st, &r->drain_waiters, Py_None,
+                            ok ? NULL : r->st->ClientDisconnected);
     }
 }
 
@@ -647,52 +592,18 @@ error:
     return -1;
 }
 
+static int
+next_message_of(void *r, PyObject **out)
+{
+    return next_message((RequestObject *)r, out);
+}
+
 static void
 wake_receivers(RequestObject *r)
 {
     /* Hands the events that are ready to the waiting receive() calls, first come first served;
-     * once the exchange is over every waiter gets http.disconnect. A cancelled waiter is dropped
-     * without consuming an event. */
-    PyObject *waiters = r->receive_waiters;
-    if (waiters == NULL) {
-        return;
-    }
-    Py_INCREF(waiters); /* a future's callback may replace r->receive_waiters */
-    while (PyList_GET_SIZE(waiters) > 0) {
-        PyObject *fut = Py_NewRef(PyList_GET_ITEM(waiters, 0));
-        PyObject *done = PyObject_CallMethodNoArgs(fut, r->st->s_done);
-        int is_done = (done == Py_True);
-        Py_XDECREF(done);
-        if (done == NULL) {
-            PyErr_WriteUnraisable(fut);
-            Py_DECREF(fut);
-            break;
-        }
-        PyObject *msg = NULL;
-        int rc = is_done ? 0 : next_message(r, &msg);
-        if (rc < 0) {
-            PyErr_WriteUnraisable(fut);
-        }
-        if (!is_done && rc <= 0) {
-            Py_DECREF(fut);
-            break; /* nothing ready for the first waiter: it keeps its place */
-        }
-        if (PySequence_DelItem(waiters, 0) < 0) {
-            PyErr_WriteUnraisable(fut);
-            Py_XDECREF(msg);
-            Py_DECREF(fut);
-            break;
-        }
-        if (msg != NULL) {
-            (void)resolve_future(r->st, fut, msg, NULL);
-            Py_DECREF(msg);
-        }
-        Py_DECREF(fut);
-    }
-    if (r->receive_waiters == waiters && PyList_GET_SIZE(waiters) == 0) {
-        Py_CLEAR(r->receive_waiters);
-    }
-    Py_DECREF(waiters);
+     * once the exchange is over every waiter gets http.disconnect (sk_asgi_wake_receivers). */
+    sk_asgi_wake_receivers(r->st, &r->receive_waiters, next_message_of, r);
 }
 
 static PyObject *
@@ -1978,6 +1889,35 @@ conn_request_done(http1_conn_t *c, int keep_alive)
     }
 }
 
+/* A WebSocket opening handshake (RFC 6455 §4.2.1), with --ws auto: a malformed one is refused
+ * with 400 here; a valid one (or a wrong version, 426) goes to the WebSocket handler, which takes
+ * the connection over (sk_wsh.h). The request never reaches the app as HTTP. */
+static void
+upgrade_websocket(http1_conn_t *c)
+{
+    sk_ws_handshake_t hs;
+    const char *why;
+    PyObject *scope = NULL;
+    int status = sk_ws_handshake_check(&c->parser, &hs, &why);
+    if (status == 400) {
+        refuse(c, 400);
+        return;
+    }
+    if (status == 0 && (scope = build_scope(c)) == NULL) {
+        PyErr_WriteUnraisable(c->srv->owner);
+        refuse(c, 500);
+        return;
+    }
+    if (sk_wsh_start(c->t, c->srv, &c->parser, status, scope, hs.key, hs.key_len) < 0) {
+        PyErr_WriteUnraisable(c->srv->owner);
+        refuse(c, 500);
+    }
+    else {
+        c->switched = 1;
+    }
+    Py_XDECREF(scope);
+}
+
 /* Parses one request's worth of events and starts its app (which, when started eagerly, may
  * answer before this returns). Returns bytes consumed. */
 static size_t
@@ -2019,6 +1959,10 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
                 break;
             }
             srv->total_requests++;
+            if (srv->ws.enabled && sk_ws_is_upgrade(&c->parser)) {
+                upgrade_websocket(c);
+                return total; /* the connection (and the rest of the input) moved on, or closed */
+            }
             r = request_new(c);
             if (r == NULL) {
                 PyErr_WriteUnraisable(srv->owner);
@@ -2076,6 +2020,9 @@ h1_data_received(void *h, const char *data, size_t len)
     }
     do {
         total += parse_one(c, data + total, len - total);
+        if (c->switched) {
+            return total; /* the WebSocket handler has the connection and the rest */
+        }
     } while (sk_transport_is_open(c->t) && c->current == NULL && total < len &&
              c->srv->eager_budget > 0 && c->srv->eager);
     if (c->srv->metrics != NULL) {
@@ -2099,7 +2046,7 @@ h1_writable(void *h)
     if (r != NULL) {
         if (r->drain_waiters != NULL && sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER &&
             !sk_transport_file_pending(c->t)) {
-            resolve_all(r->st, &r->drain_waiters, Py_None, NULL);
+            sk_asgi_resolve_all(r->st, &r->drain_waiters, Py_None, NULL);
         }
         return;
     }

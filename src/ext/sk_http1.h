@@ -18,6 +18,7 @@
 #include "sk_metrics.h"
 #include "sk_proxy.h"
 #include "sk_resp.h"
+#include "sk_wsh.h"
 
 #define SK_MAX_EAGER 16 /* applications started eagerly per reactor callback */
 
@@ -59,6 +60,7 @@ typedef struct sk_http1_server {
     PyObject *trace;              /* callable(event, client) for --log-level trace, or NULL:
                                    * connection events are not reported */
     sk_metrics_t *metrics;        /* --metrics-port counters (PyMem, owned), or NULL: off */
+    sk_ws_config_t ws;            /* --ws and the --ws-* options (sk_wsh.h) */
 } sk_http1_server_t;
 
 /* The handler table (static storage). */
@@ -67,5 +69,9 @@ extern const sk_handler_ops_t sk_http1_ops;
 /* sk_handler_open_fn for a reactor serving HTTP/1.1: `owner` is the sk_http1_server_t. Sets the
  * request-head deadline. The handler, or NULL when out of memory. */
 void *sk_http1_open(void *owner, sk_transport_t *t);
+
+/* The IMF-fixdate for now, formatted once per second (borrowed: valid until the next second),
+ * or NULL with --no-date-header. For the responses of every handler the server runs. */
+const char *sk_http1_date(sk_http1_server_t *srv);
 
 #endif

@@ -233,7 +233,24 @@ static PyType_Spec ready_spec = {
     X(s_count, "count") \
     X(s_trailers, "trailers") \
     X(s_more_trailers, "more_trailers") \
-    X(s_links, "links")
+    X(s_links, "links") \
+    X(s_websocket, "websocket") \
+    X(s_ws, "ws") \
+    X(s_wss, "wss") \
+    X(s_websocket_connect, "websocket.connect") \
+    X(s_websocket_receive, "websocket.receive") \
+    X(s_websocket_disconnect, "websocket.disconnect") \
+    X(s_websocket_accept, "websocket.accept") \
+    X(s_websocket_send, "websocket.send") \
+    X(s_websocket_close, "websocket.close") \
+    X(s_websocket_http_response_start, "websocket.http.response.start") \
+    X(s_websocket_http_response_body, "websocket.http.response.body") \
+    X(s_text, "text") \
+    X(s_bytes, "bytes") \
+    X(s_code, "code") \
+    X(s_reason, "reason") \
+    X(s_subprotocol, "subprotocol") \
+    X(s_subprotocols, "subprotocols")
 /* clang-format on */
 
 static PyObject *
@@ -276,6 +293,10 @@ sk_exec(PyObject *module)
     }
     st->request_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &sk_request_spec, NULL);
     if (st->request_type == NULL) {
+        goto error;
+    }
+    st->websocket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &sk_websocket_spec, NULL);
+    if (st->websocket_type == NULL) {
         goto error;
     }
     st->ClientDisconnected = PyErr_NewExceptionWithDoc(
@@ -355,6 +376,7 @@ sk_traverse(PyObject *module, visitproc visit, void *arg)
     sk_state *st = PyModule_GetState(module);
     Py_VISIT(st->server_type);
     Py_VISIT(st->request_type);
+    Py_VISIT(st->websocket_type);
     Py_VISIT(st->ready_type);
     Py_VISIT(st->ClientDisconnected);
     Py_VISIT(st->CancelledError);
@@ -372,6 +394,7 @@ sk_clear(PyObject *module)
     sk_state *st = PyModule_GetState(module);
     Py_CLEAR(st->server_type);
     Py_CLEAR(st->request_type);
+    Py_CLEAR(st->websocket_type);
     Py_CLEAR(st->ready_type);
     Py_CLEAR(st->ClientDisconnected);
     Py_CLEAR(st->CancelledError);

@@ -7,6 +7,8 @@
  * Files of the extension, each including only the headers below it:
  *   sk_server.c     the Server type: configuration, the reactor's Python callbacks, counters
  *   sk_http1.c/.h   the HTTP/1.1 protocol handler and the ASGI `http` Request (receive, send, task)
+ *   sk_wsh.c/.h     the WebSocket protocol handler and the ASGI `websocket` session
+ *   sk_wspmd.c/.h   permessage-deflate (RFC 7692) for it: negotiation and zlib streams
  *   sk_asgi.c/.h    ASGI pieces any protocol's scope and messages use (paths, headers, addresses)
  *   sk_transport.c/.h  the reactor (epoll, accept, timer) and its connections (transports)
  *   sk_module.c/.h  this module: init, state, the ready awaitable
@@ -27,6 +29,7 @@
 typedef struct {
     PyTypeObject *server_type;
     PyTypeObject *request_type;
+    PyTypeObject *websocket_type;
     PyTypeObject *ready_type;
     PyObject *ClientDisconnected;
     PyObject *CancelledError; /* asyncio.CancelledError: a cancelled app is not an app error */
@@ -48,6 +51,11 @@ typedef struct {
     PyObject *s_extensions, *s_http_response_pathsend, *s_http_response_zerocopysend;
     PyObject *s_http_response_trailers, *s_http_response_early_hint, *s_file, *s_offset;
     PyObject *s_count, *s_trailers, *s_more_trailers, *s_links;
+    /* the WebSocket scope and events (ASGI websocket 2.4) */
+    PyObject *s_websocket, *s_ws, *s_wss, *s_websocket_connect, *s_websocket_receive;
+    PyObject *s_websocket_disconnect, *s_websocket_accept, *s_websocket_send, *s_websocket_close;
+    PyObject *s_websocket_http_response_start, *s_websocket_http_response_body;
+    PyObject *s_text, *s_bytes, *s_code, *s_reason, *s_subprotocol, *s_subprotocols;
     /* Live-object counters for the leak and lifetime checks (skirr._native._live()). */
     Py_ssize_t live_servers, live_conns, live_requests, live_ready;
 } sk_state;
@@ -61,7 +69,8 @@ sk_state *sk_get_state_by_type(PyTypeObject *tp);
 PyObject *sk_ready_new(sk_state *st, PyObject *value, int yield_first);
 
 /* The types' specs, made into heap types by sk_module.c's exec slot. */
-extern PyType_Spec sk_server_spec;  /* sk_server.c */
-extern PyType_Spec sk_request_spec; /* sk_http1.c */
+extern PyType_Spec sk_server_spec;    /* sk_server.c */
+extern PyType_Spec sk_request_spec;   /* sk_http1.c */
+extern PyType_Spec sk_websocket_spec; /* sk_wsh.c */
 
 #endif

@@ -305,12 +305,21 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                              "headers",
                              "trace",
                              "metrics",
+                             "ws",
+                             "ws_max_size",
+                             "ws_max_queue",
+                             "ws_ping_interval",
+                             "ws_ping_timeout",
+                             "ws_per_message_deflate",
                              NULL};
     PyObject *app, *loop, *unix_path = Py_None, *root_path = NULL, *state = Py_None;
     PyObject *logger = Py_None;
     PyObject *access_log = Py_None, *access_flush = Py_None, *allow_ips = NULL;
     PyObject *server_header = NULL, *extra_headers = NULL, *trace = Py_None;
-    int proxy_headers = 0, date_header = 1, metrics = 0;
+    int proxy_headers = 0, date_header = 1, metrics = 0, ws = 1, ws_pmd = 1;
+    unsigned long long ws_max_size = 16 * 1024 * 1024;
+    Py_ssize_t ws_max_queue = 32;
+    double ws_ping_interval = 20.0, ws_ping_timeout = 20.0;
     int listen_fd;
     double keep_alive = 5.0, head_timeout = 10.0, write_timeout = 30.0, body_timeout = 60.0;
     Py_ssize_t limit_concurrency = 0, limit_connections = 0;
@@ -318,16 +327,17 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
     ServerObject *s = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OOi|$OUOdKnnnOddnndOOpUpSSOp", kwlist, &app, &loop, &listen_fd, &unix_path,
-            &root_path, &state, &keep_alive, &max_body, &max_line, &max_fields, &max_section,
-            &logger, &head_timeout, &write_timeout, &limit_concurrency, &limit_connections,
-            &body_timeout, &access_log, &access_flush, &proxy_headers, &allow_ips, &date_header,
-            &server_header, &extra_headers, &trace, &metrics)) {
+            args, kwds, "OOi|$OUOdKnnnOddnndOOpUpSSOppKnddp", kwlist, &app, &loop, &listen_fd,
+            &unix_path, &root_path, &state, &keep_alive, &max_body, &max_line, &max_fields,
+            &max_section, &logger, &head_timeout, &write_timeout, &limit_concurrency,
+            &limit_connections, &body_timeout, &access_log, &access_flush, &proxy_headers,
+            &allow_ips, &date_header, &server_header, &extra_headers, &trace, &metrics, &ws,
+            &ws_max_size, &ws_max_queue, &ws_ping_interval, &ws_ping_timeout, &ws_pmd)) {
         return NULL;
     }
     if (max_line <= 0 || max_fields <= 0 || max_section <= 0 || keep_alive < 0 ||
         head_timeout <= 0 || write_timeout <= 0 || body_timeout < 0 || limit_concurrency < 0 ||
-        limit_connections < 0) {
+        limit_connections < 0 || ws_max_queue <= 0 || ws_ping_interval < 0 || ws_ping_timeout < 0) {
         PyErr_SetString(PyExc_ValueError, "limits and timeouts must be positive");
         return NULL;
     }
@@ -396,6 +406,12 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     h->head_timeout = head_timeout;
     h->body_timeout = body_timeout;
     h->limit_concurrency = limit_concurrency;
+    h->ws.enabled = (uint8_t)ws;
+    h->ws.max_size = ws_max_size;
+    h->ws.max_queue = ws_max_queue;
+    h->ws.ping_interval = ws_ping_interval;
+    h->ws.ping_timeout = ws_ping_timeout;
+    h->ws.per_message_deflate = (uint8_t)ws_pmd;
     sk_limits_default(&h->limits);
     h->limits.max_body = max_body;
     h->limits.max_request_line = (size_t)max_line;
@@ -541,16 +557,18 @@ static PyType_Slot server_slots[] = {
     {Py_tp_traverse, server_traverse},
     {Py_tp_clear, server_clear},
     {Py_tp_dealloc, server_dealloc},
-    {Py_tp_doc, (void *)"Server(app, loop, listen_fd, *, unix_path=None, root_path='', state=None, "
-                        "timeout_keep_alive=5.0, limit_request_body=0, limit_request_line=8190, "
-                        "limit_request_fields=100, limit_request_field_size=65536, logger=None, "
-                        "timeout_request_head=10.0, timeout_write=30.0, limit_concurrency=0, "
-                        "limit_connections=0, timeout_request_body=60.0, access_log=None, "
-                        "access_flush=None, proxy_headers=False, forwarded_allow_ips='127.0.0.1', "
-                        "date_header=True, server_header=None, headers=None, trace=None, "
-                        "metrics=False)\n\n"
-                        "A native HTTP/1.1 reactor serving one ASGI 3 application on one "
-                        "listening socket. See skirr/_native.pyi."},
+    {Py_tp_doc,
+     (void *)"Server(app, loop, listen_fd, *, unix_path=None, root_path='', state=None, "
+             "timeout_keep_alive=5.0, limit_request_body=0, limit_request_line=8190, "
+             "limit_request_fields=100, limit_request_field_size=65536, logger=None, "
+             "timeout_request_head=10.0, timeout_write=30.0, limit_concurrency=0, "
+             "limit_connections=0, timeout_request_body=60.0, access_log=None, "
+             "access_flush=None, proxy_headers=False, forwarded_allow_ips='127.0.0.1', "
+             "date_header=True, server_header=None, headers=None, trace=None, "
+             "metrics=False, ws=True, ws_max_size=16777216, ws_max_queue=32, "
+             "ws_ping_interval=20.0, ws_ping_timeout=20.0, ws_per_message_deflate=True)\n\n"
+             "A native HTTP/1.1 reactor serving one ASGI 3 application on one "
+             "listening socket. See skirr/_native.pyi."},
     {0, NULL},
 };
 

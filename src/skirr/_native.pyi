@@ -58,6 +58,12 @@ class Server:
         trace: callable ``trace(event: str, client: (host, port) | None)`` for connection events
             (--log-level trace), or None.
         metrics: keep the --metrics-port counters (read with :meth:`metrics`); off: none kept.
+        ws: serve WebSocket upgrades (src/ext/sk_wsh.h); False: they reach the app as HTTP.
+        ws_max_size: bytes of payload per received WebSocket message; over it: close 1009.
+        ws_max_queue: received messages held for the app before reading stops (> 0).
+        ws_ping_interval: seconds between keepalive pings; 0 = none.
+        ws_ping_timeout: seconds a ping waits for its pong (then close 1011); 0 = forever.
+        ws_per_message_deflate: accept a client's permessage-deflate offer (RFC 7692).
 
     Raises:
         OSError: epoll/timerfd could not be created.
@@ -91,6 +97,12 @@ class Server:
         headers: bytes | None = None,
         trace: Callable[[str, tuple[str, int] | None], None] | None = None,
         metrics: bool = False,
+        ws: bool = True,
+        ws_max_size: int = 16777216,
+        ws_max_queue: int = 32,
+        ws_ping_interval: float = 20.0,
+        ws_ping_timeout: float = 20.0,
+        ws_per_message_deflate: bool = True,
     ) -> None: ...
     def metrics(self) -> dict[str, Any] | None:
         """The counters (None when made without ``metrics``): ``requests`` {(method, "2xx"): n},

@@ -26,6 +26,7 @@ LOG_LEVELS = {
 }
 LOOPS = ("auto", "asyncio", "uvloop")
 LIFESPANS = ("auto", "on", "off")
+WS_MODES = ("auto", "none")  # uvicorn's --ws, the values skirr has
 
 # Unlimited, as in uvicorn: the server never buffers a whole request body (the application reads
 # it piece by piece through ``receive``), so the limit protects applications that buffer; set it
@@ -203,6 +204,19 @@ class Config:
         metrics_port: serve Prometheus metrics on this TCP port of ``host`` (its own listener;
             see ``skirr.metrics``; needs prometheus-client); ``None`` = off. With ``workers`` >
             1 the supervisor serves it: the numbers of all workers together.
+        ws: ``"auto"`` serves WebSocket upgrades (RFC 6455, the ASGI ``websocket`` scope);
+            ``"none"`` passes them to the app as plain HTTP requests (uvicorn's ``--ws``).
+        ws_max_size: bytes of payload per received WebSocket message (all its frames); a larger
+            one fails the connection with close code 1009. Default 16 MiB, as uvicorn.
+        ws_max_queue: received WebSocket messages held for the app before skirr stops reading
+            the connection (flow control; also at 64 KiB of them). Default 32, as uvicorn.
+        ws_ping_interval: seconds between the server's keepalive pings on an idle WebSocket;
+            0 = none. Default 20, as uvicorn.
+        ws_ping_timeout: seconds a keepalive ping waits for its pong before the connection is
+            closed with 1011; 0 = forever. Default 20, as uvicorn.
+        ws_per_message_deflate: accept a client's permessage-deflate offer (RFC 7692: messages
+            compressed with zlib both ways; inflating is bounded by ``ws_max_size``). Default
+            on, as uvicorn.
         env_file: a dotenv file loaded (python-dotenv; existing variables win) on construction,
             before anything reads the environment or imports the app.
 
@@ -260,6 +274,12 @@ class Config:
     env_file: str | None = None
     request_id: bool = False
     metrics_port: int | None = None
+    ws: str = "auto"
+    ws_max_size: int = 16 * 1024 * 1024
+    ws_max_queue: int = 32
+    ws_ping_interval: float = 20.0
+    ws_ping_timeout: float = 20.0
+    ws_per_message_deflate: bool = True
 
     def __post_init__(self) -> None:
         if self.env_file is not None:
@@ -274,6 +294,11 @@ class Config:
             raise ConfigError(f"app must be a callable or a 'module:attr' string; got {self.app!r}")
         _check_choice("loop", self.loop, LOOPS)
         _check_choice("lifespan", self.lifespan, LIFESPANS)
+        _check_choice("ws", self.ws, WS_MODES)
+        _check_number("ws_max_size", self.ws_max_size, integer=True, positive=True)
+        _check_number("ws_max_queue", self.ws_max_queue, integer=True, positive=True)
+        _check_number("ws_ping_interval", self.ws_ping_interval, integer=False)
+        _check_number("ws_ping_timeout", self.ws_ping_timeout, integer=False)
         if isinstance(self.log_level, str):
             _check_choice("log_level", self.log_level, tuple(LOG_LEVELS))
         elif isinstance(self.log_level, bool) or not isinstance(self.log_level, int):

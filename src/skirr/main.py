@@ -30,6 +30,7 @@ from .config import (
     LOG_LEVELS,
     LOOPS,
     MAX_BACKLOG,
+    WS_MODES,
     AppImportError,
     Config,
     ConfigError,
@@ -178,6 +179,22 @@ def build_parser() -> argparse.ArgumentParser:
         "answers 503, then shut down gracefully (default: %(default)g)")
     add("--loop", choices=LOOPS, default="auto",
         help="event loop; auto = uvloop when installed, else asyncio (default: %(default)s)")
+    add("--ws", choices=WS_MODES, default="auto",
+        help="WebSocket upgrades: auto = served (RFC 6455, ASGI websocket scope), none = passed "
+        "to the app as plain HTTP requests (default: %(default)s)")
+    add("--ws-max-size", type=_int_at_least(1), default=16 * 1024 * 1024, metavar="BYTES",
+        help="close a WebSocket with 1009 when a received message is larger than this "
+        "(default: %(default)s)")
+    add("--ws-max-queue", type=_int_at_least(1), default=32, metavar="N",
+        help="received WebSocket messages held for the app before reading stops "
+        "(default: %(default)s)")
+    add("--ws-ping-interval", type=_seconds, default=20.0, metavar="SECONDS",
+        help="send a keepalive ping on a WebSocket this often; 0 = none (default: %(default)g)")
+    add("--ws-ping-timeout", type=_seconds, default=20.0, metavar="SECONDS",
+        help="close a WebSocket (1011) whose keepalive ping gets no pong for this long; "
+        "0 = forever (default: %(default)g)")
+    add("--ws-per-message-deflate", action=argparse.BooleanOptionalAction, default=True,
+        help="accept a WebSocket client's permessage-deflate offer (RFC 7692) (default: on)")
     add("--lifespan", choices=LIFESPANS, default="auto",
         help="ASGI lifespan: auto = when the app supports it (default: %(default)s)")
     add("--root-path", default="", metavar="PATH",
@@ -383,6 +400,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             use_colors=args.use_colors,
             request_id=args.request_id,
             metrics_port=args.metrics_port,
+            ws=args.ws,
+            ws_max_size=args.ws_max_size,
+            ws_max_queue=args.ws_max_queue,
+            ws_ping_interval=args.ws_ping_interval,
+            ws_ping_timeout=args.ws_ping_timeout,
+            ws_per_message_deflate=args.ws_per_message_deflate,
         )
     except ConfigError as exc:
         print(f"skirr: error: {exc}", file=sys.stderr)

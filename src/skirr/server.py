@@ -297,6 +297,12 @@ class Server:
             headers=extra_lines,
             trace=_trace if logger.isEnabledFor(TRACE) else None,
             metrics=config.metrics_port is not None,
+            ws=config.ws == "auto",
+            ws_max_size=config.ws_max_size,
+            ws_max_queue=config.ws_max_queue,
+            ws_ping_interval=float(config.ws_ping_interval),
+            ws_ping_timeout=float(config.ws_ping_timeout),
+            ws_per_message_deflate=bool(config.ws_per_message_deflate),
         )
 
     async def _watch_max_requests(self, natives: list[Any], limit: int) -> None:

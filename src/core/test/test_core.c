@@ -24,6 +24,7 @@
 #include "sk_core.h"
 #include "sk_http.h"
 #include "sk_resp.h"
+#include "sk_wshs.h"
 #include "sk_test.h"
 #include "sk_token.h"
 #include "llhttp.h"
@@ -1816,6 +1817,81 @@ test_core(T *t)
     sk_buf_free(&b);
 }
 
+/* RFC 6455 §4.2: the handshake's checks, and Sec-WebSocket-Accept for the RFC's own example. */
+static int
+ws_check(T *t, const char *req, const char **reason)
+{
+    /* Parses one request head and returns sk_ws_handshake_check's status, or -1 when
+     * sk_ws_is_upgrade says it is no WebSocket upgrade. */
+    sk_limits_t lim;
+    sk_parser_t p;
+    sk_event_t ev;
+    sk_ws_handshake_t hs;
+    size_t n = strlen(req);
+    char *d = guard_place(t, req, n);
+    int rc = -1;
+
+    sk_limits_default(&lim);
+    sk_parser_init(&p, &lim);
+    (void)sk_parser_execute(&p, d, n, &ev);
+    CHECK(t, ev.type == SK_EV_HEAD);
+    if (ev.type == SK_EV_HEAD && sk_ws_is_upgrade(&p)) {
+        rc = sk_ws_handshake_check(&p, &hs, reason);
+        if (rc == 0) {
+            CHECK(t, hs.key_len == 24 && memcmp(hs.key, "dGhlIHNhbXBsZSBub25jZQ==", 24) == 0);
+        }
+    }
+    sk_parser_free(&p);
+    return rc;
+}
+
+static void
+test_ws_handshake(T *t)
+{
+    char accept[SK_WS_ACCEPT_LEN];
+    uint8_t d[20];
+    const char *why = NULL;
+
+    sk_sha1("abc", 3, d); /* FIPS 180-2 appendix A.1 */
+    CHECK(t, memcmp(d,
+                    "\xa9\x99\x3e\x36\x47\x06\x81\x6a\xba\x3e\x25\x71\x78\x50\xc2\x6c"
+                    "\x9c\xd0\xd8\x9d",
+                    20) == 0);
+    sk_sha1("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 56, d); /* A.2 */
+    CHECK(t, memcmp(d,
+                    "\x84\x98\x3e\x44\x1c\x3b\xd2\x6e\xba\xae\x4a\xa1\xf9\x51\x29\xe5"
+                    "\xe5\x46\x70\xf1",
+                    20) == 0);
+    sk_ws_accept("dGhlIHNhbXBsZSBub25jZQ==", 24, accept); /* RFC 6455 §1.3 */
+    CHECK(t, memcmp(accept, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", SK_WS_ACCEPT_LEN) == 0);
+
+#define WS_HEAD(method, version, conn, key, ver)                                           \
+    method " /chat HTTP/" version "\r\nHost: x\r\nUpgrade: WebSocket\r\nConnection: " conn \
+           "\r\nSec-WebSocket-Key: " key "\r\nSec-WebSocket-Version: " ver "\r\n\r\n"
+#define KEY "dGhlIHNhbXBsZSBub25jZQ=="
+    CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", KEY, "13"), &why) == 0);
+    CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "keep-alive, UPGRADE", KEY, "13"), &why) == 0);
+    CHECK(t, ws_check(t, WS_HEAD("POST", "1.1", "Upgrade", KEY, "13"), &why) == 400);
+    CHECK(t, ws_check(t, WS_HEAD("GET", "1.0", "Upgrade", KEY, "13"), &why) == 400);
+    CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "keep-alive", KEY, "13"), &why) == 400);
+    CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", "dGhlIHNhbXBsZSBub25jZ==", "13"), &why) ==
+                 400); /* 15 bytes */
+    CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", "dGhlIHNhbXBsZSBub25j*Q==", "13"),
+                      &why) == 400);
+    CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", KEY, "8"), &why) == 426);
+    CHECK(t, why != NULL && strstr(why, "§4.4") != NULL);
+    CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", KEY, "13, 8"), &why) == 426);
+    CHECK(t, ws_check(t,
+                      "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: upgrade"
+                      "\r\nSec-WebSocket-Key: " KEY "\r\n\r\n",
+                      &why) == 400);
+    CHECK(t, ws_check(t, "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n",
+                      &why) == -1);
+    CHECK(t, ws_check(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", &why) == -1);
+#undef KEY
+#undef WS_HEAD
+}
+
 int
 main(void)
 {
@@ -1842,6 +1918,7 @@ main(void)
     test_resp_accounting(&t);
     test_resp_error(&t);
     test_date(&t);
+    test_ws_handshake(&t);
     munmap(t.base, t.map_len);
     printf("%d passed, %d failed\n", t.passed, t.failed);
     return t.failed == 0 ? 0 : 1;
