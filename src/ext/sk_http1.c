@@ -63,6 +63,7 @@ typedef struct {
     PyObject *local;        /* strong: scope "server", made once per connection */
     uint8_t closed;         /* the transport told closed(): nothing more is sent */
     uint8_t discarding;     /* reading and dropping the rest of an answered request's body */
+    uint8_t held_back;      /* input was left unparsed behind unsent output: writable() feeds */
 } http1_conn_t;
 
 struct RequestObject {
@@ -2024,9 +2025,12 @@ h1_data_received(void *h, const char *data, size_t len)
     if (sk_transport_deadline_kind(c->t) == DL_KEEPALIVE) {
         sk_transport_set_deadline(c->t, DL_HEAD, c->srv->head_timeout); /* a head has begun */
     }
+    size_t n;
     do {
-        total += parse_one(c, data + total, len - total);
-    } while (sk_transport_is_open(c->t) && c->current == NULL && total < len &&
+        n = parse_one(c, data + total, len - total);
+        total += n;
+        /* n == 0: parsing is held back (unsent output over the mark, a file being sent) */
+    } while (n > 0 && sk_transport_is_open(c->t) && c->current == NULL && total < len &&
              c->srv->eager_budget > 0 && c->srv->eager);
     if (c->srv->metrics != NULL) {
         c->srv->metrics->bytes_in += total;
@@ -2035,7 +2039,14 @@ h1_data_received(void *h, const char *data, size_t len)
         return total;
     }
     if (c->current == NULL && total < len) {
-        sk_transport_feed_soon(c->t); /* the rest waits for no request: go on next iteration */
+        if (n > 0) {
+            sk_transport_feed_soon(c->t); /* the rest waits for no request: next iteration */
+        }
+        else {
+            /* held back by unsent output: writable() feeds the rest once it is sent (perhaps
+             * in this pass's own write, before the rest is buffered: hence the flag) */
+            c->held_back = 1;
+        }
     }
     settle_output(c);
     return total;
@@ -2054,7 +2065,8 @@ h1_writable(void *h)
         return;
     }
     arm_idle(c, 1);
-    if (sk_transport_in_len(c->t) > 0) {
+    if (sk_transport_in_len(c->t) > 0 || c->held_back) {
+        c->held_back = 0;
         sk_transport_feed_soon(c->t); /* pipelined requests held back by unread responses */
     }
 }
