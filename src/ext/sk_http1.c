@@ -65,6 +65,7 @@ typedef struct {
     uint8_t closed;         /* the transport told closed(): nothing more is sent */
     uint8_t discarding;     /* reading and dropping the rest of an answered request's body */
     uint8_t switched;       /* handed to the WebSocket handler: this handler is done */
+    uint8_t held_back;      /* input was left unparsed behind unsent output: writable() feeds */
 } http1_conn_t;
 
 struct RequestObject {
@@ -2018,12 +2019,15 @@ h1_data_received(void *h, const char *data, size_t len)
     if (sk_transport_deadline_kind(c->t) == DL_KEEPALIVE) {
         sk_transport_set_deadline(c->t, DL_HEAD, c->srv->head_timeout); /* a head has begun */
     }
+    size_t n;
     do {
-        total += parse_one(c, data + total, len - total);
+        n = parse_one(c, data + total, len - total);
+        total += n;
         if (c->switched) {
             return total; /* the WebSocket handler has the connection and the rest */
         }
-    } while (sk_transport_is_open(c->t) && c->current == NULL && total < len &&
+        /* n == 0: parsing is held back (unsent output over the mark, a file being sent) */
+    } while (n > 0 && sk_transport_is_open(c->t) && c->current == NULL && total < len &&
              c->srv->eager_budget > 0 && c->srv->eager);
     if (c->srv->metrics != NULL) {
         c->srv->metrics->bytes_in += total;
@@ -2032,7 +2036,14 @@ h1_data_received(void *h, const char *data, size_t len)
         return total;
     }
     if (c->current == NULL && total < len) {
-        sk_transport_feed_soon(c->t); /* the rest waits for no request: go on next iteration */
+        if (n > 0) {
+            sk_transport_feed_soon(c->t); /* the rest waits for no request: next iteration */
+        }
+        else {
+            /* held back by unsent output: writable() feeds the rest once it is sent (perhaps
+             * in this pass's own write, before the rest is buffered: hence the flag) */
+            c->held_back = 1;
+        }
     }
     settle_output(c);
     return total;
@@ -2051,7 +2062,8 @@ h1_writable(void *h)
         return;
     }
     arm_idle(c, 1);
-    if (sk_transport_in_len(c->t) > 0) {
+    if (sk_transport_in_len(c->t) > 0 || c->held_back) {
+        c->held_back = 0;
         sk_transport_feed_soon(c->t); /* pipelined requests held back by unread responses */
     }
 }
