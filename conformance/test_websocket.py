@@ -275,6 +275,26 @@ def test_scope(serve):
     }
 
 
+@pytest.mark.rule("skirr-proxy-trusted", "ASGI-websocket-scope")
+@pytest.mark.parametrize("proto,scheme", [("https", "wss"), ("wss", "wss"), ("http", "ws"),
+                                          ("ws", "ws"), ("ftp", "ws")])
+def test_scope_scheme_from_x_forwarded_proto(serve, proto, scheme):
+    """From a trusted peer (127.0.0.1, the default --forwarded-allow-ips), X-Forwarded-Proto
+    sets the websocket scope's scheme: https or wss give wss, http or ws give ws; anything else
+    is ignored (the connection's own ws)."""
+    record = Recorder()
+    with serve(scope_app(record)) as srv:
+        c = srv.connect()
+        c.send(b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               b"Sec-WebSocket-Key: " + KEY + b"\r\nSec-WebSocket-Version: 13\r\n"
+               b"X-Forwarded-Proto: " + proto.encode() + b"\r\n\r\n")
+        assert c.read_until(b"\r\n\r\n").startswith(b"HTTP/1.1 101 ")
+        scope = record.wait(2)[0]
+        c.send(frame(0x88, b"\x03\xe8"))
+        record.wait(3)
+    assert scope["scheme"] == scheme
+
+
 @rule("ASGI-websocket-accept-subprotocol-headers")
 def test_accept_subprotocol_and_headers(serve):
     """ASGI websocket.accept: `subprotocol` becomes Sec-WebSocket-Protocol (the websockets client

@@ -374,11 +374,12 @@ xff_client(const sk_proxy_t *px, const sk_parser_t *p, node_t *chosen)
 static int
 proto_https(const char *s, size_t len)
 {
-    /* 1 https, 0 http, -1 anything else. */
-    if (ieq(s, len, "https")) {
+    /* 1 https (or wss, which some proxies send for a WebSocket upgrade), 0 http (or ws), -1
+     * anything else. The scope says https/http, a websocket scope wss/ws. */
+    if (ieq(s, len, "https") || ieq(s, len, "wss")) {
         return 1;
     }
-    return ieq(s, len, "http") ? 0 : -1;
+    return ieq(s, len, "http") || ieq(s, len, "ws") ? 0 : -1;
 }
 
 static int
