@@ -228,6 +228,12 @@ def summarize(results: dict[str, dict[str, dict]], meta: dict) -> str:
         sums = [sum(e.get("duration", 0) for c, e in results[a].items() if c.startswith(prefix))
                 for a in agents]
         lines.append(f"| {label} | " + " | ".join(str(s) for s in sums) + " |")
+    if len(agents) > 1:  # a case failed fast (e.g. 1009 at once) would skew the sums above
+        common = [c for c in results[agents[0]] if c.startswith("9.") and all(
+            results[a].get(c, {}).get("behavior") == "OK" for a in agents)]
+        sums = [sum(results[a][c].get("duration", 0) for c in common) for a in agents]
+        lines.append(f"| duration, the {len(common)} 9.* cases OK on every server (ms) | "
+                     + " | ".join(str(s) for s in sums) + " |")
     for agent in agents:
         bad = [(c, e) for c, e in sorted(results[agent].items(), key=lambda kv: case_key(kv[0]))
                if e.get("behavior") != "OK" or e.get("behaviorClose") != "OK"]
@@ -311,10 +317,13 @@ def main(argv: list[str] | None = None) -> int:
                   f"{build / 'fuzzingclient.log'}", file=sys.stderr)
             return 1
         results = read_results(reports, agents)
+        extra = ([f"--loop {args.loop}"] if args.loop else []) + (
+            [f"--output {os.path.relpath(args.output, ROOT)}"]
+            if Path(args.output).resolve() != ROOT / "conformance" / "AUTOBAHN.md" else [])
         meta = {"command": "make autobahn" + (f" AUTOBAHN_CASES='{args.cases}'"
                                               if args.cases != "*" else "")
                 + (f" AUTOBAHN_PEERS='{args.peers}'" if peers else "")
-                + (f" AUTOBAHN_ARGS='--loop {args.loop}'" if args.loop else ""),
+                + (f" AUTOBAHN_ARGS='{' '.join(extra)}'" if extra else ""),
                 "cases": " ".join(cases), "exclude": " ".join(exclude),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall": wall,
                 "servers": {a: shown_command(cmds[a], servers[a][0]) for a in agents}}
