@@ -127,6 +127,7 @@ FORCE:
 
 # Verbs that live beside what they drive.
 include conformance/conformance.mk
+include conformance/autobahn.mk
 include bench/bench.mk
 include bench/gates/gates.mk
 SAN_PY := $(VPY)
