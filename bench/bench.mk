@@ -3,7 +3,7 @@
 BENCH_RUN := $(VPY) bench/run.py
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access bench-costs
+.PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers
 
 # The full matrix (about 80 minutes), only on a build that passes the conformance suite; writes the
 # raw results to bench/results/ and the summary to bench/RESULTS.md.
@@ -35,9 +35,18 @@ bench-callgrind: build
 # The cost rows of the matrix alone (issue 13, about 3 minutes): raw_get c64 CPU per request with
 # skirr's access log (to its log file) and --metrics-port on against off, and uvicorn's access log
 # on against off, 5 rounds (server on CPU 0, wrk on CPU 1). Target: skirr's access log on <= 1.25x
-# off and below uvicorn's with its log on. `make bench` runs the same rows in its matrix.
+# off and below uvicorn's with its log on. `make bench` runs the same rows in its matrix. The summary
+# goes to bench/COSTS.md; rule skirr-access-cost's case reads the newest of it and bench/RESULTS.md.
 bench-costs: build
-	$(BENCH_RUN) matrix --profile costs $(BENCH_ARGS)
+	$(BENCH_RUN) matrix --profile costs --summary bench/COSTS.md $(BENCH_ARGS)
+
+# The workers row of the matrix alone (issue 12, about 6 minutes): raw_get and fastapi_json at c64,
+# skirr with 1 and 2 worker processes beside uvicorn, granian and gunicorn+uvicorn-worker at 2, all
+# sharing both CPUs with wrk -t2, 5 rounds. Target: skirr's CPU per request with 2 workers <= 1.5x
+# one process's (median of per-round ratios). The summary goes to bench/WORKERS.md; rule
+# skirr-workers-cpu-per-request's case reads the newest of it and bench/RESULTS.md.
+bench-workers: build
+	$(BENCH_RUN) matrix --profile workers --summary bench/WORKERS.md $(BENCH_ARGS)
 
 # The access log's cost in instructions per request under callgrind (off, then on to a file),
 # then the cost rows.

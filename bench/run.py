@@ -3,8 +3,9 @@
 
     run.py matrix --profile quick|full [--summary bench/RESULTS.md]   throughput, fixed rate, streaming,
                                                                       the workers row, the cost rows
-    run.py matrix --profile costs                                     the cost rows alone: access
+    run.py matrix --profile costs [--summary bench/COSTS.md]          the cost rows alone: access
                                                                       log and metrics on vs off
+    run.py matrix --profile workers [--summary bench/WORKERS.md]      the workers row alone
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000]                                       instructions per request
     run.py report bench/results/<run> [--summary bench/RESULTS.md]    re-render a run's report

@@ -59,6 +59,12 @@ PROFILES = {
                      rows=[("raw_get", 64), ("fastapi_json", 64)], rounds=5),
         costs=dict(rounds=5),
     ),
+    # `make bench-workers`: the full profile's workers row alone (about 6 minutes).
+    "workers": dict(
+        servers=[], rows=[], rounds=5, duration=5, warmup=1,
+        fixed_rate=[], fixed_pcts=[], fixed_duration=0, stream_samples=0, stream_rounds=0,
+        workers=None, costs=None,
+    ),
     # `run.py costs` / `make bench-costs`: the cost rows alone (about 3 minutes).
     "costs": dict(
         servers=[], rows=[], rounds=5, duration=5, warmup=1,
@@ -66,6 +72,8 @@ PROFILES = {
         workers=None, costs=dict(rounds=5),
     ),
 }
+
+PROFILES["workers"]["workers"] = PROFILES["full"]["workers"]
 
 
 def plan(args):
