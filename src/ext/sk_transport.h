@@ -44,7 +44,8 @@ enum sk_close_reason {
     SK_CLOSED_FILE_ERROR,    /* reading a queued file range failed (sendfile: EIO, ...): reset */
 };
 
-/* The protocol handler table. One per protocol (HTTP/1.1 now; WebSocket next), static storage.
+/* The protocol handler table. One per protocol, static storage: sk_http1_ops (HTTP/1.1, every
+ * accepted connection starts with it) and sk_wsh_ops (WebSocket, switched to after a 101).
  * Every entry receives the handler pointer `h` the transport was given (sk_reactor_new's open
  * function, or sk_transport_switch). Inside every entry the handler may call any sk_transport_*
  * function on its own transport; it must never free the transport (the reactor does) and must
@@ -60,8 +61,9 @@ typedef struct sk_handler_ops {
      * lingering or closed. */
     size_t (*data_received)(void *h, const char *data, size_t len);
     /* Output dropped below the high-water mark after being at or above it, drained completely
-     * after a write had to wait for the peer, or a queued file range was completely sent. For waking a sender waiting for drain, resuming
-     * held-back input, restarting an idle deadline. May write and close. */
+     * after a write had to wait for the peer, or a queued file range was completely sent. For
+     * waking a sender waiting for drain, resuming held-back input, restarting an idle deadline.
+     * May write and close. */
     void (*writable)(void *h);
     /* The handler's deadline (sk_transport_set_deadline) passed; `kind` is the value it gave.
      * Only called with no output pending (the write-progress deadline governs then). The
