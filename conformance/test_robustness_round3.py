@@ -317,6 +317,60 @@ def test_response_during_shutdown_close_is_announced(serve, natives, shutdown_be
         assert counters(natives) == {"active_requests": 0, "connections": 0}
 
 
+@pytest.mark.rule("skirr-shutdown-idle-grace")
+def test_request_on_idle_connection_as_shutdown_begins_is_answered(serve, natives, shutdown_began):
+    """A keep-alive connection idle when the graceful shutdown begins stays open for the grace: the
+    client's next request on it (sent as the shutdown began) is answered, with 'connection:
+    close', instead of meeting a closed connection (it may be a POST no client can retry)."""
+
+    async def app(scope, receive, send):
+        got = await receive()
+        await send(start(200))
+        await send(body(scope["method"].encode() + b" " + got["body"]))
+
+    with serve(app, timeout_graceful_shutdown=5.0) as srv:
+        c = srv.connect()
+        c.send(http_request("GET", "/first"))
+        first = undated(c.read_until(b"\r\n\r\n") + c.read_exact(4))
+        assert first == head(b"HTTP/1.1 200 OK", b"content-length: 4") + b"GET "
+        srv.server.request_shutdown()
+        assert shutdown_began.wait(3), "the graceful shutdown did not begin"
+        time.sleep(0.2)  # the shutdown step has run; the connection is inside its grace
+        c.send(http_request("POST", "/next", body=b"data"))
+        raw = undated(c.read_until_close(3))
+        assert raw == head(b"HTTP/1.1 200 OK", b"content-length: 9", b"connection: close") + b"POST data"
+        c.close()
+        srv.thread.join(5)
+        assert not srv.thread.is_alive() and srv.server.exit_code == 0
+        assert counters(natives) == {"active_requests": 0, "connections": 0}
+
+
+@pytest.mark.rule("skirr-shutdown-idle-grace")
+@pytest.mark.parametrize("keep_alive, low, high", [(5.0, 0.8, 2.5), (0.3, 0.15, 1.2)],
+                         ids=["grace-1s", "keep-alive-0.3s"])
+def test_idle_connection_closes_quietly_after_the_grace(serve, natives, keep_alive, low, high):
+    """An idle keep-alive connection gets no more bytes when the shutdown begins and is closed
+    quietly once the grace (1 s, or --timeout-keep-alive when shorter) has passed; then the server
+    exits 0."""
+
+    async def app(scope, receive, send):
+        await send(start(200))
+        await send(body(b"ok"))
+
+    with serve(app, timeout_graceful_shutdown=5.0, timeout_keep_alive=keep_alive) as srv:
+        c = srv.connect()
+        c.send(http_request("GET", "/"))
+        assert undated(c.read_until(b"\r\n\r\n") + c.read_exact(2)) == (
+            head(b"HTTP/1.1 200 OK", b"content-length: 2") + b"ok")
+        t0 = time.monotonic()
+        srv.server.request_shutdown()
+        assert c.read_until_close(5) == b""
+        elapsed = time.monotonic() - t0
+        assert low <= elapsed <= high, f"closed {elapsed:.2f} s after the shutdown began"
+        srv.thread.join(5)
+        assert not srv.thread.is_alive() and srv.server.exit_code == 0
+
+
 # ---------------------------------------------------------------------------------------------
 # Item 5: a response found invalid before any byte of it was written gets a clean 500.
 

@@ -45,7 +45,15 @@ enum {
     DL_HEAD = 1,  /* request head not complete: 408 if any byte arrived, then close */
     DL_KEEPALIVE, /* idle between requests: close quietly */
     DL_BODY,      /* no request body byte while skirr wants one: 408 if no response began */
+    DL_SHUTDOWN,  /* idle when the graceful shutdown began: close quietly after SHUTDOWN_GRACE */
 };
+
+/* How long a connection idle between requests stays open once the graceful shutdown begins
+ * (seconds; at most --timeout-keep-alive). A request that the client sent as the shutdown began
+ * (a keep-alive client reuses the connection at once) is then answered with 'connection: close'
+ * instead of meeting a closed connection: a client may not retry a non-idempotent request on a
+ * new connection (RFC 9110 §9.2.2), so closing at once lost it during a rolling restart. */
+#define SHUTDOWN_GRACE 1.0
 
 enum rx_state { RX_BODY = 0, RX_COMPLETE, RX_DELIVERED };
 enum tx_state { TX_OPEN = 0, TX_COMPLETE, TX_FAILED, TX_GONE };
@@ -230,7 +238,10 @@ refuse(http1_conn_t *c, int status)
                              : status == 503 ? "--limit-concurrency reached"
                                              : "server error";
         if (c->srv->access.pending != NULL) {
-            sk_access_refusal(c->srv, c->client, peer, p, status, reason);
+            int sent = c->current == NULL || !c->current->resp.head_written;
+            uint64_t bytes =
+                sent ? sk_resp_error_content_length(status, p->method == HTTP_HEAD) : 0;
+            sk_access_refusal(c->srv, c->client, peer, p, status, bytes, reason);
         }
         if (c->srv->trace != NULL) {
             char event[160];
@@ -1952,7 +1963,7 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
         if (ev.type == SK_EV_HEAD) {
             sk_http1_server_t *srv = c->srv;
             int kind = sk_transport_deadline_kind(c->t);
-            if (kind == DL_HEAD || kind == DL_KEEPALIVE) {
+            if (kind == DL_HEAD || kind == DL_KEEPALIVE || kind == DL_SHUTDOWN) {
                 sk_transport_clear_deadline(c->t);
             }
             if (srv->limit_concurrency > 0 && srv->active_requests >= srv->limit_concurrency) {
@@ -2016,7 +2027,8 @@ h1_data_received(void *h, const char *data, size_t len)
      * started app answered at once lets the next pipelined one go in the same pass. */
     http1_conn_t *c = h;
     size_t total = 0;
-    if (sk_transport_deadline_kind(c->t) == DL_KEEPALIVE) {
+    int idle_kind = sk_transport_deadline_kind(c->t);
+    if (idle_kind == DL_KEEPALIVE || idle_kind == DL_SHUTDOWN) {
         sk_transport_set_deadline(c->t, DL_HEAD, c->srv->head_timeout); /* a head has begun */
     }
     size_t n;
@@ -2072,6 +2084,15 @@ static void
 h1_deadline(void *h, int kind)
 {
     http1_conn_t *c = h;
+    if (kind == DL_SHUTDOWN) {
+        if (c->srv->trace != NULL) {
+            socklen_t plen;
+            sk_access_trace(c->srv, NULL, sk_transport_peer(c->t, &plen),
+                            "HTTP connection idle: closed for the shutdown");
+        }
+        sk_transport_close(c->t, SK_CLOSE_NOW);
+        return;
+    }
     if (c->srv->metrics != NULL) {
         static const int kinds[] = {[DL_HEAD] = SK_TIMEOUT_HEAD,
                                     [DL_KEEPALIVE] = SK_TIMEOUT_KEEPALIVE,
@@ -2107,10 +2128,23 @@ h1_deadline(void *h, int kind)
 static void
 h1_shutdown(void *h)
 {
+    /* Graceful shutdown: a request in flight finishes (its response says close: server_closes_after)
+     * and a partial request head gets its head deadline as before. A connection idle between
+     * requests stays open for SHUTDOWN_GRACE (bounded by --timeout-keep-alive), so a request
+     * already on its way is answered, with 'connection: close'; then it closes quietly. */
     http1_conn_t *c = h;
-    if (c->current == NULL && sk_transport_out_len(c->t) == 0) {
-        sk_transport_close(c->t, SK_CLOSE_NOW);
+    if (c->current != NULL || sk_transport_out_len(c->t) != 0) {
+        return;
     }
+    if (sk_transport_in_len(c->t) > 0 || !sk_parser_idle(&c->parser)) {
+        return; /* a head has begun: DL_HEAD runs; its response will say close */
+    }
+    double grace = c->srv->keep_alive < SHUTDOWN_GRACE ? c->srv->keep_alive : SHUTDOWN_GRACE;
+    if (grace <= 0) {
+        sk_transport_close(c->t, SK_CLOSE_NOW);
+        return;
+    }
+    sk_transport_set_deadline(c->t, DL_SHUTDOWN, grace);
 }
 
 static void
