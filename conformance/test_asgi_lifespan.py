@@ -134,6 +134,36 @@ def test_shutdown_failed_ends_run_with_1(loop_name):
     assert any("no flush" in t for t in run.handler.texts()), run.handler.texts()
 
 
+@rule("skirr-lifespan-shutdown-bounded")
+def test_shutdown_that_never_answers_is_cancelled_after_the_bound(loop_name):
+    """A lifespan shutdown that never answers is given what is left of timeout_graceful_shutdown
+    plus 5 s (the supervisor's kill margin): then it is logged, cancelled, and run() returns 1."""
+    entered = Recorder()
+
+    async def app(scope, receive, send):
+        assert scope["type"] == "lifespan"
+        await receive()
+        await send({"type": "lifespan.startup.complete"})
+        await receive()
+        entered.put("shutdown")
+        try:
+            await asyncio.sleep(1000)
+        except asyncio.CancelledError:
+            entered.put("cancelled")
+            raise
+
+    run = Unstarted(app, loop_name, lifespan="on", timeout_graceful_shutdown=0.5)
+    run.wait_started()
+    t0 = time.monotonic()
+    run.server.request_shutdown()
+    assert run.join() == 1
+    elapsed = time.monotonic() - t0
+    assert 5.0 <= elapsed <= 8.0, f"run() returned {elapsed:.2f} s after the shutdown request"
+    assert entered.items == ["shutdown", "cancelled"]
+    assert any("Application shutdown did not complete within 0.5 s (--timeout-graceful-shutdown "
+               "plus 5 s): cancelling it" in t for t in run.handler.texts()), run.handler.texts()
+
+
 async def _raising(scope, receive, send):
     if scope["type"] == "lifespan":
         raise RuntimeError("lifespan-not-supported-7e1")

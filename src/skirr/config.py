@@ -36,6 +36,9 @@ DEFAULT_LIMIT_REQUEST_BODY = 0
 # the 30 s that process supervisors (Kubernetes, systemd's default 90 s) allow before SIGKILL, so
 # lifespan shutdown still runs. None waits for ever.
 DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN = 25.0
+# Seconds past the graceful timeout (and --drain-delay) that lifespan shutdown may still take: a
+# single process then cancels it and exits 1, the supervisor kills a worker still running.
+SHUTDOWN_MARGIN = 5.0
 # Seconds a connection may take to complete a request head (slowloris), from accept or from the
 # first byte of the next request: then 408 if any byte arrived, else a quiet close.
 DEFAULT_TIMEOUT_REQUEST_HEAD = 10.0

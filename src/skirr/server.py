@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from . import _native
 from .access import AccessLog
-from .config import TRACE, Config, ConfigError, configure_logging
+from .config import SHUTDOWN_MARGIN, TRACE, Config, ConfigError, configure_logging
 from .lifespan import Lifespan
 
 logger = logging.getLogger("skirr.error")
@@ -179,6 +179,7 @@ class Server:
                 app = RequestIdMiddleware(app)
             lifespan = Lifespan(app, config.lifespan)
             handlers = self._install_signal_handlers(loop)
+            stop_at: float | None = None  # loop time the stop began (the shutdown's budget)
             started = await self._unless_forced(lifespan.startup())
             if not started:
                 if started is None:
@@ -216,6 +217,7 @@ class Server:
                 if limit:
                     watcher = asyncio.ensure_future(self._watch_max_requests(natives, limit))
                 await self._stop.wait()
+                stop_at = loop.time()
                 self.draining = True
                 if config.drain_delay and not self._force.is_set():
                     logger.info(
@@ -237,10 +239,11 @@ class Server:
                 lifespan.cancel()
                 self.exit_code = 1
                 return
-            await self._unless_forced(lifespan.shutdown())
-            if self._force.is_set():
+            shutdown_done = await self._unless_forced(
+                self._lifespan_shutdown(lifespan, loop.time() if stop_at is None else stop_at))
+            if self._force.is_set() or not shutdown_done:
                 lifespan.cancel()
-            self.exit_code = 1 if (lifespan.failed or self._force.is_set()) else 0
+            self.exit_code = 1 if (lifespan.failed or not shutdown_done) else 0
         finally:
             if watcher is not None:
                 watcher.cancel()  # asyncio.Runner finishes it on the way out
@@ -351,6 +354,28 @@ class Server:
                 )
                 return
             await asyncio.sleep(_POLL_INTERVAL)
+
+    async def _lifespan_shutdown(self, lifespan: Lifespan, stop_at: float) -> bool:
+        """Runs lifespan shutdown within what is left of ``drain_delay`` plus
+        ``timeout_graceful_shutdown`` since ``stop_at`` (loop time, seconds), plus SHUTDOWN_MARGIN
+        seconds: the bound the supervisor gives a worker before it kills it. True when it ended
+        in time (completed or failed: ``lifespan.failed`` tells), False when it was still running
+        (logged; the caller cancels it and the exit status is 1). No bound when
+        ``timeout_graceful_shutdown`` is None."""
+        graceful = self.config.timeout_graceful_shutdown
+        if graceful is None:
+            await lifespan.shutdown()
+            return True
+        loop = asyncio.get_running_loop()
+        left = max(0.0, stop_at + self.config.drain_delay + graceful - loop.time())
+        try:
+            await asyncio.wait_for(lifespan.shutdown(), left + SHUTDOWN_MARGIN)
+        except asyncio.TimeoutError:
+            logger.error(
+                "Application shutdown did not complete within %g s (--timeout-graceful-shutdown "
+                "plus %g s): cancelling it", graceful, SHUTDOWN_MARGIN)
+            return False
+        return True
 
     async def _unless_forced(self, aw: Awaitable[_T]) -> _T | None:
         """Awaits ``aw`` unless a forced exit comes first (then cancels it, returns None)."""

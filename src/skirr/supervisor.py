@@ -66,7 +66,7 @@ import time
 from typing import Any
 
 from . import _worker
-from .config import Config, configure_logging
+from .config import SHUTDOWN_MARGIN, Config, configure_logging
 from .server import bind_socket, bind_tcp
 
 logger = logging.getLogger("skirr.error")
@@ -74,7 +74,7 @@ logger = logging.getLogger("skirr.error")
 BACKOFF_FIRST = 0.1  # seconds before restarting a worker that failed its startup once
 BACKOFF_MAX = 10.0  # the back-off doubles per consecutive failure up to this
 TICK = 0.05  # seconds: the longest the supervisor sleeps between checks
-KILL_MARGIN = 5.0  # seconds past the workers' own graceful timeout before they are killed
+KILL_MARGIN = SHUTDOWN_MARGIN  # seconds past the workers' own graceful timeout before they are killed
 RETIRE_SETTLE = 0.5  # seconds after SIGTTOU stops routing to a slot before its queue may count as
 # drained (handshakes the kernel routed to it just before complete within a round trip)
 RETIRE_MAX = 10.0  # seconds a removed slot's worker gets to drain its accept queue
