@@ -119,8 +119,13 @@ REFUSALS = [
      "request-target too long"),
     (b"GET / HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: v\r\n" % i for i in range(120))
      + b"\r\n", {}, 431, "-", "too many header fields"),
-    (http_request("POST", "/up", body=b"x" * 100), {"limit_request_body": 10}, 413, "-",
-     "content too large"),
+    # The head was read whole but refused: the request line is known and logged.
+    (http_request("POST", "/up", body=b"x" * 100), {"limit_request_body": 10}, 413,
+     "POST /up HTTP/1.1", "content too large"),
+    (b"GET /nohost?a=1 HTTP/1.1\r\n\r\n", {}, 400, "GET /nohost?a=1 HTTP/1.1",
+     "HTTP/1.1 request without Host"),
+    (b"GET ftp://x/f HTTP/1.1\r\nHost: x\r\n\r\n", {}, 421, "GET ftp://x/f HTTP/1.1",
+     "request-target scheme other than http or https"),
 ]
 
 
@@ -225,9 +230,28 @@ def test_json_format(serve, access):
                   "user_agent": "ua/1", "request_id": "abc"}
     refused.pop("time")
     assert refused == {"client": c2.addr, "method": None, "path": None, "query": None,
-                       "http_version": None, "status": 400, "bytes": None, "duration_ms": None,
+                       "http_version": None, "status": 400, "bytes": 11, "duration_ms": None,
                        "referer": None, "user_agent": None, "request_id": None,
                        "reason": "Invalid header token"}
+
+
+@pytest.mark.rule("skirr-access-refusals")
+@pytest.mark.parametrize("data,status,sent", [
+    (b"GET / HTTP/1.1\r\n\r\n", 400, 11),  # "Bad Request"
+    (b"HEAD / HTTP/1.1\r\n\r\n", 400, 0),  # no content for HEAD
+    (http_request("POST", "/up", body=b"x" * 100), 413, 17),  # "Content Too Large"
+], ids=["400", "400-head", "413"])
+def test_refusal_bytes_are_its_content(serve, access, data, status, sent):
+    """A refusal's logged byte count is the content skirr sent with it (%(b)s, %(B)s, json)."""
+    with serve(app, limit_request_body=10, access_log_format="%(s)s %(b)s %(B)s") as srv:
+        c = srv.connect()
+        c.send(data)
+        raw = c.read_until_close()
+        assert raw.startswith(b"HTTP/1.1 %d " % status)
+        assert raw.endswith(b"\r\n\r\n") if sent == 0 else len(raw.split(b"\r\n\r\n", 1)[1]) == sent
+        lines = access.wait(1)
+    b = str(sent) if sent else "-"
+    assert [x.split(" (refused:")[0] for x in lines] == [f"{status} {b} {sent}"]
 
 
 @pytest.mark.rule("skirr-access-format")

@@ -218,6 +218,7 @@ on_message_begin(llhttp_t *llh)
     p->protocol_len = 0;
     p->in_message = 1;
     p->head_done = 0;
+    p->head_read = 0;
     return 0;
 }
 
@@ -608,6 +609,7 @@ on_headers_complete(llhttp_t *llh)
     size_t auth_len, scheme_len;
     int rc;
 
+    p->head_read = 1;
     p->host_count = 0;
     p->expect_continue = 0;
     for (uint32_t i = 0; i < p->nfields; i++) {

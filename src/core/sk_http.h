@@ -99,6 +99,8 @@ typedef struct {
     uint8_t in_name;
     uint8_t in_message;     /* on_message_begin seen, END not yet returned */
     uint8_t head_done;      /* SK_EV_HEAD returned for the current request */
+    uint8_t head_read;      /* the head's end was reached, valid or not: the request-line's
+                             * method, target and version are set (an access log of a refusal) */
     uint8_t dead;           /* SK_EV_ERROR returned; err_status holds the status */
     uint8_t method_pending; /* llhttp refused the method; waiting for bytes to tell 400 from 501 */
     uint8_t rl_state;       /* request-line pre-scan: lead, method, rest, done */

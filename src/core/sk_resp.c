@@ -704,6 +704,19 @@ sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date)
     return sk_resp_error_opts(out, status, head_request, date, NULL);
 }
 
+size_t
+sk_resp_error_content_length(int status, int head_request)
+{
+    const char *reason;
+    if (head_request)
+        return 0;
+    if (status < 100 || status > 599)
+        status = 500;
+    if (reason_phrase(status, &reason) == 0)
+        reason = "Error";
+    return strlen(reason);
+}
+
 int
 sk_resp_error_opts(sk_buf_t *out, int status, int head_request, const char *date,
                    const sk_resp_opts_t *opts)

@@ -134,6 +134,9 @@ int sk_resp_error(sk_buf_t *out, int status, int head_request, const char *date)
 /* The same with the server's own fields from opts (NULL = the defaults). date NULL: no date. */
 int sk_resp_error_opts(sk_buf_t *out, int status, int head_request, const char *date,
                        const sk_resp_opts_t *opts);
+/* Bytes of content sk_resp_error() sends for status (its reason phrase; 0 for a HEAD request):
+ * what an access log reports for a refusal. */
+size_t sk_resp_error_content_length(int status, int head_request);
 
 /* The interim response to "Expect: 100-continue" (RFC 9110 §10.1.1, §15.2.1), and its bytes. */
 #define SK_CONTINUE_RESPONSE_LITERAL "HTTP/1.1 100 Continue\r\n\r\n"

@@ -86,15 +86,15 @@ sk_access_response(sk_http1_server_t *srv, int status, uint64_t bytes, sk_access
 
 void
 sk_access_refusal(sk_http1_server_t *srv, PyObject *client, const struct sockaddr_storage *peer,
-                  const sk_parser_t *p, int status, const char *reason)
+                  const sk_parser_t *p, int status, uint64_t bytes, const char *reason)
 {
     PyObject *method = NULL, *target = NULL, *version = NULL;
     PyObject *cl = peer_client(srv, client, peer);
     if (cl == NULL) {
         goto error;
     }
-    /* The request line only once the head is complete (its spans are valid only then). */
-    int have_head = p != NULL && p->head_done && p->head != NULL;
+    /* The request line only once the head was read whole (its spans are valid only then). */
+    int have_head = p != NULL && p->head_read && p->head != NULL;
     if (have_head) {
         method = PyUnicode_FromString(sk_parser_method_name(p));
         target = PyUnicode_DecodeLatin1(sk_parser_ptr(p, p->target), p->target.len, NULL);
@@ -108,7 +108,8 @@ sk_access_refusal(sk_http1_server_t *srv, PyObject *client, const struct sockadd
     if (method == NULL || target == NULL || version == NULL) {
         goto error;
     }
-    push(srv, Py_BuildValue("(OiOOOOs)", Py_None, status, cl, method, target, version, reason));
+    push(srv, Py_BuildValue("(OiOOOOsK)", Py_None, status, cl, method, target, version, reason,
+                            (unsigned long long)bytes));
     goto done;
 error:
     PyErr_WriteUnraisable(srv->access.pending);

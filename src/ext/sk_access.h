@@ -54,10 +54,12 @@ void sk_access_begin(sk_access_req_t *rq, PyObject *scope);
  * reported as unraisable. */
 void sk_access_response(struct sk_http1_server *srv, int status, uint64_t bytes,
                         sk_access_req_t *rq);
-/* Records a refusal. p may be NULL; client is borrowed (may be NULL: taken from peer). */
+/* Records a refusal: skirr's own response of `bytes` bytes of content (0: none was sent), with
+ * the request line when the head was read whole (valid or not). p may be NULL; client is
+ * borrowed (may be NULL: taken from peer). */
 void sk_access_refusal(struct sk_http1_server *srv, PyObject *client,
                        const struct sockaddr_storage *peer, const sk_parser_t *p, int status,
-                       const char *reason);
+                       uint64_t bytes, const char *reason);
 void sk_access_req_clear(sk_access_req_t *rq);
 /* GC support for a request's record. */
 int sk_access_req_traverse(sk_access_req_t *rq, visitproc visit, void *arg);

@@ -118,9 +118,8 @@ class Entry:
             self.reason = None
         else:
             (_, self.status, self.client, self.method, self.target, self.http_version,
-             self.reason) = rec
+             self.reason, self.bytes) = rec
             self.scope = None
-            self.bytes = None
             self.seconds = None
             self.resp_headers = None
 
