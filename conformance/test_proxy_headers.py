@@ -59,6 +59,11 @@ def test_trusted_x_forwarded(serve, echo_app, headers, client, scheme):
     ([("Forwarded", "for=_hidden;proto=https")], None, "https"),
     ([("Forwarded", "for=unknown")], None, "http"),
     ([("Forwarded", 'for="\\1\\9\\8.51.100.1"')], ("198.51.100.1", 0), "http"),
+    # empty list elements are skipped (RFC 9110 §5.6.1.2), wherever they are
+    ([("Forwarded", "for=198.51.100.1, ,for=203.0.113.7")], ("203.0.113.7", 0), "http"),
+    ([("Forwarded", "for=203.0.113.7;proto=https, ")], ("203.0.113.7", 0), "https"),
+    ([("Forwarded", ", for=203.0.113.7")], ("203.0.113.7", 0), "http"),
+    ([("Forwarded", "for=203.0.113.7;;proto=https")], ("203.0.113.7", 0), "https"),
     # Forwarded wins over X-Forwarded-* when it parses
     ([("Forwarded", "for=203.0.113.7"), ("X-Forwarded-For", "198.51.100.1"),
       ("X-Forwarded-Proto", "https")], ("203.0.113.7", 0), "http"),
@@ -140,6 +145,10 @@ MALFORMED = [
     [("Forwarded", "for=203.0.113.7, for=bad!addr")],
     [("Forwarded", "proto=https;for=203.0.113.7;proto")],
     [("Forwarded", ", ".join(["for=203.0.113.7"] * 999 + ["for"]))],
+    # a proto= skirr does not serve, or given twice: the whole header, not only the proto
+    [("Forwarded", "for=203.0.113.7;proto=ftp")],
+    [("Forwarded", "for=203.0.113.7;proto=https;proto=http")],
+    [("Forwarded", 'for=203.0.113.7;proto=""')],
 ]
 
 

@@ -406,8 +406,10 @@ xfp_https(const sk_parser_t *p)
 
 typedef struct {
     node_t node; /* kind -1 here = no for= pair */
-    int https;   /* -1 = no usable proto= */
+    int https;   /* -1 = no proto= */
     int has_for;
+    int has_proto;
+    int pairs; /* 0: an empty list element, skipped */
 } fwd_elem_t;
 
 static size_t
@@ -459,7 +461,9 @@ static int
 fwd_client(const sk_proxy_t *px, const sk_parser_t *p, fwd_elem_t *chosen)
 {
     /* 1 with the chosen element, 0 when there is no usable Forwarded (absent, or malformed
-     * anywhere: ignored whole). Walking left to right, the last element whose for= is not a
+     * anywhere: ignored whole; a proto= other than http, https, ws or wss, or a parameter given
+     * twice in an element, is malformed). Empty list elements are skipped (RFC 9110 §5.6.1.2).
+     * Walking left to right, the last element whose for= is not a
      * trusted address is the nearest untrusted hop; the first element when every hop is trusted. */
     int any = 0, found = 0;
     fwd_elem_t first = {.node = {.kind = -1}, .https = -1};
@@ -497,6 +501,7 @@ fwd_client(const sk_proxy_t *px, const sk_parser_t *p, fwd_elem_t *chosen)
                 if (pos == 0) {
                     return 0;
                 }
+                e.pairs++;
                 if (ieq(v + name, name_len, "for")) {
                     if (e.has_for) {
                         return 0; /* a parameter occurs once per element (RFC 7239 §4) */
@@ -508,7 +513,14 @@ fwd_client(const sk_proxy_t *px, const sk_parser_t *p, fwd_elem_t *chosen)
                     }
                 }
                 else if (ieq(v + name, name_len, "proto")) {
+                    if (e.has_proto) {
+                        return 0;
+                    }
+                    e.has_proto = 1;
                     e.https = proto_https(text, tlen);
+                    if (e.https < 0) {
+                        return 0; /* not a scheme skirr serves: ignored whole, never half-applied */
+                    }
                 }
                 while (pos < len && is_ows(v[pos])) {
                     pos++;
@@ -519,13 +531,15 @@ fwd_client(const sk_proxy_t *px, const sk_parser_t *p, fwd_elem_t *chosen)
                 }
                 break;
             }
-            if (!any) {
-                first = e;
-            }
-            any = 1;
-            if (!(e.node.kind == 1 && trusted_ip(px, &e.node.ip))) {
-                *chosen = e;
-                found = 1;
+            if (e.pairs > 0) {
+                if (!any) {
+                    first = e;
+                }
+                any = 1;
+                if (!(e.node.kind == 1 && trusted_ip(px, &e.node.ip))) {
+                    *chosen = e;
+                    found = 1;
+                }
             }
             if (pos >= len) {
                 break;
