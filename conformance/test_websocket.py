@@ -226,6 +226,30 @@ def test_failure_waits_for_every_queued_message(serve):
 
 
 @rule("skirr-ws-failure-after-queued-messages")
+def test_app_closing_while_a_failure_is_held_gets_the_failure(serve):
+    """The app answers the text with websocket.close 4000 while the reserved opcode behind it is
+    held: the peer's failure is what ends the connection (Close 1002, no close handshake), and
+    the app's next receive() is websocket.disconnect 1002."""
+    record = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept"})
+        record.put((await receive()).get("text"))
+        await send({"type": "websocket.close", "code": 4000})
+        record.put(await receive())
+
+    with serve(app) as srv:
+        c = srv.connect()
+        handshake(c)
+        c.send(frame(0x81, b"Hello") + frame(0x83))
+        assert c.read_until_close() == close_frame(1002)
+        got = record.wait(2)
+        assert got[0] == "Hello"
+        assert got[1]["type"] == "websocket.disconnect" and got[1]["code"] == 1002
+
+
+@rule("skirr-ws-failure-after-queued-messages")
 def test_failure_waits_for_the_app_at_most_the_close_timeout(serve):
     """An app that never calls receive() again does not keep a failed connection open: the
     Close 1002 goes out after the close timeout (10 s), with no echo before it."""
