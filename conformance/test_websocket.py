@@ -187,6 +187,88 @@ def test_message_over_max_size_fails_1009(serve):
         fails_with(srv, frame(0x82, b"x" * 1025), 1009)
 
 
+# -- a protocol failure behind messages already decoded ---------------------------------------------
+# Autobahn 3.2, 3.3, 4.1.3, 4.1.4, 4.2.3, 4.2.4, 5.15: a valid message and a frame that fails the
+# connection arrive together. The failure waits until the app has taken every message decoded
+# before it and come back to receive() (its echo goes out first), then the Close goes out.
+
+@rule("skirr-ws-failure-after-queued-messages")
+@pytest.mark.parametrize("bad, code, max_size", [
+    pytest.param(frame(0x83, b"x"), 1002, None, id="reserved-opcode-1002"),
+    pytest.param(frame(0xA1, b"x"), 1002, None, id="rsv2-1002"),
+    pytest.param(frame(0x81, b"ok\xed\xa0\x80"), 1007, None, id="invalid-utf8-1007"),
+    pytest.param(frame(0x82, b"x" * 1025), 1009, 1024, id="over-max-size-1009"),
+])
+def test_failure_waits_for_the_message_before_it(serve, bad, code, max_size):
+    """A valid text frame and a failing frame in ONE send: the app gets the text, its echo
+    arrives before the Close with the failure's code, and the app's next receive() is
+    websocket.disconnect with that code."""
+    record = Recorder()
+    opts = {"ws_max_size": max_size} if max_size else {}
+    with serve(make_app(record), **opts) as srv:
+        c = srv.connect()
+        handshake(c)
+        c.send(frame(0x81, b"Hello") + bad)
+        assert c.read_until_close() == b"\x81\x05Hello" + close_frame(code)
+        event = record.wait(1)[0]
+        assert event["type"] == "websocket.disconnect" and event["code"] == code
+
+
+@rule("skirr-ws-failure-after-queued-messages")
+def test_failure_waits_for_every_queued_message(serve):
+    """Three messages then a reserved opcode in one send: three echoes in order, then 1002."""
+    with serve(make_app(Recorder())) as srv:
+        c = srv.connect()
+        handshake(c)
+        c.send(frame(0x81, b"a") + frame(0x82, b"bc") + frame(0x81, b"def") + frame(0x8B))
+        assert c.read_until_close() == (b"\x81\x01a" + b"\x82\x02bc" + b"\x81\x03def"
+                                        + close_frame(1002))
+
+
+@rule("skirr-ws-failure-after-queued-messages")
+def test_app_closing_while_a_failure_is_held_gets_the_failure(serve):
+    """The app answers the text with websocket.close 4000 while the reserved opcode behind it is
+    held: the peer's failure is what ends the connection (Close 1002, no close handshake), and
+    the app's next receive() is websocket.disconnect 1002."""
+    record = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept"})
+        record.put((await receive()).get("text"))
+        await send({"type": "websocket.close", "code": 4000})
+        record.put(await receive())
+
+    with serve(app) as srv:
+        c = srv.connect()
+        handshake(c)
+        c.send(frame(0x81, b"Hello") + frame(0x83))
+        assert c.read_until_close() == close_frame(1002)
+        got = record.wait(2)
+        assert got[0] == "Hello"
+        assert got[1]["type"] == "websocket.disconnect" and got[1]["code"] == 1002
+
+
+@rule("skirr-ws-failure-after-queued-messages")
+def test_failure_waits_for_the_app_at_most_the_close_timeout(serve):
+    """An app that never calls receive() again does not keep a failed connection open: the
+    Close 1002 goes out after the close timeout (10 s), with no echo before it."""
+    async def app(scope, receive, send):
+        import asyncio
+
+        await receive()
+        await send({"type": "websocket.accept"})
+        await asyncio.sleep(60)
+
+    with serve(app) as srv:
+        c = srv.connect()
+        handshake(c)
+        start = time.monotonic()
+        c.send(frame(0x81, b"Hello") + frame(0x83))
+        assert c.read_until_close(timeout=20) == close_frame(1002)
+        assert 8 < time.monotonic() - start < 15
+
+
 @rule("RFC6455-7.4-close-code-to-app")
 def test_client_close_reaches_app(serve):
     """RFC 6455 §7.4 / ASGI: the client's Close 4000 "bye" becomes websocket.disconnect with that
@@ -759,6 +841,20 @@ def test_compressed_invalid_utf8_fails_1007(serve):
         pmd_handshake(c, b"permessage-deflate")
         c.send(frame(0xC1, b"\xff\xff\xff\xff"))
         assert c.read_until_close() == close_frame(1007)
+
+
+@rule("skirr-ws-failure-after-queued-messages")
+def test_compressed_failure_waits_for_the_message_before_it(serve):
+    """permessage-deflate: a compressed "Hello" and a compressed message inflating past
+    --ws-max-size in one send: the compressed echo of "Hello" comes first, then the Close 1009."""
+    with serve(make_app(Recorder()), ws_max_size=65536) as srv:
+        c = srv.connect()
+        pmd_handshake(c, b"permessage-deflate")
+        c.send(frame(0xC1, deflated(b"Hello")) + frame(0xC2, deflated(b"\0" * (1 << 20))))
+        b0, payload = read_frame(c)
+        assert b0 == 0xC1  # FIN, RSV1 (compressed), text
+        assert zlib.decompressobj(wbits=-15).decompress(payload + b"\x00\x00\xff\xff") == b"Hello"
+        assert c.read_until_close() == close_frame(1009)
 
 
 @rule("skirr-ws-config")

@@ -19,7 +19,8 @@ What it does:
    goes to ``BUILD/fuzzingclient.log``, the reports to ``BUILD/reports/``.
 4. Stops the servers (SIGTERM, then SIGKILL after 10 s) and reads ``BUILD/reports/index.json``:
    per server the count of each behavior (OK, NON-STRICT, INFORMATIONAL, UNIMPLEMENTED, FAILED),
-   the total duration of the cases (and of the 9.* ones), and every case that is not OK with
+   the total duration of the cases (and of the 9.* ones), the CPU seconds each server and the
+   fuzzingclient used over the run (/proc and getrusage), and every case that is not OK with
    its behavior, close behavior and the suite's result text. Printed and written to --output
    (Markdown).
 
@@ -34,6 +35,7 @@ import fnmatch
 import glob
 import json
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -174,6 +176,18 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(STOP_TIMEOUT)
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, seconds) process `pid` used so far, its reaped children included;
+    None where /proc cannot tell (not Linux, or the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": state is fields[0]
+    ticks = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime (proc(5) 14-17)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def shown_command(cmd: list[str], port: int) -> str:
     """`cmd` as the summary shows it: no interpreter path, checkout path or (per-run) port."""
     shown = ["python" if i == 0 else "PORT" if p == str(port) else p for i, p in enumerate(cmd)]
@@ -211,8 +225,8 @@ def summarize(results: dict[str, dict[str, dict]], meta: dict) -> str:
              f"- Suite: autobahntestsuite {AUTOBAHN_VERSION} (`wstest -m fuzzingclient`), "
              f"cases `{meta['cases']}`" + (f", excluded `{meta['exclude']}`" if meta["exclude"]
                                            else ""),
-             f"- Run: {meta['date']}, fuzzingclient wall time {meta['wall']:.1f} s "
-             f"(all servers, every case against each in turn)"]
+             f"- Run: {meta['date']}, fuzzingclient wall time {meta['wall']:.1f} s, CPU "
+             f"{meta['client_cpu']:.1f} s (all servers, every case against each in turn)"]
     for agent in agents:
         lines.append(f"- {agent}: `{meta['servers'][agent]}`")
     lines += ["", "| behavior | " + " | ".join(agents) + " |",
@@ -228,6 +242,9 @@ def summarize(results: dict[str, dict[str, dict]], meta: dict) -> str:
         sums = [sum(e.get("duration", 0) for c, e in results[a].items() if c.startswith(prefix))
                 for a in agents]
         lines.append(f"| {label} | " + " | ".join(str(s) for s in sums) + " |")
+    cpu = [meta["cpu"].get(a) for a in agents]
+    lines.append("| server CPU during the run (s) | "
+                 + " | ".join("?" if c is None else f"{c:.1f}" for c in cpu) + " |")
     if len(agents) > 1:  # a case failed fast (e.g. 1009 at once) would skew the sums above
         common = [c for c in results[agents[0]] if c.startswith("9.") and all(
             results[a].get(c, {}).get("behavior") == "OK" for a in agents)]
@@ -304,10 +321,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autobahn: {shlex.join(cmd)} (cases {' '.join(cases)}; log "
               f"{build / 'fuzzingclient.log'})", flush=True)
         t0 = time.monotonic()
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the servers are not reaped yet
+        cpu0 = {a: cpu_seconds(proc.pid) for a, proc in procs.items()}  # their start left out
         with open(build / "fuzzingclient.log", "wb") as log:
             run = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=build,
                                  timeout=args.timeout)
         wall = time.monotonic() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        client_cpu = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
+        cpu = {a: None if c is None or cpu0[a] is None else c - cpu0[a]
+               for a, c in ((a, cpu_seconds(proc.pid)) for a, proc in procs.items())}
         for a, proc in procs.items():
             if proc.poll() is not None:
                 print(f"autobahn: {a} exited ({proc.returncode}) during the run; see "
@@ -326,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                 + (f" AUTOBAHN_ARGS='{' '.join(extra)}'" if extra else ""),
                 "cases": " ".join(cases), "exclude": " ".join(exclude),
                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "wall": wall,
+                "client_cpu": client_cpu, "cpu": cpu,
                 "servers": {a: shown_command(cmds[a], servers[a][0]) for a in agents}}
         text = summarize(results, meta)
         Path(args.output).write_text(text)

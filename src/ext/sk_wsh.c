@@ -13,6 +13,9 @@
  *   | DONE (403/500/denial complete, or the connection went away);
  *   OPEN -> CLOSING (the server sent its Close, waits for the peer's) -> DONE;
  *   OPEN -> DONE (the peer's Close answered, a protocol error, or the connection went away).
+ * A protocol error behind messages the app has not taken yet is held (held_code, still OPEN,
+ * reading stopped) until the app has received them and called receive() again, its task ended,
+ * or CLOSE_TIMEOUT passed: the app's answers to those messages go out before the Close.
  */
 #include "sk_wsh.h"
 
@@ -35,6 +38,7 @@ enum {
     DL_PING = 1, /* --ws-ping-interval passed: send a ping */
     DL_PONG,     /* --ws-ping-timeout passed without the pong: fail the connection */
     DL_CLOSE,    /* the peer did not answer the server's Close in CLOSE_TIMEOUT: close */
+    DL_HELD,     /* a held protocol error waited CLOSE_TIMEOUT for the app: fail now */
 };
 
 enum ws_state { WS_HANDSHAKE = 0, WS_RESPONSE, WS_OPEN, WS_CLOSING, WS_DONE };
@@ -55,6 +59,8 @@ typedef struct {
     uint8_t app_running;        /* counted in srv->active_requests */
     uint8_t raised_disconnect;  /* skirr raised ClientDisconnected into the app (not logged) */
     uint8_t paused;             /* reading stopped: the queue is over its marks */
+    uint8_t app_has_message;    /* receive() gave a message and was not called again since */
+    int held_code;              /* a protocol error's close code waiting for the app, or 0 */
     uint8_t msg_opcode;         /* SK_WS_TEXT/SK_WS_BINARY of the message being reassembled */
     uint8_t msg_compressed;     /* it has RSV1: permessage-deflate (inflated as it arrives) */
     uint8_t pmd_offered;        /* the handshake offered acceptable permessage-deflate params */
@@ -97,8 +103,8 @@ sync_reading(WebSocketObject *w)
 {
     /* Flow control: reading stops while --ws-max-queue messages or QUEUE_HIGH_WATER bytes wait
      * for the app, and resumes (with the buffered input offered again) below both. */
-    if (w->t == NULL) {
-        return;
+    if (w->t == NULL || w->held_code) {
+        return; /* a held protocol error: nothing more is read */
     }
     Py_ssize_t n = w->queue ? PyList_GET_SIZE(w->queue) : 0;
     int full = n >= w->srv->ws.max_queue || w->queued_bytes >= QUEUE_HIGH_WATER;
@@ -148,6 +154,7 @@ next_event(WebSocketObject *w, PyObject **out)
             w->queued_bytes = 0;
         }
         sync_reading(w);
+        w->app_has_message = 1;
         *out = ev;
         return 1;
     }
@@ -241,6 +248,43 @@ fail(WebSocketObject *w, int code, const char *reason)
     sk_transport_close(t, SK_CLOSE_AFTER_WRITE);
 }
 
+static void
+fail_in_order(WebSocketObject *w, int code)
+{
+    /* A protocol error of the peer's (1002, 1007, 1009): fails the connection (RFC 6455 §7.1.7),
+     * but not ahead of the messages decoded before it. While one waits in the queue or the app
+     * has not come back to receive() since the last, the error is held: nothing more is read
+     * and the Close waits for release_held() (or DL_HELD, CLOSE_TIMEOUT from now). */
+    int waiting = (w->queue != NULL && PyList_GET_SIZE(w->queue) > 0) || w->app_has_message;
+    if (!waiting || w->state != WS_OPEN || w->t == NULL || w->held_code) {
+        fail(w, code, NULL);
+        return;
+    }
+    w->held_code = code;
+    if (!w->paused) {
+        w->paused = 1;
+        sk_transport_pause_reading(w->t, 1);
+    }
+    sk_transport_set_deadline(w->t, DL_HELD, CLOSE_TIMEOUT);
+}
+
+static int
+release_held(WebSocketObject *w, int now)
+{
+    /* Sends a held protocol error's Close once the app has every message before it (now: at
+     * once, whatever the app has). 1 if one was held (the connection is failed), else 0. */
+    if (!w->held_code) {
+        return 0;
+    }
+    if (!now && ((w->queue != NULL && PyList_GET_SIZE(w->queue) > 0) || w->app_has_message)) {
+        return 1;
+    }
+    int code = w->held_code;
+    w->held_code = 0;
+    fail(w, code, NULL);
+    return 1;
+}
+
 static int
 start_close(WebSocketObject *w, int code, const char *reason, size_t reason_len)
 {
@@ -298,7 +342,12 @@ inflate_failed(WebSocketObject *w, int rc)
     /* A compressed message that cannot be inflated: 1009 past --ws-max-size (RFC 6455 §7.4.1),
      * 1007 for data that is not DEFLATE (as the websockets library answers), 1011 out of
      * memory. */
-    fail(w, rc == SK_ETOOLONG ? SK_WS_TOO_BIG : rc == SK_ESTATE ? SK_WS_INVALID_DATA : 1011, NULL);
+    if (rc == SK_ETOOLONG || rc == SK_ESTATE) {
+        fail_in_order(w, rc == SK_ETOOLONG ? SK_WS_TOO_BIG : SK_WS_INVALID_DATA);
+    }
+    else {
+        fail(w, 1011, NULL);
+    }
 }
 
 static size_t
@@ -309,8 +358,8 @@ ws_data_received(void *h, const char *data, size_t len)
     if (w->state == WS_HANDSHAKE || w->state == WS_RESPONSE) {
         return 0; /* frames wait for the 101 (kept by the transport, in order) */
     }
-    if (w->state == WS_DONE) {
-        return len;
+    if (w->state == WS_DONE || w->held_code) {
+        return len; /* nothing after a failure is read */
     }
     Py_INCREF(w);
     while (off < len || sk_ws_parser_idle(&w->parser) == 0) {
@@ -335,6 +384,7 @@ ws_data_received(void *h, const char *data, size_t len)
                          : sk_buf_append(&w->msg, ev.data, ev.len);
             if (rc < 0) {
                 inflate_failed(w, rc);
+                off = len;
                 break;
             }
         }
@@ -344,12 +394,14 @@ ws_data_received(void *h, const char *data, size_t len)
                 int rc = sk_pmd_inflate(w->pmd, NULL, 0, 1, &w->msg, w->srv->ws.max_size);
                 if (rc < 0) {
                     inflate_failed(w, rc);
+                    off = len;
                     break;
                 }
                 if (w->msg_opcode == SK_WS_TEXT &&
                     !sk_ws_utf8_valid(sk_buf_len(&w->msg) ? sk_buf_head(&w->msg) : "",
                                       sk_buf_len(&w->msg))) {
-                    fail(w, SK_WS_INVALID_DATA, NULL);
+                    fail_in_order(w, SK_WS_INVALID_DATA);
+                    off = len;
                     break;
                 }
             }
@@ -388,7 +440,7 @@ ws_data_received(void *h, const char *data, size_t len)
             break;
         }
         else { /* SK_WS_EV_ERROR: fail the connection with the code the codec names */
-            fail(w, ev.code, NULL);
+            fail_in_order(w, ev.code);
             off = len;
             break;
         }
@@ -432,6 +484,9 @@ ws_deadline(void *h, int kind)
     else if (kind == DL_PONG) {
         fail(w, 1011, "keepalive ping timeout"); /* as the websockets library says it */
     }
+    else if (kind == DL_HELD) {
+        (void)release_held(w, 1); /* the app did not come back to receive() in time */
+    }
     else if (kind == DL_CLOSE) {
         ended(w, SK_WS_ABNORMAL, NULL, 0); /* the peer never answered the server's Close */
         sk_transport_close(w->t, SK_CLOSE_NOW);
@@ -442,6 +497,9 @@ static void
 ws_shutdown(void *h)
 {
     WebSocketObject *w = h;
+    if (release_held(w, 1)) {
+        return;
+    }
     if (w->state == WS_OPEN) {
         /* RFC 6455 §7.4.1: 1012, the server is restarting (uvicorn sends the same) */
         (void)start_close(w, 1012, "", 0);
@@ -809,6 +867,10 @@ send_close(WebSocketObject *w, PyObject *msg)
         raise_disconnected(w);
         goto done;
     }
+    if (release_held(w, 1)) {
+        rc = 0; /* the peer's protocol error is what ends the connection: no close handshake */
+        goto done;
+    }
     if (start_close(w, (int)code, reason, (size_t)rlen) < 0) {
         PyErr_NoMemory();
         goto done;
@@ -995,6 +1057,8 @@ ws_receive(PyObject *op, PyObject *Py_UNUSED(arg))
      * websocket.disconnect); NULL with an exception. */
     WebSocketObject *w = (WebSocketObject *)op;
     PyObject *msg = NULL;
+    w->app_has_message = 0; /* the app is done with the last message it got */
+    (void)release_held(w, 0);
     if (w->receive_waiters == NULL || PyList_GET_SIZE(w->receive_waiters) == 0) {
         int rc = next_event(w, &msg);
         if (rc != 0) {
@@ -1059,6 +1123,9 @@ ws_app_done(PyObject *op, PyObject *task)
         if (w->t != NULL) {
             sk_transport_abort(w->t, 0);
         }
+    }
+    else if (release_held(w, 1)) {
+        /* the peer's protocol error, held for this app, is what ends the connection */
     }
     else if (w->state == WS_OPEN && failed) {
         fail(w, 1011, NULL); /* RFC 6455 §7.4.1: an unexpected condition; closed at once */
