@@ -9,7 +9,8 @@ skirr, so the matrix's server CPU per request compares two regimes.
 
 This script fixes the regime. It runs in a private network namespace (its own loopback and
 net.ipv4.tcp_rmem, the machine's untouched; needs root for `unshare -n`) and serves file_1m from
-nginx (the matrix's config) and three skirr apps:
+nginx (the matrix's config), nginx-nopush (the same plus `tcp_nopush on`: its head leaves with the
+file's first segment, as skirr's does with MSG_MORE) and three skirr apps:
     skirr            file_apps:app            Starlette's FileResponse (the workload)
     skirr-stat       file_apps:stat_inline    FileResponse given its stat result: no thread hop
     skirr-raw        file_apps:pathsend_only  the same head and one pathsend: skirr + kernel only
@@ -117,6 +118,15 @@ def main():
     try:
         ports["nginx"] = 18950
         procs["nginx"] = subprocess.Popen(["taskset", "-c", "0"] + nginx_argv("", 18950, tmp))
+        # the same with `tcp_nopush on` (TCP_CORK): the head leaves with the file's first segment,
+        # as skirr's MSG_MORE head does
+        cork = Path(tmp, "nopush")
+        cork.mkdir()
+        argv = nginx_argv("", 18949, cork)
+        conf = cork / "nginx.conf"
+        conf.write_text(conf.read_text().replace("sendfile on;", "sendfile on; tcp_nopush on;"))
+        ports["nginx-nopush"] = 18949
+        procs["nginx-nopush"] = subprocess.Popen(["taskset", "-c", "0"] + argv)
         for i, (name, app) in enumerate(SKIRR_APPS.items()):
             ports[name] = 18951 + i
             procs[name] = subprocess.Popen(
