@@ -34,3 +34,26 @@ async def app(scope, receive, send):
     if scope["type"] != "http":
         return
     await FileResponse(PATH, media_type="application/octet-stream")(scope, receive, send)
+
+
+# Two diagnostic variants for bench/file_1m_regimes.sh (not in the matrix): the same response with
+# less of Starlette's work per request, to split the app's part from the server's.
+_STAT = os.stat(PATH)
+_HEADERS = FileResponse(PATH, media_type="application/octet-stream", stat_result=_STAT).raw_headers
+
+
+async def stat_inline(scope, receive, send):
+    """FileResponse given its stat result (os.stat called inline): no anyio worker-thread hop."""
+    if scope["type"] != "http":
+        return
+    await FileResponse(PATH, media_type="application/octet-stream",
+                       stat_result=os.stat(PATH))(scope, receive, send)
+
+
+async def pathsend_only(scope, receive, send):
+    """No framework: FileResponse's status and headers (computed once) and one pathsend message;
+    the server's part and the kernel's alone (needs a server offering http.response.pathsend)."""
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": _HEADERS})
+    await send({"type": "http.response.pathsend", "path": PATH})

@@ -80,6 +80,16 @@ def cpu0_busy(cpus=SERVER_CPU):
     return busy, steal
 
 
+def softirq_ticks(cpu=CLIENT_CPU):
+    """softirq jiffies of one CPU (/proc/stat). On loopback the client CPU's softirq runs the TCP
+    input of both directions for what the client's ACKs push: where a window-limited response's
+    transmit lands (file_1m; bench/file_1m_regimes.py)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{cpu} "):
+            return int(line.split()[7])
+    return 0
+
+
 def affinity_ok(pids, cpus=SERVER_CPU):
     want = {int(c) for c in cpus.split(",")}
     for pid in pids:
@@ -228,8 +238,10 @@ def measure_row(name, wl, conns, cfg, outdir, tag, after=None):
             sampler.start()
             row["loadavg"] = Path("/proc/loadavg").read_text().split()[0]
             b0, p0, t0 = cpu0_busy(cpus), proc_ticks(pids), time.perf_counter()
+            q0 = softirq_ticks()
             res = run_wrk(wl, srv.port, conns, cfg["duration"], outdir, **client)
             p1, b1, t1 = proc_ticks(pids), cpu0_busy(cpus), time.perf_counter()
+            q1 = softirq_ticks()
             sampler.stop()
             if sorted(srv.pids()) != sorted(pids):
                 raise RuntimeError(f"the server's processes changed during the run: {sorted(pids)} "
@@ -255,6 +267,9 @@ def measure_row(name, wl, conns, cfg, outdir, tag, after=None):
                 other_cpu0=max(0.0, (b1[0] - b0[0]) / CLK_TCK - server_cpu
                                - (res["cpu_s"] if workers else 0)) / wall,
                 steal_cpu0=(b1[1] - b0[1]) / CLK_TCK / wall,
+                # the client side per request: wrk's CPU and its CPU's softirq (µs)
+                gen_us_per_req=res["cpu_s"] / n * 1e6 if n else None,
+                client_softirq_us_per_req=(q1 - q0) / CLK_TCK / n * 1e6 if n else None,
                 rss_mib=sampler.rss / 2**20, pss_mib=sampler.pss / 2**20,
             )
             check_workload(wl, srv.port)  # exact status and body after the run

@@ -60,6 +60,11 @@ def aggregate(runs, rounds):
             "other_cpu0": max((r["other_cpu0"] for r in ok), default=None),
             "steal_cpu0": max((r["steal_cpu0"] for r in ok), default=None),
             "pinned": all(r.get("pinned", True) for r in ok),
+            "gen_us_per_req": median([r["gen_us_per_req"] for r in ok
+                                      if r.get("gen_us_per_req") is not None]),
+            "client_softirq_us_per_req": median(
+                [r["client_softirq_us_per_req"] for r in ok
+                 if r.get("client_softirq_us_per_req") is not None]),
         }
     return out
 
@@ -244,6 +249,25 @@ def render_costs(L, cruns):
         L.append(f"- failed: round {r['round']} {r['server']}: `{(r['error'] or '')[:400]}`")
 
 
+def render_client_side(L, agg):
+    """file_1m's client side: over loopback a window-limited response is pushed by the client's
+    ACKs from the client CPU's softirq, outside the server's CPU (bench/file_1m_regimes.py)."""
+    keys = sorted(k for k in agg if k[0] == "file_1m" and agg[k]["cpu_us_per_req"]
+                  and agg[k]["client_softirq_us_per_req"] is not None)
+    if not keys:
+        return
+    L.append("\n## file_1m: the client side\n")
+    L.append("Medians per request. A server whose client's receive windows stay small (high CPU 1 "
+             "softirq) has its transmit pushed from CPU 1 and looks cheaper in its own CPU column; "
+             "`bench/file_1m_regimes.py` measures with the window regime fixed.\n")
+    L.append("| conns | server | server µs/req | CPU 1 softirq µs/req | wrk µs/req |")
+    L.append("|---|---|---|---|---|")
+    for w, c, s in keys:
+        a = agg[(w, c, s)]
+        L.append(f"| {c} | {s} | {a['cpu_us_per_req']:.1f} | {a['client_softirq_us_per_req']:.1f} "
+                 f"| {fmt(a['gen_us_per_req'], '.1f')} |")
+
+
 def render_report(result, agg, cmp, status):
     meta = result["meta"]
     m = meta["machine"]
@@ -339,6 +363,7 @@ def render_report(result, agg, cmp, status):
     errs = {w: r["error"] for w, r in result["app_cpu"].items() if "error" in r}
     for w, e in errs.items():
         L.append(f"\napp CPU for {w} failed: `{e[-300:]}`")
+    render_client_side(L, agg)
 
     if result.get("workers"):
         render_workers(L, result["workers"])
