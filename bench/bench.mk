@@ -3,7 +3,7 @@
 BENCH_RUN := $(VPY) bench/run.py
 BENCH_ARGS ?=
 
-.PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access bench-costs
+.PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-ws
 
 # The full matrix (about 80 minutes), only on a build that passes the conformance suite; writes the
 # raw results to bench/results/ and the summary to bench/RESULTS.md.
@@ -13,7 +13,8 @@ bench: build
 	$(BENCH_RUN) matrix --profile full --summary bench/RESULTS.md $(BENCH_ARGS)
 
 # The CI smoke test of the harness, <= 5 minutes: raw_get, post_4k and fastapi_json at 64
-# connections, 3 rounds, skirr beside uvicorn and the C limit. No pass/fail on speed; it fails only
+# connections, 3 rounds, skirr beside uvicorn and the C limit; one round of the WebSocket latency
+# row (ws_echo_64, skirr beside uvicorn with websockets). No pass/fail on speed; it fails only
 # when a skirr run fails (a socket error, timeout, non-2xx or wrong body).
 bench-quick: build
 	$(BENCH_RUN) matrix --profile quick $(BENCH_ARGS)
@@ -38,6 +39,14 @@ bench-callgrind: build
 # off and below uvicorn's with its log on. `make bench` runs the same rows in its matrix.
 bench-costs: build
 	$(BENCH_RUN) matrix --profile costs $(BENCH_ARGS)
+
+# The WebSocket rows of the matrix alone (issue 14, about 10 minutes): echo over 64 connections
+# driven by bench/ws_load.c (built into bench/build/), ws_echo_64 (round-trip p50/p99, msgs/s)
+# and ws_echo_1k (msgs/s), skirr beside uvicorn (websockets, wsproto), granian and peregrine,
+# 5 rounds (server on CPU 0, the generator on CPU 1); server CPU per message as for HTTP. Its own
+# run folder and report.md under bench/results/; `make bench` runs the same rows in its matrix.
+bench-ws: build
+	$(BENCH_RUN) matrix --profile ws $(BENCH_ARGS)
 
 # The access log's cost in instructions per request under callgrind (off, then on to a file),
 # then the cost rows.

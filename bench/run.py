@@ -5,6 +5,8 @@
                                                                       the workers row, the cost rows
     run.py matrix --profile costs                                     the cost rows alone: access
                                                                       log and metrics on vs off
+    run.py matrix --profile ws                                        the WebSocket rows alone:
+                                                                      echo msgs/s, p50/p99, CPU/msg
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000]                                       instructions per request
     run.py report bench/results/<run> [--summary bench/RESULTS.md]    re-render a run's report
@@ -93,6 +95,10 @@ def main():
                    help="skip the workers row (2 worker processes sharing both CPUs)")
     m.add_argument("--no-costs", action="store_true",
                    help="skip the cost rows (access log and metrics on against off)")
+    m.add_argument("--no-ws", action="store_true",
+                   help="skip the WebSocket rows (echo over bench/ws_load.c)")
+    m.add_argument("--ws-servers", help="comma-separated servers of the WebSocket rows (skirr is "
+                   "always included; default: the profile's)")
     m.add_argument("--app-n", type=int, default=20000, help="calls per app-CPU sample")
     m.add_argument("--seed", type=int, default=None, help="random seed for the server order")
     m.add_argument("--label", help="results folder suffix (default: the profile)")
