@@ -144,6 +144,33 @@ def shuffled(live, workload):
     return order
 
 
+def measure_rounds(rounds, rows, live, prefix, unit, out_json, measure):
+    """Every round, each (workload, conns) row's live servers in a fresh random order, one
+    `measure(server, workload, conns, tag)` run each (tag: "<prefix><round>-<wl>-c<conns>-<server>",
+    its log file's name); each result logged (`unit`: req or msg) and the runs so far written to
+    `out_json` after every run. Returns the runs, each with its "round"."""
+    runs = []
+    total = sum(1 for _ in range(rounds) for w, _ in rows for s in live if w in SERVERS[s].serves)
+    done = 0
+    for rnd in range(rounds):
+        for wl, conns in rows:
+            for s in shuffled(live, wl):
+                done += 1
+                row = measure(s, wl, conns, f"{prefix}{rnd}-{wl}-c{conns}-{s}")
+                row["round"] = rnd
+                runs.append(row)
+                head = f"[{done}/{total}] {prefix}{rnd} {wl} c{conns} {s}:"
+                if row["ok"]:
+                    log(f"{head} {row['rps']:,.0f} {unit}/s p50 {fmt(row.get('p50_ms'), '.2f')} "
+                        f"p99 {fmt(row['p99_ms'], '.2f')} ms cpu {row['cpu_us_per_req']:.1f} "
+                        f"us/{unit} gen {row['gen_cpu']:.0%} other/steal cpu0 "
+                        f"{row['other_cpu0']:.0%}/{row['steal_cpu0']:.0%}")
+                else:
+                    log(f"{head} FAILED {row['error'][:300]}")
+                out_json.write_text(json.dumps(runs, indent=1))
+    return runs
+
+
 def describe_setup(args, started, label, servers, rows, prof, groups, tools, install, status, seed):
     """The run's metadata, as results.json records it."""
     return {
@@ -156,8 +183,8 @@ def describe_setup(args, started, label, servers, rows, prof, groups, tools, ins
                      "peers-venv": {k: v for k, v in pip_versions(venv_python(PEERS_VENV)).items()
                                     if k in ("uvicorn", "httptools", "h11", "granian", "hypercorn",
                                              "peregrine-server", "weft-server", "gunicorn",
-                                             "uvicorn-worker", "fastapi", "pydantic", "starlette",
-                                             "uvloop")} if groups else {},
+                                             "uvicorn-worker", "websockets", "wsproto", "fastapi",
+                                             "pydantic", "starlette", "uvloop")} if groups else {},
                      "wrk": run_text(["wrk", "-v"]).splitlines()[0],
                      "h2load": (run_text(["h2load", "--version"]).splitlines() or ["?"])[0],
                      "nginx": run_text([tools.get("nginx") or "nginx", "-v"]),
@@ -220,25 +247,8 @@ def run(args):
             log(f"  {s}: {status[s][:300]}")
     live = [s for s in live if s not in status]
 
-    runs = []
-    total = sum(1 for _ in range(prof["rounds"]) for w, _ in rows for s in live
-                if w in SERVERS[s].serves)
-    done = 0
-    for rnd in range(prof["rounds"]):
-        for wl, conns in rows:
-            for s in shuffled(live, wl):
-                done += 1
-                row = measure_row(s, wl, conns, prof, outdir, f"r{rnd}-{wl}-c{conns}-{s}")
-                row["round"] = rnd
-                runs.append(row)
-                if row["ok"]:
-                    log(f"[{done}/{total}] r{rnd} {wl} c{conns} {s}: {row['rps']:,.0f} req/s "
-                        f"p99 {fmt(row['p99_ms'], '.2f')} ms cpu {row['cpu_us_per_req']:.1f} us/req "
-                        f"gen {row['gen_cpu']:.0%} other/steal cpu0 {row['other_cpu0']:.0%}/"
-                        f"{row['steal_cpu0']:.0%}")
-                else:
-                    log(f"[{done}/{total}] r{rnd} {wl} c{conns} {s}: FAILED {row['error'][:300]}")
-                (outdir / "runs.json").write_text(json.dumps(runs, indent=1))
+    runs = measure_rounds(prof["rounds"], rows, live, "r", "req", outdir / "runs.json",
+                          lambda s, wl, conns, tag: measure_row(s, wl, conns, prof, outdir, tag))
 
     agg = aggregate(runs, prof["rounds"])  # the fixed rates are shares of each median req/s
 
@@ -332,23 +342,6 @@ def run_ws(wsp, wsservers, status, prof, outdir):
                 ws_status[s] = "failed the WebSocket start check: " + why
                 log(f"  {s}: {ws_status[s][:300]}")
     live = [s for s in wsservers if s not in ws_status]
-    runs = []
-    total = sum(1 for _ in range(wsp["rounds"]) for w, _ in wsp["rows"] for s in live
-                if w in SERVERS[s].serves)
-    done = 0
-    for rnd in range(wsp["rounds"]):
-        for wl, conns in wsp["rows"]:
-            for s in shuffled(live, wl):
-                done += 1
-                row = measure_ws_row(s, wl, conns, prof, outdir, f"ws{rnd}-{wl}-c{conns}-{s}")
-                row["round"] = rnd
-                runs.append(row)
-                if row["ok"]:
-                    log(f"[{done}/{total}] ws r{rnd} {wl} c{conns} {s}: {row['rps']:,.0f} msg/s "
-                        f"p50 {row['p50_ms']:.2f} p99 {row['p99_ms']:.2f} ms cpu "
-                        f"{row['cpu_us_per_req']:.1f} us/msg gen {row['gen_cpu']:.0%} other/steal "
-                        f"cpu0 {row['other_cpu0']:.0%}/{row['steal_cpu0']:.0%}")
-                else:
-                    log(f"[{done}/{total}] ws r{rnd} {wl} c{conns} {s}: FAILED {row['error'][:300]}")
-                (Path(outdir) / "ws.json").write_text(json.dumps(runs, indent=1))
+    runs = measure_rounds(wsp["rounds"], wsp["rows"], live, "ws", "msg", Path(outdir) / "ws.json",
+                          lambda s, wl, conns, tag: measure_ws_row(s, wl, conns, prof, outdir, tag))
     return runs, ws_status

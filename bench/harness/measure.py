@@ -203,6 +203,14 @@ def run_h2load(wl, port, conns, rate, duration, outdir):
 # One measured run each
 
 
+def with_log_tail(row, srv):
+    """row, with the stopped server's last log lines as "server_log_tail" when it wrote any."""
+    tail = srv.log_tail(600)
+    if tail:
+        row["server_log_tail"] = tail
+    return row
+
+
 def measure_row(name, wl, conns, cfg, outdir, tag, after=None):
     """One measured run of server `name` on workload `wl` with `conns` connections. A server with
     workers (the workers row) and wrk -t2 share both CPUs instead of the pinned split; its CPU is
@@ -269,10 +277,7 @@ def measure_row(name, wl, conns, cfg, outdir, tag, after=None):
             row["ok"] = True
         except Exception as exc:  # noqa: BLE001
             row["error"] = describe(exc)
-    tail = srv.log_tail(600)
-    if tail:
-        row["server_log_tail"] = tail
-    return row
+    return with_log_tail(row, srv)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -390,10 +395,7 @@ def measure_ws_row(name, wl, conns, cfg, outdir, tag):
             row["ok"] = True
         except Exception as exc:  # noqa: BLE001
             row["error"] = describe(exc)
-    tail = srv.log_tail(600)
-    if tail:
-        row["server_log_tail"] = tail
-    return row
+    return with_log_tail(row, srv)
 
 
 def ws_start_check(name, wl, outdir, tag):

@@ -229,6 +229,47 @@ def render_costs(L, cruns):
         L.append(f"- failed: round {r['round']} {r['server']}: `{(r['error'] or '')[:400]}`")
 
 
+def table_rows(agg, cmp):
+    """(workload, conns, server, aggregate, flags, vs) per table row: the rows in workload order,
+    skirr first in each, then by median req/s (msgs/s) falling."""
+    for w, c in workload_order({(w, c) for (w, c, _) in agg}):
+        names = sorted((s for (w2, c2, s) in agg if (w2, c2) == (w, c)),
+                       key=lambda s: (s != "skirr", -(agg[(w, c, s)]["rps"] or 0)))
+        for s in names:
+            a = agg[(w, c, s)]
+            yield (w, c, s, a, *row_notes(a, cmp.get((w, c, s))))
+
+
+def row_notes(a, k):
+    """A table row's flags after the server's name (failed rounds, client-bound, not pinned) and
+    its comparison with skirr `k` (from compare(), or None): (flags, vs), both strings."""
+    flags = []
+    if a["failed"]:
+        flags.append(f"FAILED {a['rounds'] - a['rounds_ok']}/{a['rounds']}")
+    if a["client_bound"]:
+        flags.append("client-bound")
+    if not a["pinned"]:
+        flags.append("NOT PINNED")
+    vs = (f"{k['rps_ratio']:.2f} ({k['rps_ratio_min']:.2f}–{k['rps_ratio_max']:.2f}); "
+          f"cpu {k['cpu_ratio']:.2f}; {k['verdict']}") if k else ""
+    return (" " + ", ".join(flags) if flags else ""), vs
+
+
+def load_cells(a):
+    """The errors, gen CPU and other/steal cells of a table row."""
+    return (f"{sum(a['errors'].values())} | {fmt(a['gen_cpu'] and a['gen_cpu'] * 100, '.0f')}% | "
+            f"{fmt(a['other_cpu0'] and a['other_cpu0'] * 100, '.0f')}%/"
+            f"{fmt(a['steal_cpu0'] and a['steal_cpu0'] * 100, '.0f')}%")
+
+
+def render_failures(L, agg):
+    fails = [(k, a["errors_first"]) for k, a in agg.items() if a["errors_first"]]
+    if fails:
+        L.append("\nFailures (first per row):\n")
+        for (w, c, s), e in fails:
+            L.append(f"- {w} c{c} {s}: `{e[:400]}`")
+
+
 def render_ws(L, wsruns, not_measured):
     """The WebSocket rows (issue 14): echo msgs/s, round-trip percentiles and server CPU per
     message, each peer against skirr within the same round."""
@@ -253,34 +294,13 @@ def render_ws(L, wsruns, not_measured):
     L.append("| workload | conns | server | msgs/s | min–max | p50 ms | p99 ms | CPU µs/msg | RSS MiB "
              "| errors | gen CPU | other/steal | vs skirr (msgs/s ratio, verdict) |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for w, c in workload_order({(w, c) for (w, c, _) in agg}):
-        names = sorted((s for (w2, c2, s) in agg if (w2, c2) == (w, c)),
-                       key=lambda s: (s != "skirr", -(agg[(w, c, s)]["rps"] or 0)))
-        for s in names:
-            a = agg[(w, c, s)]
-            flags = []
-            if a["failed"]:
-                flags.append(f"FAILED {a['rounds'] - a['rounds_ok']}/{a['rounds']}")
-            if a["client_bound"]:
-                flags.append("client-bound")
-            if not a["pinned"]:
-                flags.append("NOT PINNED")
-            k = cmp.get((w, c, s))
-            vs = (f"{k['rps_ratio']:.2f} ({k['rps_ratio_min']:.2f}–{k['rps_ratio_max']:.2f}); "
-                  f"cpu {k['cpu_ratio']:.2f}; {k['verdict']}") if k else ""
-            L.append(
-                f"| {w} | {c} | {s}{' ' + ', '.join(flags) if flags else ''} | {fmt(a['rps'])} | "
-                f"{fmt(a['rps_min'])}–{fmt(a['rps_max'])} | {fmt(a['p50_ms'], '.2f')} | "
-                f"{fmt(a['p99_ms'], '.2f')} | {fmt(a['cpu_us_per_req'], '.1f')} | "
-                f"{fmt(a['rss_mib'], '.1f')} | {sum(a['errors'].values())} | "
-                f"{fmt(a['gen_cpu'] and a['gen_cpu'] * 100, '.0f')}% | "
-                f"{fmt(a['other_cpu0'] and a['other_cpu0'] * 100, '.0f')}%/"
-                f"{fmt(a['steal_cpu0'] and a['steal_cpu0'] * 100, '.0f')}% | {vs} |")
-    fails = [(k, a["errors_first"]) for k, a in agg.items() if a["errors_first"]]
-    if fails:
-        L.append("\nFailures (first per row):\n")
-        for (w, c, s), e in fails:
-            L.append(f"- {w} c{c} {s}: `{e[:400]}`")
+    for w, c, s, a, flags, vs in table_rows(agg, cmp):
+        L.append(
+            f"| {w} | {c} | {s}{flags} | {fmt(a['rps'])} | "
+            f"{fmt(a['rps_min'])}–{fmt(a['rps_max'])} | {fmt(a['p50_ms'], '.2f')} | "
+            f"{fmt(a['p99_ms'], '.2f')} | {fmt(a['cpu_us_per_req'], '.1f')} | "
+            f"{fmt(a['rss_mib'], '.1f')} | {load_cells(a)} | {vs} |")
+    render_failures(L, agg)
 
 
 def render_report(result, agg, cmp, status):
@@ -327,34 +347,13 @@ def render_report(result, agg, cmp, status):
              "| errors | gen CPU | other/steal | vs skirr (req/s ratio, verdict) |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = workload_order({(w, c) for (w, c, _) in agg})
-    for w, c in rows:
-        names = sorted((s for (w2, c2, s) in agg if (w2, c2) == (w, c)),
-                       key=lambda s: (s != "skirr", -(agg[(w, c, s)]["rps"] or 0)))
-        for s in names:
-            a = agg[(w, c, s)]
-            flags = []
-            if a["failed"]:
-                flags.append(f"FAILED {a['rounds'] - a['rounds_ok']}/{a['rounds']}")
-            if a["client_bound"]:
-                flags.append("client-bound")
-            if not a["pinned"]:
-                flags.append("NOT PINNED")
-            k = cmp.get((w, c, s))
-            vs = (f"{k['rps_ratio']:.2f} ({k['rps_ratio_min']:.2f}–{k['rps_ratio_max']:.2f}); "
-                  f"cpu {k['cpu_ratio']:.2f}; {k['verdict']}") if k else ""
-            errs = sum(a["errors"].values())
-            L.append(
-                f"| {w} | {c} | {s}{' ' + ', '.join(flags) if flags else ''} | {fmt(a['rps'])} | "
-                f"{fmt(a['rps_min'])}–{fmt(a['rps_max'])} | {fmt(a['p99_ms'], '.2f')} | "
-                f"{fmt(a['cpu_us_per_req'], '.1f')} | {fmt(a['rss_mib'], '.1f')} | "
-                f"{fmt(a['pss_mib'], '.1f')} | {errs} | {fmt(a['gen_cpu'] and a['gen_cpu'] * 100, '.0f')}% | "
-                f"{fmt(a['other_cpu0'] and a['other_cpu0'] * 100, '.0f')}%/"
-                f"{fmt(a['steal_cpu0'] and a['steal_cpu0'] * 100, '.0f')}% | {vs} |")
-    fails = [(k, a["errors_first"]) for k, a in agg.items() if a["errors_first"]]
-    if fails:
-        L.append("\nFailures (first per row):\n")
-        for (w, c, s), e in fails:
-            L.append(f"- {w} c{c} {s}: `{e[:400]}`")
+    for w, c, s, a, flags, vs in table_rows(agg, cmp):
+        L.append(
+            f"| {w} | {c} | {s}{flags} | {fmt(a['rps'])} | "
+            f"{fmt(a['rps_min'])}–{fmt(a['rps_max'])} | {fmt(a['p99_ms'], '.2f')} | "
+            f"{fmt(a['cpu_us_per_req'], '.1f')} | {fmt(a['rss_mib'], '.1f')} | "
+            f"{fmt(a['pss_mib'], '.1f')} | {load_cells(a)} | {vs} |")
+    render_failures(L, agg)
     sk = agg.get(("pipelined_get", 64, "skirr")), agg.get(("raw_get", 64, "skirr"))
     if all(sk) and sk[0]["rps"] and sk[1]["rps"]:
         L.append(f"\nskirr pipelined_get / raw_get at c64: {sk[0]['rps'] / sk[1]['rps']:.2f}×")
