@@ -801,7 +801,7 @@ report(gen_t *g)
         if (*p == '"' || *p == '\\') {
             err[o++] = '\\';
         }
-        err[o++] = (unsigned char)*p < 0x20 ? ' ' : *p;
+        err[o++] = (unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e ? '?' : *p; /* ASCII JSON */
     }
     err[o] = '\0';
     printf("WSLOAD {\"conns\":%d,\"size\":%zu,\"opcode\":\"%s\",\"messages\":%llu,"
