@@ -7,8 +7,9 @@ BENCH_WS_TEST := $(VPY) -m pytest bench/test_ws_load.py -q -p no:cacheprovider
 
 .PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-ws
 
-# The full matrix (about 80 minutes), only on a build that passes the conformance suite; writes the
-# raw results to bench/results/ and the summary to bench/RESULTS.md.
+# The full matrix (about 85 minutes, 6 of them the WebSocket rows), only on a build that passes
+# the conformance suite; writes the raw results to bench/results/ and the summary to
+# bench/RESULTS.md.
 bench: build
 	@$(MAKE) --no-print-directory conformance || \
 	  { echo "bench: 'make conformance' failed: refusing to measure this build" >&2; exit 1; }
@@ -44,7 +45,7 @@ bench-callgrind: build
 bench-costs: build
 	$(BENCH_RUN) matrix --profile costs $(BENCH_ARGS)
 
-# The WebSocket rows of the matrix alone (issue 14, about 10 minutes): echo over 64 connections
+# The WebSocket rows of the matrix alone (issue 14, about 6 minutes): echo over 64 connections
 # driven by bench/ws_load.c (built into bench/build/), ws_echo_64 (round-trip p50/p99, msgs/s)
 # and ws_echo_1k (msgs/s), skirr beside uvicorn (websockets, wsproto), granian and peregrine,
 # 5 rounds (server on CPU 0, the generator on CPU 1); server CPU per message as for HTTP. Its own

@@ -78,7 +78,7 @@ PROFILES = {
         workers=None, costs=dict(rounds=5), ws=None,
     ),
     # `make bench-ws`: the WebSocket rows alone, the full profile's servers and rounds (about
-    # 10 minutes).
+    # 6 minutes).
     "ws": dict(
         servers=[], rows=[], rounds=5, duration=5, warmup=1,
         fixed_rate=[], fixed_pcts=[], fixed_duration=0, stream_samples=0, stream_rounds=0,
