@@ -2,20 +2,26 @@
 # Extra options for bench/run.py go in BENCH_ARGS, e.g. make bench BENCH_ARGS='--rounds 3'.
 BENCH_RUN := $(VPY) bench/run.py
 BENCH_ARGS ?=
+# The WebSocket load generator checked against scripted servers before it measures anything.
+BENCH_WS_TEST := $(VPY) -m pytest bench/test_ws_load.py -q -p no:cacheprovider
 
-.PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers
+.PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers bench-ws
 
-# The full matrix (about 80 minutes), only on a build that passes the conformance suite; writes the
-# raw results to bench/results/ and the summary to bench/RESULTS.md.
+# The full matrix (about 85 minutes, 6 of them the WebSocket rows), only on a build that passes
+# the conformance suite; writes the raw results to bench/results/ and the summary to
+# bench/RESULTS.md.
 bench: build
 	@$(MAKE) --no-print-directory conformance || \
 	  { echo "bench: 'make conformance' failed: refusing to measure this build" >&2; exit 1; }
+	$(BENCH_WS_TEST)
 	$(BENCH_RUN) matrix --profile full --summary bench/RESULTS.md $(BENCH_ARGS)
 
 # The CI smoke test of the harness, <= 5 minutes: raw_get, post_4k and fastapi_json at 64
-# connections, 3 rounds, skirr beside uvicorn and the C limit. No pass/fail on speed; it fails only
+# connections, 3 rounds, skirr beside uvicorn and the C limit; one round of the WebSocket latency
+# row (ws_echo_64, skirr beside uvicorn with websockets). No pass/fail on speed; it fails only
 # when a skirr run fails (a socket error, timeout, non-2xx or wrong body).
 bench-quick: build
+	$(BENCH_WS_TEST)
 	$(BENCH_RUN) matrix --profile quick $(BENCH_ARGS)
 
 # 1,001 sequential tiny requests on one keep-alive connection, traced with strace: skirr passes with
@@ -47,6 +53,15 @@ bench-costs: build
 # skirr-workers-cpu-per-request's case reads the newest of it and bench/RESULTS.md.
 bench-workers: build
 	$(BENCH_RUN) matrix --profile workers --summary bench/WORKERS.md $(BENCH_ARGS)
+
+# The WebSocket rows of the matrix alone (issue 14, about 6 minutes): echo over 64 connections
+# driven by bench/ws_load.c (built into bench/build/), ws_echo_64 (round-trip p50/p99, msgs/s)
+# and ws_echo_1k (msgs/s), skirr beside uvicorn (websockets, wsproto), granian and peregrine,
+# 5 rounds (server on CPU 0, the generator on CPU 1); server CPU per message as for HTTP. Its own
+# run folder and report.md under bench/results/; `make bench` runs the same rows in its matrix.
+bench-ws: build
+	$(BENCH_WS_TEST)
+	$(BENCH_RUN) matrix --profile ws $(BENCH_ARGS)
 
 # The access log's cost in instructions per request under callgrind (off, then on to a file),
 # then the cost rows.

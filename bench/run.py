@@ -6,10 +6,13 @@
     run.py matrix --profile costs [--summary bench/COSTS.md]          the cost rows alone: access
                                                                       log and metrics on vs off
     run.py matrix --profile workers [--summary bench/WORKERS.md]      the workers row alone
+    run.py matrix --profile ws                                        the WebSocket rows alone:
+                                                                      echo msgs/s, p50/p99, CPU/msg
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000]                                       instructions per request
     run.py report bench/results/<run> [--summary bench/RESULTS.md]    re-render a run's report
     run.py setup [--servers ...]                                      install peers, build the limit
+                                                                      and the WebSocket load generator
 
 Every server serves the same app file (bench/apps) on the same base interpreter and uvloop, one
 worker, access log off, with the server and all its threads pinned to CPU 0 (`taskset -c 0`) and
@@ -50,10 +53,12 @@ def cmd_syscalls(args):
 
 
 def cmd_setup(args):
-    names = args.servers.split(",") if args.servers else PROFILES["full"]["servers"]
+    full = PROFILES["full"]
+    names = args.servers.split(",") if args.servers else full["servers"] + full["ws"]["servers"]
     ensure_tools(["wrk", "h2load", "nginx", "strace", "taskset", "gcc"])
     res = peers.ensure_peers(peers.peer_groups(names), reinstall=args.reinstall)
     peers.build_limit()
+    peers.build_ws_load()
     for g, r in res.items():
         print(f"{g}: {'ok' if r['ok'] else 'FAILED: ' + r['error'][-400:]}")
     return 0
@@ -94,6 +99,10 @@ def main():
                    help="skip the workers row (2 worker processes sharing both CPUs)")
     m.add_argument("--no-costs", action="store_true",
                    help="skip the cost rows (access log and metrics on against off)")
+    m.add_argument("--no-ws", action="store_true",
+                   help="skip the WebSocket rows (echo over bench/ws_load.c)")
+    m.add_argument("--ws-servers", help="comma-separated servers of the WebSocket rows (skirr is "
+                   "always included; default: the profile's)")
     m.add_argument("--app-n", type=int, default=20000, help="calls per app-CPU sample")
     m.add_argument("--seed", type=int, default=None, help="random seed for the server order")
     m.add_argument("--label", help="results folder suffix (default: the profile)")
@@ -102,7 +111,7 @@ def main():
     s = sub.add_parser("syscalls", help="the syscall gate (1,001 requests, one connection)")
     s.add_argument("--servers", default="skirr,limit-c")
     s.add_argument("--requests", type=int, default=1001)
-    st = sub.add_parser("setup", help="install the peers and tools, build the limit")
+    st = sub.add_parser("setup", help="install the peers and tools, build the limit and ws_load")
     st.add_argument("--servers")
     st.add_argument("--reinstall", action="store_true")
     cg = sub.add_parser("callgrind", help="instructions per request under callgrind")

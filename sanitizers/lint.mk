@@ -4,7 +4,8 @@
 # Included:     include sanitizers/lint.mk
 #
 # clang-tidy runs over the extension (with the Python and llhttp include paths), the C tests and
-# the fuzz harnesses; `clang-format --dry-run --Werror` over the same files and the headers.
+# the fuzz harnesses and the WebSocket load generator bench/ws_load.c (bench/limit_http.c predates
+# the format and is not checked); `clang-format --dry-run --Werror` over the same files and the headers.
 # `make format` rewrites them in place (clang-format -i). Debian: apt-get install clang-tidy
 # clang-format.
 
@@ -12,7 +13,7 @@ LINT_TIDY ?= clang-tidy
 LINT_FORMAT ?= clang-format
 LINT_PY ?= python3
 LINT_LLHTTP ?= python3 scripts/fetch_llhttp.py
-LINT_C := $(wildcard src/core/*.c src/core/test/*.c src/ext/*.c fuzz/*.c)
+LINT_C := $(wildcard src/core/*.c src/core/test/*.c src/ext/*.c fuzz/*.c) bench/ws_load.c
 LINT_H := $(wildcard src/core/*.h src/core/test/*.h src/ext/*.h fuzz/*.h)
 
 .PHONY: lint lint-layers lint-tidy lint-format format

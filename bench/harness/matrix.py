@@ -1,8 +1,9 @@
 """The matrix: which servers run which workloads, how many rounds, in which order.
 
 Owns: the profiles (quick: the CI smoke test; full: every peer and row; each with its workers
-row: servers with 2 worker processes sharing both CPUs with wrk, and its cost rows: a feature on
-against off, see costs.py), the plan a run follows
+row: servers with 2 worker processes sharing both CPUs with wrk, its cost rows: a feature on
+against off, see costs.py, and its WebSocket rows: echo round trips driven by bench/ws_load.c;
+costs and ws: those rows alone), the plan a run follows
 (the profile with the command line's subsets and overrides), the fresh random server order for
 every row of every round (seeded, the seed recorded), the run's metadata (commit, machine,
 interpreters, versions, configuration, what could not be installed or started), and the run folder
@@ -18,14 +19,22 @@ import datetime
 import json
 import os
 import random
+from pathlib import Path
 
 from .env import (CLIENT_CPU, PEERS_VENV, ROOT, SKIRR_VENV, ensure_tools, git_commit, interp_identity,
                   log, machine_info, new_run_dir, run_text, venv_python)
 from .costs import cost_servers, run_round
-from .measure import app_cpu, idle_memory, measure_fixed, measure_row, measure_stream
-from .peers import SERVERS, build_limit, ensure_peers, peer_groups, pip_versions
+from .measure import (app_cpu, idle_memory, measure_fixed, measure_row, measure_stream,
+                      measure_ws_row, ws_start_check)
+from .peers import SERVERS, build_limit, build_ws_load, ensure_peers, peer_groups, pip_versions
 from .report import aggregate, fmt, skirr_failed, write_report
 from .workloads import workload_order
+
+# The WebSocket rows (issue 14): bench/ws_load.c's closed-loop echo, pinned as the HTTP rows
+# (server on CPU 0, the generator on CPU 1). ws_echo_64: round-trip latency (p50/p99) and msgs/s
+# of 64-byte messages; ws_echo_1k: msgs/s of 1 KiB messages; 64 connections each.
+WS_FULL = dict(servers=["skirr", "uvicorn-websockets", "uvicorn-wsproto", "granian", "peregrine"],
+               rows=[("ws_echo_64", 64), ("ws_echo_1k", 64)], rounds=5)
 
 PROFILES = {
     # <= 5 minutes, CI smoke test of the harness; no pass/fail on speed.
@@ -40,6 +49,8 @@ PROFILES = {
                      rounds=1),
         # The cost rows (costs.py): raw_get c64, access log and metrics on against off.
         costs=dict(rounds=1),
+        # The WebSocket rows, tiny: one round of the latency row, skirr beside uvicorn.
+        ws=dict(servers=["skirr", "uvicorn-websockets"], rows=[("ws_echo_64", 64)], rounds=1),
     ),
     "full": dict(
         servers=["skirr", "uvicorn-httptools", "uvicorn-h11", "granian", "hypercorn", "peregrine",
@@ -58,18 +69,26 @@ PROFILES = {
                               "gunicorn-uvicorn-w2"],
                      rows=[("raw_get", 64), ("fastapi_json", 64)], rounds=5),
         costs=dict(rounds=5),
+        ws=WS_FULL,
     ),
     # `make bench-workers`: the full profile's workers row alone (about 6 minutes).
     "workers": dict(
         servers=[], rows=[], rounds=5, duration=5, warmup=1,
         fixed_rate=[], fixed_pcts=[], fixed_duration=0, stream_samples=0, stream_rounds=0,
-        workers=None, costs=None,
+        workers=None, costs=None, ws=None,
     ),
-    # `run.py costs` / `make bench-costs`: the cost rows alone (about 3 minutes).
+    # `make bench-costs`: the cost rows alone (about 3 minutes).
     "costs": dict(
         servers=[], rows=[], rounds=5, duration=5, warmup=1,
         fixed_rate=[], fixed_pcts=[], fixed_duration=0, stream_samples=0, stream_rounds=0,
-        workers=None, costs=dict(rounds=5),
+        workers=None, costs=dict(rounds=5), ws=None,
+    ),
+    # `make bench-ws`: the WebSocket rows alone, the full profile's servers and rounds (about
+    # 6 minutes).
+    "ws": dict(
+        servers=[], rows=[], rounds=5, duration=5, warmup=1,
+        fixed_rate=[], fixed_pcts=[], fixed_duration=0, stream_samples=0, stream_rounds=0,
+        workers=None, costs=None, ws=WS_FULL,
     ),
 }
 
@@ -106,7 +125,21 @@ def plan(args):
         prof["costs"] = dict(ck, servers=cost_servers(), rounds=args.rounds or ck["rounds"])
     else:
         prof["costs"] = None
-    for s in servers + (prof["workers"] or {}).get("servers", []):
+    ws = prof.get("ws")
+    if ws and not getattr(args, "no_ws", False):
+        # --workloads and --rounds apply to the WebSocket rows too; --ws-servers picks their
+        # servers (skirr always among them), --conns replaces their connection counts.
+        wsrows = [r for r in ws["rows"] if not args.workloads or r[0] in args.workloads.split(",")]
+        if args.conns:
+            wsrows = workload_order({(w, int(c)) for w, _ in wsrows for c in args.conns.split(",")})
+        wss = args.ws_servers.split(",") if getattr(args, "ws_servers", None) else list(ws["servers"])
+        if "skirr" not in wss:
+            wss.insert(0, "skirr")
+        prof["ws"] = dict(ws, servers=wss, rows=wsrows, rounds=args.rounds or ws["rounds"])
+    else:
+        prof["ws"] = None
+    for s in (servers + (prof["workers"] or {}).get("servers", [])
+              + (prof["ws"] or {}).get("servers", [])):
         if s not in SERVERS:
             raise SystemExit(f"unknown server {s}; known: {', '.join(SERVERS)}")
     return prof, servers, rows
@@ -117,6 +150,33 @@ def shuffled(live, workload):
     order = [s for s in live if workload in SERVERS[s].serves]
     random.shuffle(order)
     return order
+
+
+def measure_rounds(rounds, rows, live, prefix, unit, out_json, measure):
+    """Every round, each (workload, conns) row's live servers in a fresh random order, one
+    `measure(server, workload, conns, tag)` run each (tag: "<prefix><round>-<wl>-c<conns>-<server>",
+    its log file's name); each result logged (`unit`: req or msg) and the runs so far written to
+    `out_json` after every run. Returns the runs, each with its "round"."""
+    runs = []
+    total = sum(1 for _ in range(rounds) for w, _ in rows for s in live if w in SERVERS[s].serves)
+    done = 0
+    for rnd in range(rounds):
+        for wl, conns in rows:
+            for s in shuffled(live, wl):
+                done += 1
+                row = measure(s, wl, conns, f"{prefix}{rnd}-{wl}-c{conns}-{s}")
+                row["round"] = rnd
+                runs.append(row)
+                head = f"[{done}/{total}] {prefix}{rnd} {wl} c{conns} {s}:"
+                if row["ok"]:
+                    log(f"{head} {row['rps']:,.0f} {unit}/s p50 {fmt(row.get('p50_ms'), '.2f')} "
+                        f"p99 {fmt(row['p99_ms'], '.2f')} ms cpu {row['cpu_us_per_req']:.1f} "
+                        f"us/{unit} gen {row['gen_cpu']:.0%} other/steal cpu0 "
+                        f"{row['other_cpu0']:.0%}/{row['steal_cpu0']:.0%}")
+                else:
+                    log(f"{head} FAILED {row['error'][:300]}")
+                out_json.write_text(json.dumps(runs, indent=1))
+    return runs
 
 
 def describe_setup(args, started, label, servers, rows, prof, groups, tools, install, status, seed):
@@ -131,8 +191,8 @@ def describe_setup(args, started, label, servers, rows, prof, groups, tools, ins
                      "peers-venv": {k: v for k, v in pip_versions(venv_python(PEERS_VENV)).items()
                                     if k in ("uvicorn", "httptools", "h11", "granian", "hypercorn",
                                              "peregrine-server", "weft-server", "gunicorn",
-                                             "uvicorn-worker", "fastapi", "pydantic", "starlette",
-                                             "uvloop")} if groups else {},
+                                             "uvicorn-worker", "websockets", "wsproto", "fastapi",
+                                             "pydantic", "starlette", "uvloop")} if groups else {},
                      "wrk": run_text(["wrk", "-v"]).splitlines()[0],
                      "h2load": (run_text(["h2load", "--version"]).splitlines() or ["?"])[0],
                      "nginx": run_text([tools.get("nginx") or "nginx", "-v"]),
@@ -163,13 +223,17 @@ def run(args):
     wservers = wk["servers"] if wk and wk["rows"] else []
     ck = prof["costs"]
     cservers = ck["servers"] if ck else []
-    groups = peer_groups(servers + wservers + cservers)
+    wsp = prof["ws"]
+    wsservers = wsp["servers"] if wsp and wsp["rows"] else []
+    groups = peer_groups(servers + wservers + cservers + wsservers)
     install = ensure_peers(groups, reinstall=args.reinstall) if groups else {}
     if "limit-c" in servers:
         build_limit()
+    if wsservers:
+        build_ws_load()
 
     status = {}  # server -> why it is not measured
-    for s in dict.fromkeys(servers + wservers + cservers):
+    for s in dict.fromkeys(servers + wservers + cservers + wsservers):
         g = SERVERS[s].group
         if g and not install.get(g, {}).get("ok"):
             status[s] = "failed to install: " + install.get(g, {}).get("error", "?").strip()[-600:]
@@ -191,25 +255,8 @@ def run(args):
             log(f"  {s}: {status[s][:300]}")
     live = [s for s in live if s not in status]
 
-    runs = []
-    total = sum(1 for _ in range(prof["rounds"]) for w, _ in rows for s in live
-                if w in SERVERS[s].serves)
-    done = 0
-    for rnd in range(prof["rounds"]):
-        for wl, conns in rows:
-            for s in shuffled(live, wl):
-                done += 1
-                row = measure_row(s, wl, conns, prof, outdir, f"r{rnd}-{wl}-c{conns}-{s}")
-                row["round"] = rnd
-                runs.append(row)
-                if row["ok"]:
-                    log(f"[{done}/{total}] r{rnd} {wl} c{conns} {s}: {row['rps']:,.0f} req/s "
-                        f"p99 {fmt(row['p99_ms'], '.2f')} ms cpu {row['cpu_us_per_req']:.1f} us/req "
-                        f"gen {row['gen_cpu']:.0%} other/steal cpu0 {row['other_cpu0']:.0%}/"
-                        f"{row['steal_cpu0']:.0%}")
-                else:
-                    log(f"[{done}/{total}] r{rnd} {wl} c{conns} {s}: FAILED {row['error'][:300]}")
-                (outdir / "runs.json").write_text(json.dumps(runs, indent=1))
+    runs = measure_rounds(prof["rounds"], rows, live, "r", "req", outdir / "runs.json",
+                          lambda s, wl, conns, tag: measure_row(s, wl, conns, prof, outdir, tag))
 
     agg = aggregate(runs, prof["rounds"])  # the fixed rates are shares of each median req/s
 
@@ -238,6 +285,8 @@ def run(args):
         for rnd in range(ck["rounds"]):
             cruns += run_round(rnd, clive, prof, outdir)
             (outdir / "costs.json").write_text(json.dumps(cruns, indent=1))
+
+    wsruns, ws_status = run_ws(wsp, wsservers, status, prof, outdir)
 
     appcpu = {}
     if rows:
@@ -271,7 +320,8 @@ def run(args):
                 streams.append(r)
 
     result = {"meta": meta, "idle": idle, "runs": runs, "app_cpu": appcpu, "fixed_rate": fixed,
-              "streaming": streams, "workers": wruns, "costs": cruns}
+              "streaming": streams, "workers": wruns, "costs": cruns, "ws": wsruns,
+              "ws_not_measured": ws_status}
     (outdir / "results.json").write_text(json.dumps(result, indent=1))
     report, agg = write_report(result, outdir, args.summary)
     if args.summary:
@@ -279,4 +329,27 @@ def run(args):
     print(report)
     log(f"results in {outdir.relative_to(ROOT)}")
     return 1 if (skirr_failed(agg) or skirr_failed(aggregate(wruns, 0))
-                 or skirr_failed(aggregate(cruns, 0))) else 0
+                 or skirr_failed(aggregate(cruns, 0)) or skirr_failed(aggregate(wsruns, 0))
+                 or "skirr" in ws_status) else 0
+
+
+def run_ws(wsp, wsservers, status, prof, outdir):
+    """The WebSocket rows: a start check per server (it must echo the first row's messages
+    exactly; one that cannot is not measured, with the reason), then every round, each row's
+    servers in a fresh random order. Returns (the runs, {server: why it is not measured})."""
+    if not wsservers:
+        return [], {}
+    log("WebSocket rows: ws_load on CPU 1, server on CPU 0")
+    ws_status = {s: status[s] for s in wsservers if s in status}
+    for s in wsservers:
+        if s not in ws_status and not set(SERVERS[s].serves) & {w for w, _ in wsp["rows"]}:
+            ws_status[s] = "does not serve the WebSocket rows in this harness (peers.py)"
+        if s not in ws_status:
+            why = ws_start_check(s, wsp["rows"][0][0], outdir, f"ws-start-{s}")
+            if why:
+                ws_status[s] = "failed the WebSocket start check: " + why
+                log(f"  {s}: {ws_status[s][:300]}")
+    live = [s for s in wsservers if s not in ws_status]
+    runs = measure_rounds(wsp["rounds"], wsp["rows"], live, "ws", "msg", Path(outdir) / "ws.json",
+                          lambda s, wl, conns, tag: measure_ws_row(s, wl, conns, prof, outdir, tag))
+    return runs, ws_status

@@ -3,7 +3,9 @@
 Owns: what /proc says about a server's process tree (utime+stime, peak RSS and PSS from
 smaps_rollup, that every thread is pinned to the server CPU) and about CPU 0 (other load, steal);
 the wrk run (its Lua report script, its own CPU share) and the h2load fixed-rate run (percentiles
-from its per-request log); one measured run per row (`measure_row`), per fixed-rate server
+from its per-request log); the WebSocket load generator's run (bench/ws_load.c: the server's CPU
+read when it prints MEASURE_START and MEASURE_END) and its exact echo check; one measured run per
+row (`measure_row`; `measure_ws_row` for the WebSocket rows), per fixed-rate server
 (`measure_fixed`), per streaming sample set (`measure_stream`), idle memory, and the app's own CPU
 per request called directly (`app_cpu`, through a pinned `run.py app-cpu` child).
 
@@ -23,11 +25,11 @@ import threading
 import time
 from pathlib import Path
 
-from .env import (CLIENT_CPU, CLK_TCK, RUN_PY, SERVER_CPU, SHARED_CPUS, SKIRR_VENV, describe,
-                  venv_python)
-from .peers import SERVERS, Server
-from .workloads import (STREAM_APP, STREAM_EXPECT, WORKLOADS, Conn, check_stream, check_workload,
-                        direct_caller)
+from .env import (BUILD, CLIENT_CPU, CLK_TCK, RUN_PY, SERVER_CPU, SHARED_CPUS, SKIRR_VENV,
+                  describe, venv_python)
+from .peers import SERVERS, Server, require_listening
+from .workloads import (STREAM_APP, STREAM_EXPECT, WORKLOADS, WS_WORKLOADS, Conn, check_stream,
+                        check_workload, direct_caller)
 
 WRK_ERRORS = ("connect", "read", "write", "status", "timeout")
 
@@ -211,6 +213,14 @@ def run_h2load(wl, port, conns, rate, duration, outdir):
 # One measured run each
 
 
+def with_log_tail(row, srv):
+    """row, with the stopped server's last log lines as "server_log_tail" when it wrote any."""
+    tail = srv.log_tail(600)
+    if tail:
+        row["server_log_tail"] = tail
+    return row
+
+
 def measure_row(name, wl, conns, cfg, outdir, tag, after=None):
     """One measured run of server `name` on workload `wl` with `conns` connections. A server with
     workers (the workers row) and wrk -t2 share both CPUs instead of the pinned split; its CPU is
@@ -282,10 +292,141 @@ def measure_row(name, wl, conns, cfg, outdir, tag, after=None):
             row["ok"] = True
         except Exception as exc:  # noqa: BLE001
             row["error"] = describe(exc)
-    tail = srv.log_tail(600)
-    if tail:
-        row["server_log_tail"] = tail
-    return row
+    return with_log_tail(row, srv)
+
+
+# ----------------------------------------------------------------------------------------------
+# The WebSocket rows: bench/ws_load.c instead of wrk
+
+
+def ws_load_argv(wl, port, conns, extra):
+    spec = WS_WORKLOADS[wl]
+    return ([str(BUILD / "ws_load"), str(port), "-c", str(conns), "-s", str(spec["size"]), "-p",
+             spec["path"]] + (["-b"] if spec["binary"] else []) + list(extra))
+
+
+def ws_result(text):
+    """The generator's `WSLOAD {json}` line from its output; RuntimeError with the output's tail
+    when there is none."""
+    m = re.search(r"^WSLOAD (\{.*\})$", text, re.M)
+    if not m:
+        raise RuntimeError(f"ws_load printed no result: {text[-600:]}")
+    return json.loads(m.group(1))
+
+
+def check_ws(wl, port):
+    """Three messages of the workload echoed exactly on one connection, the handshake checked, the
+    close handshake completed; ConnectionRefusedError while nothing listens, else RuntimeError
+    with the generator's first error."""
+    p = subprocess.run(ws_load_argv(wl, port, 1, ["-n", "3"]), capture_output=True, text=True,
+                       timeout=30)
+    res = ws_result(p.stdout + p.stderr)
+    if "Connection refused" in res["error"]:
+        raise ConnectionRefusedError(res["error"])
+    if p.returncode != 0 or res["errors"] or res["messages"] != 3 or res["closed_clean"] != 1:
+        raise RuntimeError(f"{wl} check: {res['errors']} errors, {res['messages']}/3 echoed, "
+                           f"clean close {res['closed_clean']}/1: {res['error'] or p.stderr[-300:]}")
+
+
+def run_ws_load(wl, port, conns, warmup, duration, on_start, on_end):
+    """ws_load pinned to the client CPU: `warmup` seconds, then `duration` measured; on_start()
+    and on_end() are called as it prints MEASURE_START and MEASURE_END. Its JSON result (messages,
+    errors, percentiles in µs, its own CPU seconds over the measured interval)."""
+    argv = ["taskset", "-c", CLIENT_CPU] + ws_load_argv(
+        wl, port, conns, ["-w", str(warmup), "-d", str(duration)])
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    timer = threading.Timer(warmup + duration + 60, p.kill)  # it ends by itself well before
+    timer.start()
+    lines, marks = [], []
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            if line.strip() == "MEASURE_START":
+                on_start()
+                marks.append("start")
+            elif line.strip() == "MEASURE_END":
+                on_end()
+                marks.append("end")
+        p.wait()
+    finally:
+        timer.cancel()
+    res = ws_result("".join(lines))
+    if marks != ["start", "end"]:
+        raise RuntimeError(f"ws_load ({p.returncode}) marked {marks}: {res['error']}")
+    return res
+
+
+def measure_ws_row(name, wl, conns, cfg, outdir, tag):
+    """One measured run of server `name` on the WebSocket workload `wl` with `conns` connections,
+    pinned as the HTTP rows (server on CPU 0, ws_load on CPU 1): the server's CPU over the
+    generator's measured interval ÷ messages echoed in it. The exact echo check before and after;
+    any generator error fails the run."""
+    row = {"server": name, "workload": wl, "conns": conns, "ok": False, "error": None}
+    with Server(name, WS_WORKLOADS[wl]["app"], Path(outdir) / "logs", tag) as srv:
+        try:
+            srv.wait_ready(lambda port: check_ws(wl, port))
+            row["pinned"] = affinity_ok(srv.pids())
+            pids = srv.pids()
+            sampler = Sampler(pids)
+            sampler.sample()
+            sampler.start()
+            row["loadavg"] = Path("/proc/loadavg").read_text().split()[0]
+            at = {}
+
+            def on_start():
+                at["b0"], at["p0"], at["t0"] = cpu0_busy(), proc_ticks(pids), time.perf_counter()
+
+            def on_end():
+                at["p1"], at["b1"], at["t1"] = proc_ticks(pids), cpu0_busy(), time.perf_counter()
+
+            try:
+                res = run_ws_load(wl, srv.port, conns, cfg["warmup"], cfg["duration"], on_start,
+                                  on_end)
+            finally:
+                sampler.stop()
+            if sorted(srv.pids()) != sorted(pids):
+                raise RuntimeError(f"the server's processes changed during the run: {sorted(pids)} "
+                                   f"-> {sorted(srv.pids())}")
+            wall = at["t1"] - at["t0"]
+            server_cpu = sum(at["p1"][p] - at["p0"][p] for p in pids) / CLK_TCK
+            n = res["messages"]
+            gen = res["cpu_s"] / res["wall_s"] if res["wall_s"] else 0.0
+            row.update(
+                requests=n, rps=res["msgs_per_s"], errors={"ws": res["errors"]},
+                p50_ms=res["p50_us"] / 1000, p99_ms=res["p99_us"] / 1000,
+                p999_ms=res["p999_us"] / 1000, max_ms=res["max_us"] / 1000,
+                server_cpu_s=server_cpu, cpu_us_per_req=server_cpu / n * 1e6 if n else None,
+                server_util=server_cpu / wall, gen_cpu=gen, client_bound=gen >= 0.9,
+                other_cpu0=max(0.0, (at["b1"][0] - at["b0"][0]) / CLK_TCK - server_cpu) / wall,
+                steal_cpu0=(at["b1"][1] - at["b0"][1]) / CLK_TCK / wall,
+                rss_mib=sampler.rss / 2**20, pss_mib=sampler.pss / 2**20,
+                closed_clean=res["closed_clean"], first_error=res["error"],
+            )
+            if res["errors"]:
+                raise RuntimeError(f"ws_load: {res['errors']} errors, the first: {res['error']}")
+            if n == 0:
+                raise RuntimeError("no message echoed")
+            check_ws(wl, srv.port)  # exact echoes after the run
+            row["ok"] = True
+        except Exception as exc:  # noqa: BLE001
+            row["error"] = describe(exc)
+    return with_log_tail(row, srv)
+
+
+def ws_start_check(name, wl, outdir, tag):
+    """None when server `name` starts and echoes the workload exactly (the WebSocket rows' start
+    check, which doubles as "does it serve WebSockets at all"), else the reason it does not."""
+    try:
+        with Server(name, WS_WORKLOADS[wl]["app"], Path(outdir) / "logs", tag) as srv:
+            srv.wait_ready(require_listening)
+            try:
+                check_ws(wl, srv.port)
+            except ConnectionRefusedError:  # listening, then refused: try once more
+                time.sleep(1)
+                check_ws(wl, srv.port)
+    except Exception as exc:  # noqa: BLE001
+        return describe(exc, 800)
+    return None
 
 
 def stream_samples(port, samples):

@@ -2,9 +2,11 @@
 
 Owns: the server table (skirr, the peers uvicorn with httptools or h11, granian, hypercorn,
 peregrine-server, weft-server, gunicorn with uvicorn-worker, and the limits: the C responder in
-limit_http.c and nginx), each one's command line, the peers' venv (bench/.venv-peers, made from the
+limit_http.c and nginx; for the WebSocket rows skirr, uvicorn with websockets or wsproto, granian
+and peregrine-server), each one's command line, the peers' venv (bench/.venv-peers, made from the
 skirr venv's base interpreter, one peers.txt group at a time, the app's dependencies pinned to the
-skirr venv's versions), building the C limit, and `Server`: one server process in its own process
+skirr venv's versions), building the C programs (the limit, the WebSocket load generator
+ws_load.c), and `Server`: one server process in its own process
 group, pinned to the server CPU, optionally under a tracer, its log in a file.
 
 Never: sends the workload's requests or times anything (workloads.py and measure.py do); a peer
@@ -27,7 +29,7 @@ from typing import Callable, NamedTuple
 
 from .env import (APPS, BENCH, BUILD, PEERS_FILE, PEERS_VENV, SERVER_CPU, SKIRR_VENV, base_python,
                   log, tool_path, venv_python)
-from .workloads import ALL_WORKLOADS, BIG, FILE_1M_PATH, JSON_BODY, WORKLOADS
+from .workloads import ALL_WORKLOADS, BIG, FILE_1M_PATH, JSON_BODY, WORKLOADS, WS_WORKLOADS
 
 # ----------------------------------------------------------------------------------------------
 # Installing: a separate venv from the same base interpreter, app dependencies pinned to the skirr
@@ -100,14 +102,24 @@ def pip_versions(python):
         return {}
 
 
-def build_limit():
+def build_c(name, flags=("-O2", "-Wall", "-Wextra")):
+    """bench/<name>.c compiled into bench/build/<name> when the source is newer; the path."""
     BUILD.mkdir(parents=True, exist_ok=True)
-    exe = BUILD / "limit_http"
-    src = BENCH / "limit_http.c"
+    exe = BUILD / name
+    src = BENCH / f"{name}.c"
     if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
         cc = os.environ.get("CC", "cc")
-        subprocess.run([cc, "-O2", "-Wall", "-Wextra", "-o", str(exe), str(src)], check=True)
+        subprocess.run([cc, *flags, "-o", str(exe), str(src)], check=True)
     return exe
+
+
+def build_limit():
+    return build_c("limit_http")
+
+
+def build_ws_load():
+    """The WebSocket load generator (bench/ws_load.c), warnings as errors as skirr's own C."""
+    return build_c("ws_load", ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -144,9 +156,10 @@ http {{
 
 
 def skirr_argv(app, port, tmp):
+    # --ws auto is the default, spelled out for the WebSocket rows.
     return [venv_python(SKIRR_VENV), "-m", "skirr", app, "--app-dir", str(APPS), "--loop", "uvloop",
-            "--lifespan", "off", "--no-access-log", "--log-level", "warning", "--host", "127.0.0.1",
-            "--port", str(port)]
+            "--lifespan", "off", "--no-access-log", "--log-level", "warning", "--ws", "auto",
+            "--host", "127.0.0.1", "--port", str(port)]
 
 
 def skirr_access_argv(app, port, tmp):
@@ -166,11 +179,14 @@ def skirr_metrics_argv(app, port, tmp):
     return skirr_argv(app, port, tmp) + ["--metrics-port", str(mport)]
 
 
-def uvicorn_argv(http, access_log=False):
+def uvicorn_argv(http, access_log=False, ws=None):
+    """uvicorn's command line; `ws`: its --ws (websockets, wsproto), else its default (auto)."""
     def argv(app, port, tmp):
         out = [venv_python(PEERS_VENV), "-m", "uvicorn", app, "--app-dir", str(APPS), "--loop",
                "uvloop", "--http", http, "--lifespan", "off", "--no-access-log", "--log-level",
                "warning", "--host", "127.0.0.1", "--port", str(port)]
+        if ws:
+            out += ["--ws", ws]
         if access_log:  # its access log on (uvicorn.access at INFO), to the server's log file
             out.remove("--no-access-log")
             out[out.index("--log-level") + 1] = "info"
@@ -179,10 +195,12 @@ def uvicorn_argv(http, access_log=False):
 
 
 def granian_argv(app, port, tmp):
-    # asginl = the ASGI interface without lifespan; one worker, one runtime thread.
+    # asginl = the ASGI interface without lifespan; one worker, one runtime thread. WebSockets on
+    # only for the WebSocket rows' app (the HTTP rows are measured with --no-ws, as before).
+    ws = "--ws" if app.partition(":")[0] == WS_APP_MODULE else "--no-ws"
     return [venv_python(PEERS_VENV), "-m", "granian", "--interface", "asginl", "--loop", "uvloop",
             "--workers", "1", "--runtime-threads", "1", "--blocking-threads", "1", "--http", "1",
-            "--no-ws", "--no-access-log", "--log-level", "warning", "--working-dir", str(APPS),
+            ws, "--no-access-log", "--log-level", "warning", "--working-dir", str(APPS),
             "--host", "127.0.0.1", "--port", str(port), app]
 
 
@@ -234,6 +252,9 @@ def nginx_argv(app, port, tmp):
     return [tool_path("nginx"), "-c", str(conf), "-e", str(tmp / "error.log")]
 
 
+WS_APP_MODULE = WS_WORKLOADS["ws_echo_64"]["app"].partition(":")[0]
+
+
 class Peer(NamedTuple):
     argv: Callable  # (app, port, tmp) -> argv
     group: str | None  # its peers.txt group; None: nothing to install
@@ -243,7 +264,7 @@ class Peer(NamedTuple):
 
 
 SERVERS = {
-    "skirr": Peer(skirr_argv, None, "skirr", ALL_WORKLOADS),
+    "skirr": Peer(skirr_argv, None, "skirr", ALL_WORKLOADS | set(WS_WORKLOADS)),
     # The cost rows (issue 13): a feature on against off, the server's output to its log file.
     "skirr-access-log": Peer(skirr_access_argv, None, "skirr", ALL_WORKLOADS),
     "skirr-metrics": Peer(skirr_metrics_argv, None, "skirr", ALL_WORKLOADS),
@@ -251,11 +272,16 @@ SERVERS = {
                                ALL_WORKLOADS),
     "uvicorn-httptools": Peer(uvicorn_argv("httptools"), "uvicorn", "peer", ALL_WORKLOADS),
     "uvicorn-h11": Peer(uvicorn_argv("h11"), "uvicorn", "peer", ALL_WORKLOADS),
-    "granian": Peer(granian_argv, "granian", "peer", ALL_WORKLOADS),
+    "granian": Peer(granian_argv, "granian", "peer", ALL_WORKLOADS | set(WS_WORKLOADS)),
     "hypercorn": Peer(hypercorn_argv, "hypercorn", "peer", ALL_WORKLOADS),
-    "peregrine": Peer(peregrine_argv, "peregrine", "peer", ALL_WORKLOADS),
+    "peregrine": Peer(peregrine_argv, "peregrine", "peer", ALL_WORKLOADS | set(WS_WORKLOADS)),
     "weft": Peer(weft_argv, "weft", "peer", ALL_WORKLOADS),
     "gunicorn-uvicorn": Peer(gunicorn_argv, "gunicorn-uvicorn", "peer", ALL_WORKLOADS),
+    # The WebSocket rows' uvicorn: httptools for the handshake, each WebSocket implementation.
+    "uvicorn-websockets": Peer(uvicorn_argv("httptools", ws="websockets"), "uvicorn-ws", "peer",
+                               set(WS_WORKLOADS)),
+    "uvicorn-wsproto": Peer(uvicorn_argv("httptools", ws="wsproto"), "uvicorn-ws", "peer",
+                            set(WS_WORKLOADS)),
     "limit-c": Peer(limit_argv, None, "limit", set(WORKLOADS) - {"file_1m"}),
     "nginx": Peer(nginx_argv, None, "limit",
                   {"raw_get", "get_64k", "fastapi_json", "pipelined_get", "file_1m"}),

@@ -3,7 +3,8 @@
 Owns: the aggregation of a row's rounds (median req/s with min-max, median p99, median CPU per
 request, peak RSS/PSS, summed errors), the per-round comparison of each peer with skirr and its
 verdict ("ahead" only when every round agrees; CPU per request decides where either side was
-client-bound), efficiency against the limit, and the markdown of report.md and bench/RESULTS.md
+client-bound), efficiency against the limit, the WebSocket rows' table (the same aggregation and
+verdict per message), and the markdown of report.md and bench/RESULTS.md
 (LEVERS.md appended), rendered from a run's results.json alone so `run.py report` can redo it.
 
 Never: starts a server, runs a load generator or reads /proc; it reads only a run's results and
@@ -50,6 +51,7 @@ def aggregate(runs, rounds):
             "rps": median([r["rps"] for r in ok]),
             "rps_min": min((r["rps"] for r in ok), default=None),
             "rps_max": max((r["rps"] for r in ok), default=None),
+            "p50_ms": median([r["p50_ms"] for r in ok if r.get("p50_ms") is not None]),
             "p99_ms": median([r["p99_ms"] for r in ok if r["p99_ms"] is not None]),
             "cpu_us_per_req": median([r["cpu_us_per_req"] for r in ok]),
             "rss_mib": max((r["rss_mib"] for r in ok), default=None),
@@ -268,6 +270,80 @@ def render_client_side(L, agg):
                  f"| {fmt(a['gen_us_per_req'], '.1f')} |")
 
 
+def table_rows(agg, cmp):
+    """(workload, conns, server, aggregate, flags, vs) per table row: the rows in workload order,
+    skirr first in each, then by median req/s (msgs/s) falling."""
+    for w, c in workload_order({(w, c) for (w, c, _) in agg}):
+        names = sorted((s for (w2, c2, s) in agg if (w2, c2) == (w, c)),
+                       key=lambda s: (s != "skirr", -(agg[(w, c, s)]["rps"] or 0)))
+        for s in names:
+            a = agg[(w, c, s)]
+            yield (w, c, s, a, *row_notes(a, cmp.get((w, c, s))))
+
+
+def row_notes(a, k):
+    """A table row's flags after the server's name (failed rounds, client-bound, not pinned) and
+    its comparison with skirr `k` (from compare(), or None): (flags, vs), both strings."""
+    flags = []
+    if a["failed"]:
+        flags.append(f"FAILED {a['rounds'] - a['rounds_ok']}/{a['rounds']}")
+    if a["client_bound"]:
+        flags.append("client-bound")
+    if not a["pinned"]:
+        flags.append("NOT PINNED")
+    vs = (f"{k['rps_ratio']:.2f} ({k['rps_ratio_min']:.2f}–{k['rps_ratio_max']:.2f}); "
+          f"cpu {k['cpu_ratio']:.2f}; {k['verdict']}") if k else ""
+    return (" " + ", ".join(flags) if flags else ""), vs
+
+
+def load_cells(a):
+    """The errors, gen CPU and other/steal cells of a table row."""
+    return (f"{sum(a['errors'].values())} | {fmt(a['gen_cpu'] and a['gen_cpu'] * 100, '.0f')}% | "
+            f"{fmt(a['other_cpu0'] and a['other_cpu0'] * 100, '.0f')}%/"
+            f"{fmt(a['steal_cpu0'] and a['steal_cpu0'] * 100, '.0f')}%")
+
+
+def render_failures(L, agg):
+    fails = [(k, a["errors_first"]) for k, a in agg.items() if a["errors_first"]]
+    if fails:
+        L.append("\nFailures (first per row):\n")
+        for (w, c, s), e in fails:
+            L.append(f"- {w} c{c} {s}: `{e[:400]}`")
+
+
+def render_ws(L, wsruns, not_measured):
+    """The WebSocket rows (issue 14): echo msgs/s, round-trip percentiles and server CPU per
+    message, each peer against skirr within the same round."""
+    agg = aggregate(wsruns, 0)
+    cmp = compare(wsruns)
+    L.append("\n## WebSocket echo (64 connections, closed loop)\n")
+    L.append("Driven by `bench/ws_load.c` (C, epoll, one thread) pinned to CPU 1, the server on "
+             "CPU 0, as the HTTP rows. Every connection completes the RFC 6455 handshake "
+             "(101 and Sec-WebSocket-Accept checked; permessage-deflate not offered, so no server "
+             "compresses), then sends one masked text frame, waits for its echo, compares it "
+             "byte for byte and sends the next. Each run: 1 s warm-up (not counted), then the "
+             "measured interval; msgs/s = echoes completed in it ÷ its length; p50/p99 = "
+             "round-trip percentiles over every echo in it (median over rounds); CPU µs/msg = the "
+             "server's utime+stime over the same interval (read when the generator marks its "
+             "start and end) ÷ messages echoed. Echo checked exactly before and after every run; "
+             "any generator error fails the run. `gen CPU`: the generator's share of CPU 1 "
+             "(>= 90% = client-bound: compare CPU/msg). `other/steal`: as above.\n")
+    if not_measured:
+        for s, why in not_measured.items():
+            L.append(f"- not measured: **{s}**: {why.splitlines()[-1] if why else '?'}")
+        L.append("")
+    L.append("| workload | conns | server | msgs/s | min–max | p50 ms | p99 ms | CPU µs/msg | RSS MiB "
+             "| errors | gen CPU | other/steal | vs skirr (msgs/s ratio, verdict) |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for w, c, s, a, flags, vs in table_rows(agg, cmp):
+        L.append(
+            f"| {w} | {c} | {s}{flags} | {fmt(a['rps'])} | "
+            f"{fmt(a['rps_min'])}–{fmt(a['rps_max'])} | {fmt(a['p50_ms'], '.2f')} | "
+            f"{fmt(a['p99_ms'], '.2f')} | {fmt(a['cpu_us_per_req'], '.1f')} | "
+            f"{fmt(a['rss_mib'], '.1f')} | {load_cells(a)} | {vs} |")
+    render_failures(L, agg)
+
+
 def render_report(result, agg, cmp, status):
     meta = result["meta"]
     m = meta["machine"]
@@ -301,45 +377,26 @@ def render_report(result, agg, cmp, status):
         for s, why in status.items():
             L.append(f"- **{s}**: {why.splitlines()[-1] if why else '?'}")
         L.append("")
-    if not result["runs"]:  # the workers row or the cost rows alone (`--profile workers|costs`)
+    if not result["runs"]:  # one part alone (`--profile workers`, `costs` or `ws`)
         if result.get("workers"):
             render_workers(L, result["workers"])
         if result.get("costs"):
             render_costs(L, result["costs"])
+        if result.get("ws") or result.get("ws_not_measured"):
+            render_ws(L, result.get("ws") or [], result.get("ws_not_measured") or {})
         return "\n".join(L)
     L.append("## Throughput\n")
     L.append("| workload | conns | server | req/s | min–max | p99 ms | CPU µs/req | RSS MiB | PSS MiB "
              "| errors | gen CPU | other/steal | vs skirr (req/s ratio, verdict) |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rows = workload_order({(w, c) for (w, c, _) in agg})
-    for w, c in rows:
-        names = sorted((s for (w2, c2, s) in agg if (w2, c2) == (w, c)),
-                       key=lambda s: (s != "skirr", -(agg[(w, c, s)]["rps"] or 0)))
-        for s in names:
-            a = agg[(w, c, s)]
-            flags = []
-            if a["failed"]:
-                flags.append(f"FAILED {a['rounds'] - a['rounds_ok']}/{a['rounds']}")
-            if a["client_bound"]:
-                flags.append("client-bound")
-            if not a["pinned"]:
-                flags.append("NOT PINNED")
-            k = cmp.get((w, c, s))
-            vs = (f"{k['rps_ratio']:.2f} ({k['rps_ratio_min']:.2f}–{k['rps_ratio_max']:.2f}); "
-                  f"cpu {k['cpu_ratio']:.2f}; {k['verdict']}") if k else ""
-            errs = sum(a["errors"].values())
-            L.append(
-                f"| {w} | {c} | {s}{' ' + ', '.join(flags) if flags else ''} | {fmt(a['rps'])} | "
-                f"{fmt(a['rps_min'])}–{fmt(a['rps_max'])} | {fmt(a['p99_ms'], '.2f')} | "
-                f"{fmt(a['cpu_us_per_req'], '.1f')} | {fmt(a['rss_mib'], '.1f')} | "
-                f"{fmt(a['pss_mib'], '.1f')} | {errs} | {fmt(a['gen_cpu'] and a['gen_cpu'] * 100, '.0f')}% | "
-                f"{fmt(a['other_cpu0'] and a['other_cpu0'] * 100, '.0f')}%/"
-                f"{fmt(a['steal_cpu0'] and a['steal_cpu0'] * 100, '.0f')}% | {vs} |")
-    fails = [(k, a["errors_first"]) for k, a in agg.items() if a["errors_first"]]
-    if fails:
-        L.append("\nFailures (first per row):\n")
-        for (w, c, s), e in fails:
-            L.append(f"- {w} c{c} {s}: `{e[:400]}`")
+    for w, c, s, a, flags, vs in table_rows(agg, cmp):
+        L.append(
+            f"| {w} | {c} | {s}{flags} | {fmt(a['rps'])} | "
+            f"{fmt(a['rps_min'])}–{fmt(a['rps_max'])} | {fmt(a['p99_ms'], '.2f')} | "
+            f"{fmt(a['cpu_us_per_req'], '.1f')} | {fmt(a['rss_mib'], '.1f')} | "
+            f"{fmt(a['pss_mib'], '.1f')} | {load_cells(a)} | {vs} |")
+    render_failures(L, agg)
     sk = agg.get(("pipelined_get", 64, "skirr")), agg.get(("raw_get", 64, "skirr"))
     if all(sk) and sk[0]["rps"] and sk[1]["rps"]:
         L.append(f"\nskirr pipelined_get / raw_get at c64: {sk[0]['rps'] / sk[1]['rps']:.2f}×")
@@ -370,6 +427,9 @@ def render_report(result, agg, cmp, status):
 
     if result.get("costs"):
         render_costs(L, result["costs"])
+
+    if result.get("ws") or result.get("ws_not_measured"):
+        render_ws(L, result.get("ws") or [], result.get("ws_not_measured") or {})
 
     if result["fixed_rate"]:
         L.append("\n## Fixed-rate latency (h2load --rps, HTTP/1.1)\n")

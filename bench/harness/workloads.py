@@ -1,7 +1,7 @@
 """The workloads: which app each one serves, the request it sends and the exact answer it expects.
 
 Owns: the workload table (raw_get, post_4k, get_64k, fastapi_json, pipelined_get, file_1m, and
-streaming),
+streaming; the WebSocket rows ws_echo_64 and ws_echo_1k: message size and frame type),
 the request shapes wrk sends for them (its Lua request scripts), a minimal HTTP/1.1 client for the
 exact status-and-body checks made before and after every run, and the app called directly with a
 workload's scope (no network) for the app's own CPU per request.
@@ -62,14 +62,24 @@ WORKLOADS = {
     "file_1m": dict(app="file_apps:app", path="/file_1m", method="GET", body=b"", expect=FILE_1M,
                     extensions={"http.response.pathsend": {}}),
 }
+# The WebSocket rows (issue 14), driven by bench/ws_load.c instead of wrk: every connection a closed
+# loop of one masked frame of `size` bytes out and its echo back (compared byte for byte);
+# `binary`: binary frames, else text (ASCII, so every server decodes and re-encodes UTF-8 as an
+# app's str messages make it). name -> app (module:attr in bench/apps), path, size, binary
+WS_WORKLOADS = {
+    "ws_echo_64": dict(app="ws_apps:echo", path="/", size=64, binary=False),  # the latency row
+    "ws_echo_1k": dict(app="ws_apps:echo", path="/", size=1024, binary=False),
+}
 STREAM_APP = "raw_apps:stream"
 STREAM_EXPECT = raw_apps.STREAM_FIRST + raw_apps.STREAM_LAST
 ALL_WORKLOADS = set(WORKLOADS) | {"streaming"}
 
 
 def workload_order(rows):
-    """(workload, conns) rows sorted in the table's order, then by connection count."""
-    return sorted(rows, key=lambda r: (list(WORKLOADS).index(r[0]), r[1]))
+    """(workload, conns) rows sorted in the table's order (the WebSocket rows last), then by
+    connection count."""
+    order = list(WORKLOADS) + list(WS_WORKLOADS)
+    return sorted(rows, key=lambda r: (order.index(r[0]), r[1]))
 
 
 # ----------------------------------------------------------------------------------------------
