@@ -75,8 +75,9 @@ def default_limit_connections() -> int:
 logging.addLevelName(TRACE, "TRACE")
 
 
-class ConfigError(Exception):
-    """A setting or the application cannot be used; ``str()`` is one line meant for the user."""
+class ConfigError(ValueError):
+    """A setting or the application cannot be used; ``str()`` is one line meant for the user.
+    A ``ValueError``, so a bad value given to :class:`Config` raises what Python code expects."""
 
 
 class AppLoadError(ConfigError):
@@ -192,7 +193,9 @@ class Config:
         date_header: send ``date`` when the app sends none (default on).
         headers: fields added to every response (refusals too), as ``"name:value"`` strings or
             ``(name, value)`` pairs; a ``server`` among them replaces skirr's own. Names must be
-            RFC 9110 tokens and values visible ASCII/Latin-1 without CR, LF or NUL.
+            RFC 9110 tokens and values visible ASCII/Latin-1 without CR, LF or NUL; the fields
+            skirr writes itself (content-length, transfer-encoding, connection, keep-alive,
+            upgrade, te, trailer, proxy-connection, date) are refused.
         log_config: a ``logging.config.dictConfig`` dict, or a file: ``.json``/``.yaml``/
             ``.yml`` (dictConfig) or INI (fileConfig); applied when the server starts, before
             the app is imported. The ``skirr`` logger's level is ``log_level`` unless the
@@ -484,14 +487,31 @@ def load_env_file(path: str) -> None:
 
 
 _TCHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+# Fields --header may not set, with why: skirr writes them per response (framing, RFC 9112 §6;
+# connection options, RFC 9110 §7.6.1), so a fixed copy would contradict the real one or send two.
+_FRAMING = "a framing field skirr writes for each response itself (RFC 9112 §6)"
+_HOP = "a connection-specific field skirr manages itself (RFC 9110 §7.6.1)"
+OWNED_FIELDS = {
+    b"content-length": _FRAMING,
+    b"transfer-encoding": _FRAMING,
+    b"connection": _HOP,
+    b"keep-alive": _HOP,
+    b"upgrade": _HOP,
+    b"te": _HOP,
+    b"trailer": _HOP,
+    b"proxy-connection": _HOP,
+    b"date": "written by skirr for each response (--no-date-header turns it off)",
+}
 
 
 def encode_headers(headers: Any) -> list[tuple[bytes, bytes]]:
     """``--header`` values as (lower-cased name, value) bytes pairs.
 
     Raises:
-        ConfigError: not ``"name:value"`` / a pair, a name that is not an RFC 9110 token, or a
-            value with CR, LF, NUL or another control character (RFC 9110 §5.5), or not Latin-1.
+        ConfigError: not ``"name:value"`` / a pair, a name that is not an RFC 9110 token, a
+            value with CR, LF, NUL or another control character (RFC 9110 §5.5), not Latin-1,
+            or a field skirr writes itself (:data:`OWNED_FIELDS`: content-length,
+            transfer-encoding, the connection-specific fields of RFC 9110 §7.6.1, date).
     """
     if isinstance(headers, (str, bytes)) or not isinstance(headers, (list, tuple)):
         raise ConfigError(f"headers must be a list of 'name:value' strings; got {headers!r}")
@@ -516,6 +536,9 @@ def encode_headers(headers: Any) -> list[tuple[bytes, bytes]]:
             raise ConfigError(f"header {item!r}: invalid field name {name!r}")
         if any((ch < 0x20 and ch != 0x09) or ch == 0x7F for ch in v):
             raise ConfigError(f"header {item!r}: invalid field value (control character)")
+        why = OWNED_FIELDS.get(n.lower())
+        if why is not None:
+            raise ConfigError(f"header {item!r}: {name.lower()} is {why}")
         out.append((n.lower(), v))
     return out
 

@@ -257,7 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--date-header", action=bool_flag, default=True,
         help="send 'date' when the app sends none (default: on)")
     add("--header", action="append", default=[], metavar="NAME:VALUE", dest="headers",
-        help="add this field to every response (repeatable); 'server:...' replaces skirr's")
+        help="add this field to every response (repeatable); 'server:...' replaces skirr's; "
+        "the fields skirr writes itself (content-length, transfer-encoding, connection, "
+        "keep-alive, upgrade, te, trailer, proxy-connection, date) are refused")
     add("--log-config", default=None, metavar="PATH",
         help="logging configuration: dictConfig .json/.yaml/.yml or fileConfig INI file, applied "
         "before the app is imported")
