@@ -8,6 +8,7 @@ traceback for a mistake the user can fix from the message.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import sys
@@ -287,14 +288,17 @@ def env_name(action: argparse.Action) -> str:
     return ENV_PREFIX + name.replace("-", "_").upper()
 
 
-def apply_env(parser: argparse.ArgumentParser, environ: os._Environ[str] | dict[str, str]) -> None:
+def apply_env(
+    parser: argparse.ArgumentParser, environ: os._Environ[str] | dict[str, str]
+) -> dict[str, str]:
     """Makes each SKIRR_<OPTION> in environ the default of its option (the command line still
     wins). Booleans take 1/true/yes/on or 0/false/no/off; SKIRR_HEADER holds one NAME:VALUE per
-    line; SKIRR_APP is the APP argument.
+    line; SKIRR_APP is the APP argument. Returns {option dest: variable} of the options set.
 
     Raises:
         ValueError: a value the option would refuse (the message names the variable).
     """
+    used = {}
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
             continue
@@ -302,6 +306,7 @@ def apply_env(parser: argparse.ArgumentParser, environ: os._Environ[str] | dict[
         text = environ.get(var)
         if text is None:
             continue
+        used[action.dest] = var
         if isinstance(action, (argparse.BooleanOptionalAction, argparse._StoreTrueAction)):
             low = text.strip().lower()
             if low not in _TRUE + _FALSE:
@@ -323,6 +328,51 @@ def apply_env(parser: argparse.ArgumentParser, environ: os._Environ[str] | dict[
             if not action.option_strings:  # the APP positional
                 action.nargs = "?"
                 action.required = False
+    return used
+
+
+def from_env(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, used: dict[str, str]
+) -> dict[str, str]:
+    """{dest: variable} of the options whose value in ``args`` is the one a SKIRR_<OPTION>
+    variable gave (the command line did not replace it: argparse keeps the default object).
+
+    A repeatable option given on the command line replaces its variable's lines too (argparse
+    appends to the default; those lines are taken off ``args`` here): the command line wins."""
+    actions = {a.dest: a for a in parser._actions}
+    env = {}
+    for dest, var in used.items():
+        action = actions.get(dest)
+        if action is None:
+            continue
+        value = getattr(args, dest, None)
+        if value is action.default:
+            env[dest] = var
+        elif isinstance(action, argparse._AppendAction) and isinstance(action.default, list):
+            setattr(args, dest, value[len(action.default):])
+    return env
+
+
+# Config fields checked one by one when their value came from the environment (see main).
+_CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(Config)) - {"env_file"}
+_PROBE_APP = "module:app"  # a well-formed APP for those checks (nothing is imported)
+
+
+def check_env_values(args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Applies Config's own checks to each value that came from a SKIRR_<OPTION> variable, alone,
+    so that a refused one is reported with its variable's name.
+
+    Raises:
+        ValueError: ``"SKIRR_<OPTION>: <what Config says>"``.
+    """
+    for dest, var in env.items():
+        if dest not in _CONFIG_FIELDS:
+            continue
+        values = {"app": _PROBE_APP, dest: getattr(args, dest)}
+        try:
+            Config(**values)
+        except ConfigError as exc:
+            raise ValueError(f"{var}: {exc}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -332,30 +382,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--env-file")
     known, _ = pre.parse_known_args(argv)
-    env_file = known.env_file or os.environ.get(ENV_PREFIX + "ENV_FILE")
+    env_file_var = ENV_PREFIX + "ENV_FILE"
+    env_file = known.env_file or os.environ.get(env_file_var)
     parser = build_parser()
     try:
         if env_file:
-            load_env_file(env_file)
-        apply_env(parser, os.environ)
+            try:
+                load_env_file(env_file)
+            except ConfigError as exc:
+                if known.env_file:
+                    raise
+                raise ValueError(f"{env_file_var}: {exc}") from None
+        used = apply_env(parser, os.environ)
     except (ConfigError, ValueError) as exc:
         print(f"skirr: error: {exc}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
     if args.app is None:
         parser.error("the following arguments are required: APP")
+    env = from_env(parser, args, used)
+    try:
+        check_env_values(args, env)
+    except ValueError as exc:
+        parser.error(str(exc))
+
+    def flag(dest: str, name: str = "") -> str:
+        """How the user set option ``dest``: its SKIRR_ variable, else ``--name``."""
+        return env.get(dest) or "--" + (name or dest).replace("_", "-")
+
     address = (args.host is not None) or (args.port is not None)
+    where = f"{flag('host')} or {flag('port')}"
     if args.uds is not None and args.fd is not None:
-        parser.error("--uds and --fd cannot be used together")
-    for flag in ("uds", "fd"):
-        if getattr(args, flag) is not None and address:
-            parser.error(f"--{flag} cannot be used together with --host or --port")
+        parser.error(f"{flag('uds')} and {flag('fd')} cannot be used together")
+    for dest in ("uds", "fd"):
+        if getattr(args, dest) is not None and address:
+            parser.error(f"{flag(dest)} cannot be used together with {where}")
     if args.fd is None and args.uds is None and not address:
         args.fd = _systemd_fd()
     if not args.reload:
-        for flag in ("reload_dirs", "reload_includes", "reload_excludes"):
-            if getattr(args, flag):
-                parser.error(f"--{flag[:-1].replace('_', '-')} needs --reload")
+        for dest in ("reload_dirs", "reload_includes", "reload_excludes"):
+            if getattr(args, dest):
+                parser.error(f"{flag(dest, dest[:-1])} needs --reload")
     includes, excludes = _reload_patterns(args.reload_includes, args.reload_excludes)
     try:
         config = Config(
