@@ -161,7 +161,8 @@ class Config:
         fd: an inherited, bound stream socket's descriptor to serve on instead of ``host:port``
             (uvicorn's ``--fd``; systemd socket activation passes 3). Not with ``uds`` or a
             ``host``/``port`` other than the defaults.
-        uds_perms: the mode bits of the ``uds`` socket file (default ``0o666``).
+        uds_perms: the mode bits of the ``uds`` socket file; ``None`` (the default) = ``0o666``.
+            Only with ``uds``.
         workers: worker processes (default 1: no supervisor). Above 1, a supervisor process binds
             the socket(s) and runs that many workers (``app`` must then be a ``"module:attr"``
             string); see ``skirr.supervisor``.
@@ -251,7 +252,7 @@ class Config:
     timeout_graceful_shutdown: float | None = DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN
     app_dir: str = "."
     fd: int | None = None
-    uds_perms: int = DEFAULT_UDS_PERMS
+    uds_perms: int | None = None
     workers: int = 1
     reuse_port: bool = True
     timeout_worker_healthcheck: float = DEFAULT_TIMEOUT_WORKER_HEALTHCHECK
@@ -358,9 +359,14 @@ class Config:
         ):
             which = "uds" if self.uds is not None else "fd"
             raise ConfigError(f"{which} cannot be used together with host or port")
-        _check_number("uds_perms", self.uds_perms, integer=True)
-        if self.uds_perms > 0o7777:
-            raise ConfigError(f"uds_perms must be a mode in 0..0o7777; got {self.uds_perms!r}")
+        if self.uds_perms is not None:
+            _check_number("uds_perms", self.uds_perms, integer=True)
+            if self.uds_perms > 0o7777:
+                raise ConfigError(
+                    f"uds_perms must be a mode in 0..0o7777; got {self.uds_perms!r}"
+                )
+            if self.uds is None:
+                raise ConfigError("uds_perms needs uds")
         _check_number("workers", self.workers, integer=True, minimum=1)
         if not isinstance(self.reuse_port, bool):
             raise ConfigError(f"reuse_port must be True or False; got {self.reuse_port!r}")

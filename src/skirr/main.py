@@ -149,8 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--host", default=None, help="bind to this address (default: 127.0.0.1)")
     add("--port", type=_port, default=None, help="bind to this TCP port (default: 8000)")
     add("--uds", metavar="PATH", help="bind to this Unix-domain socket instead of host:port")
-    add("--uds-perms", type=_mode, default=DEFAULT_UDS_PERMS, metavar="MODE",
-        help="octal mode of the --uds socket file (default: 666)")
+    add("--uds-perms", type=_mode, default=None, metavar="MODE",
+        help=f"octal mode of the --uds socket file (default: {DEFAULT_UDS_PERMS:o})")
     add("--fd", type=_int_at_least(0), default=None, metavar="N",
         help="serve on this inherited, bound socket descriptor instead of host:port (systemd "
         "socket activation, LISTEN_FDS=1, is used by itself when no address is given)")
@@ -356,6 +356,7 @@ def from_env(
 # Config fields checked one by one when their value came from the environment (see main).
 _CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(Config)) - {"env_file"}
 _PROBE_APP = "module:app"  # a well-formed APP for those checks (nothing is imported)
+_PROBE_WITH = {"uds_perms": ("uds",)}  # the fields a field is only valid with
 
 
 def check_env_values(args: argparse.Namespace, env: dict[str, str]) -> None:
@@ -369,6 +370,8 @@ def check_env_values(args: argparse.Namespace, env: dict[str, str]) -> None:
         if dest not in _CONFIG_FIELDS:
             continue
         values = {"app": _PROBE_APP, dest: getattr(args, dest)}
+        for other in _PROBE_WITH.get(dest, ()):
+            values[other] = getattr(args, other)
         try:
             Config(**values)
         except ConfigError as exc:
@@ -401,10 +404,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.app is None:
         parser.error("the following arguments are required: APP")
     env = from_env(parser, args, used)
-    try:
-        check_env_values(args, env)
-    except ValueError as exc:
-        parser.error(str(exc))
 
     def flag(dest: str, name: str = "") -> str:
         """How the user set option ``dest``: its SKIRR_ variable, else ``--name``."""
@@ -417,6 +416,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for dest in ("uds", "fd"):
         if getattr(args, dest) is not None and address:
             parser.error(f"{flag(dest)} cannot be used together with {where}")
+    if args.uds_perms is not None and args.uds is None:
+        parser.error(f"{flag('uds_perms')} needs {flag('uds')}")
+    try:
+        check_env_values(args, env)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.fd is None and args.uds is None and not address:
         args.fd = _systemd_fd()
     if not args.reload:

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from . import _native
 from .access import AccessLog
-from .config import TRACE, Config, ConfigError, configure_logging
+from .config import DEFAULT_UDS_PERMS, TRACE, Config, ConfigError, configure_logging
 from .lifespan import Lifespan
 
 logger = logging.getLogger("skirr.error")
@@ -421,7 +421,8 @@ def bind_socket(config: Config) -> socket.socket:
     if config.fd is not None:
         return socket_from_fd(config.fd)
     if config.uds:
-        return _bind_unix(config.uds, config.uds_perms)
+        perms = DEFAULT_UDS_PERMS if config.uds_perms is None else config.uds_perms
+        return _bind_unix(config.uds, perms)
     return bind_tcp(config.host, config.port)
 
 
