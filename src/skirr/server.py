@@ -166,6 +166,13 @@ class Server:
         watcher: asyncio.Future[None] | None = None
         handlers: list[int] = []
         try:
+            if config.metrics_port is not None and self._serve_metrics:
+                # Bound with the main listener, before any application code: a port in use is
+                # reported before the import (an empty exposition until serving starts).
+                from .metrics import MetricsExporter
+
+                exporter = MetricsExporter(self.metrics, config.host, config.metrics_port)
+                exporter.start()
             if self._on_loop is not None:
                 self._on_loop(loop)
             app = config.load_app()
@@ -192,11 +199,6 @@ class Server:
                     sock.listen(config.backlog)
                     natives.append(self._native_server(app, loop, sock, lifespan.state, access))
                 self._natives = natives
-                if config.metrics_port is not None and self._serve_metrics:
-                    from .metrics import MetricsExporter
-
-                    exporter = MetricsExporter(self.metrics, config.host, config.metrics_port)
-                    exporter.start()
                 limit = 0
                 if config.limit_max_requests:
                     limit = config.limit_max_requests + random.randint(
