@@ -668,3 +668,34 @@ def test_supervisor_lines_use_colors(tmp_path):
     assert f"{green}SIGTERM: stopping 2 worker(s)" in stderr
     assert len(re.findall(re.escape(green) + r"Worker \[\d+\] stopped \(exit status 0\)",
                           stderr)) == 2
+
+
+@pytest.mark.rule("skirr-signals-during-startup")
+@pytest.mark.parametrize("workers,signum,loop", [
+    ("1", signal.SIGTERM, "asyncio"), ("1", signal.SIGINT, "uvloop"),
+    ("2", signal.SIGTERM, "uvloop"), ("2", signal.SIGINT, "asyncio"),
+])
+def test_stop_during_startup_is_graceful(tmp_path, workers, signum, loop):
+    """The signal arrives while the app's module imports (it sleeps 2 s there): the import
+    finishes, lifespan startup and shutdown run, nothing is served, exit 0 with a line saying so."""
+    marker = tmp_path / "importing"
+    (tmp_path / "slowimport.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "time.sleep(2)\n"
+        "from basic import app\n")
+    port = _proc.free_port()
+    with _proc.Skirr(["slowimport:app", "--app-dir", str(tmp_path), "--port", str(port),
+                      "--loop", loop, "--workers", workers], tmp_path) as proc:
+        _wait_for(marker.exists, _proc.START_TIMEOUT, "the import", proc)
+        proc.proc.send_signal(signum)
+        assert proc.wait() == 0, proc.stderr
+        stderr = proc.stderr
+        events = proc.events
+    assert "INFO:     Shutdown requested during startup: not serving\n" in stderr
+    assert "skirr running on" not in stderr
+    assert events == ["startup", "shutdown"]
+    if workers == "2":
+        name = signal.Signals(signum).name
+        assert f"INFO:     {name}: stopping 1 worker(s)\n" in stderr
+        assert re.search(r"INFO:     Worker \[\d+\] stopped \(exit status 0\)\n", stderr)

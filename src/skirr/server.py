@@ -166,6 +166,10 @@ class Server:
         watcher: asyncio.Future[None] | None = None
         handlers: list[int] = []
         try:
+            # Before the import: SIGINT/SIGTERM while the app imports (the handler runs once the
+            # import returns) or while lifespan startup runs is a graceful stop, never the
+            # default death.
+            handlers = self._install_signal_handlers(loop)
             if config.metrics_port is not None and self._serve_metrics:
                 # Bound with the main listener, before any application code: a port in use is
                 # reported before the import (an empty exposition until serving starts).
@@ -185,13 +189,14 @@ class Server:
 
                 app = RequestIdMiddleware(app)
             lifespan = Lifespan(app, config.lifespan)
-            handlers = self._install_signal_handlers(loop)
             started = await self._unless_forced(lifespan.startup())
             if not started:
                 if started is None:
                     lifespan.cancel()
                 self.exit_code = 1
                 return
+            if self._stop.is_set() and not self._force.is_set():
+                logger.info("Shutdown requested during startup: not serving")
             if not self._stop.is_set():
                 access = AccessLog(config.access_log_format) if config.access_log else None
                 for sock in socks:
