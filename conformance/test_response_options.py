@@ -1,5 +1,6 @@
 """--server-header/--no-server-header, --date-header/--no-date-header, --header NAME:VALUE
-(issue 13), on responses and on refusals, over real sockets on both loops."""
+(issue 13), on responses and on refusals, and --health-check-path's methods and exact path (issue
+12), over real sockets on both loops."""
 from __future__ import annotations
 
 import os
@@ -132,3 +133,21 @@ def test_owned_field_from_environment_is_usage_error():
     assert (p.returncode, p.stderr) == (2, "skirr: error: SKIRR_HEADER: header 'content-length: "
                                            "5': content-length is a framing field skirr writes "
                                            "for each response itself (RFC 9112 §6)\n")
+
+
+@pytest.mark.rule("skirr-health-check-path")
+def test_health_check_path_answers_any_method_exact_path(serve, echo_app):
+    with serve(echo_app, health_check_path="/healthz") as srv:
+        answers = {}
+        for method in ("GET", "POST", "DELETE", "OPTIONS", "HEAD"):
+            c = srv.connect()
+            c.send(f"{method} /healthz?probe=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+                   "\r\n".encode())
+            r = c.response(method=method)
+            answers[method] = (r.status, r.body)
+            c.close()
+        other = srv.get("/healthz/")
+    assert answers == {"GET": (200, b"OK\n"), "POST": (200, b"OK\n"), "DELETE": (200, b"OK\n"),
+                       "OPTIONS": (200, b"OK\n"), "HEAD": (200, b"")}
+    assert [c["scope"]["path"] for c in echo_app.calls.items] == ["/healthz/"]
+    assert other.status == 200

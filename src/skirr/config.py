@@ -176,8 +176,8 @@ class Config:
         reload_includes: glob patterns of file names to watch (default ``["*.py"]``).
         reload_excludes: glob patterns of file or directory names to ignore (default
             ``[".*", ".py[cod]", ".sw.*", "~*"]``).
-        health_check_path: a path (``/healthz``) answered by skirr itself, never by the
-            application: 200 ``OK`` while serving, 503 ``draining`` once shutting down.
+        health_check_path: a path (``/healthz``) answered by skirr itself for any method (the
+            query string ignored; only that exact path), never by the application: 200 ``OK`` while serving, 503 ``draining`` once shutting down.
         drain_delay: seconds, after SIGTERM, during which skirr keeps accepting and serving while
             ``health_check_path`` answers 503 (so a load balancer stops routing first); then the
             graceful shutdown (default 0).

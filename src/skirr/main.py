@@ -173,8 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="reload_excludes", help="with --reload, ignore file or directory names matching "
         "GLOB (repeatable; default: .* .py[cod] .sw.* ~*)")
     add("--health-check-path", default=None, metavar="PATH",
-        help="answer GET PATH itself, never calling the app: 200 while serving, 503 while "
-        "shutting down (default: none)")
+        help="answer requests for exactly PATH (any method; the query is ignored) itself, never "
+        "calling the app: 200 while serving, 503 while shutting down (default: none)")
     add("--drain-delay", type=_seconds, default=0.0, metavar="SECONDS",
         help="after SIGTERM, keep accepting and serving this long while --health-check-path "
         "answers 503, then shut down gracefully (default: %(default)g)")
