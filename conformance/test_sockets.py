@@ -171,4 +171,3 @@ def test_health_check_and_drain_delay(tmp_path, loop, workers):
         assert proc.wait(10) == 0
         assert time.monotonic() - sent >= 1.5
         assert not _proc.accepts(port)
-
