@@ -216,6 +216,30 @@ def test_workers_metrics_port_in_use_is_reported_before_any_worker(tmp_path):
                       "Address already in use\n")
 
 
+@pytest.mark.rule("skirr-metrics-port-in-use")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_metrics_port_in_use_is_reported_before_the_import(tmp_path, loop):
+    """Single process: the metrics listener is bound with the main one, so a port in use is
+    reported (exit 1) before the app's module is imported or its lifespan runs."""
+    import socket
+
+    (tmp_path / "marked.py").write_text(
+        "import pathlib\n"
+        f"pathlib.Path({str(tmp_path / 'imported')!r}).write_text('yes')\n"
+        "from basic import app\n")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        mport = held.getsockname()[1]
+        status, stderr = _proc.run_to_exit(
+            ["marked:app", "--loop", loop, "--app-dir", str(tmp_path), "--port",
+             str(free_port()), "--metrics-port", str(mport)], tmp_path)
+    assert (status, stderr) == (1, "skirr: error: could not bind the metrics listener to "
+                                   f"127.0.0.1:{mport}: Address already in use\n")
+    assert not (tmp_path / "imported").exists()
+    assert not (tmp_path / "events.log").exists()  # no lifespan startup
+
+
 def _snap(n: int, in_flight: int) -> dict:
     return {"requests": {("GET", "2xx"): n, ("POST", "5xx"): 1}, "refusals": {"431": 2},
             "timeouts": {"request_head": 1, "keep_alive": 0, "write": 0, "request_body": 0},

@@ -262,6 +262,50 @@ def test_bad_env_value_is_usage_error(tmp_path, loop, monkeypatch, var, value, m
         assert proc.stderr == message
 
 
+@pytest.mark.rule("skirr-env-options")
+@pytest.mark.parametrize("env,message", [
+    # checked by Config after argparse: each kind (a field's syntax, a file, a format, a list)
+    ({"SKIRR_HEADER": "bad name:v"},
+     "SKIRR_HEADER: header 'bad name:v': invalid field name 'bad name'"),
+    ({"SKIRR_ENV_FILE": "/nope"}, "SKIRR_ENV_FILE: --env-file /nope: No such file"),
+    ({"SKIRR_LOG_CONFIG": "/nope.json"},
+     "SKIRR_LOG_CONFIG: --log-config /nope.json: No such file"),
+    ({"SKIRR_ACCESS_LOG_FORMAT": "%(zz)s"},
+     "SKIRR_ACCESS_LOG_FORMAT: invalid access log format '%(zz)s': 'zz'"),
+    ({"SKIRR_FORWARDED_ALLOW_IPS": "10.0.0.1,foo"},
+     "SKIRR_FORWARDED_ALLOW_IPS: forwarded_allow_ips: 'foo' is not an IP address, a network, "
+     "'*' or 'unix:'"),
+    ({"SKIRR_ROOT_PATH": "api"},
+     "SKIRR_ROOT_PATH: root_path must be empty or start with '/'; got 'api'"),
+    ({"SKIRR_APP": "noattr"},
+     'SKIRR_APP: import string "noattr" must be in format "<module>:<attribute>"'),
+    # combinations checked after argparse
+    ({"SKIRR_RELOAD_DIR": "."}, "SKIRR_RELOAD_DIR needs --reload"),
+    ({"SKIRR_UDS": "/tmp/x.sock", "SKIRR_PORT": "9000"},
+     "SKIRR_UDS cannot be used together with --host or SKIRR_PORT"),
+])
+def test_late_checked_env_value_names_the_variable(tmp_path, loop, env, message):
+    args = ["--loop", loop] if "SKIRR_APP" in env else ["basic:app", "--loop", loop]
+    with _proc.Skirr(args, tmp_path, env=env) as proc:
+        assert proc.proc.wait(_proc.STOP_TIMEOUT) == 2
+        assert proc.stderr == f"skirr: error: {message}\n"
+
+
+@pytest.mark.rule("skirr-env-options")
+def test_command_line_value_is_checked_not_the_overridden_variable(tmp_path, loop):
+    """A bad SKIRR_HEADER replaced by --header is not reported; a bad --header is, by its flag."""
+    port = _proc.free_port()
+    env = {"SKIRR_HEADER": "bad name:v"}
+    with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port), "--header", "x-a:1"],
+                     tmp_path, env=env) as proc:
+        proc.wait_accepting(port)
+        assert _proc.request(port).header(b"x-a") == b"1"
+        assert proc.stop() == 0
+    with _proc.Skirr(["basic:app", "--loop", loop, "--header", "bad name:v"], tmp_path) as proc:
+        assert proc.proc.wait(_proc.STOP_TIMEOUT) == 2
+        assert proc.stderr == "skirr: error: header 'bad name:v': invalid field name 'bad name'\n"
+
+
 @pytest.mark.rule("skirr-metrics")
 def test_metrics_port_flag(tmp_path, loop):
     mport = _proc.free_port()

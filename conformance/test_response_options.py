@@ -1,7 +1,9 @@
 """--server-header/--no-server-header, --date-header/--no-date-header, --header NAME:VALUE
-(issue 13), on responses and on refusals, over real sockets on both loops."""
+(issue 13), on responses and on refusals, and --health-check-path's methods and exact path (issue
+12), over real sockets on both loops."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -80,3 +82,72 @@ def test_invalid_header_is_usage_error(bad):
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2
     assert p.stderr.startswith("skirr: error: header ") and p.stderr.count("\n") == 1
+
+
+@pytest.mark.rule("skirr-header-options")
+def test_server_header_replaced_exact_bytes(serve):
+    """--header server:X is the one server line (as uvicorn), beside the other --header lines."""
+    with serve(app, date_header=False, headers=["Server: edge", "X-A: 1"]) as srv:
+        c = srv.connect()
+        c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        head = c.read_until(b"\r\n\r\n")
+    assert head == b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nserver: edge\r\nx-a: 1\r\n\r\n"
+
+
+OWNED = [
+    ("content-length:5", "content-length is a framing field skirr writes for each response "
+                         "itself (RFC 9112 §6)"),
+    ("Transfer-Encoding: chunked", "transfer-encoding is a framing field skirr writes for each "
+                                   "response itself (RFC 9112 §6)"),
+    *[(f"{name}:x", f"{name} is a connection-specific field skirr manages itself "
+                    "(RFC 9110 §7.6.1)")
+      for name in ("connection", "keep-alive", "upgrade", "te", "trailer", "proxy-connection")],
+    ("date:yesterday", "date is written by skirr for each response (--no-date-header turns it "
+                       "off)"),
+]
+
+
+@pytest.mark.rule("skirr-header-owned-fields")
+@pytest.mark.parametrize("field,why", OWNED)
+def test_owned_field_is_usage_error(field, why):
+    from skirr.config import Config
+
+    message = f"header {field!r}: {why}"
+    with pytest.raises(ValueError) as info:
+        Config(app, headers=[field])
+    assert str(info.value) == message
+    name, _, value = field.partition(":")
+    with pytest.raises(ValueError) as info:
+        Config(app, headers=[(name, value)])
+    assert str(info.value) == f"header {(name, value)!r}: {why}"
+    p = subprocess.run([sys.executable, "-m", "skirr", "nomodule:app", "--header", field],
+                       capture_output=True, text=True, timeout=30)
+    assert (p.returncode, p.stderr) == (2, f"skirr: error: {message}\n")
+
+
+@pytest.mark.rule("skirr-header-owned-fields")
+def test_owned_field_from_environment_is_usage_error():
+    env = dict(os.environ, SKIRR_HEADER="x-ok: 1\ncontent-length: 5")
+    p = subprocess.run([sys.executable, "-m", "skirr", "nomodule:app"], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert (p.returncode, p.stderr) == (2, "skirr: error: SKIRR_HEADER: header 'content-length: "
+                                           "5': content-length is a framing field skirr writes "
+                                           "for each response itself (RFC 9112 §6)\n")
+
+
+@pytest.mark.rule("skirr-health-check-path")
+def test_health_check_path_answers_any_method_exact_path(serve, echo_app):
+    with serve(echo_app, health_check_path="/healthz") as srv:
+        answers = {}
+        for method in ("GET", "POST", "DELETE", "OPTIONS", "HEAD"):
+            c = srv.connect()
+            c.send(f"{method} /healthz?probe=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+                   "\r\n".encode())
+            r = c.response(method=method)
+            answers[method] = (r.status, r.body)
+            c.close()
+        other = srv.get("/healthz/")
+    assert answers == {"GET": (200, b"OK\n"), "POST": (200, b"OK\n"), "DELETE": (200, b"OK\n"),
+                       "OPTIONS": (200, b"OK\n"), "HEAD": (200, b"")}
+    assert [c["scope"]["path"] for c in echo_app.calls.items] == ["/healthz/"]
+    assert other.status == 200

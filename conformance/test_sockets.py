@@ -34,13 +34,30 @@ pytestmark = _proc.each_loop
         (["--reload-dir", "."], "--reload-dir needs --reload"),
         (["--reload-include", "*.txt"], "--reload-include needs --reload"),
         (["--uds-perms", "9"], "argument --uds-perms: invalid octal mode: '9'"),
+        (["--uds-perms", "600"], "--uds-perms needs --uds"),
+        (["--uds-perms", "600", "--port", "9000"], "--uds-perms needs --uds"),
+        (["--uds-perms", "600", "--fd", "3"], "--uds-perms needs --uds"),
     ],
     ids=["uds-port", "uds-host", "fd-port", "fd-uds", "reload-dir", "reload-include",
-         "bad-perms"],
+         "bad-perms", "perms-alone", "perms-tcp", "perms-fd"],
 )
 def test_conflicting_addresses_are_usage_errors(tmp_path, loop, args, line):
     status, stderr = _proc.run_to_exit(["basic:app", "--loop", loop, *args], tmp_path)
     assert (status, stderr) == (2, f"skirr: error: {line}\n")
+
+
+@pytest.mark.rule("skirr-cli-address-conflict")
+def test_uds_perms_needs_uds_everywhere(tmp_path, loop):
+    from skirr.config import Config
+
+    with pytest.raises(ValueError) as info:
+        Config("basic:app", uds_perms=0o600)
+    assert str(info.value) == "uds_perms needs uds"
+    assert Config("basic:app", uds="/tmp/x.sock", uds_perms=0o600).uds_perms == 0o600
+    with _proc.Skirr(["basic:app", "--loop", loop], tmp_path,
+                     env={"SKIRR_UDS_PERMS": "600"}) as proc:
+        assert proc.wait() == 2
+        assert proc.stderr == "skirr: error: SKIRR_UDS_PERMS needs --uds\n"
 
 
 @pytest.mark.rule("skirr-cli-fd")

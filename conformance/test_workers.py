@@ -599,3 +599,103 @@ def test_cpu_per_request_does_not_grow_with_the_worker_count(workload):
     assert float(m[4]) == 1.5, (name, m[0])
     assert float(m[1]) <= 1.5 and m[5] == "met", (name, m[0])
     assert int(m[7]) >= 3, (name, m[0])  # at least 3 paired rounds
+
+
+@pytest.mark.rule("skirr-log-config")
+def test_supervisor_lines_go_through_log_config(tmp_path):
+    """The supervisor's own lines (started, heartbeat kill, SIGTERM, worker stopped) go to the
+    handlers and format of --log-config, as the workers' lines do; none reach stderr."""
+    import json
+
+    out = tmp_path / "skirr.log"
+    cfg = tmp_path / "log.json"
+    cfg.write_text(json.dumps({
+        "version": 1, "disable_existing_loggers": False,
+        "formatters": {"mine": {"format": "MINE %(name)s %(levelname)s %(message)s"}},
+        "handlers": {"f": {"class": "logging.FileHandler", "filename": str(out),
+                           "formatter": "mine"}},
+        "loggers": {"skirr": {"handlers": ["f"], "level": "INFO", "propagate": False}},
+    }))
+    proc, port = _serve(tmp_path, "--workers", "2", "--log-config", str(cfg),
+                        "--timeout-worker-healthcheck", "1", "--no-access-log")
+    with proc:
+        proc.wait_accepting(port)
+        pids = _serving_pids(port, 2)
+        thread = threading.Thread(target=lambda: _get_or_error(port, "/block?s=30"), daemon=True)
+        thread.start()
+        victim = int(_wait_for(lambda: [e for e in proc.events if e.startswith("block ")], 5,
+                               "the block request", proc)[0].split()[1])
+        _wait_for(lambda: "did not answer the heartbeat" in out.read_text(), 6,
+                  "the heartbeat kill in the log file", proc)
+        _wait_for(lambda: len(_serving_pids(port, 2) - (pids - {victim})) == 1, 10,
+                  "a replacement serves", proc)
+        assert proc.stop() == 0
+        thread.join(10)
+        supervisor = proc.proc.pid
+        stderr = proc.stderr
+    lines = out.read_text().splitlines()
+    assert f"MINE skirr.error INFO Started supervisor [{supervisor}] for 2 worker(s) on " \
+           f"http://127.0.0.1:{port}" in lines
+    for pid in pids:
+        assert any(x.startswith(f"MINE skirr.error INFO Started worker [{pid}] (slot ")
+                   for x in lines), lines
+    assert any(x.startswith(f"MINE skirr.error ERROR Worker [{victim}] (slot ")
+               and x.endswith("did not answer the heartbeat for 1 s: killing it")
+               for x in lines), lines
+    assert "MINE skirr.error INFO SIGTERM: stopping 2 worker(s)" in lines
+    survivors = [p for p in pids if p != victim]
+    assert f"MINE skirr.error INFO Worker [{survivors[0]}] stopped (exit status 0)" in lines
+    assert stderr == "", stderr
+
+
+def _get_or_error(port, target):
+    try:
+        return _get(port, target, timeout=15)
+    except (OSError, AssertionError, h11.RemoteProtocolError) as exc:
+        return exc
+
+
+@pytest.mark.rule("skirr-log-config")
+def test_supervisor_lines_use_colors(tmp_path):
+    proc, port = _serve(tmp_path, "--workers", "2", "--use-colors")
+    with proc:
+        proc.wait_accepting(port)
+        _serving_pids(port, 2)
+        assert proc.stop() == 0
+        stderr = proc.stderr
+    green = "\x1b[32mINFO\x1b[0m:     "
+    assert f"{green}Started supervisor [{proc.proc.pid}] for 2 worker(s)" in stderr
+    assert f"{green}SIGTERM: stopping 2 worker(s)" in stderr
+    assert len(re.findall(re.escape(green) + r"Worker \[\d+\] stopped \(exit status 0\)",
+                          stderr)) == 2
+
+
+@pytest.mark.rule("skirr-signals-during-startup")
+@pytest.mark.parametrize("workers,signum,loop", [
+    ("1", signal.SIGTERM, "asyncio"), ("1", signal.SIGINT, "uvloop"),
+    ("2", signal.SIGTERM, "uvloop"), ("2", signal.SIGINT, "asyncio"),
+])
+def test_stop_during_startup_is_graceful(tmp_path, workers, signum, loop):
+    """The signal arrives while the app's module imports (it sleeps 2 s there): the import
+    finishes, lifespan startup and shutdown run, nothing is served, exit 0 with a line saying so."""
+    marker = tmp_path / "importing"
+    (tmp_path / "slowimport.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "time.sleep(2)\n"
+        "from basic import app\n")
+    port = _proc.free_port()
+    with _proc.Skirr(["slowimport:app", "--app-dir", str(tmp_path), "--port", str(port),
+                      "--loop", loop, "--workers", workers], tmp_path) as proc:
+        _wait_for(marker.exists, _proc.START_TIMEOUT, "the import", proc)
+        proc.proc.send_signal(signum)
+        assert proc.wait() == 0, proc.stderr
+        stderr = proc.stderr
+        events = proc.events
+    assert "INFO:     Shutdown requested during startup: not serving\n" in stderr
+    assert "skirr running on" not in stderr
+    assert events == ["startup", "shutdown"]
+    if workers == "2":
+        name = signal.Signals(signum).name
+        assert f"INFO:     {name}: stopping 1 worker(s)\n" in stderr
+        assert re.search(r"INFO:     Worker \[\d+\] stopped \(exit status 0\)\n", stderr)

@@ -78,8 +78,9 @@ def default_limit_connections() -> int:
 logging.addLevelName(TRACE, "TRACE")
 
 
-class ConfigError(Exception):
-    """A setting or the application cannot be used; ``str()`` is one line meant for the user."""
+class ConfigError(ValueError):
+    """A setting or the application cannot be used; ``str()`` is one line meant for the user.
+    A ``ValueError``, so a bad value given to :class:`Config` raises what Python code expects."""
 
 
 class AppLoadError(ConfigError):
@@ -163,7 +164,8 @@ class Config:
         fd: an inherited, bound stream socket's descriptor to serve on instead of ``host:port``
             (uvicorn's ``--fd``; systemd socket activation passes 3). Not with ``uds`` or a
             ``host``/``port`` other than the defaults.
-        uds_perms: the mode bits of the ``uds`` socket file (default ``0o666``).
+        uds_perms: the mode bits of the ``uds`` socket file; ``None`` (the default) = ``0o666``.
+            Only with ``uds``.
         workers: worker processes (default 1: no supervisor). Above 1, a supervisor process binds
             the socket(s) and runs that many workers (``app`` must then be a ``"module:attr"``
             string); see ``skirr.supervisor``.
@@ -177,8 +179,8 @@ class Config:
         reload_includes: glob patterns of file names to watch (default ``["*.py"]``).
         reload_excludes: glob patterns of file or directory names to ignore (default
             ``[".*", ".py[cod]", ".sw.*", "~*"]``).
-        health_check_path: a path (``/healthz``) answered by skirr itself, never by the
-            application: 200 ``OK`` while serving, 503 ``draining`` once shutting down.
+        health_check_path: a path (``/healthz``) answered by skirr itself for any method (the
+            query string ignored; only that exact path), never by the application: 200 ``OK`` while serving, 503 ``draining`` once shutting down.
         drain_delay: seconds, after SIGTERM, during which skirr keeps accepting and serving while
             ``health_check_path`` answers 503 (so a load balancer stops routing first); then the
             graceful shutdown (default 0).
@@ -195,7 +197,9 @@ class Config:
         date_header: send ``date`` when the app sends none (default on).
         headers: fields added to every response (refusals too), as ``"name:value"`` strings or
             ``(name, value)`` pairs; a ``server`` among them replaces skirr's own. Names must be
-            RFC 9110 tokens and values visible ASCII/Latin-1 without CR, LF or NUL.
+            RFC 9110 tokens and values visible ASCII/Latin-1 without CR, LF or NUL; the fields
+            skirr writes itself (content-length, transfer-encoding, connection, keep-alive,
+            upgrade, te, trailer, proxy-connection, date) are refused.
         log_config: a ``logging.config.dictConfig`` dict, or a file: ``.json``/``.yaml``/
             ``.yml`` (dictConfig) or INI (fileConfig); applied when the server starts, before
             the app is imported. The ``skirr`` logger's level is ``log_level`` unless the
@@ -251,7 +255,7 @@ class Config:
     timeout_graceful_shutdown: float | None = DEFAULT_TIMEOUT_GRACEFUL_SHUTDOWN
     app_dir: str = "."
     fd: int | None = None
-    uds_perms: int = DEFAULT_UDS_PERMS
+    uds_perms: int | None = None
     workers: int = 1
     reuse_port: bool = True
     timeout_worker_healthcheck: float = DEFAULT_TIMEOUT_WORKER_HEALTHCHECK
@@ -358,9 +362,14 @@ class Config:
         ):
             which = "uds" if self.uds is not None else "fd"
             raise ConfigError(f"{which} cannot be used together with host or port")
-        _check_number("uds_perms", self.uds_perms, integer=True)
-        if self.uds_perms > 0o7777:
-            raise ConfigError(f"uds_perms must be a mode in 0..0o7777; got {self.uds_perms!r}")
+        if self.uds_perms is not None:
+            _check_number("uds_perms", self.uds_perms, integer=True)
+            if self.uds_perms > 0o7777:
+                raise ConfigError(
+                    f"uds_perms must be a mode in 0..0o7777; got {self.uds_perms!r}"
+                )
+            if self.uds is None:
+                raise ConfigError("uds_perms needs uds")
         _check_number("workers", self.workers, integer=True, minimum=1)
         if not isinstance(self.reuse_port, bool):
             raise ConfigError(f"reuse_port must be True or False; got {self.reuse_port!r}")
@@ -487,14 +496,31 @@ def load_env_file(path: str) -> None:
 
 
 _TCHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+# Fields --header may not set, with why: skirr writes them per response (framing, RFC 9112 §6;
+# connection options, RFC 9110 §7.6.1), so a fixed copy would contradict the real one or send two.
+_FRAMING = "a framing field skirr writes for each response itself (RFC 9112 §6)"
+_HOP = "a connection-specific field skirr manages itself (RFC 9110 §7.6.1)"
+OWNED_FIELDS = {
+    b"content-length": _FRAMING,
+    b"transfer-encoding": _FRAMING,
+    b"connection": _HOP,
+    b"keep-alive": _HOP,
+    b"upgrade": _HOP,
+    b"te": _HOP,
+    b"trailer": _HOP,
+    b"proxy-connection": _HOP,
+    b"date": "written by skirr for each response (--no-date-header turns it off)",
+}
 
 
 def encode_headers(headers: Any) -> list[tuple[bytes, bytes]]:
     """``--header`` values as (lower-cased name, value) bytes pairs.
 
     Raises:
-        ConfigError: not ``"name:value"`` / a pair, a name that is not an RFC 9110 token, or a
-            value with CR, LF, NUL or another control character (RFC 9110 §5.5), or not Latin-1.
+        ConfigError: not ``"name:value"`` / a pair, a name that is not an RFC 9110 token, a
+            value with CR, LF, NUL or another control character (RFC 9110 §5.5), not Latin-1,
+            or a field skirr writes itself (:data:`OWNED_FIELDS`: content-length,
+            transfer-encoding, the connection-specific fields of RFC 9110 §7.6.1, date).
     """
     if isinstance(headers, (str, bytes)) or not isinstance(headers, (list, tuple)):
         raise ConfigError(f"headers must be a list of 'name:value' strings; got {headers!r}")
@@ -519,6 +545,9 @@ def encode_headers(headers: Any) -> list[tuple[bytes, bytes]]:
             raise ConfigError(f"header {item!r}: invalid field name {name!r}")
         if any((ch < 0x20 and ch != 0x09) or ch == 0x7F for ch in v):
             raise ConfigError(f"header {item!r}: invalid field value (control character)")
+        why = OWNED_FIELDS.get(n.lower())
+        if why is not None:
+            raise ConfigError(f"header {item!r}: {name.lower()} is {why}")
         out.append((n.lower(), v))
     return out
 

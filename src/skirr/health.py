@@ -1,6 +1,6 @@
 """``--health-check-path``: a path skirr answers itself, for load balancers and orchestrators.
 
-Owns: the answer to ``GET``/``HEAD`` (any method) of exactly that path: ``200 OK`` while the
+Owns: the answer to a request of any method (``HEAD`` without a body) for exactly that path: ``200 OK`` while the
 server serves, ``503 draining`` once its shutdown has started (during ``--drain-delay`` and the
 graceful shutdown). The application is never called for that path; every other request and the
 lifespan scope go to it unchanged. Installed only when the option is set, so it costs nothing

@@ -8,6 +8,7 @@ traceback for a mistake the user can fix from the message.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import sys
@@ -148,8 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--host", default=None, help="bind to this address (default: 127.0.0.1)")
     add("--port", type=_port, default=None, help="bind to this TCP port (default: 8000)")
     add("--uds", metavar="PATH", help="bind to this Unix-domain socket instead of host:port")
-    add("--uds-perms", type=_mode, default=DEFAULT_UDS_PERMS, metavar="MODE",
-        help="octal mode of the --uds socket file (default: 666)")
+    add("--uds-perms", type=_mode, default=None, metavar="MODE",
+        help=f"octal mode of the --uds socket file (default: {DEFAULT_UDS_PERMS:o})")
     add("--fd", type=_int_at_least(0), default=None, metavar="N",
         help="serve on this inherited, bound socket descriptor instead of host:port (systemd "
         "socket activation, LISTEN_FDS=1, is used by itself when no address is given)")
@@ -172,8 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
         dest="reload_excludes", help="with --reload, ignore file or directory names matching "
         "GLOB (repeatable; default: .* .py[cod] .sw.* ~*)")
     add("--health-check-path", default=None, metavar="PATH",
-        help="answer GET PATH itself, never calling the app: 200 while serving, 503 while "
-        "shutting down (default: none)")
+        help="answer requests for exactly PATH (any method; the query is ignored) itself, never "
+        "calling the app: 200 while serving, 503 while shutting down (default: none)")
     add("--drain-delay", type=_seconds, default=0.0, metavar="SECONDS",
         help="after SIGTERM, keep accepting and serving this long while --health-check-path "
         "answers 503, then shut down gracefully (default: %(default)g)")
@@ -257,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--date-header", action=bool_flag, default=True,
         help="send 'date' when the app sends none (default: on)")
     add("--header", action="append", default=[], metavar="NAME:VALUE", dest="headers",
-        help="add this field to every response (repeatable); 'server:...' replaces skirr's")
+        help="add this field to every response (repeatable); 'server:...' replaces skirr's; "
+        "the fields skirr writes itself (content-length, transfer-encoding, connection, "
+        "keep-alive, upgrade, te, trailer, proxy-connection, date) are refused")
     add("--log-config", default=None, metavar="PATH",
         help="logging configuration: dictConfig .json/.yaml/.yml or fileConfig INI file, applied "
         "before the app is imported")
@@ -285,14 +288,17 @@ def env_name(action: argparse.Action) -> str:
     return ENV_PREFIX + name.replace("-", "_").upper()
 
 
-def apply_env(parser: argparse.ArgumentParser, environ: os._Environ[str] | dict[str, str]) -> None:
+def apply_env(
+    parser: argparse.ArgumentParser, environ: os._Environ[str] | dict[str, str]
+) -> dict[str, str]:
     """Makes each SKIRR_<OPTION> in environ the default of its option (the command line still
     wins). Booleans take 1/true/yes/on or 0/false/no/off; SKIRR_HEADER holds one NAME:VALUE per
-    line; SKIRR_APP is the APP argument.
+    line; SKIRR_APP is the APP argument. Returns {option dest: variable} of the options set.
 
     Raises:
         ValueError: a value the option would refuse (the message names the variable).
     """
+    used = {}
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
             continue
@@ -300,6 +306,7 @@ def apply_env(parser: argparse.ArgumentParser, environ: os._Environ[str] | dict[
         text = environ.get(var)
         if text is None:
             continue
+        used[action.dest] = var
         if isinstance(action, (argparse.BooleanOptionalAction, argparse._StoreTrueAction)):
             low = text.strip().lower()
             if low not in _TRUE + _FALSE:
@@ -321,6 +328,54 @@ def apply_env(parser: argparse.ArgumentParser, environ: os._Environ[str] | dict[
             if not action.option_strings:  # the APP positional
                 action.nargs = "?"
                 action.required = False
+    return used
+
+
+def from_env(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, used: dict[str, str]
+) -> dict[str, str]:
+    """{dest: variable} of the options whose value in ``args`` is the one a SKIRR_<OPTION>
+    variable gave (the command line did not replace it: argparse keeps the default object).
+
+    A repeatable option given on the command line replaces its variable's lines too (argparse
+    appends to the default; those lines are taken off ``args`` here): the command line wins."""
+    actions = {a.dest: a for a in parser._actions}
+    env = {}
+    for dest, var in used.items():
+        action = actions.get(dest)
+        if action is None:
+            continue
+        value = getattr(args, dest, None)
+        if value is action.default:
+            env[dest] = var
+        elif isinstance(action, argparse._AppendAction) and isinstance(action.default, list):
+            setattr(args, dest, value[len(action.default):])
+    return env
+
+
+# Config fields checked one by one when their value came from the environment (see main).
+_CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(Config)) - {"env_file"}
+_PROBE_APP = "module:app"  # a well-formed APP for those checks (nothing is imported)
+_PROBE_WITH = {"uds_perms": ("uds",)}  # the fields a field is only valid with
+
+
+def check_env_values(args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Applies Config's own checks to each value that came from a SKIRR_<OPTION> variable, alone,
+    so that a refused one is reported with its variable's name.
+
+    Raises:
+        ValueError: ``"SKIRR_<OPTION>: <what Config says>"``.
+    """
+    for dest, var in env.items():
+        if dest not in _CONFIG_FIELDS:
+            continue
+        values = {"app": _PROBE_APP, dest: getattr(args, dest)}
+        for other in _PROBE_WITH.get(dest, ()):
+            values[other] = getattr(args, other)
+        try:
+            Config(**values)
+        except ConfigError as exc:
+            raise ValueError(f"{var}: {exc}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -330,30 +385,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--env-file")
     known, _ = pre.parse_known_args(argv)
-    env_file = known.env_file or os.environ.get(ENV_PREFIX + "ENV_FILE")
+    env_file_var = ENV_PREFIX + "ENV_FILE"
+    env_file = known.env_file or os.environ.get(env_file_var)
     parser = build_parser()
     try:
         if env_file:
-            load_env_file(env_file)
-        apply_env(parser, os.environ)
+            try:
+                load_env_file(env_file)
+            except ConfigError as exc:
+                if known.env_file:
+                    raise
+                raise ValueError(f"{env_file_var}: {exc}") from None
+        used = apply_env(parser, os.environ)
     except (ConfigError, ValueError) as exc:
         print(f"skirr: error: {exc}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
     if args.app is None:
         parser.error("the following arguments are required: APP")
+    env = from_env(parser, args, used)
+
+    def flag(dest: str, name: str = "") -> str:
+        """How the user set option ``dest``: its SKIRR_ variable, else ``--name``."""
+        return env.get(dest) or "--" + (name or dest).replace("_", "-")
+
     address = (args.host is not None) or (args.port is not None)
+    where = f"{flag('host')} or {flag('port')}"
     if args.uds is not None and args.fd is not None:
-        parser.error("--uds and --fd cannot be used together")
-    for flag in ("uds", "fd"):
-        if getattr(args, flag) is not None and address:
-            parser.error(f"--{flag} cannot be used together with --host or --port")
+        parser.error(f"{flag('uds')} and {flag('fd')} cannot be used together")
+    for dest in ("uds", "fd"):
+        if getattr(args, dest) is not None and address:
+            parser.error(f"{flag(dest)} cannot be used together with {where}")
+    if args.uds_perms is not None and args.uds is None:
+        parser.error(f"{flag('uds_perms')} needs {flag('uds')}")
+    try:
+        check_env_values(args, env)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.fd is None and args.uds is None and not address:
         args.fd = _systemd_fd()
     if not args.reload:
-        for flag in ("reload_dirs", "reload_includes", "reload_excludes"):
-            if getattr(args, flag):
-                parser.error(f"--{flag[:-1].replace('_', '-')} needs --reload")
+        for dest in ("reload_dirs", "reload_includes", "reload_excludes"):
+            if getattr(args, dest):
+                parser.error(f"{flag(dest, dest[:-1])} needs --reload")
     includes, excludes = _reload_patterns(args.reload_includes, args.reload_excludes)
     try:
         config = Config(

@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 
 from . import _native
 from .access import AccessLog
-from .config import SHUTDOWN_MARGIN, TRACE, Config, ConfigError, configure_logging
+from .config import (DEFAULT_UDS_PERMS, SHUTDOWN_MARGIN, TRACE, Config, ConfigError,
+                     configure_logging)
 from .lifespan import Lifespan
 
 logger = logging.getLogger("skirr.error")
@@ -166,6 +167,17 @@ class Server:
         watcher: asyncio.Future[None] | None = None
         handlers: list[int] = []
         try:
+            # Before the import: SIGINT/SIGTERM while the app imports (the handler runs once the
+            # import returns) or while lifespan startup runs is a graceful stop, never the
+            # default death.
+            handlers = self._install_signal_handlers(loop)
+            if config.metrics_port is not None and self._serve_metrics:
+                # Bound with the main listener, before any application code: a port in use is
+                # reported before the import (an empty exposition until serving starts).
+                from .metrics import MetricsExporter
+
+                exporter = MetricsExporter(self.metrics, config.host, config.metrics_port)
+                exporter.start()
             if self._on_loop is not None:
                 self._on_loop(loop)
             app = config.load_app()
@@ -178,7 +190,6 @@ class Server:
 
                 app = RequestIdMiddleware(app)
             lifespan = Lifespan(app, config.lifespan)
-            handlers = self._install_signal_handlers(loop)
             stop_at: float | None = None  # loop time the stop began (the shutdown's budget)
             started = await self._unless_forced(lifespan.startup())
             if not started:
@@ -186,6 +197,8 @@ class Server:
                     lifespan.cancel()
                 self.exit_code = 1
                 return
+            if self._stop.is_set() and not self._force.is_set():
+                logger.info("Shutdown requested during startup: not serving")
             if not self._stop.is_set():
                 access = AccessLog(config.access_log_format) if config.access_log else None
                 for sock in socks:
@@ -193,11 +206,6 @@ class Server:
                     sock.listen(config.backlog)
                     natives.append(self._native_server(app, loop, sock, lifespan.state, access))
                 self._natives = natives
-                if config.metrics_port is not None and self._serve_metrics:
-                    from .metrics import MetricsExporter
-
-                    exporter = MetricsExporter(self.metrics, config.host, config.metrics_port)
-                    exporter.start()
                 limit = 0
                 if config.limit_max_requests:
                     limit = config.limit_max_requests + random.randint(
@@ -446,7 +454,8 @@ def bind_socket(config: Config) -> socket.socket:
     if config.fd is not None:
         return socket_from_fd(config.fd)
     if config.uds:
-        return _bind_unix(config.uds, config.uds_perms)
+        perms = DEFAULT_UDS_PERMS if config.uds_perms is None else config.uds_perms
+        return _bind_unix(config.uds, perms)
     return bind_tcp(config.host, config.port)
 
 

@@ -175,7 +175,9 @@ class Supervisor:
             ConfigError: the address could not be bound (before any worker starts).
         """
         config = self.config
-        configure_logging(config.log_level_number)
+        # The user's logging configuration and colours, as each worker applies them: the
+        # supervisor's own lines go to the same handlers in the same format.
+        configure_logging(config.log_level_number, config.log_config, config.use_colors)
         self._bind()
         exporter = None
         if config.metrics_port is not None:
