@@ -61,7 +61,7 @@ bench-workers: build
 # run folder and report.md under bench/results/; `make bench` runs the same rows in its matrix.
 bench-ws: build
 	$(BENCH_WS_TEST)
-	$(BENCH_RUN) matrix --profile ws $(BENCH_ARGS)
+	$(BENCH_RUN) matrix --profile ws --summary bench/WEBSOCKET.md $(BENCH_ARGS)
 
 # The access log's cost in instructions per request under callgrind (off, then on to a file),
 # then the cost rows.
