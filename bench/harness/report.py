@@ -344,6 +344,17 @@ def render_ws(L, wsruns, not_measured):
     render_failures(L, agg)
 
 
+def render_parts(L, result):
+    """The sections a run has beside the throughput rows: the workers row, the cost rows and the
+    WebSocket rows (each alone in its own profile, or after the throughput table in full)."""
+    if result.get("workers"):
+        render_workers(L, result["workers"])
+    if result.get("costs"):
+        render_costs(L, result["costs"])
+    if result.get("ws") or result.get("ws_not_measured"):
+        render_ws(L, result.get("ws") or [], result.get("ws_not_measured") or {})
+
+
 def render_report(result, agg, cmp, status):
     meta = result["meta"]
     m = meta["machine"]
@@ -378,12 +389,7 @@ def render_report(result, agg, cmp, status):
             L.append(f"- **{s}**: {why.splitlines()[-1] if why else '?'}")
         L.append("")
     if not result["runs"]:  # one part alone (`--profile workers`, `costs` or `ws`)
-        if result.get("workers"):
-            render_workers(L, result["workers"])
-        if result.get("costs"):
-            render_costs(L, result["costs"])
-        if result.get("ws") or result.get("ws_not_measured"):
-            render_ws(L, result.get("ws") or [], result.get("ws_not_measured") or {})
+        render_parts(L, result)
         return "\n".join(L)
     L.append("## Throughput\n")
     L.append("| workload | conns | server | req/s | min–max | p99 ms | CPU µs/req | RSS MiB | PSS MiB "
@@ -421,15 +427,7 @@ def render_report(result, agg, cmp, status):
     for w, e in errs.items():
         L.append(f"\napp CPU for {w} failed: `{e[-300:]}`")
     render_client_side(L, agg)
-
-    if result.get("workers"):
-        render_workers(L, result["workers"])
-
-    if result.get("costs"):
-        render_costs(L, result["costs"])
-
-    if result.get("ws") or result.get("ws_not_measured"):
-        render_ws(L, result.get("ws") or [], result.get("ws_not_measured") or {})
+    render_parts(L, result)
 
     if result["fixed_rate"]:
         L.append("\n## Fixed-rate latency (h2load --rps, HTTP/1.1)\n")
