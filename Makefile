@@ -10,7 +10,7 @@ CC ?= cc
 VPY := $(VENV)/bin/python
 # Test and example dependencies (the package itself needs none; uvloop is its optional extra).
 # mypy checks the typed API; build, setuptools, twine and auditwheel make and check dist/.
-TEST_DEPS := pytest pytest-timeout h11 hypothesis uvloop fastapi starlette pydantic gunicorn watchfiles websockets \
+TEST_DEPS := pytest pytest-timeout pytest-xdist h11 hypothesis uvloop fastapi starlette pydantic gunicorn watchfiles websockets \
   python-dotenv PyYAML prometheus-client mypy build 'setuptools>=77' wheel twine auditwheel
 # Identifies the venv: the interpreter's path and version plus TEST_DEPS.
 PY_EXE := $(shell $(PY) -c 'import sys; print(sys.executable, sys.version.split()[0])' 2>/dev/null)
@@ -51,8 +51,13 @@ $(VENV)/.skirr-build: $(VENV)/.skirr-venv $(SK_SOURCES) pyproject.toml setup.py 
 run: build
 	$(VPY) -m skirr app:app --app-dir examples --host 127.0.0.1 --port 8000
 
+# The suite runs in TEST_JOBS pytest-xdist workers (most of its time is spent waiting on sockets,
+# timers and child processes, not on the CPU); TEST_JOBS=0 runs it in this process alone.
+TEST_JOBS ?= 4
+PYTEST_JOBS = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS))
+
 test: build test-c
-	$(VPY) -m pytest conformance -q
+	$(VPY) -m pytest conformance -q $(PYTEST_JOBS)
 
 # The sans-I/O core's plain-C unit tests (no Python): test_core (HTTP, over llhttp, compiled
 # without -Werror) and test_ws (the WebSocket frame codec).

@@ -11,7 +11,8 @@ Loaded by conftest.py (``pytest_addoption`` / ``pytest_configure`` call in here)
   ``{"nodeid", "case", "loop", "rules", "outcome"}``, where ``case`` is the nodeid without the loop
   parameter (the same case on both loops), ``loop`` is the value of the ``loop_name`` or ``loop``
   parameter (None when the case has neither), and ``outcome`` is passed, failed, error, skipped,
-  xfailed or xpassed (a strict xfail that passes is reported by pytest as failed).
+  xfailed or xpassed (a strict xfail that passes is reported by pytest as failed); under
+  pytest-xdist (``-n``) the controller writes it from the records the workers' reports carry.
 
 Never: changes the outcome of a case, or marks anything xfail on its own (a planned rule's cases
 carry their own ``xfail(strict=True)``).
@@ -117,6 +118,9 @@ def case_id(nodeid: str, loop: Optional[str]) -> str:
     return f"{base}[{'-'.join(parts)}]" if parts else base
 
 
+CASE_PROPERTY = "skirr-case"  # the user_properties key of a case's record (see Recorder)
+
+
 class Recorder:
     """Collects one outcome per case (the worst of its setup/call/teardown phases)."""
 
@@ -140,7 +144,7 @@ class Recorder:
             )
         for item in items:
             loop = loop_of(item)
-            self.items[item.nodeid] = {
+            rec = {
                 "nodeid": item.nodeid,
                 "case": case_id(item.nodeid, loop),
                 "loop": loop,
@@ -148,11 +152,18 @@ class Recorder:
                 "outcome": None,
                 "duration": 0.0,
             }
+            self.items[item.nodeid] = rec
+            # Under pytest-xdist the controller collects nothing: each report carries its case's
+            # record (user_properties travel with the report) for the controller to file.
+            item.user_properties.append((CASE_PROPERTY, dict(rec)))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         rec = self.items.get(report.nodeid)
         if rec is None:
-            return
+            rec = next((dict(v) for k, v in report.user_properties if k == CASE_PROPERTY), None)
+            if rec is None:
+                return
+            self.items[report.nodeid] = rec
         rec["duration"] = round(rec["duration"] + report.duration, 3)
         outcome = rec["outcome"]
         if report.when == "call" or (report.when == "setup" and not report.passed):
@@ -172,8 +183,8 @@ class Recorder:
 
     def pytest_sessionfinish(self, session, exitstatus) -> None:
         path = self.config.getoption("conformance_json")
-        if not path:
-            return
+        if not path or hasattr(self.config, "workerinput"):
+            return  # no file asked for, or an xdist worker: the controller writes it
         records = [r for r in self.items.values() if r["outcome"] is not None]
         tmp = f"{path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:

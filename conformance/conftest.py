@@ -532,13 +532,19 @@ def _nothing_live_after(request):
         _unchecked.append(request.node.nodeid)
 
 
-def pytest_sessionfinish(session, exitstatus):
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtestloop(session):
+    """The leak check of the session's last server test, once every test has run. A failure
+    counts as a failed test: the exit status is 1, and under pytest-xdist the worker's
+    ``shouldfail`` reaches the controller, which stops with a non-zero status."""
+    yield
     if _unchecked:
         try:
             assert_nothing_live(_unchecked.pop())
         except AssertionError as exc:
             print(f"\n{exc}")
-            session.exitstatus = 1
+            session.testsfailed += 1
+            session.shouldfail = str(exc)
 
 
 def assert_nothing_live(after: str = "") -> None:

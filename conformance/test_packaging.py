@@ -10,19 +10,23 @@ Each step has a timeout (scripts/release.py STEP_TIMEOUT); each case a pytest ti
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
 import importlib.metadata
 import inspect
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
 import textwrap
 import tomllib
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -40,47 +44,79 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Holds an exclusive flock on `path` (created if missing) for the block."""
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def wheelhouse() -> Path:
     """setuptools, pip and wheel as wheels: the only build requirements an offline build gets."""
     house = ROOT / "build" / "test-wheelhouse"
     house.mkdir(parents=True, exist_ok=True)
-    with open(house / ".lock", "w") as lock:  # the two conformance legs run side by side
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _locked(house / ".lock"):  # the conformance legs side by side, the xdist workers
         names = {p.name.split("-")[0].lower() for p in house.glob("*.whl")}
         if not {"setuptools", "pip", "wheel"} <= names:
             release.wheelhouse(house, sys.executable, release.BUILD_REQUIRES)
     return house
 
 
+def _once(tmp_path_factory, name: str, build: Callable[[Path], Any]) -> Any:
+    """``build(directory)`` once per test run, its JSON-able result shared: by every
+    pytest-xdist worker of the run (make test's ``-n``; they share their basetemp's parent), or by
+    this process alone. A build that raised is tried again by the next caller."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    where, done = shared / name, shared / f"{name}.json"
+    with _locked(shared / f"{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(where, ignore_errors=True)
+            where.mkdir()
+            done.write_text(json.dumps(build(where)))
+        return json.loads(done.read_text())
+
+
 @pytest.fixture(scope="session")
 def sdist(tmp_path_factory) -> Path:
-    """``python -m build --sdist`` of this checkout (what a release uploads)."""
-    out = tmp_path_factory.mktemp("sdist")
-    release.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", out, ROOT],
-                env=release.user_env())
-    (path,) = out.glob("skirr-*.tar.gz")
-    return path
+    """``python -m build --sdist`` of this checkout (what a release uploads), once per run. The
+    build stages its files in the checkout (``skirr-X.Y.Z/``), so two builds of one checkout at a
+    time (the conformance legs side by side) take turns."""
+    def build(out: Path) -> str:
+        (ROOT / "build").mkdir(exist_ok=True)
+        with _locked(ROOT / "build" / ".sdist.lock"):
+            release.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir",
+                         out, ROOT], env=release.user_env())
+        (path,) = out.glob("skirr-*.tar.gz")
+        return str(path)
+    return Path(_once(tmp_path_factory, "sdist", build))
 
 
 @pytest.fixture(scope="session")
 def offline_install(sdist, wheelhouse, tmp_path_factory) -> tuple[str, str]:
-    """A fresh venv with skirr installed from the sdist by ``pip install -v --no-index``; returns
-    (its python, pip's verbose output, which holds the compiler command lines)."""
-    vpy = release.fresh_venv(sys.executable, tmp_path_factory.mktemp("offline") / "venv")
-    out = release.run([vpy, "-m", "pip", "install", "-v", "--no-index", "--find-links", wheelhouse,
-                       sdist], env=release.offline_env())
+    """A fresh venv with skirr installed from the sdist by ``pip install -v --no-index``, once per
+    run; returns (its python, pip's verbose output, which holds the compiler command lines)."""
+    def build(where: Path) -> list[str]:
+        vpy = release.fresh_venv(sys.executable, where / "venv")
+        out = release.run([vpy, "-m", "pip", "install", "-v", "--no-index", "--find-links",
+                           wheelhouse, sdist], env=release.offline_env())
+        return [str(vpy), out]
+    vpy, out = _once(tmp_path_factory, "offline", build)
     return vpy, out
 
 
 @pytest.fixture(scope="session")
 def wheel(sdist, wheelhouse, tmp_path_factory) -> Path:
-    """The wheel of this interpreter, built from the sdist with no network."""
-    out = tmp_path_factory.mktemp("wheel")
-    release.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index", "--find-links",
-                 wheelhouse, "--wheel-dir", out, sdist], env=release.offline_env())
-    (path,) = out.glob("skirr-*.whl")
-    return path
+    """The wheel of this interpreter, built from the sdist with no network, once per run."""
+    def build(out: Path) -> str:
+        release.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index",
+                     "--find-links", wheelhouse, "--wheel-dir", out, sdist],
+                    env=release.offline_env())
+        (path,) = out.glob("skirr-*.whl")
+        return str(path)
+    return Path(_once(tmp_path_factory, "wheel", build))
 
 
 ONE_REQUEST = textwrap.dedent("""
