@@ -15,8 +15,10 @@
 
 CONFORMANCE_EXAMPLES ?= 2000
 CONFORMANCE_MODES ?= plain,debug
+# CONFORMANCE_WORKERS: pytest-xdist workers per mode (the two modes run side by side); 0: none.
+CONFORMANCE_WORKERS ?= 2
 CONFORMANCE_RUN = SKIRR_HYPOTHESIS_EXAMPLES=$(CONFORMANCE_EXAMPLES) $(VPY) conformance/run.py \
-	--modes $(CONFORMANCE_MODES) --examples $(CONFORMANCE_EXAMPLES)
+	--modes $(CONFORMANCE_MODES) --examples $(CONFORMANCE_EXAMPLES) --workers $(CONFORMANCE_WORKERS)
 
 CONFORMANCE_QUICK_EXAMPLES ?= 200
 CONFORMANCE_PYV = $(shell $(VPY) -c 'import sys; print("%d%d" % sys.version_info[:2])')
@@ -31,5 +33,5 @@ conformance-check: build
 
 conformance-quick: build
 	SKIRR_HYPOTHESIS_EXAMPLES=$(CONFORMANCE_QUICK_EXAMPLES) $(VPY) conformance/run.py \
-	  --modes $(CONFORMANCE_MODES) --examples $(CONFORMANCE_QUICK_EXAMPLES) \
+	  --modes $(CONFORMANCE_MODES) --examples $(CONFORMANCE_QUICK_EXAMPLES) --workers $(CONFORMANCE_WORKERS) \
 	  --results build/conformance-$(CONFORMANCE_PYV) --output build/CONFORMANCE-$(CONFORMANCE_PYV).md

@@ -11,7 +11,8 @@ Legs: one pytest run per allocator mode (``plain``; ``debug`` = ``PYTHONMALLOC=d
 split by the loop parameter of each case, so four legs: asyncio, uvloop, asyncio+debug,
 uvloop+debug. Each run writes JSON through conformance/_rules.py (``--conformance-json``). The
 two runs go side by side by default (the suite mostly waits on sockets; on two cores this halves
-the wall-clock time); --jobs 1 runs them one after the other.
+the wall-clock time); --jobs 1 runs them one after the other. Each run spreads its cases over
+--workers pytest-xdist workers (default 2).
 
 Fails (exit 1) when: a case that is not an expected failure fails on any leg (an xfail(strict)
 case that passes counts as failed), a rule of spec/ has no case, a marker names an id spec/ does
@@ -42,7 +43,9 @@ LOOPS = ("asyncio", "uvloop")
 MODES = {
     # mode: (leg suffix, extra interpreter options, extra environment)
     "plain": ("", [], {}),
-    "debug": ("+debug", ["-X", "dev"], {"PYTHONMALLOC": "debug"}),
+    # PYTHONDEVMODE as well as -X dev: the pytest-xdist workers are new interpreters, and they
+    # inherit the environment, not the options.
+    "debug": ("+debug", ["-X", "dev"], {"PYTHONMALLOC": "debug", "PYTHONDEVMODE": "1"}),
 }
 DEFAULT_EXAMPLES = 2000
 FAILED_OUTCOMES = ("failed", "error", "xpassed")
@@ -53,9 +56,10 @@ def legs_of(modes: list[str]) -> list[str]:
 
 
 def run_modes(modes: list[str], results: Path, examples: int, pytest_args: list[str],
-              jobs: int) -> dict[str, float]:
+              jobs: int, workers: int = 0) -> dict[str, float]:
     """One pytest run of the whole suite per mode, up to `jobs` at once (their output goes to
-    results/<mode>.log and is printed when the run ends). Returns wall-clock seconds per mode."""
+    results/<mode>.log and is printed when the run ends), each in `workers` pytest-xdist workers
+    (0: in the pytest process itself). Returns wall-clock seconds per mode."""
     pending = list(modes)
     running: dict[str, tuple] = {}
     seconds: dict[str, float] = {}
@@ -71,7 +75,8 @@ def run_modes(modes: list[str], results: Path, examples: int, pytest_args: list[
             env["SKIRR_HYPOTHESIS_EXAMPLES"] = str(examples)
             env["PYTHONDONTWRITEBYTECODE"] = "1"
             cmd = [sys.executable, *opts, "-m", "pytest", "conformance", "-q", "-p",
-                   "no:cacheprovider", "--strict-rules", "--conformance-json", str(out), *pytest_args]
+                   "no:cacheprovider", "--strict-rules", "--conformance-json", str(out),
+                   *(["-n", str(workers)] if workers else []), *pytest_args]
             print(f"== {mode}: {' '.join(cmd[1:])}"
                   + (f"  [{' '.join(f'{k}={v}' for k, v in env_extra.items())}]" if env_extra else ""),
                   flush=True)
@@ -275,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="directory for the per-mode JSON results")
     ap.add_argument("--jobs", type=int, default=2,
                     help="modes run at once (default 2: the plain and debug runs side by side)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="pytest-xdist workers per mode (default 2; 0 runs each mode in one process)")
     ap.add_argument("--report-only", action="store_true",
                     help="do not run pytest; regenerate from the JSON already in --results")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
@@ -293,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     results.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     if not args.report_only:
-        seconds = run_modes(modes, results, args.examples, args.pytest_args, args.jobs)
+        seconds = run_modes(modes, results, args.examples, args.pytest_args, args.jobs,
+                            args.workers)
     by_leg, problems, examples = load_results(results, modes)
     text, more = render(rules, by_leg, modes, examples)
     problems += more

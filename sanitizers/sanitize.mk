@@ -16,7 +16,10 @@ SAN_PY ?= .venv/bin/python
 SAN_DIR ?= build/asan
 SAN_SITE ?= $(SAN_DIR)/site
 SAN_PREREQ ?=
-SAN_PYTEST_ARGS ?= -q
+# pytest-xdist workers for the suite under ASan (they inherit LD_PRELOAD and PYTHONPATH); 0: none.
+SAN_JOBS ?= 3
+SAN_XDIST = $(if $(filter 0,$(SAN_JOBS)),,-n $(SAN_JOBS))
+SAN_PYTEST_ARGS ?= -q $(SAN_XDIST)
 SAN_TESTS ?= conformance
 SAN_FLAGS ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
 SAN_CFLAGS ?= -std=c11 -O1 -Wall -Wextra -Werror
@@ -43,7 +46,7 @@ SAN_SMOKE_IGNORE := test_packaging test_workers test_sockets test_gunicorn test_
   test_proxy_nginx test_cli test_ops_cli test_lifespan test_lifetime test_oracle_h11
 sanitize-smoke: sanitize-c
 	@$(MAKE) --no-print-directory sanitize-suite \
-	  SAN_PYTEST_ARGS="-q $(foreach t,$(SAN_SMOKE_IGNORE),--ignore=conformance/$(t).py)"
+	  SAN_PYTEST_ARGS="-q $(SAN_XDIST) $(foreach t,$(SAN_SMOKE_IGNORE),--ignore=conformance/$(t).py)"
 
 # The C unit tests (with LeakSanitizer: no interpreter here) and every fuzz seed and reproducer.
 sanitize-c: $(SAN_PREREQ)
