@@ -31,6 +31,7 @@ import gc
 import copy
 import dataclasses
 import logging
+import os
 import socket
 import struct
 import threading
@@ -476,8 +477,14 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_configure(config) -> None:
-    """The ``rule`` marker and its check against spec/ (conformance/_rules.py)."""
+    """The ``rule`` marker and its check against spec/ (conformance/_rules.py); and, in the
+    process that runs the cases, PYTHONDEVMODE out of the environment when conformance/run.py's
+    debug mode put it there only for the pytest-xdist workers (SKIRR_DEVMODE_TESTS_ONLY)."""
     _rules.configure(config)
+    xdist_controller = bool(config.getoption("numprocesses", None)) and not hasattr(
+        config, "workerinput")
+    if os.environ.get("SKIRR_DEVMODE_TESTS_ONLY") and not xdist_controller:
+        os.environ.pop("PYTHONDEVMODE", None)
 
 
 @pytest.fixture(params=LOOPS)

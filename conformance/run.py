@@ -44,8 +44,11 @@ MODES = {
     # mode: (leg suffix, extra interpreter options, extra environment)
     "plain": ("", [], {}),
     # PYTHONDEVMODE as well as -X dev: the pytest-xdist workers are new interpreters, and they
-    # inherit the environment, not the options.
-    "debug": ("+debug", ["-X", "dev"], {"PYTHONMALLOC": "debug", "PYTHONDEVMODE": "1"}),
+    # inherit the environment, not the options. SKIRR_DEVMODE_TESTS_ONLY: conftest.py takes
+    # PYTHONDEVMODE out again where the cases run, so the servers they start as child processes
+    # get PYTHONMALLOC=debug only, as they did without xdist.
+    "debug": ("+debug", ["-X", "dev"], {"PYTHONMALLOC": "debug", "PYTHONDEVMODE": "1",
+                                        "SKIRR_DEVMODE_TESTS_ONLY": "1"}),
 }
 DEFAULT_EXAMPLES = 2000
 FAILED_OUTCOMES = ("failed", "error", "xpassed")
