@@ -231,7 +231,7 @@ note_refusal(http1_conn_t *c, int status, const char *why)
         socklen_t plen;
         const sk_parser_t *p = &c->parser;
         const struct sockaddr_storage *peer = sk_transport_peer(c->t, &plen);
-        const char *reason = why != NULL                  ? why
+        const char *reason = why != NULL                ? why
                              : p->dead && p->err_reason ? p->err_reason
                              : status == 408 && c->current != NULL
                                  ? "request content not complete in time"

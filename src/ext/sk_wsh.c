@@ -72,8 +72,8 @@ typedef struct {
     size_t queued_bytes;        /* payload bytes of the queued messages */
     uint32_t pings;             /* server pings sent (their payload) */
     sk_ws_parser_t parser;
-    sk_buf_t msg;   /* the message being reassembled */
-    sk_resp_t resp; /* the denial response (websocket.http.response.*) */
+    sk_buf_t msg;        /* the message being reassembled */
+    sk_resp_t resp;      /* the denial response (websocket.http.response.*) */
     sk_access_req_t acc; /* the handshake's access-log record and metrics start (sk_access.h) */
     uint8_t answered;    /* the handshake's answer was recorded (record_answer) */
     char accept[SK_WS_ACCEPT_LEN];
