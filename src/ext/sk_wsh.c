@@ -3,8 +3,9 @@
  * Owns, per connection (one WebSocket object, which is both the transport's handler and the
  * object behind the app's receive/send): the websocket scope, the handshake answer, the frame
  * parser and the message being reassembled, the queue of received events and its flow control,
- * the close handshake, keepalive pings, and the app's Task (started with a fresh copy of the
- * server's context; its done callback answers what the app left unanswered).
+ * the close handshake, keepalive pings, the app's Task (started with a fresh copy of the
+ * server's context; its done callback answers what the app left unanswered), and the
+ * handshake answer's access-log record and metrics (record_answer(), once per session).
  * Never: touches a socket or the reactor (only the sk_transport_* API), or lets an application's
  * failure reach another connection or the server.
  *
