@@ -11,6 +11,7 @@ import time
 import pytest
 
 from _bench import BENCH, newest_verdict
+from _ws import WS_CASES, ws_app, ws_exchange
 from conftest import IO_TIMEOUT, http_request
 
 
@@ -324,3 +325,114 @@ def test_access_log_cost_in_bench_results():
                    r"\((\d+)/(\d+) rounds\)", text, re.M)
     assert vs is not None, (name, "no line comparing with uvicorn's access log")
     assert vs[1] == "met" and vs[2] == vs[3], (name, vs[0])
+
+
+# -- WebSocket handshakes (issue 14) ----------------------------------------------------------------
+
+def run_ws_cases(srv, access) -> list[str]:
+    """Each case on its own connection, one after the other (so the lines come in this order);
+    returns the client addresses."""
+    addrs = []
+    for n, (data, status) in enumerate(WS_CASES, 1):
+        c = srv.connect()
+        addrs.append(addr(c))
+        ws_exchange(c, data, status)
+        access.wait(n)  # in order: the next case starts once this line is there
+    return addrs
+
+
+WS_400 = "WebSocket handshake: Sec-WebSocket-Key is not base64 of 16 bytes (RFC 6455 §4.2.1)"
+WS_426 = "WebSocket handshake: Sec-WebSocket-Version is not 13 (RFC 6455 §4.4)"
+
+
+@pytest.mark.rule("skirr-ws-access-log", "skirr-access-refusals")
+def test_ws_default_lines(serve, access):
+    """uvicorn's words for a handshake's answer: [accepted] for the 101, the status alone when
+    the app denied it; a malformed handshake is a refusal with its request line and reason."""
+    with serve(ws_app) as srv:
+        a = run_ws_cases(srv, access)
+    assert access.lines() == [
+        f'{a[0]} - "WebSocket /chat?room=1" [accepted]',
+        f'{a[1]} - "WebSocket /deny" 403',
+        f'{a[2]} - "WebSocket /denial?x=1" 401',
+        f'{a[3]} - "WebSocket /fail" 500',
+        f'{a[4]} - "GET /chat HTTP/1.1" 400 Bad Request (refused: {WS_400})',
+        f'{a[5]} - "GET /chat HTTP/1.1" 426 Upgrade Required (refused: {WS_426})',
+    ]
+    rec = access.records[0]
+    assert rec.levelno == logging.INFO and rec.name == "skirr.access"
+    assert (rec.client_addr, rec.request_line, rec.status_code) == (
+        a[0], "WebSocket /chat?room=1", 101)
+
+
+@pytest.mark.rule("skirr-ws-access-log")
+def test_ws_gunicorn_atoms(serve, access):
+    """A handshake is the GET it is for r, m, U, q, H; s is 101 when accepted; b/B the content
+    bytes of a denial; %({name}o)s the app's headers (accept's or the denial's)."""
+    fmt = ('%(h)s "%(r)s" %(s)s %(b)s %(B)s %(m)s %(U)s "%(q)s" %(H)s %(a)s %({x-out}o)s '
+           '%({www-authenticate}o)s %(D)s')
+    with serve(ws_app, access_log_format=fmt) as srv:
+        run_ws_cases(srv, access)
+    lines = access.lines()
+    host = "127.0.0.1"
+    expected = [
+        f'{host} "GET /chat?room=1 HTTP/1.1" 101 - 0 GET /chat "room=1" HTTP/1.1 ws-ua o1 -',
+        f'{host} "GET /deny HTTP/1.1" 403 9 9 GET /deny "" HTTP/1.1 ws-ua - -',
+        f'{host} "GET /denial?x=1 HTTP/1.1" 401 8 8 GET /denial "x=1" HTTP/1.1 ws-ua - Bearer',
+        f'{host} "GET /fail HTTP/1.1" 500 21 21 GET /fail "" HTTP/1.1 ws-ua - -',
+    ]
+    assert [x.rsplit(" ", 1)[0] for x in lines[:4]] == expected
+    assert all(0 <= int(x.rsplit(" ", 1)[1]) < 5_000_000 for x in lines[:4]), lines
+    assert lines[4:] == [
+        f'{host} "GET /chat HTTP/1.1" 400 11 11 GET /chat "" HTTP/1.1 - - - - (refused: {WS_400})',
+        f'{host} "GET /chat HTTP/1.1" 426 16 16 GET /chat "" HTTP/1.1 - - - - (refused: {WS_426})',
+    ]
+
+
+@pytest.mark.rule("skirr-ws-access-log")
+def test_ws_json(serve, access):
+    """json: the handshake's fields, "websocket": true, status 101 when accepted."""
+    with serve(ws_app, access_log_format="json") as srv:
+        a = run_ws_cases(srv, access)
+    got = [json.loads(x) for x in access.lines()]
+    for g in got:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", g.pop("time"))
+    for g in got[:4]:
+        assert isinstance(g.pop("duration_ms"), float)
+
+    def ws(i, path, query, status, nbytes):
+        return {"client": a[i], "method": "GET", "path": path, "query": query,
+                "http_version": "1.1", "status": status, "bytes": nbytes, "referer": None,
+                "user_agent": "ws-ua", "request_id": None, "websocket": True}
+
+    def refused(i, status, nbytes, reason):
+        return {"client": a[i], "method": "GET", "path": "/chat", "query": "",
+                "http_version": "1.1", "status": status, "bytes": nbytes, "duration_ms": None,
+                "referer": None, "user_agent": None, "request_id": None, "reason": reason}
+
+    assert got == [
+        ws(0, "/chat", "room=1", 101, 0),
+        ws(1, "/deny", "", 403, 9),
+        ws(2, "/denial", "x=1", 401, 8),
+        ws(3, "/fail", "", 500, 21),
+        refused(4, 400, 11, WS_400),
+        refused(5, 426, 16, WS_426),
+    ]
+
+
+@pytest.mark.rule("skirr-ws-access-log", "skirr-access-off")
+@pytest.mark.parametrize("off", ["no-access-log", "logger-level"])
+def test_ws_access_log_off(serve, access, monkeypatch, off):
+    """--no-access-log, or skirr.access above INFO: no line, and no line is built."""
+    import skirr.access as mod
+
+    built = []
+    monkeypatch.setattr(mod.AccessLog, "line", lambda self, e, now: built.append(e) or "")
+    config = {"access_log": False} if off == "no-access-log" else {}
+    if off == "logger-level":
+        logging.getLogger("skirr.access").setLevel(logging.WARNING)
+    with serve(ws_app, **config) as srv:
+        for data, status in WS_CASES:
+            ws_exchange(srv.connect(), data, status)
+        time.sleep(0.2)
+    assert access.lines() == [] and built == []

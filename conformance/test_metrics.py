@@ -13,6 +13,7 @@ import pytest
 import _proc
 from conftest import http_request
 from _proc import free_port
+from _ws import WS_CASES, ws_app, ws_exchange
 
 
 def scrape(port: int) -> dict:
@@ -76,6 +77,28 @@ def test_counts(serve):
     assert m[("skirr_request_duration_seconds_bucket", (("le", "+Inf"),))] == 4
     assert 0 < m[("skirr_request_duration_seconds_sum", ())] < 5
     assert m[("skirr_timeouts_total", (("kind", "keep_alive"),))] == 0
+
+
+@pytest.mark.rule("skirr-metrics", "skirr-ws-metrics")
+def test_websocket_handshakes_counted(serve):
+    """A WebSocket handshake's answer is a GET response by its status class (101: 1xx; 403 and a
+    401 denial: 4xx; the 500 of an app that failed first: 5xx) with the content bytes of its
+    answer; a malformed handshake (400) and another version (426) are refusals."""
+    mport = free_port()
+    with serve(ws_app, metrics_port=mport) as srv:
+        for data, status in WS_CASES:
+            ws_exchange(srv.connect(), data, status)
+        m = scrape(mport)
+    assert m[("skirr_requests_total", (("method", "GET"), ("status", "1xx")))] == 1
+    assert m[("skirr_requests_total", (("method", "GET"), ("status", "4xx")))] == 2
+    assert m[("skirr_requests_total", (("method", "GET"), ("status", "5xx")))] == 1
+    assert ("skirr_requests_total", (("method", "GET"), ("status", "2xx"))) not in m
+    assert m[("skirr_refusals_total", (("status", "400"),))] == 1
+    assert m[("skirr_refusals_total", (("status", "426"),))] == 1
+    assert ("skirr_refusals_total", (("status", "other"),)) not in m
+    assert m[("skirr_response_bytes_total", ())] == 9 + 8 + 21  # Forbidden, "no token", 500's
+    assert m[("skirr_request_duration_seconds_count", ())] == 4
+    assert m[("skirr_requests_in_flight", ())] == 0
 
 
 @pytest.mark.rule("skirr-metrics")

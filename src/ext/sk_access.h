@@ -1,5 +1,6 @@
 /* sk_access.h — the access log's native half: what the HTTP/1.1 handler records per finished
- * exchange and per refusal, handed to Python in batches.
+ * exchange and per refusal, and the WebSocket handler (sk_wsh.c) per handshake answer, handed
+ * to Python in batches.
  *
  * Owns: the record tuples, the pending list they are appended to (owned by the Python side) and
  * scheduling its flush (loop.call_soon) for the first record of a batch and for each full one. The line is
@@ -13,8 +14,13 @@
  *       scope is the request's scope dict (the one the app got), status the response status,
  *       bytes the content bytes sent, seconds the time from the request head to the response's
  *       end (float), response_headers what the app sent (the object as given) or None.
- *   refusal:  (None, status, client, method, target, http_version, reason)
- *       a request skirr answered itself (400, 408, 413, 414, 431, 500, 501, 503, 505): client is
+ *       For a WebSocket handshake the scope is the websocket scope (no "method": the request
+ *       was a GET), status the answer (101 accepted, 403, 500, or a denial response's status),
+ *       seconds from the request head to the answer, response_headers the app's headers of its
+ *       websocket.accept or denial response (a tuple of pairs) or None.
+ *   refusal:  (None, status, client, method, target, http_version, reason, bytes)
+ *       a request skirr answered itself (400, 408, 413, 414, 426, 431, 500, 501, 503, 505; 400 and
+ *       426 for a refused WebSocket handshake too): client is
  *       (host, port) or None, method/target are str or None when not parsed that far,
  *       http_version "1.0"/"1.1" or None, reason a short English explanation.
  */

@@ -219,11 +219,11 @@ settle_output(http1_conn_t *c)
     }
 }
 
-/* The one error sink: answers status (never reaching the app) and closes after the write. */
+/* A refusal's metrics, access-log record and trace event (why: its reason, or NULL to take it
+ * from the parser or the status). The response itself is written by the caller. */
 static void
-refuse(http1_conn_t *c, int status)
+note_refusal(http1_conn_t *c, int status, const char *why)
 {
-    int started = 0;
     if (c->srv->metrics != NULL) {
         sk_metrics_refusal(c->srv->metrics, status);
     }
@@ -231,7 +231,8 @@ refuse(http1_conn_t *c, int status)
         socklen_t plen;
         const sk_parser_t *p = &c->parser;
         const struct sockaddr_storage *peer = sk_transport_peer(c->t, &plen);
-        const char *reason = p->dead && p->err_reason ? p->err_reason
+        const char *reason = why != NULL                ? why
+                             : p->dead && p->err_reason ? p->err_reason
                              : status == 408 && c->current != NULL
                                  ? "request content not complete in time"
                              : status == 408 ? "request head not complete in time"
@@ -249,6 +250,15 @@ refuse(http1_conn_t *c, int status)
             sk_access_trace(c->srv, c->client, peer, event);
         }
     }
+}
+
+/* The one error sink: answers status (never reaching the app) and closes after the write; why
+ * as for note_refusal(). */
+static void
+refuse_why(http1_conn_t *c, int status, const char *why)
+{
+    int started = 0;
+    note_refusal(c, status, why);
     if (c->current) {
         started = c->current->resp.started && c->current->resp.head_written;
         request_detach(c->current);
@@ -263,6 +273,12 @@ refuse(http1_conn_t *c, int status)
         }
     }
     sk_transport_close(c->t, SK_CLOSE_AFTER_WRITE);
+}
+
+static void
+refuse(http1_conn_t *c, int status)
+{
+    refuse_why(c, status, NULL);
 }
 
 /* Whether skirr closes the connection after r's response whatever the response says: during a
@@ -1912,8 +1928,11 @@ upgrade_websocket(http1_conn_t *c)
     PyObject *scope = NULL;
     int status = sk_ws_handshake_check(&c->parser, &hs, &why);
     if (status == 400) {
-        refuse(c, 400);
+        refuse_why(c, 400, why);
         return;
+    }
+    if (status == 426) {
+        note_refusal(c, 426, why); /* the 426 itself, with its field, is the handler's */
     }
     if (status == 0 && (scope = build_scope(c)) == NULL) {
         PyErr_WriteUnraisable(c->srv->owner);

@@ -5,7 +5,7 @@
 
 static const char *const METHODS[SK_M_METHODS] = {"GET",    "HEAD",  "POST",    "PUT",
                                                   "DELETE", "PATCH", "OPTIONS", "other"};
-static const int REFUSALS[SK_M_REFUSALS - 1] = {400, 408, 413, 414, 431, 500, 501, 503, 505};
+static const int REFUSALS[SK_M_REFUSALS - 1] = {400, 408, 413, 414, 426, 431, 500, 501, 503, 505};
 static const char *const CLASSES[SK_M_CLASSES] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
 static const char *const TIMEOUTS[SK_TIMEOUTS] = {"request_head", "keep_alive", "write",
                                                   "request_body"};

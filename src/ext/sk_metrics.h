@@ -16,7 +16,7 @@
 
 #define SK_M_METHODS 8   /* GET HEAD POST PUT DELETE PATCH OPTIONS other */
 #define SK_M_CLASSES 5   /* 1xx .. 5xx */
-#define SK_M_REFUSALS 10 /* 400 408 413 414 431 500 501 503 505 other */
+#define SK_M_REFUSALS 11 /* 400 408 413 414 426 431 500 501 503 505 other */
 #define SK_M_BUCKETS 12  /* finite histogram bounds (seconds); +Inf is the count */
 
 enum sk_timeout_kind {

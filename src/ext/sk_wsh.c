@@ -3,8 +3,9 @@
  * Owns, per connection (one WebSocket object, which is both the transport's handler and the
  * object behind the app's receive/send): the websocket scope, the handshake answer, the frame
  * parser and the message being reassembled, the queue of received events and its flow control,
- * the close handshake, keepalive pings, and the app's Task (started with a fresh copy of the
- * server's context; its done callback answers what the app left unanswered).
+ * the close handshake, keepalive pings, the app's Task (started with a fresh copy of the
+ * server's context; its done callback answers what the app left unanswered), and the
+ * handshake answer's access-log record and metrics (record_answer(), once per session).
  * Never: touches a socket or the reactor (only the sk_transport_* API), or lets an application's
  * failure reach another connection or the server.
  *
@@ -20,7 +21,9 @@
 #include "sk_wsh.h"
 
 #include "sk_asgi.h"
+#include "sk_access.h"
 #include "sk_http1.h"
+#include "sk_metrics.h"
 #include "sk_resp.h"
 #include "sk_token.h"
 #include "sk_ws.h"
@@ -70,17 +73,42 @@ typedef struct {
     size_t queued_bytes;        /* payload bytes of the queued messages */
     uint32_t pings;             /* server pings sent (their payload) */
     sk_ws_parser_t parser;
-    sk_buf_t msg;   /* the message being reassembled */
-    sk_resp_t resp; /* the denial response (websocket.http.response.*) */
+    sk_buf_t msg;        /* the message being reassembled */
+    sk_resp_t resp;      /* the denial response (websocket.http.response.*) */
+    sk_access_req_t acc; /* the handshake's access-log record and metrics start (sk_access.h) */
+    uint8_t answered;    /* the handshake's answer was recorded (record_answer) */
     char accept[SK_WS_ACCEPT_LEN];
 } WebSocketObject;
 
 extern const sk_handler_ops_t sk_wsh_ops;
 
 static void
+record_answer(WebSocketObject *w, int status, uint64_t bytes)
+{
+    /* The handshake's answer, once, as the client saw it (101, 403, 500, or a denial response's
+     * status with its content bytes): the access log's record and the metrics' response, each
+     * only while on. The record is a response record whose scope is the websocket scope. */
+    sk_http1_server_t *srv = w->srv;
+    if (w->answered) {
+        return;
+    }
+    w->answered = 1;
+    if (srv->metrics != NULL) {
+        sk_metrics_response(srv->metrics, w->acc.method, status, bytes,
+                            sk_access_now() - w->acc.t_start);
+    }
+    if (w->acc.scope != NULL) {
+        sk_access_response(srv, status, bytes, &w->acc);
+    }
+}
+
+static void
 set_state(WebSocketObject *w, enum ws_state to)
 {
     assert(to != WS_HANDSHAKE && w->state != WS_DONE);
+    if (w->state == WS_RESPONSE && w->resp.head_written) {
+        record_answer(w, w->resp.status, w->resp.body_sent); /* the denial response ended */
+    }
     w->state = to;
 }
 
@@ -649,6 +677,9 @@ send_accept(WebSocketObject *w, PyObject *msg)
     if (get_headers(msg, st, &keep, &hdrs, &n, 5) < 0) {
         goto done;
     }
+    if (w->acc.scope != NULL) {
+        Py_XSETREF(w->acc.resp_headers, Py_NewRef(keep)); /* %({name}o)s of the access log */
+    }
     if (w->t == NULL) { /* the conversions ran Python code */
         raise_disconnected(w);
         goto done;
@@ -695,6 +726,7 @@ send_accept(WebSocketObject *w, PyObject *msg)
         goto done;
     }
     set_state(w, WS_OPEN);
+    record_answer(w, 101, 0);
     arm_ping(w);
     if (sk_transport_write(w->t) < 0 || w->t == NULL) {
         raise_disconnected(w);
@@ -739,6 +771,9 @@ send_denial(WebSocketObject *w, PyObject *msg, int start)
         }
         if (get_headers(msg, st, &keep, &hdrs, &n, 0) < 0) {
             goto done;
+        }
+        if (w->acc.scope != NULL) {
+            Py_XSETREF(w->acc.resp_headers, Py_NewRef(keep)); /* %({name}o)s of the access log */
         }
         sk_req_info_t info = {.http_minor = 1, .force_close = 1, .opts = &w->srv->resp_opts};
         int r = sk_resp_start(&w->resp, &info, (int)status, hdrs, n);
@@ -809,6 +844,7 @@ answer_status(WebSocketObject *w, int status)
             sk_transport_close(w->t, SK_CLOSE_NOW);
         }
         else {
+            record_answer(w, status, sk_resp_error_content_length(status, 0));
             sk_transport_close(w->t, SK_CLOSE_AFTER_WRITE);
         }
     }
@@ -1268,7 +1304,7 @@ answer_426(sk_transport_t *t, sk_http1_server_t *srv)
     SET_HDR(&h[0], "sec-websocket-version", "13", 2);
     sk_req_info_t info = {.http_minor = 1, .force_close = 1, .opts = &srv->resp_opts};
     sk_resp_t resp = {0};
-    static const char body[] = "Upgrade Required\n";
+    static const char body[] = "Upgrade Required"; /* as skirr's other refusals: the phrase */
     int r = sk_resp_start(&resp, &info, 426, h, 1);
     if (r == 0) {
         r = sk_resp_body(&resp, sk_transport_out(t), body, sizeof(body) - 1, 0, sk_http1_date(srv));
@@ -1296,6 +1332,13 @@ sk_wsh_start(sk_transport_t *t, sk_http1_server_t *srv, const sk_parser_t *p, in
     w->srv = srv;
     w->t = t;
     w->scope = Py_NewRef(scope);
+    if (srv->access.pending != NULL) {
+        sk_access_begin(&w->acc, scope); /* the same dict: the record shows the websocket scope */
+    }
+    else if (srv->metrics != NULL) {
+        w->acc.t_start = sk_access_now();
+    }
+    w->acc.method = (uint8_t)sk_metrics_method(HTTP_GET);
     sk_ws_limits_t limits = {.max_message = srv->ws.max_size, .allow_rsv1 = 0};
     sk_ws_parser_init(&w->parser, &limits);
     sk_ws_accept(key, key_len, w->accept);
@@ -1337,7 +1380,7 @@ ws_tp_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(w->receive_waiters);
     Py_VISIT(w->drain_waiters);
     Py_VISIT(w->disconnect);
-    return 0;
+    return sk_access_req_traverse(&w->acc, visit, arg);
 }
 
 static int
@@ -1355,6 +1398,7 @@ ws_tp_clear(PyObject *op)
     Py_CLEAR(w->receive_waiters);
     Py_CLEAR(w->drain_waiters);
     Py_CLEAR(w->disconnect);
+    sk_access_req_clear(&w->acc);
     return 0;
 }
 

@@ -36,9 +36,10 @@ struct sk_http1_server;
 /* Takes over transport t after the request head just parsed by p, a WebSocket handshake:
  * status 0 (valid: `scope` is the request's http scope, borrowed, made into the websocket scope;
  * `key` is its Sec-WebSocket-Key), or 426 (answers 426 with Sec-WebSocket-Version: 13 and
- * closes; scope and key unused). On success the transport has switched to this handler (the
- * bytes after the head are its input) and the application's Task has started. 0, or -1 with an
- * exception set (nothing switched: the caller refuses with 500). */
+ * closes; scope and key unused; the caller records it as a refusal). On success the transport
+ * has switched to this handler (the bytes after the head are its input) and the application's
+ * Task has started. 0, or -1 with an exception set (nothing switched: the caller refuses with
+ * 500). */
 int sk_wsh_start(sk_transport_t *t, struct sk_http1_server *srv, const sk_parser_t *p, int status,
                  PyObject *scope, const char *key, size_t key_len);
 

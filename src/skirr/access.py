@@ -10,11 +10,21 @@ lines (no LogRecord per line); otherwise each line is a LogRecord (attributes ``
 
 - default (uvicorn's): ``127.0.0.1:50312 - "GET /items?id=3 HTTP/1.1" 200 OK``; a request skirr
   refused itself: ``127.0.0.1:50312 - "-" 431 Request Header Fields Too Large (refused: too many
-  header fields)`` (the request line when the head was complete, else ``-``).
+  header fields)`` (the request line when the head was complete, else ``-``); a WebSocket
+  handshake's answer, in uvicorn's words: ``127.0.0.1:50312 - "WebSocket /chat?room=1"
+  [accepted]`` (101), or the status alone when the app denied it (``... 403``, a denial
+  response's ``... 401``, a 500 for an app that failed first). A malformed handshake is a
+  refusal (400, or 426 for another ``Sec-WebSocket-Version``) with the request line.
 - a gunicorn ``access_log_format`` (its atoms: ``h l u t r m U q H s B b f a T D M L p``,
   ``%({name}i)s`` request and ``%({name}o)s`` response header, ``%({name}e)s`` environment);
   a refusal gets `` (refused: reason)`` appended.
-- ``json``: one JSON object per line (keys below, ``reason`` only for refusals).
+- ``json``: one JSON object per line (keys below, ``reason`` only for refusals, ``websocket``:
+  true only for a WebSocket handshake's answer, whose ``method`` is ``GET`` and ``status`` 101
+  when accepted). Gunicorn atoms see a handshake as the GET request it is (``r``, ``m``, ``U``,
+  ``q``, ``H``; ``s`` 101 when accepted).
+
+A WebSocket session gets one line, for its handshake's answer (written when it is sent); its end
+is not logged, as uvicorn logs none on its access path (skirr: rule skirr-ws-access-log).
 
 Never: raises into the server (a failing format is reported once through ``logging``'s own
 error handling and the line is dropped).
@@ -35,7 +45,7 @@ from .config import _Formatter
 
 ACCESS_LOGGER = "skirr.access"
 JSON_KEYS = ("time", "client", "method", "path", "query", "http_version", "status", "bytes",
-             "duration_ms", "referer", "user_agent", "request_id", "reason")
+             "duration_ms", "referer", "user_agent", "request_id", "reason", "websocket")
 
 FLUSH_DELAY = 0.05  # seconds: an access line waits at most this long to be written with others
 BATCH = 64  # records: a full batch is written at once (SK_ACCESS_BATCH in src/ext/sk_access.h)
@@ -77,7 +87,8 @@ def _plain_handler(logger: logging.Logger) -> logging.StreamHandler | None:  # t
 
 def _default_line(rec: tuple, prefix: str) -> str | None:
     """The stderr line of a response record in the default format; None when it needs the
-    general path (a refusal, a scope the app changed, an IPv6 or Unix-socket client)."""
+    general path (a refusal, a WebSocket handshake: its scope has no method, a scope the app
+    changed, an IPv6 or Unix-socket client)."""
     scope = rec[0]
     if scope is None:
         return None
@@ -102,14 +113,16 @@ class Entry:
     """One exchange, as the record gives it; everything derived lazily."""
 
     __slots__ = ("scope", "status", "bytes", "seconds", "resp_headers", "client", "method",
-                 "target", "http_version", "reason")
+                 "target", "http_version", "reason", "websocket")
 
     def __init__(self, rec: tuple) -> None:
         if rec[0] is not None:
             self.scope, self.status, self.bytes, self.seconds, self.resp_headers = rec
             scope = self.scope
             self.client = scope.get("client")
-            self.method = scope.get("method")
+            # a WebSocket handshake's answer: its scope has no method; the request was a GET
+            self.websocket = scope.get("type") == "websocket"
+            self.method = "GET" if self.websocket else scope.get("method")
             raw = scope.get("raw_path")  # as received (root_path first), like the target
             path = raw.decode("latin-1") if isinstance(raw, bytes) else quote(scope.get("path", ""))
             qs = scope.get("query_string", b"")
@@ -122,12 +135,19 @@ class Entry:
             self.scope = None
             self.seconds = None
             self.resp_headers = None
+            self.websocket = False
 
     @property
     def request_line(self) -> str:
         if self.method is None:
             return "-"
         return f"{self.method} {self.target} HTTP/{self.http_version}"
+
+    @property
+    def uvicorn_request_line(self) -> str:
+        """What uvicorn's line shows between the quotes: ``WebSocket /path?query`` for a
+        WebSocket handshake, else the request line."""
+        return f"WebSocket {self.target}" if self.websocket else self.request_line
 
     def request_header(self, name: str) -> str | None:
         if self.scope is None:
@@ -299,7 +319,7 @@ class AccessLog:
             line = self.line(e, now)
             record = logger.makeRecord(name, logging.INFO, "skirr.access", 0, line, None, None,
                                        extra={"client_addr": _addr(e.client),
-                                              "request_line": e.request_line,
+                                              "request_line": e.uvicorn_request_line,
                                               "status_code": e.status,
                                               "skirr_bare": bare})
             logger.handle(record)
@@ -308,6 +328,9 @@ class AccessLog:
         """The log line (without level prefix) for one entry."""
         fmt = self.fmt
         if fmt is None:
+            if e.websocket:  # uvicorn's words: [accepted], or the status alone
+                outcome = "[accepted]" if e.status == 101 else str(e.status)
+                return f'{_addr(e.client)} - "WebSocket {e.target}" {outcome}'
             line = f'{_addr(e.client)} - "{e.request_line}" {status_text(e.status)}'
         elif fmt == "json":
             return json.dumps(self.json_fields(e, now), separators=(",", ":"))
@@ -337,4 +360,6 @@ class AccessLog:
         }
         if e.reason is not None:
             out["reason"] = e.reason
+        if e.websocket:
+            out["websocket"] = True
         return out

@@ -5,12 +5,14 @@ its own HTTP listener (``prometheus_client.start_http_server``, a thread) on ``h
 ``metrics_port``, so the application's routes are untouched. Metrics:
 
 - ``skirr_requests_total{method, status}``: responses by method (GET ... OPTIONS, ``other``) and
-  status class (``2xx`` ...), a 500 skirr sent for a failed application included;
+  status class (``2xx`` ...), a 500 skirr sent for a failed application included; a WebSocket
+  handshake counts as a GET with its answer's status (``1xx``: the 101 of an accepted session;
+  ``4xx``: a 403 or a denial response's status; ``5xx``: a 500);
 - ``skirr_requests_in_flight``, ``skirr_connections``: gauges;
 - ``skirr_request_bytes_total`` (request bytes read), ``skirr_response_bytes_total`` (response
   content bytes sent);
-- ``skirr_refusals_total{status}``: requests skirr answered itself (400, 408, 413, 414, 431, 500,
-  501, 503, 505, ``other``);
+- ``skirr_refusals_total{status}``: requests skirr answered itself (400, 408, 413, 414, 426, 431,
+  500, 501, 503, 505, ``other``; 400 and 426 include refused WebSocket handshakes);
 - ``skirr_timeouts_total{kind}``: ``request_head``, ``keep_alive``, ``write``, ``request_body``;
 - ``skirr_request_duration_seconds``: histogram from the request head to the response's end.
 

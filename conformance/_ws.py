@@ -1,0 +1,59 @@
+"""WebSocket handshakes shared by the access-log and metrics cases (issue 14): one app answering
+every way a handshake can be answered, and the raw requests that reach each answer.
+
+    for data, status in WS_CASES:
+        ws_exchange(srv.connect(), data, status)   # the answer checked; a 101 session closed
+"""
+from __future__ import annotations
+
+from conftest import Client
+
+WS_KEY = b"dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455 §1.3's example nonce
+WS_CLOSE_1000 = b"\x88\x82" + b"\x37\xfa\x21\x3d" + bytes([0x03 ^ 0x37, 0xE8 ^ 0xFA])  # masked
+
+
+def ws_upgrade(target: str, key: bytes = WS_KEY, version: bytes = b"13") -> bytes:
+    return (b"GET " + target.encode() + b" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nUser-Agent: ws-ua\r\nSec-WebSocket-Key: " + key
+            + b"\r\nSec-WebSocket-Version: " + version + b"\r\n\r\n")
+
+
+async def ws_app(scope, receive, send):
+    """/chat: accepted (with x-out: o1), closed when the client closes; /deny: websocket.close
+    before accept (403); /denial: a 401 denial response of 8 bytes; /fail: raises first (500)."""
+    assert scope["type"] == "websocket"
+    assert (await receive())["type"] == "websocket.connect"
+    path = scope["path"]
+    if path == "/deny":
+        await send({"type": "websocket.close"})
+    elif path == "/denial":
+        await send({"type": "websocket.http.response.start", "status": 401,
+                    "headers": [(b"www-authenticate", b"Bearer")]})
+        await send({"type": "websocket.http.response.body", "body": b"no token"})
+    elif path == "/fail":
+        raise RuntimeError("ws-fail-before-accept")
+    else:
+        await send({"type": "websocket.accept", "headers": [(b"x-out", b"o1")]})
+        assert (await receive())["type"] == "websocket.disconnect"
+
+
+# (what the client sends, the status it gets back)
+WS_CASES = [
+    (ws_upgrade("/chat?room=1"), 101),
+    (ws_upgrade("/deny"), 403),
+    (ws_upgrade("/denial?x=1"), 401),
+    (ws_upgrade("/fail"), 500),
+    (ws_upgrade("/chat", key=b"c2hvcnQ="), 400),  # a key of 5 bytes: malformed
+    (ws_upgrade("/chat", version=b"8"), 426),
+]
+
+
+def ws_exchange(c: Client, data: bytes, status: int) -> None:
+    """Sends one handshake on c and checks the answer's status; an accepted session is then
+    closed by the client (Close 1000, echoed by the server) and c reads to EOF."""
+    c.send(data)
+    raw = c.read_until(b"\r\n\r\n") if status == 101 else c.read_until_close()
+    assert raw.startswith(b"HTTP/1.1 %d " % status), raw
+    if status == 101:
+        c.send(WS_CLOSE_1000)  # the session ends normally: the server echoes the Close
+        assert c.read_until_close() == b"\x88\x02\x03\xe8"
