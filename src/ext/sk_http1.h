@@ -37,7 +37,8 @@ typedef struct sk_http1_server {
     PyObject *context;      /* contextvars.Context: each app task starts from a fresh copy */
     PyObject *call_soon_kw; /* ("context",): keyword names for loop.call_soon / create_task */
     PyObject *task_type;    /* asyncio.Task when the loop has no task factory, else NULL */
-    PyObject *task_kw;      /* ("loop", "context") or, eager, ("loop", "eager_start", "context") */
+    PyObject *task_kw;      /* ("loop", "context", "name") (3.11) or, eager, ("loop", "eager_start",
+                             * "context") (3.12+) */
     int eager;              /* 3.12+ and task_type: apps start eagerly */
     int eager_budget;       /* eager starts left in this reactor callback (the owner resets it) */
     sk_limits_t limits;     /* request limits (sk_http.h) */

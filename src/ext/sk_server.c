@@ -94,7 +94,9 @@ server_start(PyObject *op, PyObject *Py_UNUSED(arg))
         h->eager = 1;
         Py_XSETREF(h->task_kw, Py_BuildValue("(sss)", "loop", "eager_start", "context"));
 #else
-        Py_XSETREF(h->task_kw, Py_BuildValue("(ss)", "loop", "context"));
+        /* 3.11 formats a default name per Task (PyUnicode_FromFormat, about 1.4k instructions);
+         * request_run names it itself, cheaper (3.12+ makes the default name lazily). */
+        Py_XSETREF(h->task_kw, Py_BuildValue("(sss)", "loop", "context", "name"));
 #endif
         if (h->task_type == NULL || h->task_kw == NULL) {
             goto error;
