@@ -472,6 +472,8 @@ server_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(h->call_soon_kw);
     Py_VISIT(h->task_type);
     Py_VISIT(h->task_kw);
+    Py_VISIT(h->ext_spare[0]);
+    Py_VISIT(h->ext_spare[1]);
     Py_VISIT(s->on_ready);
     Py_VISIT(s->run_pending);
     if (s->reactor != NULL) {
@@ -506,6 +508,8 @@ server_clear(PyObject *op)
     Py_CLEAR(h->call_soon_kw);
     Py_CLEAR(h->task_type);
     Py_CLEAR(h->task_kw);
+    Py_CLEAR(h->ext_spare[0]);
+    Py_CLEAR(h->ext_spare[1]);
     Py_CLEAR(s->on_ready);
     Py_CLEAR(s->run_pending);
     return 0;
