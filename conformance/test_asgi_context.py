@@ -3,6 +3,8 @@ running loop (the loop the Config names), in its own contextvars context.
 """
 import asyncio
 import contextvars
+import re
+import sys
 
 import pytest
 
@@ -61,6 +63,23 @@ def test_app_runs_in_a_task_per_request(serve):
         assert a["task"] is not None and b["task"] is not None
         assert isinstance(a["task"], asyncio.Task) or hasattr(a["task"], "cancel")
         assert a["task"] is not b["task"]
+
+
+@pytest.mark.rule("skirr-asgi-task-name")
+def test_each_request_task_has_its_own_name(serve):
+    """Keep-alive and pipelined requests: every Task's name is distinct, in the interpreter's
+    format (skirr's own, counted, on 3.11; asyncio's lazy default on 3.12+)."""
+    seen = Recorder()
+    with serve(ctx_app(seen)) as srv:
+        c = srv.connect()
+        c.request(http_request("GET", "/1"))
+        c.send(http_request("GET", "/2") + http_request("GET", "/3"))
+        c.response(), c.response()
+        srv.get("/4")
+        names = [x["task"].get_name() for x in seen.wait(4)]
+    pattern = r"skirr-request-(\d+)" if sys.version_info < (3, 12) else r"Task-(\d+)"
+    numbers = [int(re.fullmatch(pattern, n).group(1)) for n in names]
+    assert numbers == sorted(set(numbers)), names  # distinct and increasing in request order
 
 
 @pytest.mark.rule("skirr-asgi-configured-loop")

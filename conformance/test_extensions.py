@@ -116,6 +116,73 @@ def test_extensions_advertised(serve):
     assert got == [("1.1", EXTENSIONS_11), ("1.1", EXTENSIONS_11), ("1.0", EXTENSIONS_10)]
 
 
+@pytest.mark.rule("ASGI-ext-scope-advertised")
+@pytest.mark.parametrize("access_log", [False, True])  # the log's record holds the scope a while
+def test_extensions_an_app_can_still_reach_are_never_handed_out_again(serve, access_log):
+    """skirr may hand a finished request's extensions dict to a later request only when nothing
+    can reach it any more and it is as made. Earlier requests, keep-alive and pipelined, on
+    HTTP/1.1 and 1.0, keep references (to the dict, to one of its values, to the whole scope),
+    delete, add, swap or replace a key, or write into a value; later requests get dicts that are none
+    of the kept ones and read exactly as advertised, even after the kept ones are written to from
+    a later request."""
+    kept = []  # objects an earlier request's app still holds
+    seen = Recorder()
+
+    async def app(scope, receive, send):
+        ext = scope["extensions"]
+        path = scope["path"]
+        reachable = [k for k in kept if k is ext or any(k is v for v in ext.values())]
+        seen.put((path, copy.deepcopy(ext), len(reachable)))
+        if path == "/keep-dict":
+            kept.append(ext)
+        elif path == "/keep-value":
+            kept.append(ext["http.response.pathsend"])
+        elif path == "/keep-scope":
+            kept.append(scope)
+        elif path == "/del":
+            del ext["http.response.zerocopysend"]
+        elif path == "/write":
+            ext["http.response.pathsend"]["x"] = 1
+        elif path == "/add":
+            ext["mine"] = {}
+        elif path == "/swap":  # as many keys as made, one of them another
+            del ext["http.response.zerocopysend"]
+            ext["mine"] = {}
+        elif path == "/replace":
+            ext["http.response.pathsend"] = {}
+        elif path == "/write-then-empty":
+            ext["http.response.pathsend"]["x"] = 1
+            del ext["http.response.pathsend"]["x"]
+        elif path == "/late-writes":
+            for k in kept:
+                target = k["extensions"] if "extensions" in k else k
+                target["late"] = {}
+                for v in list(target.values()):
+                    v["late"] = 1
+        await send(START)
+        await send({"type": "http.response.body", "body": b""})
+
+    paths = ["/keep-dict", "/", "/keep-value", "/", "/keep-scope", "/", "/del", "/", "/write",
+             "/", "/add", "/", "/swap", "/", "/replace", "/", "/write-then-empty", "/", "/",
+             "/late-writes", "/", "/"]
+    with serve(app, access_log=access_log) as srv:
+        c = srv.connect()
+        for path in paths:
+            assert c.request(http_request(target=path)).status == 200
+        c.send(b"".join(http_request(target=p) for p in paths))
+        assert [c.response().status for _ in paths] == [200] * len(paths)
+        c10 = srv.connect()
+        for path in ["/keep-dict", "/", "/"]:
+            c10.send(http_request(target=path, version="HTTP/1.0"))
+            assert c10.response().status == 200
+            c10 = srv.connect()
+        got = seen.wait(2 * len(paths) + 3)
+    expected = [(p, EXTENSIONS_11, 0) for p in paths] * 2
+    expected += [(p, EXTENSIONS_10, 0) for p in ["/keep-dict", "/", "/"]]
+    assert got == expected
+    assert len(kept) == 7
+
+
 # ---- pathsend and zerocopysend --------------------------------------------------------------
 
 

@@ -87,6 +87,7 @@ struct RequestObject {
     PyObject *drain_waiters;   /* list of futures waiting in send() for output to drain */
     PyObject *body;            /* list of bytes not yet delivered by receive() */
     PyObject *scope;           /* built at the head, handed to the app at the first step */
+    PyObject *ext;             /* strong: scope["extensions"], recycled when the request is freed */
     size_t body_buffered;      /* bytes in body */
     unsigned ops;              /* ready operations since the last yield (fairness quota) */
     enum rx_state rx;
@@ -331,23 +332,41 @@ answer_500(http1_conn_t *c, RequestObject *r)
 
 /* ---- scope ---------------------------------------------------------------------------------- */
 
-static PyObject *
-ext_scope(sk_state *st, uint8_t http_minor)
+/* The response extensions skirr implements (ASGI www 2.5 extensions), in scope order. Early
+ * hints and trailers need HTTP/1.1 (RFC 8297 §2: no 1xx to HTTP/1.0; a trailer section needs
+ * chunked), so an HTTP/1.0 request is offered only the first two, the file extensions. */
+#define EXT_COUNT(http_minor) ((http_minor) >= 1 ? 4 : 2)
+
+static inline PyObject *
+ext_name(sk_state *st, size_t i)
 {
-    /* New reference: scope["extensions"], fresh per request (nothing mutable is shared): the
-     * response extensions skirr implements, each {} (ASGI www 2.5 extensions). Early hints and
-     * trailers need HTTP/1.1 (RFC 8297 §2: no 1xx to HTTP/1.0; a trailer section needs chunked),
-     * so an HTTP/1.0 request is offered only the file extensions. NULL with an exception. */
+    /* Borrowed reference: the i-th extension's name (i < 4). */
     PyObject *names[] = {st->s_http_response_pathsend, st->s_http_response_zerocopysend,
                          st->s_http_response_trailers, st->s_http_response_early_hint};
-    size_t n = http_minor >= 1 ? 4 : 2;
-    PyObject *ext = PyDict_New();
+    return names[i];
+}
+
+static PyObject *
+ext_scope(sk_http1_server_t *srv, uint8_t http_minor)
+{
+    /* New reference: scope["extensions"], each extension's value {}. Either the spare an earlier
+     * request left unreachable and exactly as made (ext_recycle), or new. NULL with an
+     * exception. */
+    int v11 = http_minor >= 1;
+    PyObject *ext = srv->ext_spare[v11];
+    srv->ext_spare[v11] = NULL;
+    if (ext != NULL && Py_REFCNT(ext) == 1) { /* untracked while spare: nothing reached it */
+        PyObject_GC_Track(ext);
+        return ext;
+    }
+    Py_XDECREF(ext);
+    ext = PyDict_New();
     if (ext == NULL) {
         return NULL;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < EXT_COUNT(http_minor); i++) {
         PyObject *empty = PyDict_New();
-        if (empty == NULL || PyDict_SetItem(ext, names[i], empty) < 0) {
+        if (empty == NULL || PyDict_SetItem(ext, ext_name(srv->st, i), empty) < 0) {
             Py_XDECREF(empty);
             Py_DECREF(ext);
             return NULL;
@@ -357,14 +376,50 @@ ext_scope(sk_state *st, uint8_t http_minor)
     return ext;
 }
 
-static PyObject *
-build_scope(http1_conn_t *c)
+static int
+ext_as_made(sk_state *st, PyObject *ext, uint8_t http_minor)
 {
-    /* New reference: the request's scope dict; NULL with an exception. */
+    /* 1 when ext, a scope["extensions"] ext_scope made, is referenced by the caller alone and
+     * holds exactly the names it was made with, in order, each an empty dict that ext alone
+     * references: no one can reach it or anything in it, and it reads as a new one would, so
+     * handing it to the next request is indistinguishable from making a new one. Else 0. */
+    Py_ssize_t pos = 0;
+    size_t i = 0;
+    PyObject *name, *value;
+    int ok = Py_REFCNT(ext) == 1 && PyDict_GET_SIZE(ext) == EXT_COUNT(http_minor);
+    while (ok && PyDict_Next(ext, &pos, &name, &value)) {
+        ok = name == ext_name(st, i++) && PyDict_CheckExact(value) && Py_REFCNT(value) == 1 &&
+             PyDict_GET_SIZE(value) == 0;
+    }
+    return ok;
+}
+
+static void
+ext_recycle(sk_http1_server_t *srv, PyObject *ext, uint8_t http_minor)
+{
+    /* Takes ext (a strong reference, or NULL) from a request that is being freed: kept as the
+     * server's spare when it is as made (ext_as_made) and the slot is free, else released. An
+     * app that kept the dict, one of its values, or wrote into any of them never shares it with
+     * a later request. The spare is untracked by the GC, so gc.get_objects() cannot reach it. */
+    int v11 = http_minor >= 1;
+    if (ext != NULL && srv->ext_spare[v11] == NULL && ext_as_made(srv->st, ext, http_minor)) {
+        PyObject_GC_UnTrack(ext);
+        srv->ext_spare[v11] = ext; /* the reference moves */
+    }
+    else {
+        Py_XDECREF(ext);
+    }
+}
+
+static PyObject *
+build_scope(http1_conn_t *c, PyObject **ext_out)
+{
+    /* New reference: the request's scope dict; NULL with an exception. With ext_out, it also
+     * receives a new reference to scope["extensions"] (for ext_recycle). */
     sk_http1_server_t *srv = c->srv;
     sk_state *st = srv->st;
     sk_parser_t *p = &c->parser;
-    PyObject *scope = NULL, *v = NULL;
+    PyObject *scope = NULL, *v = NULL, *ext = NULL;
     const char *t = sk_parser_ptr(p, p->target);
     size_t tlen = p->target.len;
     if (t == NULL) { /* no head block: never for a parsed request, but keep t valid */
@@ -491,16 +546,26 @@ build_scope(http1_conn_t *c)
         }
     }
     SET(st->s_server, Py_NewRef(c->local));
-    SET(st->s_extensions, ext_scope(st, p->http_minor));
+    ext = ext_scope(srv, p->http_minor); /* kept to the end: ext_out's */
+    if (ext == NULL || PyDict_SetItem(scope, st->s_extensions, ext) < 0) {
+        goto error;
+    }
     if (srv->state != Py_None) {
         SET(st->s_state, PyDict_Check(srv->state)
                              ? PyDict_Copy(srv->state)
                              : PyObject_CallMethodNoArgs(srv->state, st->s_copy));
     }
 #undef SET
+    if (ext_out != NULL) {
+        *ext_out = ext; /* the reference moves */
+    }
+    else {
+        Py_DECREF(ext);
+    }
     return scope;
 error:
     Py_XDECREF(v);
+    Py_XDECREF(ext);
     Py_XDECREF(scope);
     return NULL;
 }
@@ -1746,7 +1811,7 @@ request_new(http1_conn_t *c)
             r->te_trailers = 1;
         }
     }
-    r->scope = build_scope(c);
+    r->scope = build_scope(c, &r->ext);
     if (r->scope == NULL) {
         r->conn = NULL;
         Py_DECREF(r);
@@ -1763,6 +1828,36 @@ request_new(http1_conn_t *c)
     }
     return r;
 }
+
+#if PY_VERSION_HEX < 0x030C0000
+static PyObject *
+task_name(sk_state *st)
+{
+    /* New reference: a request Task's name on 3.11, "skirr-request-N" with N counting the
+     * process's request Tasks from 1 (asyncio's own default, "Task-N" from PyUnicode_FromFormat,
+     * costs about 1.4k instructions per Task). Written into an ASCII str directly. NULL with an
+     * exception. */
+    static const char prefix[] = "skirr-request-";
+    char digits[24];
+    size_t nd = 0;
+    unsigned long long n = ++st->task_names;
+    do {
+        digits[nd++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n > 0);
+    PyObject *name = PyUnicode_New((Py_ssize_t)(sizeof(prefix) - 1 + nd), 127);
+    if (name == NULL) {
+        return NULL;
+    }
+    Py_UCS1 *d = PyUnicode_1BYTE_DATA(name);
+    memcpy(d, prefix, sizeof(prefix) - 1);
+    d += sizeof(prefix) - 1;
+    while (nd > 0) {
+        *d++ = (Py_UCS1)digits[--nd];
+    }
+    return name;
+}
+#endif
 
 static int
 request_run(RequestObject *r)
@@ -1783,10 +1878,17 @@ request_run(RequestObject *r)
         int eager = srv->eager && srv->eager_budget > 0;
         srv->eager_budget -= eager;
         PyObject *targs[4] = {(PyObject *)r, srv->loop, ctx, ctx};
+#if PY_VERSION_HEX >= 0x030C0000
         if (srv->eager) {
             targs[2] = eager ? Py_True : Py_False;
         }
         task = PyObject_Vectorcall(srv->task_type, targs, 1, srv->task_kw);
+#else
+        (void)eager;
+        targs[3] = task_name(st); /* loop, context, name */
+        task = targs[3] ? PyObject_Vectorcall(srv->task_type, targs, 1, srv->task_kw) : NULL;
+        Py_XDECREF(targs[3]);
+#endif
     }
     else {
         PyObject *targs[3] = {srv->loop, (PyObject *)r, ctx};
@@ -1934,7 +2036,7 @@ upgrade_websocket(http1_conn_t *c)
     if (status == 426) {
         note_refusal(c, 426, why); /* the 426 itself, with its field, is the handler's */
     }
-    if (status == 0 && (scope = build_scope(c)) == NULL) {
+    if (status == 0 && (scope = build_scope(c, NULL)) == NULL) {
         PyErr_WriteUnraisable(c->srv->owner);
         refuse(c, 500);
         return;
@@ -2267,6 +2369,7 @@ request_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(r->drain_waiters);
     Py_VISIT(r->body);
     Py_VISIT(r->scope);
+    Py_VISIT(r->ext);
     return sk_access_req_traverse(&r->acc, visit, arg);
 }
 
@@ -2278,7 +2381,6 @@ request_clear(PyObject *op)
         /* dropped unfinished (its Task was destroyed with the loop): no longer in flight */
         set_app(r, APP_DONE);
     }
-    Py_CLEAR(r->owner);
     Py_CLEAR(r->task);
     Py_CLEAR(r->coro);
     Py_CLEAR(r->receive_waiters);
@@ -2286,6 +2388,16 @@ request_clear(PyObject *op)
     Py_CLEAR(r->body);
     Py_CLEAR(r->scope);
     sk_access_req_clear(&r->acc);
+    /* last but the server: the app's coroutine and the scope, which reach the dict, are gone */
+    PyObject *ext = r->ext;
+    r->ext = NULL;
+    if (r->owner != NULL) {
+        ext_recycle(r->srv, ext, r->http_minor);
+    }
+    else {
+        Py_XDECREF(ext);
+    }
+    Py_CLEAR(r->owner);
     return 0;
 }
 

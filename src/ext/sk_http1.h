@@ -37,7 +37,11 @@ typedef struct sk_http1_server {
     PyObject *context;      /* contextvars.Context: each app task starts from a fresh copy */
     PyObject *call_soon_kw; /* ("context",): keyword names for loop.call_soon / create_task */
     PyObject *task_type;    /* asyncio.Task when the loop has no task factory, else NULL */
-    PyObject *task_kw;      /* ("loop", "context") or, eager, ("loop", "eager_start", "context") */
+    PyObject *task_kw;      /* ("loop", "context", "name") (3.11) or, eager, ("loop", "eager_start",
+                             * "context") (3.12+) */
+    PyObject *ext_spare[2]; /* a scope["extensions"] for HTTP/1.0, 1.1 that a finished request
+                             * left unreachable and as made, untracked by the GC, or NULL: the
+                             * next request's (sk_http1.c ext_scope, ext_recycle) */
     int eager;              /* 3.12+ and task_type: apps start eagerly */
     int eager_budget;       /* eager starts left in this reactor callback (the owner resets it) */
     sk_limits_t limits;     /* request limits (sk_http.h) */

@@ -58,6 +58,8 @@ typedef struct {
     PyObject *s_text, *s_bytes, *s_code, *s_reason, *s_subprotocol, *s_subprotocols;
     /* Live-object counters for the leak and lifetime checks (skirr._native._live()). */
     Py_ssize_t live_servers, live_conns, live_requests, live_ready;
+    /* Request Tasks named so far on 3.11 ("skirr-request-N", sk_http1.c task_name). */
+    unsigned long long task_names;
 } sk_state;
 
 /* The module state for any object whose type was defined by this module. Borrowed pointer. */

@@ -94,7 +94,9 @@ server_start(PyObject *op, PyObject *Py_UNUSED(arg))
         h->eager = 1;
         Py_XSETREF(h->task_kw, Py_BuildValue("(sss)", "loop", "eager_start", "context"));
 #else
-        Py_XSETREF(h->task_kw, Py_BuildValue("(ss)", "loop", "context"));
+        /* 3.11 formats a default name per Task (PyUnicode_FromFormat, about 1.4k instructions);
+         * request_run names it itself, cheaper (3.12+ makes the default name lazily). */
+        Py_XSETREF(h->task_kw, Py_BuildValue("(sss)", "loop", "context", "name"));
 #endif
         if (h->task_type == NULL || h->task_kw == NULL) {
             goto error;
@@ -470,6 +472,8 @@ server_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(h->call_soon_kw);
     Py_VISIT(h->task_type);
     Py_VISIT(h->task_kw);
+    Py_VISIT(h->ext_spare[0]);
+    Py_VISIT(h->ext_spare[1]);
     Py_VISIT(s->on_ready);
     Py_VISIT(s->run_pending);
     if (s->reactor != NULL) {
@@ -504,6 +508,8 @@ server_clear(PyObject *op)
     Py_CLEAR(h->call_soon_kw);
     Py_CLEAR(h->task_type);
     Py_CLEAR(h->task_kw);
+    Py_CLEAR(h->ext_spare[0]);
+    Py_CLEAR(h->ext_spare[1]);
     Py_CLEAR(s->on_ready);
     Py_CLEAR(s->run_pending);
     return 0;
