@@ -110,6 +110,20 @@ def test_app_error_logged_500(serve, access):
     assert lines == [f'{c.addr} - "GET /raise HTTP/1.1" 500 Internal Server Error']
 
 
+@pytest.mark.rule("skirr-access-app-errors")
+@pytest.mark.parametrize("method,sent", [("GET", 21), ("HEAD", 0)])  # "Internal Server Error"
+def test_app_error_500_bytes_are_its_content(serve, access, method, sent):
+    """The 500 skirr sends for a failed app is logged with the content it carried, as a refusal."""
+    with serve(app, access_log_format="%(s)s %(b)s %(B)s") as srv:
+        c = srv.connect()
+        c.send(http_request(method, "/raise"))
+        raw = c.read_until_close()
+        assert raw.startswith(b"HTTP/1.1 500 ")
+        assert len(raw.split(b"\r\n\r\n", 1)[1]) == sent
+        lines = access.wait(1)
+    assert lines == [f"500 {sent or '-'} {sent}"]
+
+
 REFUSALS = [
     # (request bytes, config, status, expected request line, reason)
     (b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n", {}, 400, "-", "Invalid header token"),

@@ -67,7 +67,8 @@ def test_counts(serve):
     assert m[("skirr_requests_total", (("method", "POST"), ("status", "2xx")))] == 1
     assert m[("skirr_requests_total", (("method", "GET"), ("status", "5xx")))] == 1
     assert m[("skirr_refusals_total", (("status", "431"),))] == 1
-    assert m[("skirr_response_bytes_total", ())] == 15  # three "hello"; the 500's body is skirr's
+    # three "hello" and the content of skirr's 500 for the failed app ("Internal Server Error")
+    assert m[("skirr_response_bytes_total", ())] == 15 + 21
     assert before[("skirr_request_bytes_total", ())] == sent
     assert m[("skirr_request_bytes_total", ())] >= sent  # and what the parser read of the 431
     assert ("skirr_refusals_total", (("status", "431"),)) not in before

@@ -126,12 +126,15 @@ set_tx(RequestObject *r, enum tx_state to)
         /* the access log and metrics: what the client saw (a 500 skirr sent for the app, if no
          * head left) */
         int status = r->resp.head_written ? r->resp.status : 500;
+        /* content bytes: the app's, or those of skirr's 500 (answer_500), as for a refusal */
+        uint64_t sent = r->resp.head_written ? r->resp.body_sent
+                                             : sk_resp_error_content_length(500, r->is_head);
         if (r->srv->metrics != NULL) {
-            sk_metrics_response(r->srv->metrics, r->acc.method, status, r->resp.body_sent,
+            sk_metrics_response(r->srv->metrics, r->acc.method, status, sent,
                                 sk_access_now() - r->acc.t_start);
         }
         if (r->acc.scope != NULL) {
-            sk_access_response(r->srv, status, r->resp.body_sent, &r->acc);
+            sk_access_response(r->srv, status, sent, &r->acc);
         }
     }
 }
