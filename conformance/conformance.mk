@@ -15,8 +15,10 @@
 
 CONFORMANCE_EXAMPLES ?= 2000
 CONFORMANCE_MODES ?= plain,debug
-# CONFORMANCE_WORKERS: pytest-xdist workers per mode (the two modes run side by side); 0: none.
-CONFORMANCE_WORKERS ?= 2
+# CONFORMANCE_WORKERS: pytest-xdist workers per mode (the two modes run side by side); 0 (default):
+# none. With 2 per mode, 8 min 39 s instead of about 17, but 1 of 2 full runs on two cores had a case
+# fail on timing under the debug allocator (the h11 oracle's mutations), so it stays opt-in.
+CONFORMANCE_WORKERS ?= 0
 CONFORMANCE_RUN = SKIRR_HYPOTHESIS_EXAMPLES=$(CONFORMANCE_EXAMPLES) $(VPY) conformance/run.py \
 	--modes $(CONFORMANCE_MODES) --examples $(CONFORMANCE_EXAMPLES) --workers $(CONFORMANCE_WORKERS)
 

@@ -11,8 +11,8 @@ Legs: one pytest run per allocator mode (``plain``; ``debug`` = ``PYTHONMALLOC=d
 split by the loop parameter of each case, so four legs: asyncio, uvloop, asyncio+debug,
 uvloop+debug. Each run writes JSON through conformance/_rules.py (``--conformance-json``). The
 two runs go side by side by default (the suite mostly waits on sockets; on two cores this halves
-the wall-clock time); --jobs 1 runs them one after the other. Each run spreads its cases over
---workers pytest-xdist workers (default 2).
+the wall-clock time); --jobs 1 runs them one after the other. --workers N spreads each run's
+cases over N pytest-xdist workers (default 0: none; see conformance.mk).
 
 Fails (exit 1) when: a case that is not an expected failure fails on any leg (an xfail(strict)
 case that passes counts as failed), a rule of spec/ has no case, a marker names an id spec/ does
@@ -283,8 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="directory for the per-mode JSON results")
     ap.add_argument("--jobs", type=int, default=2,
                     help="modes run at once (default 2: the plain and debug runs side by side)")
-    ap.add_argument("--workers", type=int, default=2,
-                    help="pytest-xdist workers per mode (default 2; 0 runs each mode in one process)")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="pytest-xdist workers per mode (default 0: each mode in one process)")
     ap.add_argument("--report-only", action="store_true",
                     help="do not run pytest; regenerate from the JSON already in --results")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
