@@ -3,6 +3,7 @@
 
 #include "sk_asgi.h"
 #include "sk_http1.h"
+#include "sk_metrics.h"
 
 #include <time.h>
 
@@ -47,19 +48,11 @@ error:
     PyErr_WriteUnraisable(a->pending);
 }
 
-void
-sk_access_begin(sk_access_req_t *rq, PyObject *scope)
+static void
+record_response(sk_http1_server_t *srv, int status, uint64_t bytes, sk_access_req_t *rq)
 {
-    rq->t_start = sk_access_now();
-    Py_XSETREF(rq->scope, Py_NewRef(scope));
-}
-
-void
-sk_access_response(sk_http1_server_t *srv, int status, uint64_t bytes, sk_access_req_t *rq)
-{
-    if (rq->scope == NULL) {
-        return;
-    }
+    /* Records a finished response (see sk_access.h; rq->scope is not NULL) once: rq->scope is
+     * dropped. A failure to record is reported as unraisable. */
     double secs = sk_access_now() - rq->t_start;
     PyObject *rec = PyTuple_New(5);
     PyObject *st = PyLong_FromLong(status);
@@ -82,6 +75,32 @@ sk_access_response(sk_http1_server_t *srv, int status, uint64_t bytes, sk_access
     }
     push(srv, rec); /* NULL: reported there */
     sk_access_req_clear(rq);
+}
+
+void
+sk_access_exchange_begin(sk_http1_server_t *srv, sk_access_req_t *rq, PyObject *scope, int method)
+{
+    if (srv->access.pending == NULL && srv->metrics == NULL) {
+        return;
+    }
+    rq->t_start = sk_access_now();
+    if (srv->access.pending != NULL) {
+        Py_XSETREF(rq->scope, Py_NewRef(scope));
+    }
+    if (srv->metrics != NULL) {
+        rq->method = (uint8_t)sk_metrics_method(method);
+    }
+}
+
+void
+sk_access_exchange_end(sk_http1_server_t *srv, sk_access_req_t *rq, int status, uint64_t bytes)
+{
+    if (srv->metrics != NULL) {
+        sk_metrics_response(srv->metrics, rq->method, status, bytes, sk_access_now() - rq->t_start);
+    }
+    if (rq->scope != NULL) {
+        record_response(srv, status, bytes, rq);
+    }
 }
 
 void

@@ -54,12 +54,16 @@ struct sk_http1_server;
 
 /* Monotonic seconds. */
 double sk_access_now(void);
-/* Starts a request's record (the access log is on): its start time and scope (borrowed). */
-void sk_access_begin(sk_access_req_t *rq, PyObject *scope);
-/* Records a finished response (see above) once: rq->scope is dropped. A failure to record is
- * reported as unraisable. */
-void sk_access_response(struct sk_http1_server *srv, int status, uint64_t bytes,
-                        sk_access_req_t *rq);
+/* Starts what the access log and the metrics keep of an exchange, each only while on (an HTTP
+ * request, or a WebSocket handshake, sk_wsh.c): the start time, the scope (borrowed; the one the
+ * app gets) and method, the request's llhttp method. */
+void sk_access_exchange_begin(struct sk_http1_server *srv, sk_access_req_t *rq, PyObject *scope,
+                              int method);
+/* Ends it, once, with what the client saw: status and content bytes to the metrics' responses
+ * and the access log's response record (the tuple above; rq->scope is dropped; a failure to
+ * record is reported as unraisable), each only while on. */
+void sk_access_exchange_end(struct sk_http1_server *srv, sk_access_req_t *rq, int status,
+                            uint64_t bytes);
 /* Records a refusal: skirr's own response of `bytes` bytes of content (0: none was sent), with
  * the request line when the head was read whole (valid or not). p may be NULL; client is
  * borrowed (may be NULL: taken from peer). */

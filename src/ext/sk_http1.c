@@ -129,13 +129,7 @@ set_tx(RequestObject *r, enum tx_state to)
         /* content bytes: the app's, or those of skirr's 500 (answer_500), as for a refusal */
         uint64_t sent = r->resp.head_written ? r->resp.body_sent
                                              : sk_resp_error_content_length(500, r->is_head);
-        if (r->srv->metrics != NULL) {
-            sk_metrics_response(r->srv->metrics, r->acc.method, status, sent,
-                                sk_access_now() - r->acc.t_start);
-        }
-        if (r->acc.scope != NULL) {
-            sk_access_response(r->srv, status, sent, &r->acc);
-        }
+        sk_access_exchange_end(r->srv, &r->acc, status, sent);
     }
 }
 
@@ -1820,15 +1814,7 @@ request_new(http1_conn_t *c)
         Py_DECREF(r);
         return NULL;
     }
-    if (srv->access.pending != NULL) {
-        sk_access_begin(&r->acc, r->scope);
-    }
-    if (srv->metrics != NULL) {
-        r->acc.method = (uint8_t)sk_metrics_method(p->method);
-        if (srv->access.pending == NULL) {
-            r->acc.t_start = sk_access_now();
-        }
-    }
+    sk_access_exchange_begin(srv, &r->acc, r->scope, p->method);
     return r;
 }
 

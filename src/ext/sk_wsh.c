@@ -23,7 +23,6 @@
 #include "sk_asgi.h"
 #include "sk_access.h"
 #include "sk_http1.h"
-#include "sk_metrics.h"
 #include "sk_resp.h"
 #include "sk_token.h"
 #include "sk_ws.h"
@@ -88,18 +87,11 @@ record_answer(WebSocketObject *w, int status, uint64_t bytes)
     /* The handshake's answer, once, as the client saw it (101, 403, 500, or a denial response's
      * status with its content bytes): the access log's record and the metrics' response, each
      * only while on. The record is a response record whose scope is the websocket scope. */
-    sk_http1_server_t *srv = w->srv;
     if (w->answered) {
         return;
     }
     w->answered = 1;
-    if (srv->metrics != NULL) {
-        sk_metrics_response(srv->metrics, w->acc.method, status, bytes,
-                            sk_access_now() - w->acc.t_start);
-    }
-    if (w->acc.scope != NULL) {
-        sk_access_response(srv, status, bytes, &w->acc);
-    }
+    sk_access_exchange_end(w->srv, &w->acc, status, bytes);
 }
 
 static void
@@ -1332,13 +1324,8 @@ sk_wsh_start(sk_transport_t *t, sk_http1_server_t *srv, const sk_parser_t *p, in
     w->srv = srv;
     w->t = t;
     w->scope = Py_NewRef(scope);
-    if (srv->access.pending != NULL) {
-        sk_access_begin(&w->acc, scope); /* the same dict: the record shows the websocket scope */
-    }
-    else if (srv->metrics != NULL) {
-        w->acc.t_start = sk_access_now();
-    }
-    w->acc.method = (uint8_t)sk_metrics_method(HTTP_GET);
+    /* the same dict: the record shows the websocket scope; the handshake was a GET */
+    sk_access_exchange_begin(srv, &w->acc, scope, HTTP_GET);
     sk_ws_limits_t limits = {.max_message = srv->ws.max_size, .allow_rsv1 = 0};
     sk_ws_parser_init(&w->parser, &limits);
     sk_ws_accept(key, key_len, w->accept);

@@ -330,7 +330,7 @@ class AccessLog:
         if fmt is None:
             if e.websocket:  # uvicorn's words: [accepted], or the status alone
                 outcome = "[accepted]" if e.status == 101 else str(e.status)
-                return f'{_addr(e.client)} - "WebSocket {e.target}" {outcome}'
+                return f'{_addr(e.client)} - "{e.uvicorn_request_line}" {outcome}'
             line = f'{_addr(e.client)} - "{e.request_line}" {status_text(e.status)}'
         elif fmt == "json":
             return json.dumps(self.json_fields(e, now), separators=(",", ":"))
