@@ -1,5 +1,6 @@
-"""WebSocket handshakes shared by the access-log and metrics cases (issue 14): one app answering
-every way a handshake can be answered, and the raw requests that reach each answer.
+"""WebSocket requests and frames shared by the WebSocket, access-log and metrics cases (issue 14):
+the handshake request and client frames, one app answering every way a handshake can be answered,
+and the raw requests that reach each answer.
 
     for data, status in WS_CASES:
         ws_exchange(srv.connect(), data, status)   # the answer checked; a 101 session closed
@@ -8,14 +9,34 @@ from __future__ import annotations
 
 from conftest import Client
 
-WS_KEY = b"dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455 §1.3's example nonce
-WS_CLOSE_1000 = b"\x88\x82" + b"\x37\xfa\x21\x3d" + bytes([0x03 ^ 0x37, 0xE8 ^ 0xFA])  # masked
+KEY = b"dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455 §1.3's example nonce
+MASK = b"\x37\xfa\x21\x3d"  # RFC 6455 §5.7's masking key
 
 
-def ws_upgrade(target: str, key: bytes = WS_KEY, version: bytes = b"13") -> bytes:
+def upgrade(key: bytes = KEY, version: bytes = b"13", target: str = "/ws",
+            extra: bytes = b"") -> bytes:
+    """A handshake request for target; extra: more field lines (each ending in CRLF)."""
     return (b"GET " + target.encode() + b" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
-            b"Connection: Upgrade\r\nUser-Agent: ws-ua\r\nSec-WebSocket-Key: " + key
+            b"Connection: Upgrade\r\n" + extra + b"Sec-WebSocket-Key: " + key
             + b"\r\nSec-WebSocket-Version: " + version + b"\r\n\r\n")
+
+
+def frame(b0: int, payload: bytes = b"", masked: bool = True, length16: bool = False) -> bytes:
+    """A client frame: first byte b0 (FIN, RSV, opcode), the payload masked with MASK."""
+    n = len(payload)
+    bit = 0x80 if masked else 0
+    head = bytes([b0, bit | 126]) + n.to_bytes(2, "big") if length16 or n > 125 else bytes([b0, bit | n])
+    if not masked:
+        return head + payload
+    return head + MASK + bytes(c ^ MASK[i & 3] for i, c in enumerate(payload))
+
+
+def ws_upgrade(target: str, key: bytes = KEY, version: bytes = b"13") -> bytes:
+    """The access-log and metrics cases' handshake: with a User-Agent (the log's %(a)s)."""
+    return upgrade(key, version, target, b"User-Agent: ws-ua\r\n")
+
+
+WS_CLOSE_1000 = frame(0x88, b"\x03\xe8")  # the client's Close 1000, masked
 
 
 async def ws_app(scope, receive, send):

@@ -20,29 +20,13 @@ from fastapi import FastAPI, WebSocket  # module level: the route's annotations 
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from _ws import KEY, frame, upgrade
 from conftest import IO_TIMEOUT, Recorder, record_text
 
 rule = pytest.mark.rule
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 §1.3
-KEY = b"dGhlIHNhbXBsZSBub25jZQ=="  # RFC 6455 §1.3's example nonce
 ACCEPT = base64.b64encode(hashlib.sha1(KEY + GUID).digest())  # s3pPLMBiTxaQ9kYGzzhZRbK+xOo=
-MASK = b"\x37\xfa\x21\x3d"  # RFC 6455 §5.7's masking key
-
-
-def upgrade(key: bytes = KEY, version: bytes = b"13") -> bytes:
-    return (b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: " + version + b"\r\n\r\n")
-
-
-def frame(b0: int, payload: bytes = b"", masked: bool = True, length16: bool = False) -> bytes:
-    """A client frame: first byte b0 (FIN, RSV, opcode), the payload masked with MASK."""
-    n = len(payload)
-    bit = 0x80 if masked else 0
-    head = bytes([b0, bit | 126]) + n.to_bytes(2, "big") if length16 or n > 125 else bytes([b0, bit | n])
-    if not masked:
-        return head + payload
-    return head + MASK + bytes(c ^ MASK[i & 3] for i, c in enumerate(payload))
 
 
 def close_frame(code: int, reason: bytes = b"") -> bytes:
