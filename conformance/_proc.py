@@ -234,6 +234,21 @@ class Skirr:
         self.proc.send_signal(signum)
         return self.wait(timeout)
 
+    def wait_stderr(self, text: str, timeout: float = IO_TIMEOUT) -> str:
+        """Waits until the server's stderr holds ``text``; returns the stderr read then.
+
+        A line the server logs after its socket listens (``skirr running on``) may come after
+        a client's first connect succeeds: the kernel completes the handshake at listen(2).
+        """
+        deadline = time.monotonic() + timeout
+        while text not in (err := self.stderr):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"stderr never held {text!r}:\n{err}")
+            if self.proc.poll() is not None:
+                raise AssertionError(f"skirr exited before logging {text!r}:\n{self.stderr}")
+            time.sleep(0.02)
+        return err
+
     def wait_event(self, event: str, timeout: float = IO_TIMEOUT) -> None:
         """Waits until the app has logged ``event``."""
         deadline = time.monotonic() + timeout

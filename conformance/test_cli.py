@@ -180,9 +180,8 @@ def test_running_line_names_the_address(tmp_path, loop):
     port = _proc.free_port()
     with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port)], tmp_path) as proc:
         proc.wait_accepting(port)
-        assert (
+        proc.wait_stderr(
             f"INFO:     skirr running on http://127.0.0.1:{port} (Press CTRL+C to quit)\n"
-            in proc.stderr
         )
         assert proc.stop() == 0
 
@@ -255,9 +254,7 @@ def test_uds(tmp_path, loop):
         scope = json.loads(response.body)
         assert scope["server"] == [path, None]
         assert scope["client"] is None
-        assert f"INFO:     skirr running on unix socket {path} (Press CTRL+C to quit)\n" in (
-            proc.stderr
-        )
+        proc.wait_stderr(f"INFO:     skirr running on unix socket {path} (Press CTRL+C to quit)\n")
         assert proc.stop() == 0
     assert not os.path.exists(path)
 

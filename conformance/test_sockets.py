@@ -72,7 +72,7 @@ def test_fd_serves_an_inherited_tcp_socket(tmp_path, loop, workers):
             proc.wait_accepting(port)
             r = _proc.request(port)
             assert (r.status, r.body) == (200, b"ok")
-            assert f"skirr running on http://127.0.0.1:{port}" in proc.stderr
+            proc.wait_stderr(f"skirr running on http://127.0.0.1:{port}")
             assert proc.stop() == 0
 
 
