@@ -18,7 +18,7 @@ import re
 import socket
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 from urllib.parse import unquote
 
 import h11
@@ -240,9 +240,16 @@ def _head_fields(head: bytes) -> list:
     return out
 
 
-def read_outcome(c, stop_after: Optional[bytes] = b"/canary", idle: float = 0.25) -> Outcome:
+def read_outcome(c, stop_after: Optional[bytes] = b"/canary", idle: float = 0.25,
+                 owed: Optional[Callable[[list], bool]] = None, patience: float = 10.0) -> Outcome:
     """Reads responses until the server closes, the response for `stop_after` arrives, or
-    nothing comes for `idle` seconds. Each response is checked with an h11 client."""
+    nothing comes for `idle` seconds. Each response is checked with an h11 client.
+
+    `owed(served)` says whether the server still owes a response after those read so far (the
+    app finished a call not yet answered, or h11 read more complete requests): silence then
+    is load, not the end, and the read waits up to `patience` seconds more before calling it
+    silent. Without it a loaded machine (debug allocator, xdist workers on two cores) turns a
+    late response into a false disagreement."""
     served: list = []
     buf = b""
     closed = False
@@ -269,9 +276,24 @@ def read_outcome(c, stop_after: Optional[bytes] = b"/canary", idle: float = 0.25
         buf += data
         return True
 
+    def waited_out() -> bool:
+        """True when nothing more is coming: closed, or silent for `idle` (and, while a
+        response is owed, for `patience`)."""
+        if more(idle):
+            return False
+        if closed or owed is None:
+            return True
+        deadline = time.monotonic() + patience
+        while owed(served) and time.monotonic() < deadline:
+            if more(min(idle, max(deadline - time.monotonic(), 0.01))):
+                return False
+            if closed:
+                return True
+        return True
+
     while True:
         while _HEAD_END not in buf:
-            if closed or not more(idle):
+            if closed or waited_out():
                 return Outcome(served, None, False, closed, silent and not closed, buf)
         head, _, rest = buf.partition(_HEAD_END)
         m = _STATUS.match(head)

@@ -12,7 +12,8 @@ split by the loop parameter of each case, so four legs: asyncio, uvloop, asyncio
 uvloop+debug. Each run writes JSON through conformance/_rules.py (``--conformance-json``). The
 two runs go side by side by default (the suite mostly waits on sockets; on two cores this halves
 the wall-clock time); --jobs 1 runs them one after the other. --workers N spreads each run's
-cases over N pytest-xdist workers (default 0: none; see conformance.mk).
+cases over N pytest-xdist workers (default 0 here: none; `make conformance` passes 2, see
+conformance.mk).
 
 Fails (exit 1) when: a case that is not an expected failure fails on any leg (an xfail(strict)
 case that passes counts as failed), a rule of spec/ has no case, a marker names an id spec/ does
