@@ -183,6 +183,43 @@ def test_extensions_an_app_can_still_reach_are_never_handed_out_again(serve, acc
     assert len(kept) == 7
 
 
+@pytest.mark.rule("ASGI-ext-scope-advertised")
+@pytest.mark.parametrize("access_log", [False, True])
+def test_extensions_after_more_requests_than_skirr_keeps(serve, access_log):
+    """skirr keeps up to 128 finished requests' extensions dicts per HTTP version to hand out
+    again, oldest first. A dict an app keeps for good, and one it wrote into, sit in that line
+    and are dropped from it when it is full: across 400 requests (sequential and pipelined in
+    batches of 50) no request sees either, and each sees exactly the advertised dicts, also after
+    the kept one is written to."""
+    kept = []
+    seen = Recorder()
+
+    async def app(scope, receive, send):
+        ext = scope["extensions"]
+        reachable = [k for k in kept if k is ext or any(k is v for v in ext.values())]
+        seen.put((copy.deepcopy(ext), len(reachable)))
+        if scope["path"] == "/keep":
+            kept.append(ext)
+        elif scope["path"] == "/write":
+            ext["http.response.trailers"]["x"] = 1
+        elif scope["path"] == "/late-write":
+            kept[0]["http.response.pathsend"]["late"] = 1
+        await send(START)
+        await send({"type": "http.response.body", "body": b""})
+
+    paths = ["/keep", "/write"] + ["/"] * 198 + ["/late-write"] + ["/"] * 199
+    with serve(app, access_log=access_log) as srv:
+        c = srv.connect()
+        for path in paths[:200]:
+            assert c.request(http_request(target=path)).status == 200
+        for i in range(200, 400, 50):
+            c.send(b"".join(http_request(target=p) for p in paths[i:i + 50]))
+            assert [c.response().status for _ in range(50)] == [200] * 50
+        got = seen.wait(len(paths))
+    assert got == [(EXTENSIONS_11, 0)] * len(paths)
+    assert kept[0]["http.response.pathsend"] == {"late": 1}
+
+
 # ---- pathsend and zerocopysend --------------------------------------------------------------
 
 

@@ -344,32 +344,13 @@ ext_name(sk_state *st, size_t i)
 }
 
 static PyObject *
-ext_scope(sk_http1_server_t *srv, uint8_t http_minor)
+ext_pop(sk_ext_ring_t *r)
 {
-    /* New reference: scope["extensions"], each extension's value {}. Either the spare an earlier
-     * request left unreachable and exactly as made (ext_recycle), or new. NULL with an
-     * exception. */
-    int v11 = http_minor >= 1;
-    PyObject *ext = srv->ext_spare[v11];
-    srv->ext_spare[v11] = NULL;
-    if (ext != NULL && Py_REFCNT(ext) == 1) { /* untracked while spare: nothing reached it */
-        PyObject_GC_Track(ext);
-        return ext;
-    }
-    Py_XDECREF(ext);
-    ext = PyDict_New();
-    if (ext == NULL) {
-        return NULL;
-    }
-    for (size_t i = 0; i < EXT_COUNT(http_minor); i++) {
-        PyObject *empty = PyDict_New();
-        if (empty == NULL || PyDict_SetItem(ext, ext_name(srv->st, i), empty) < 0) {
-            Py_XDECREF(empty);
-            Py_DECREF(ext);
-            return NULL;
-        }
-        Py_DECREF(empty);
-    }
+    /* New reference (the ring's, moved): the oldest dict in r, taken out; r is not empty. */
+    PyObject *ext = r->item[r->head];
+    r->item[r->head] = NULL;
+    r->head = (r->head + 1) % SK_EXT_RING;
+    r->n--;
     return ext;
 }
 
@@ -391,20 +372,63 @@ ext_as_made(sk_state *st, PyObject *ext, uint8_t http_minor)
     return ok;
 }
 
+static PyObject *
+ext_scope(sk_http1_server_t *srv, uint8_t http_minor)
+{
+    /* New reference: scope["extensions"], each extension's value {}. The oldest dict of a
+     * finished request (ext_recycle) once the ring alone holds it and it is as made
+     * (ext_as_made); a free one that is not as made is released and the next tried. While the
+     * oldest is still held (an access-log record not yet written, an app that kept it), a new
+     * one: the ring stays in order. NULL with an exception. */
+    sk_ext_ring_t *r = &srv->ext_ring[http_minor >= 1];
+    while (r->n > 0 && Py_REFCNT(r->item[r->head]) == 1) {
+        PyObject *ext = ext_pop(r);
+        if (ext_as_made(srv->st, ext, http_minor)) {
+            return ext;
+        }
+        Py_DECREF(ext);
+    }
+    PyObject *ext = PyDict_New();
+    if (ext == NULL) {
+        return NULL;
+    }
+    for (size_t i = 0; i < EXT_COUNT(http_minor); i++) {
+        PyObject *empty = PyDict_New();
+        if (empty == NULL || PyDict_SetItem(ext, ext_name(srv->st, i), empty) < 0) {
+            Py_XDECREF(empty);
+            Py_DECREF(ext);
+            return NULL;
+        }
+        Py_DECREF(empty);
+    }
+    return ext;
+}
+
 static void
 ext_recycle(sk_http1_server_t *srv, PyObject *ext, uint8_t http_minor)
 {
-    /* Takes ext (a strong reference, or NULL) from a request that is being freed: kept as the
-     * server's spare when it is as made (ext_as_made) and the slot is free, else released. An
-     * app that kept the dict, one of its values, or wrote into any of them never shares it with
-     * a later request. The spare is untracked by the GC, so gc.get_objects() cannot reach it. */
-    int v11 = http_minor >= 1;
-    if (ext != NULL && srv->ext_spare[v11] == NULL && ext_as_made(srv->st, ext, http_minor)) {
-        PyObject_GC_UnTrack(ext);
-        srv->ext_spare[v11] = ext; /* the reference moves */
+    /* Takes ext (a strong reference, or NULL) from a request that is being freed and puts it
+     * last in the ring; a full ring releases its oldest first. Whether it is ever handed out
+     * again is decided when it is the oldest (ext_scope): an app that kept the dict, one of its
+     * values or the scope, or wrote into any of them, never shares it with a later request. */
+    if (ext == NULL) {
+        return;
     }
-    else {
-        Py_XDECREF(ext);
+    sk_ext_ring_t *r = &srv->ext_ring[http_minor >= 1];
+    PyObject *old = r->n == SK_EXT_RING ? ext_pop(r) : NULL;
+    r->item[(r->head + r->n) % SK_EXT_RING] = ext; /* the reference moves */
+    r->n++;
+    Py_XDECREF(old); /* last: freeing it may run code (a finalizer an app stored in it) */
+}
+
+void
+sk_http1_ext_clear(sk_http1_server_t *srv)
+{
+    /* Releases every dict the rings hold (the owner's tp_clear). */
+    for (int v = 0; v < 2; v++) {
+        while (srv->ext_ring[v].n > 0) {
+            Py_DECREF(ext_pop(&srv->ext_ring[v]));
+        }
     }
 }
 

@@ -22,6 +22,17 @@
 
 #define SK_MAX_EAGER 16 /* applications started eagerly per reactor callback */
 
+/* Finished requests' scope["extensions"] dicts (strong references), oldest first. Holds more than
+ * an access-log batch (SK_ACCESS_BATCH, 64) plus a reactor callback's worth of responses: the
+ * log's records hold their scopes until written, and the oldest must be free by the time it is
+ * the next candidate. Full: the oldest is released. */
+#define SK_EXT_RING 128
+typedef struct {
+    PyObject *item[SK_EXT_RING];
+    unsigned head; /* index of the oldest */
+    unsigned n;    /* how many are held */
+} sk_ext_ring_t;
+
 /* What the HTTP/1.1 handler serves with: configuration, the application and counters. The
  * PyObject fields are strong references owned by `owner` (its traverse/clear visit them). */
 typedef struct sk_http1_server {
@@ -39,15 +50,16 @@ typedef struct sk_http1_server {
     PyObject *task_type;    /* asyncio.Task when the loop has no task factory, else NULL */
     PyObject *task_kw;      /* ("loop", "context", "name") (3.11) or, eager, ("loop", "eager_start",
                              * "context") (3.12+) */
-    PyObject *ext_spare[2]; /* a scope["extensions"] for HTTP/1.0, 1.1 that a finished request
-                             * left unreachable and as made, untracked by the GC, or NULL: the
-                             * next request's (sk_http1.c ext_scope, ext_recycle) */
-    int eager;              /* 3.12+ and task_type: apps start eagerly */
-    int eager_budget;       /* eager starts left in this reactor callback (the owner resets it) */
-    sk_limits_t limits;     /* request limits (sk_http.h) */
-    double keep_alive;      /* seconds: --timeout-keep-alive */
-    double head_timeout;    /* seconds: --timeout-request-head */
-    double body_timeout;    /* seconds: --timeout-request-body; 0 = none */
+    /* finished requests' scope["extensions"] for HTTP/1.0, 1.1, oldest first: the next request
+     * takes the oldest once nothing else holds it and it is as made (sk_http1.c ext_scope,
+     * ext_recycle) */
+    sk_ext_ring_t ext_ring[2];
+    int eager;           /* 3.12+ and task_type: apps start eagerly */
+    int eager_budget;    /* eager starts left in this reactor callback (the owner resets it) */
+    sk_limits_t limits;  /* request limits (sk_http.h) */
+    double keep_alive;   /* seconds: --timeout-keep-alive */
+    double head_timeout; /* seconds: --timeout-request-head */
+    double body_timeout; /* seconds: --timeout-request-body; 0 = none */
     Py_ssize_t limit_concurrency; /* requests in flight before 503; 0 = unlimited */
     uint8_t shutting_down;        /* graceful shutdown: responses say close, none follow */
     Py_ssize_t active_requests;   /* app calls in flight (started, not ended) */
@@ -73,6 +85,10 @@ extern const sk_handler_ops_t sk_http1_ops;
 /* sk_handler_open_fn for a reactor serving HTTP/1.1: `owner` is the sk_http1_server_t. Sets the
  * request-head deadline. The handler, or NULL when out of memory. */
 void *sk_http1_open(void *owner, sk_transport_t *t);
+
+/* Releases the scope["extensions"] dicts srv->ext_ring holds (the owner's tp_clear and
+ * dealloc); may run finalizers. */
+void sk_http1_ext_clear(sk_http1_server_t *srv);
 
 /* The IMF-fixdate for now, formatted once per second (borrowed: valid until the next second),
  * or NULL with --no-date-header. For the responses of every handler the server runs. */

@@ -472,8 +472,11 @@ server_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(h->call_soon_kw);
     Py_VISIT(h->task_type);
     Py_VISIT(h->task_kw);
-    Py_VISIT(h->ext_spare[0]);
-    Py_VISIT(h->ext_spare[1]);
+    for (int v = 0; v < 2; v++) {
+        for (unsigned i = 0; i < h->ext_ring[v].n; i++) {
+            Py_VISIT(h->ext_ring[v].item[(h->ext_ring[v].head + i) % SK_EXT_RING]);
+        }
+    }
     Py_VISIT(s->on_ready);
     Py_VISIT(s->run_pending);
     if (s->reactor != NULL) {
@@ -508,8 +511,7 @@ server_clear(PyObject *op)
     Py_CLEAR(h->call_soon_kw);
     Py_CLEAR(h->task_type);
     Py_CLEAR(h->task_kw);
-    Py_CLEAR(h->ext_spare[0]);
-    Py_CLEAR(h->ext_spare[1]);
+    sk_http1_ext_clear(h);
     Py_CLEAR(s->on_ready);
     Py_CLEAR(s->run_pending);
     return 0;
