@@ -152,6 +152,10 @@ def test_every_chart_drawn_beside_report_and_summary(tmp_path, charts_py):
     for f, wh in want.items():
         assert png_size(run / f) == wh, f
         assert (summary.parent / "charts" / f).read_bytes() == (run / f).read_bytes()
+    # Drawn again from the same results: the same bytes (no date or version in the files).
+    first = {f: (run / f).read_bytes() for f in ALL}
+    report.rerender(run)
+    assert {f: (run / f).read_bytes() for f in ALL} == first
     code = ("import sys, matplotlib.image as im\n"
             "for p in sys.argv[1:]: print(im.imread(p).shape[:2])")
     out = subprocess.run([charts_py, "-c", code, *(str(run / f) for f in want)],
