@@ -41,7 +41,7 @@ def meta(rounds):
         "versions": {"skirr-venv": {"skirr": "0.1.0"}, "peers-venv": {"uvicorn": "0.54.0"},
                      "wrk": "wrk 4.1.0", "h2load": "h2load nghttp2/1.52.0", "nginx": "nginx/1.22.1",
                      "cc": "cc 12.2.0"},
-        "config": {"servers": ["skirr", "uvicorn-httptools", "limit-c"], "rows": [],
+        "config": {"servers": ["skirr", "uvicorn-httptools", "nginx"], "rows": [],
                    "rounds": rounds, "duration": 3, "warmup": 1},
         "install": {}, "not_measured": {}, "seed": 1,
     }
@@ -76,17 +76,17 @@ def fixed_row(server, wl, conns, pct, base_ms, ok=True):
     return row
 
 
-SERVERS = {"skirr": (90000, 10.0), "uvicorn-httptools": (38000, 26.0), "limit-c": (120000, 7.0)}
+SERVERS = {"skirr": (90000, 10.0), "uvicorn-httptools": (38000, 26.0), "nginx": (120000, 7.0)}
 
 
 def result(rows, fixed, rounds=2):
-    """A run's results.json: every server at every (workload, conns) row in every round (limit-c
-    not for post_4k, as peers.py has it), one failed round of uvicorn at the last row."""
+    """A run's results.json: every server at every (workload, conns) row in every round (nginx
+    not at post_4k: peers.py has it serve no POST), one failed round of uvicorn at the last row."""
     runs = []
     for rnd in range(rounds):
         for wl, conns in rows:
             for s, (rps, cpu) in SERVERS.items():
-                if s == "limit-c" and wl == "post_4k":
+                if s == "nginx" and wl == "post_4k":
                     continue
                 failed = s == "uvicorn-httptools" and (wl, conns) == rows[-1] and rnd == 1
                 runs.append(run_row(s, wl, conns, rnd, rps * (1 + rnd / 50) / (1 + conns / 512),
@@ -122,7 +122,7 @@ def charts_py():
 
 FULL_ROWS = [("raw_get", 16), ("raw_get", 64), ("post_4k", 64)]
 FULL_FIXED = ([fixed_row(s, "raw_get", 64, 50, ms) for s, ms in
-               (("skirr", 0.4), ("uvicorn-httptools", 1.1), ("limit-c", 0.2))]
+               (("skirr", 0.4), ("uvicorn-httptools", 1.1), ("nginx", 0.2))]
               + [fixed_row(s, "post_4k", 64, 50, ms) for s, ms in
                  (("skirr", 0.5), ("uvicorn-httptools", 1.3))]
               + [fixed_row("uvicorn-httptools", "post_4k", 64, 75, 0, ok=False)])
@@ -171,13 +171,15 @@ def test_missing_data_one_line_each(tmp_path, charts_py, capsys):
     assert LINK.findall(md) == ["cpu-per-request.png"]
     assert [p.name for p in run.glob("*.png")] == ["cpu-per-request.png"]
     assert png_size(run / "cpu-per-request.png") == (1200, 460)
-    assert [l for l in md.splitlines() if l.startswith("- Chart not drawn")] == [
+    section = md[md.index("## Charts"):md.index("## Throughput")]
+    assert section == (
+        "## Charts\n\n"
+        "![Server CPU per request by workload and connections](cpu-per-request.png)\n\n"
         "- Chart not drawn: requests per second against connections (`rps-vs-connections.png`): "
         "every workload was measured at one connection count (c64); req/s against connections "
-        "needs two or more",
+        "needs two or more\n\n"
         "- Chart not drawn: latency percentiles at fixed rates (`fixed-rate-latency.png`): this "
-        "run has no fixed-rate rows",
-    ]
+        "run has no fixed-rate rows\n\n")
     err = capsys.readouterr().err
     assert "chart not drawn: fixed-rate-latency.png: this run has no fixed-rate rows" in err
 
@@ -227,7 +229,7 @@ def test_servers_keep_their_order_and_colour():
 
 def test_footnotes_name_what_is_left_out():
     res = result(FULL_ROWS, FULL_FIXED + [
-        {"server": "limit-c", "workload": "post_4k", "conns": 64, "pct": None, "ok": False,
+        {"server": "uvicorn-h11", "workload": "raw_get", "conns": 64, "pct": None, "ok": False,
          "error": "RuntimeError: not ready after 30s"}])
     agg = report.aggregate(res["runs"], 2)
     rps, why = charts.rps_chart(agg, 2)
@@ -239,8 +241,8 @@ def test_footnotes_name_what_is_left_out():
     assert lat["footnote"] == (
         "h2load --rps; the offered rate is the load's share of each server's own median req/s, "
         "so servers are offered different absolute rates. Failed, not shown: uvicorn-httptools "
-        "post_4k\nc64 at 75%; limit-c post_4k c64 (did not start).")
+        "post_4k\nc64 at 75%; uvicorn-h11 raw_get c64 (did not start).")
     assert [[f["title"] for f in row] for row in lat["rows"]] == [
         ["raw_get, 64 connections, 50% load"], ["post_4k, 64 connections, 50% load"]]
     assert [s["label"] for s in lat["rows"][0][0]["series"]] == ["skirr", "uvicorn-httptools",
-                                                                 "limit-c"]
+                                                                 "nginx"]

@@ -342,7 +342,8 @@ def run_draw(python, specs, outdir):
 
 def markdown(drawn, prefix=""):
     """The report's charts section from draw()'s answer: an image link per drawn chart (relative:
-    `prefix` + file), one line per chart not drawn with the reason; [] when there are none."""
+    `prefix` + file), one line per chart not drawn with the reason, each its own paragraph (a
+    link right after a list item would join it); [] when there are none."""
     if not drawn:
         return []
     L = ["## Charts\n"]
@@ -350,8 +351,7 @@ def markdown(drawn, prefix=""):
         if reason is None:
             L.append(f"![{CHARTS[f][0].upper() + CHARTS[f][1:]}]({prefix}{f})\n")
         else:
-            L.append(f"- Chart not drawn: {CHARTS[f]} (`{f}`): {one_line(reason)}")
-    L.append("")
+            L.append(f"- Chart not drawn: {CHARTS[f]} (`{f}`): {one_line(reason)}\n")
     return L
 
 
