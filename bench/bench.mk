@@ -4,24 +4,30 @@ BENCH_RUN := $(VPY) bench/run.py
 BENCH_ARGS ?=
 # The WebSocket load generator checked against scripted servers before it measures anything.
 BENCH_WS_TEST := $(VPY) -m pytest bench/test_ws_load.py -q -p no:cacheprovider
+# The report's charts drawn from a synthetic run before a real one is measured; the first run makes
+# bench/.venv-charts (matplotlib from bench/charts.txt), which the report then draws with.
+BENCH_CHARTS_TEST := $(VPY) -m pytest bench/test_charts.py -q -p no:cacheprovider
 
 .PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers bench-ws
 
 # The full matrix (about 85 minutes, 6 of them the WebSocket rows), only on a build that passes
 # the conformance suite; writes the raw results to bench/results/ and the summary to
-# bench/RESULTS.md.
+# bench/RESULTS.md with its charts in bench/charts/ (PNG, drawn with matplotlib).
 bench: build
 	@$(MAKE) --no-print-directory conformance || \
 	  { echo "bench: 'make conformance' failed: refusing to measure this build" >&2; exit 1; }
 	$(BENCH_WS_TEST)
+	$(BENCH_CHARTS_TEST)
 	$(BENCH_RUN) matrix --profile full --summary bench/RESULTS.md $(BENCH_ARGS)
 
 # The CI smoke test of the harness, <= 5 minutes: raw_get, post_4k and fastapi_json at 64
 # connections, 3 rounds, skirr beside uvicorn and the C limit; one round of the WebSocket latency
 # row (ws_echo_64, skirr beside uvicorn with websockets). No pass/fail on speed; it fails only
-# when a skirr run fails (a socket error, timeout, non-2xx or wrong body).
+# when a skirr run fails (a socket error, timeout, non-2xx or wrong body). Its report and charts
+# stay in its run folder under bench/results/.
 bench-quick: build
 	$(BENCH_WS_TEST)
+	$(BENCH_CHARTS_TEST)
 	$(BENCH_RUN) matrix --profile quick $(BENCH_ARGS)
 
 # 1,001 sequential tiny requests on one keep-alive connection, traced with strace: skirr passes with

@@ -11,8 +11,10 @@
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000]                                       instructions per request
     run.py report bench/results/<run> [--summary bench/RESULTS.md]    re-render a run's report
+                                                                      and its charts
     run.py setup [--servers ...]                                      install peers, build the limit
-                                                                      and the WebSocket load generator
+                                                                      and the WebSocket load
+                                                                      generator, make the charts' venv
 
 Every server serves the same app file (bench/apps) on the same base interpreter and uvloop, one
 worker, access log off, with the server and all its threads pinned to CPU 0 (`taskset -c 0`) and
@@ -20,7 +22,8 @@ the load generator (`wrk -t1`, `h2load -t1`) and this harness pinned to CPU 1. S
 body are checked before and after every run (the workers row is the exception: 2 worker
 processes per server, the server and `wrk -t2` sharing both CPUs); a socket error, timeout or non-2xx fails the run.
 Servers run in a fresh random order for every row of every round, and a peer's ratio to skirr is
-taken within the same round. Only the standard library is used here.
+taken within the same round. Only the standard library is used here; the report's charts are
+drawn with matplotlib in a venv of their own (bench/.venv-charts, made by the harness).
 
 This file is the command line only; the harness is the package bench/harness/ (see its modules).
 """
@@ -30,7 +33,7 @@ import argparse
 import os
 import sys
 
-from harness import matrix, measure, peers, report, traced
+from harness import charts, matrix, measure, peers, report, traced
 from harness.env import CLIENT_CPU, ensure_tools
 from harness.matrix import PROFILES
 from harness.peers import SERVERS
@@ -61,6 +64,8 @@ def cmd_setup(args):
     peers.build_ws_load()
     for g, r in res.items():
         print(f"{g}: {'ok' if r['ok'] else 'FAILED: ' + r['error'][-400:]}")
+    py, why = charts.charts_python()
+    print(f"charts: {'ok' if py else 'FAILED: ' + why}")
     return 0
 
 
@@ -72,7 +77,7 @@ def cmd_callgrind(args):
 
 
 def cmd_report(args):
-    """Re-renders the report of a finished matrix run from its results.json."""
+    """Re-renders the report of a finished matrix run, and its charts, from its results.json."""
     print(report.rerender(args.results, args.summary))
     return 0
 
@@ -106,12 +111,14 @@ def main():
     m.add_argument("--app-n", type=int, default=20000, help="calls per app-CPU sample")
     m.add_argument("--seed", type=int, default=None, help="random seed for the server order")
     m.add_argument("--label", help="results folder suffix (default: the profile)")
-    m.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md)")
+    m.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md), "
+                   "its charts into charts/ beside it")
     m.add_argument("--reinstall", action="store_true", help="retry peers that failed to install")
     s = sub.add_parser("syscalls", help="the syscall gate (1,001 requests, one connection)")
     s.add_argument("--servers", default="skirr,limit-c")
     s.add_argument("--requests", type=int, default=1001)
-    st = sub.add_parser("setup", help="install the peers and tools, build the limit and ws_load")
+    st = sub.add_parser("setup", help="install the peers and tools, build the limit and ws_load, "
+                        "make the charts' venv")
     st.add_argument("--servers")
     st.add_argument("--reinstall", action="store_true")
     cg = sub.add_parser("callgrind", help="instructions per request under callgrind")
@@ -120,9 +127,11 @@ def main():
                     help="with skirr's access log on, written to its log file (issue 13)")
     cg.add_argument("--metrics", action="store_true",
                     help="with --metrics-port on (issue 13)")
-    rp = sub.add_parser("report", help="re-render a finished matrix run's report (results.json)")
+    rp = sub.add_parser("report", help="re-render a finished matrix run's report and charts "
+                        "(results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")
-    rp.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md)")
+    rp.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md), "
+                    "its charts into charts/ beside it")
     a = sub.add_parser("app-cpu", help=argparse.SUPPRESS)
     a.add_argument("--workload", required=True)
     a.add_argument("--n", type=int, default=20000)

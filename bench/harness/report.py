@@ -5,7 +5,9 @@ request, peak RSS/PSS, summed errors), the per-round comparison of each peer wit
 verdict ("ahead" only when every round agrees; CPU per request decides where either side was
 client-bound), efficiency against the limit, the WebSocket rows' table (the same aggregation and
 verdict per message), and the markdown of report.md and bench/RESULTS.md
-(LEVERS.md appended), rendered from a run's results.json alone so `run.py report` can redo it.
+(LEVERS.md appended) with its charts embedded (charts.py draws them beside it: in the run folder,
+and in charts/ beside the summary), rendered from a run's results.json alone so `run.py report`
+can redo it.
 
 Never: starts a server, runs a load generator or reads /proc; it reads only a run's results and
 LEVERS.md, so re-rendering an old run gives the same report.
@@ -16,6 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
+from . import charts
 from .costs import COSTS, TARGET_ACCESS
 from .env import LEVERS
 from .peers import SERVERS
@@ -113,20 +116,34 @@ def skirr_failed(agg):
     return [k for k, a in agg.items() if a["failed"] and SERVERS[k[2]].kind == "skirr"]
 
 
-def write_report(result, outdir, summary=None):
+# The summary's charts: in this folder beside it (bench/charts/ for bench/RESULTS.md).
+SUMMARY_CHARTS = "charts"
+
+
+def write_report(result, outdir, summary=None, charts_python=None):
     """Renders report.md into the run folder `outdir` (and `summary`, when given) from the run's
-    results; returns (the markdown, the aggregate)."""
+    results, with the charts drawn beside each (`outdir`/*.png; charts/*.png beside `summary`);
+    `charts_python`: the interpreter that draws them (default: the charts' venv's). Returns (the
+    markdown, the aggregate)."""
     runs = result["runs"]
     agg = aggregate(runs, result["meta"]["config"]["rounds"])
-    report = render_report(result, agg, compare(runs), result["meta"]["not_measured"])
+    cmp = compare(runs)
+    status = result["meta"]["not_measured"]
+    drawn = charts.draw(charts.chart_specs(result, agg), outdir, charts_python)
+    report = render_report(result, agg, cmp, status, charts.markdown(drawn))
     (Path(outdir) / "report.md").write_text(report)
     if summary:
-        Path(summary).write_text(report)
+        cdir = Path(summary).parent / SUMMARY_CHARTS
+        if drawn:
+            charts.copy_drawn(drawn, outdir, cdir)
+        Path(summary).write_text(render_report(result, agg, cmp, status,
+                                               charts.markdown(drawn, f"{SUMMARY_CHARTS}/")))
     return report, agg
 
 
 def rerender(run_dir, summary=None):
-    """Re-renders the report of a finished matrix run from its results.json; returns it."""
+    """Re-renders the report of a finished matrix run (and its charts) from its results.json;
+    returns it."""
     result = json.loads((Path(run_dir) / "results.json").read_text())
     return write_report(result, run_dir, summary)[0]
 
@@ -355,7 +372,9 @@ def render_parts(L, result):
         render_ws(L, result.get("ws") or [], result.get("ws_not_measured") or {})
 
 
-def render_report(result, agg, cmp, status):
+def render_report(result, agg, cmp, status, chart_lines=()):
+    """The markdown report; `chart_lines`: its charts section (charts.markdown()), after the
+    header and before the tables."""
     meta = result["meta"]
     m = meta["machine"]
     cfg = meta["config"]
@@ -388,6 +407,7 @@ def render_report(result, agg, cmp, status):
         for s, why in status.items():
             L.append(f"- **{s}**: {why.splitlines()[-1] if why else '?'}")
         L.append("")
+    L.extend(chart_lines)
     if not result["runs"]:  # one part alone (`--profile workers`, `costs` or `ws`)
         render_parts(L, result)
         return "\n".join(L)
