@@ -12,6 +12,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -177,6 +178,9 @@ def test_extensions_an_app_can_still_reach_are_never_handed_out_again(serve, acc
             assert c10.response().status == 200
             c10 = srv.connect()
         got = seen.wait(2 * len(paths) + 3)
+        reused = sum(n._ext_reused for n in srv.server._natives)
+    if not access_log:  # with it on, the log's records may hold every dict of so short a run
+        assert reused > 0  # the checks above saw dicts handed out again, not only new ones
     expected = [(p, EXTENSIONS_11, 0) for p in paths] * 2
     expected += [(p, EXTENSIONS_10, 0) for p in ["/keep-dict", "/", "/"]]
     assert got == expected
@@ -187,37 +191,51 @@ def test_extensions_an_app_can_still_reach_are_never_handed_out_again(serve, acc
 @pytest.mark.parametrize("access_log", [False, True])
 def test_extensions_after_more_requests_than_skirr_keeps(serve, access_log):
     """skirr keeps up to 128 finished requests' extensions dicts per HTTP version to hand out
-    again, oldest first. A dict an app keeps for good, and one it wrote into, sit in that line
-    and are dropped from it when it is full: across 400 requests (sequential and pipelined in
-    batches of 50) no request sees either, and each sees exactly the advertised dicts, also after
-    the kept one is written to."""
+    again, oldest first. A dict an app keeps for good sits in that line and is dropped from it
+    when it is full; one the app wrote into is dropped at once (what it holds is freed with its
+    request, or when the access log has written its line, not requests later). Across 400 requests (sequential and pipelined in batches of
+    50) no request sees either, each sees exactly the advertised dicts, also after the kept one
+    is written to, and dicts were handed out again."""
     kept = []
     seen = Recorder()
+
+    class Sentinel:
+        pass
+
+    written = []  # a weak reference to what /write put into its dict
 
     async def app(scope, receive, send):
         ext = scope["extensions"]
         reachable = [k for k in kept if k is ext or any(k is v for v in ext.values())]
-        seen.put((copy.deepcopy(ext), len(reachable)))
+        freed = written[0]() is None if scope["path"] == "/freed" else None
+        seen.put((copy.deepcopy(ext), len(reachable), freed))
         if scope["path"] == "/keep":
             kept.append(ext)
         elif scope["path"] == "/write":
-            ext["http.response.trailers"]["x"] = 1
+            obj = Sentinel()
+            written.append(weakref.ref(obj))
+            ext["http.response.trailers"]["x"] = obj
         elif scope["path"] == "/late-write":
             kept[0]["http.response.pathsend"]["late"] = 1
         await send(START)
         await send({"type": "http.response.body", "body": b""})
 
-    paths = ["/keep", "/write"] + ["/"] * 198 + ["/late-write"] + ["/"] * 199
+    paths = ["/keep", "/write"] + ["/"] * 4 + ["/freed"] + ["/"] * 193 + ["/late-write"]
+    paths += ["/"] * 199
     with serve(app, access_log=access_log) as srv:
         c = srv.connect()
         for path in paths[:200]:
+            if path == "/freed":
+                time.sleep(0.3)  # the access log writes a line within 50 ms (FLUSH_DELAY)
             assert c.request(http_request(target=path)).status == 200
         for i in range(200, 400, 50):
             c.send(b"".join(http_request(target=p) for p in paths[i:i + 50]))
             assert [c.response().status for _ in range(50)] == [200] * 50
         got = seen.wait(len(paths))
-    assert got == [(EXTENSIONS_11, 0)] * len(paths)
+        reused = sum(n._ext_reused for n in srv.server._natives)
+    assert got == [(EXTENSIONS_11, 0, True if p == "/freed" else None) for p in paths]
     assert kept[0]["http.response.pathsend"] == {"late": 1}
+    assert reused > 0
 
 
 # ---- pathsend and zerocopysend --------------------------------------------------------------

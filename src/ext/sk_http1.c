@@ -354,20 +354,29 @@ ext_pop(sk_ext_ring_t *r)
     return ext;
 }
 
-static int
-ext_as_made(sk_state *st, PyObject *ext, uint8_t http_minor)
+static void
+ext_push(sk_ext_ring_t *r, PyObject *ext)
 {
-    /* 1 when ext, a scope["extensions"] ext_scope made, is referenced by the caller alone and
-     * holds exactly the names it was made with, in order, each an empty dict that ext alone
-     * references: no one can reach it or anything in it, and it reads as a new one would, so
-     * handing it to the next request is indistinguishable from making a new one. Else 0. */
+    /* Puts ext (the reference moves) last in r; r is not full. */
+    r->item[(r->head + r->n) % SK_EXT_RING] = ext;
+    r->n++;
+}
+
+static int
+ext_as_made(sk_state *st, PyObject *ext, uint8_t http_minor, int alone)
+{
+    /* 1 when ext, a scope["extensions"] ext_scope made, holds exactly the names it was made
+     * with, in order, each an exact empty dict, so it reads as a new one would; with `alone`,
+     * also when ext is referenced by the caller alone and each value by ext alone, so no one
+     * can reach it or anything in it: then handing it to the next request is
+     * indistinguishable from making a new one. Else 0. */
     Py_ssize_t pos = 0;
     size_t i = 0;
     PyObject *name, *value;
-    int ok = Py_REFCNT(ext) == 1 && PyDict_GET_SIZE(ext) == EXT_COUNT(http_minor);
+    int ok = (!alone || Py_REFCNT(ext) == 1) && PyDict_GET_SIZE(ext) == EXT_COUNT(http_minor);
     while (ok && PyDict_Next(ext, &pos, &name, &value)) {
-        ok = name == ext_name(st, i++) && PyDict_CheckExact(value) && Py_REFCNT(value) == 1 &&
-             PyDict_GET_SIZE(value) == 0;
+        ok = name == ext_name(st, i++) && PyDict_CheckExact(value) &&
+             (!alone || Py_REFCNT(value) == 1) && PyDict_GET_SIZE(value) == 0;
     }
     return ok;
 }
@@ -376,17 +385,25 @@ static PyObject *
 ext_scope(sk_http1_server_t *srv, uint8_t http_minor)
 {
     /* New reference: scope["extensions"], each extension's value {}. The oldest dict of a
-     * finished request (ext_recycle) once the ring alone holds it and it is as made
-     * (ext_as_made); a free one that is not as made is released and the next tried. While the
-     * oldest is still held (an access-log record not yet written, an app that kept it), a new
-     * one: the ring stays in order. NULL with an exception. */
+     * finished request (ext_recycle) when the ring alone holds it and it is as made
+     * (ext_as_made); when the oldest is still held (an access-log record not yet written, an
+     * app that kept it) it goes to the back of the line once and the next is tried; else a new
+     * one. Releases nothing, so no finalizer runs while a scope is built. NULL with an
+     * exception. */
     sk_ext_ring_t *r = &srv->ext_ring[http_minor >= 1];
-    while (r->n > 0 && Py_REFCNT(r->item[r->head]) == 1) {
-        PyObject *ext = ext_pop(r);
-        if (ext_as_made(srv->st, ext, http_minor)) {
-            return ext;
+    for (int tries = 0; tries < 2 && r->n > 0; tries++) {
+        PyObject *oldest = r->item[r->head];
+        if (Py_REFCNT(oldest) == 1) {
+            if (!ext_as_made(srv->st, oldest, http_minor, 1)) {
+                break; /* written to or kept from after it was put in line: ext_recycle drops it */
+            }
+            srv->ext_reused++;
+            return ext_pop(r);
         }
-        Py_DECREF(ext);
+        if (tries > 0 || r->n == 1) {
+            break;
+        }
+        ext_push(r, ext_pop(r)); /* held: to the back of the line (once per call) */
     }
     PyObject *ext = PyDict_New();
     if (ext == NULL) {
@@ -407,18 +424,27 @@ ext_scope(sk_http1_server_t *srv, uint8_t http_minor)
 static void
 ext_recycle(sk_http1_server_t *srv, PyObject *ext, uint8_t http_minor)
 {
-    /* Takes ext (a strong reference, or NULL) from a request that is being freed and puts it
-     * last in the ring; a full ring releases its oldest first. Whether it is ever handed out
-     * again is decided when it is the oldest (ext_scope): an app that kept the dict, one of its
-     * values or the scope, or wrote into any of them, never shares it with a later request. */
+    /* Takes ext (a strong reference, or NULL) from a request that is being freed. Released now
+     * when it no longer reads as made (an app wrote into it), else put last in the ring, after
+     * releasing the oldest dicts that are free but no longer as made and, when full, the
+     * oldest of all. Whether it is handed out again is decided when it is the oldest
+     * (ext_scope): an app that kept the dict, one of its values or the scope never shares it
+     * with a later request. Releasing may run code (a finalizer an app stored in a dict); the
+     * ring is consistent around every release. */
     if (ext == NULL) {
         return;
     }
+    if (!ext_as_made(srv->st, ext, http_minor, 0)) {
+        Py_DECREF(ext);
+        return;
+    }
     sk_ext_ring_t *r = &srv->ext_ring[http_minor >= 1];
-    PyObject *old = r->n == SK_EXT_RING ? ext_pop(r) : NULL;
-    r->item[(r->head + r->n) % SK_EXT_RING] = ext; /* the reference moves */
-    r->n++;
-    Py_XDECREF(old); /* last: freeing it may run code (a finalizer an app stored in it) */
+    while (r->n > 0 &&
+           (r->n == SK_EXT_RING || (Py_REFCNT(r->item[r->head]) == 1 &&
+                                    !ext_as_made(srv->st, r->item[r->head], http_minor, 1)))) {
+        Py_DECREF(ext_pop(r)); /* re-checked after: the release may have pushed others */
+    }
+    ext_push(r, ext);
 }
 
 void

@@ -64,6 +64,7 @@ typedef struct sk_http1_server {
     uint8_t shutting_down;        /* graceful shutdown: responses say close, none follow */
     Py_ssize_t active_requests;   /* app calls in flight (started, not ended) */
     uint64_t total_requests;      /* requests started since the server was made */
+    uint64_t ext_reused;          /* scope["extensions"] dicts handed out again (ext_scope) */
     uint64_t max_requests;        /* --limit-max-requests: from this total on, responses say
                                    * close (the server is about to stop); 0 = no limit */
     int64_t date_sec;             /* the second `date` was formatted for */

@@ -188,6 +188,13 @@ server_get_total(PyObject *op, void *Py_UNUSED(closure))
 }
 
 static PyObject *
+server_get_ext_reused(PyObject *op, void *Py_UNUSED(closure))
+{
+    /* New reference. */
+    return PyLong_FromUnsignedLongLong(((ServerObject *)op)->http.ext_reused);
+}
+
+static PyObject *
 server_get_max_requests(PyObject *op, void *Py_UNUSED(closure))
 {
     /* New reference. */
@@ -551,6 +558,10 @@ static PyGetSetDef server_getset[] = {
     {"active_requests", server_get_active, NULL, "Requests whose application task is running.",
      NULL},
     {"total_requests", server_get_total, NULL, "Requests started since the server was made.", NULL},
+    {"_ext_reused", server_get_ext_reused, NULL,
+     "Private: scope[\"extensions\"] dicts a finished request left and a later one got (for "
+     "the cases that check they are never shared).",
+     NULL},
     {"max_requests", server_get_max_requests, server_set_max_requests,
      "--limit-max-requests: once total_requests reaches it, every response says `connection: "
      "close` (RFC 9112 §9.6: the server is about to stop); 0 = no limit.",
