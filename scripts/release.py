@@ -13,7 +13,7 @@
                                          with pip --no-index (no network), the smoke test
 
 Network: only ``pip download`` from the configured index, before any offline step (the build
-requirements setuptools/pip/wheel and the example app's FastAPI into a local wheel directory).
+requirements setuptools and wheel (no pip: an sdist builds without it) and the example app's FastAPI into a local wheel directory).
 Every offline pip runs with ``--no-index``, that directory as its only ``--find-links``, no pip
 configuration file and its proxies pointed at a closed port, so any network use fails.
 Exit status 0 when every step passed, 1 otherwise (the failing step's output is printed).
@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MINORS = ("3.11", "3.12", "3.13")
-BUILD_REQUIRES = ["setuptools>=77", "pip", "wheel"]
+BUILD_REQUIRES = ["setuptools>=77", "wheel"]
 SMOKE_REQUIRES = ["fastapi", "pydantic"]  # examples/app.py's imports
 STEP_TIMEOUT = 900  # seconds: any one subprocess (a build, an install)
 SMOKE_TIMEOUT = 30  # seconds: server start, the request, the shutdown, each
