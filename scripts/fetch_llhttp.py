@@ -118,7 +118,12 @@ def _download(cache: str) -> str:
             "--disable-pip-version-check", "--require-hashes", "-r", req, "-d", tmp,
         ]
         _log(f"downloading {SDIST} with pip")
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # Inside skirr's own PEP 517 build, pyproject_hooks passes skirr's backend-path in
+        # _PYPROJECT_HOOKS_* variables; a nested pip would build llhttp's metadata with them and
+        # look for llhttp's backend in skirr's scripts/ ("Cannot import build backend").
+        env = {k: v for k, v in os.environ.items() if not k.startswith("_PYPROJECT_HOOKS_")}
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env)
         if proc.returncode != 0:
             sys.stderr.write(proc.stdout)
             raise FetchError(f"pip download of {NAME}=={VERSION} failed (exit {proc.returncode})")
