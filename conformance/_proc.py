@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import h11
@@ -234,30 +234,32 @@ class Skirr:
         self.proc.send_signal(signum)
         return self.wait(timeout)
 
+    def _wait_until(self, done: Callable[[], bool], what: str, timeout: float,
+                    seen: Callable[[], str]) -> None:
+        """Polls ``done()`` until true; fails naming ``what`` and ``seen()`` (what there was
+        instead) on timeout, or with skirr's stderr when it exits."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not within {timeout} s: {what}; got {seen()}")
+            if self.proc.poll() is not None:
+                raise AssertionError(f"skirr exited before {what}:\n{self.stderr}")
+            time.sleep(0.02)
+
     def wait_stderr(self, text: str, timeout: float = IO_TIMEOUT) -> str:
         """Waits until the server's stderr holds ``text``; returns the stderr read then.
 
         A line the server logs after its socket listens (``skirr running on``) may come after
         a client's first connect succeeds: the kernel completes the handshake at listen(2).
         """
-        deadline = time.monotonic() + timeout
-        while text not in (err := self.stderr):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"stderr never held {text!r}:\n{err}")
-            if self.proc.poll() is not None:
-                raise AssertionError(f"skirr exited before logging {text!r}:\n{self.stderr}")
-            time.sleep(0.02)
-        return err
+        self._wait_until(lambda: text in self.stderr, f"stderr holds {text!r}", timeout,
+                         lambda: f"stderr:\n{self.stderr}")
+        return self.stderr
 
     def wait_event(self, event: str, timeout: float = IO_TIMEOUT) -> None:
         """Waits until the app has logged ``event``."""
-        deadline = time.monotonic() + timeout
-        while event not in self.events:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the app never logged {event!r}; got {self.events}")
-            if self.proc.poll() is not None:
-                raise AssertionError(f"skirr exited before {event!r}:\n{self.stderr}")
-            time.sleep(0.02)
+        self._wait_until(lambda: event in self.events, f"the app logged {event!r}", timeout,
+                         lambda: repr(self.events))
 
 
 def run_to_exit(args: Sequence[str], tmp_path: Path, cwd: Path | None = None,
