@@ -198,3 +198,152 @@ def test_pipelined_batches_answered_at_once_in_order(serve, echo_app):
             assert [(r.status, r.get(b"x-target")) for r in got] == [
                 (200, f"/{b}/{i}".encode()) for i in range(16)
             ]
+
+
+# ---- one batch of writes for the responses of one loop iteration, across connections -------------
+
+def _readable(sock) -> bool:
+    """True when the client socket has bytes to read now (a zero-timeout poll: no wait)."""
+    import select
+
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+_PLAIN = {"date_header": False, "server_header": False}  # responses are then exact bytes
+
+
+def _exact(path: str) -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(path), path.encode())
+
+
+async def _answer(send, path: str) -> None:
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(len(path)).encode())]})
+    await send({"type": "http.response.body", "body": path.encode()})
+
+
+def _while_the_loop_is_blocked(srv, clients: dict, paths: list) -> None:
+    """Sends /block on its own connection; while its app holds the server's loop (a synchronous
+    sleep), sends each of `paths` on its connection, so that one reactor callback starts them."""
+    clients["/block"].send(http_request("GET", "/block"))
+    assert clients["blocking"].wait(5)
+    for p in paths:
+        clients[p].send(http_request("GET", p))
+    assert clients["/block"].response().raw == _exact("/block")
+
+
+def _blocking_app(clients: dict, extra):
+    import threading
+    import time
+
+    clients["blocking"] = threading.Event()
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+        if path == "/block":
+            clients["blocking"].set()
+            time.sleep(0.3)  # holds the server's loop while the client sends
+        else:
+            await extra(path)
+        await _answer(send, path)
+
+    return app
+
+
+@pytest.mark.rule("skirr-connections-one-batch")
+def test_responses_of_one_iteration_leave_together(serve):
+    """Three connections' requests arrive while the server's loop is held, so one reactor callback
+    starts all three. /a and /b answer within their first step; /c, started last, looks at /a's
+    and /b's client sockets from inside its app: nothing has been sent to them yet (their
+    responses wait for the batch, which /c's first step ends). Then all three arrive, exact."""
+    clients: dict = {}
+    seen = Recorder()
+
+    async def extra(path):
+        if path == "/c":
+            seen.put([_readable(clients[p].sock) for p in ("/a", "/b")])
+
+    with serve(_blocking_app(clients, extra), **_PLAIN) as srv:
+        for p in ("/block", "/a", "/b", "/c"):
+            clients[p] = srv.connect()
+            assert clients[p].request(http_request("GET", "/warm")).status == 200
+        _while_the_loop_is_blocked(srv, clients, ["/a", "/b", "/c"])
+        assert [clients[p].response().raw for p in ("/a", "/b", "/c")] == [
+            _exact(p) for p in ("/a", "/b", "/c")]
+        assert seen.wait(1) == [[False, False]]
+
+
+@pytest.mark.rule("skirr-connections-one-batch")
+def test_batch_not_held_by_a_request_that_waits(serve):
+    """/a answers at once; /slow, started in the same reactor callback after it, sleeps 1 s
+    before answering. /a's response leaves when /slow's first step ends, long before /slow's."""
+    import time
+
+    clients: dict = {}
+
+    async def extra(path):
+        if path == "/slow":
+            await asyncio.sleep(1.0)
+
+    with serve(_blocking_app(clients, extra), **_PLAIN) as srv:
+        for p in ("/block", "/a", "/slow"):
+            clients[p] = srv.connect()
+            assert clients[p].request(http_request("GET", "/warm")).status == 200
+        _while_the_loop_is_blocked(srv, clients, ["/a", "/slow"])
+        t0 = time.monotonic()
+        assert clients["/a"].response().raw == _exact("/a")
+        t_a = time.monotonic() - t0
+        assert clients["/slow"].response().raw == _exact("/slow")
+        t_slow = time.monotonic() - t0
+        assert t_a < 0.5 <= t_slow, (t_a, t_slow)
+
+
+@pytest.mark.rule("skirr-connections-one-batch")
+def test_batch_ends_within_an_iteration_when_a_first_step_is_late(serve):
+    """A task factory (set at lifespan startup) delays the first step of the second request Task
+    made after /block by 1 s: /a's response, which waits for the batch while that request has
+    not stepped, still leaves one loop iteration later, long before the late one's."""
+    import time
+
+    clients: dict = {}
+    plan: list = []
+
+    def factory(loop, coro, **kw):
+        delay = plan.pop(0) if plan else 0
+
+        async def late():
+            await asyncio.sleep(delay)
+            return await coro
+
+        return asyncio.Task(late() if delay else coro, loop=loop, **kw)
+
+    async def extra(path):
+        pass
+
+    inner = _blocking_app(clients, extra)
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            await receive()
+            asyncio.get_running_loop().set_task_factory(factory)
+            await send({"type": "lifespan.startup.complete"})
+            await receive()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["path"] == "/block":
+            plan[:] = [0, 1.0]  # /a at once, /late 1 s late
+        await inner(scope, receive, send)
+
+    with serve(app, lifespan="on", **_PLAIN) as srv:
+        for p in ("/block", "/a", "/late"):
+            clients[p] = srv.connect()
+            assert clients[p].request(http_request("GET", "/warm")).status == 200
+        _while_the_loop_is_blocked(srv, clients, ["/a", "/late"])
+        t0 = time.monotonic()
+        assert clients["/a"].response().raw == _exact("/a")
+        t_a = time.monotonic() - t0
+        assert clients["/late"].response().raw == _exact("/late")
+        t_late = time.monotonic() - t0
+        assert t_a < 0.5 <= t_late, (t_a, t_late)

@@ -133,12 +133,14 @@ set_tx(RequestObject *r, enum tx_state to)
     }
 }
 
-/* The only place active_requests changes: +1 entering STARTED, -1 leaving STARTED/RUNNING. */
+/* The only place active_requests changes (+1 entering STARTED, -1 leaving STARTED/RUNNING) and
+ * unstarted (+1 entering STARTED, -1 leaving it). */
 static void
 set_app(RequestObject *r, enum app_state to)
 {
     assert(to > r->app);
-    int was_running = (r->app == APP_STARTED || r->app == APP_RUNNING);
+    enum app_state from = r->app;
+    int was_running = (from == APP_STARTED || from == APP_RUNNING);
     int running = (to == APP_STARTED || to == APP_RUNNING);
     r->app = to;
     if (running && !was_running) {
@@ -148,6 +150,8 @@ set_app(RequestObject *r, enum app_state to)
         r->srv->active_requests--;
     }
     assert(r->srv->active_requests >= 0);
+    r->srv->unstarted += (to == APP_STARTED) - (from == APP_STARTED);
+    assert(r->srv->unstarted >= 0);
 }
 
 static const char *
@@ -202,7 +206,14 @@ sync_reading(http1_conn_t *c, int progress)
  *    if it answers within that step its response joins them (one write per batch); its first
  *    step's end releases the output either way;
  *  - a final response with pipelined input behind it (send_body()): it is not written on its
- *    own, since the next request starts at once and this rule applies to it.
+ *    own, since the next request starts at once and this rule applies to it;
+ *  - a final keep-alive response while requests started in this loop iteration have not taken
+ *    their first step (srv->unstarted): it joins the batch (sk_transport_write_later) that the
+ *    last of those steps ends (step_end: sk_reactor_flush), or at the latest the next
+ *    iteration. The responses of one iteration then leave back to back, so the client is
+ *    woken once for them rather than once per app step (bench/LEVERS.md, the flush list);
+ *  - inside a reactor callback: what each pass wrote leaves at the callback's end, with the
+ *    other connections' (sk_transport.c).
  * Called at the end of every pass and of every app step. */
 static void
 settle_output(http1_conn_t *c)
@@ -1003,10 +1014,16 @@ response_queued(RequestObject *r, http1_conn_t *c, int more)
     if (!more) {
         set_tx(r, TX_COMPLETE);
     }
-    /* settle_output(): a final response with pipelined input behind it is not written alone. */
+    /* settle_output(): a final response with pipelined input behind it is not written alone;
+     * one that requests started and not yet stepped will follow within this loop iteration
+     * leaves with theirs. */
     int follow = !more && r->resp.keep_alive && sk_transport_in_len(c->t) > 0;
-    if (!follow && (sk_transport_write(c->t) < 0 || r->conn == NULL)) {
-        return raise_disconnected(r);
+    if (!follow) {
+        int batch = !more && r->resp.keep_alive && r->srv->unstarted > 0;
+        int rc = batch ? sk_transport_write_later(c->t) : sk_transport_write(c->t);
+        if (rc < 0 || r->conn == NULL) {
+            return raise_disconnected(r);
+        }
     }
     if (!more) {
         conn_request_done(c, r->resp.keep_alive);
@@ -1666,6 +1683,10 @@ step_end(RequestObject *r)
 {
     if (r->conn != NULL) {
         settle_output(r->conn); /* the first step's end releases held output */
+    }
+    if (r->srv->unstarted == 0) {
+        sk_reactor_flush(r->srv->reactor); /* the last request started has stepped: the batch
+                                            * of responses waiting for it leaves */
     }
 }
 

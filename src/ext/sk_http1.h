@@ -38,6 +38,7 @@ typedef struct {
 typedef struct sk_http1_server {
     sk_state *st;
     PyObject *owner;        /* the Server object embedding this struct (borrowed) */
+    sk_reactor_t *reactor;  /* the owner's reactor (borrowed): sk_reactor_flush ends a batch */
     PyObject *app;          /* the ASGI 3 application */
     PyObject *loop;         /* the running event loop */
     PyObject *logger;       /* logging.Logger for application errors, or None */
@@ -63,6 +64,9 @@ typedef struct sk_http1_server {
     Py_ssize_t limit_concurrency; /* requests in flight before 503; 0 = unlimited */
     uint8_t shutting_down;        /* graceful shutdown: responses say close, none follow */
     Py_ssize_t active_requests;   /* app calls in flight (started, not ended) */
+    Py_ssize_t unstarted;         /* request Tasks made whose first step has not run: while
+                                   * any has, a final response waits for the batch
+                                   * (sk_transport_write_later) */
     uint64_t total_requests;      /* requests started since the server was made */
     uint64_t ext_reused;          /* scope["extensions"] dicts handed out again (ext_scope) */
     uint64_t max_requests;        /* --limit-max-requests: from this total on, responses say

@@ -452,6 +452,7 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     if (s->reactor == NULL) {
         goto error;
     }
+    h->reactor = s->reactor;
     return (PyObject *)s;
 
 error:
@@ -500,6 +501,7 @@ server_clear(PyObject *op)
     server_close_all(s);
     sk_reactor_free(s->reactor); /* before the references it borrows go */
     s->reactor = NULL;
+    s->http.reactor = NULL;
     Py_CLEAR(h->app);
     Py_CLEAR(h->loop);
     Py_CLEAR(h->logger);

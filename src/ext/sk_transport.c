@@ -64,6 +64,7 @@ struct sk_transport {
     uint8_t held;        /* sk_transport_hold: output waits for sk_transport_release */
     uint8_t read_paused; /* sk_transport_pause_reading */
     uint8_t on_pending;  /* on the reactor's pending list (sk_transport_feed_soon) */
+    uint8_t on_flush;    /* on the reactor's flush list: its output leaves with the batch */
     uint8_t peer_eof;    /* the peer's FIN arrived: no more reading, no EPOLLRDHUP */
     uint8_t told;        /* the handler's closed() ran: its calls have no effect any more */
     int deadline_kind;   /* the handler's deadline, 0 = none */
@@ -71,6 +72,7 @@ struct sk_transport {
     double tp_deadline; /* monotonic seconds: write progress (output pending) or linger; 0 = none */
     sk_transport_t *all_prev, *all_next;
     sk_transport_t *pending_next;
+    sk_transport_t *flush_prev, *flush_next;
     sk_transport_t *reap_next;
     struct sockaddr_storage peer;
     socklen_t peer_len;
@@ -85,10 +87,15 @@ struct sk_reactor {
     uint8_t closed;            /* sk_reactor_close ran */
     uint8_t pending_scheduled; /* run_pending is queued on the loop */
     uint8_t pause_logged;      /* the current pause was logged: log its end too */
+    uint8_t batching;          /* on_ready or run_pending is on the stack: it flushes at its end */
+    uint8_t flushing;          /* flush_batch is on the stack */
     double pause_logged_at;    /* monotonic seconds of the last "accepting paused" warning */
     Py_ssize_t connections;
     sk_transport_t *all_head;
     sk_transport_t *pending_head, *pending_tail;
+    /* Transports whose output waits for the end of the batch (sk_transport_write_later, or a
+     * data_received() call that returned inside on_ready/run_pending), in the order queued. */
+    sk_transport_t *flush_head, *flush_tail;
     sk_transport_t *reap_head;
     char readbuf[READ_SIZE];
 };
@@ -102,6 +109,8 @@ monotonic(void)
 }
 
 static int tp_flush(sk_transport_t *t);
+static void flush_batch(sk_reactor_t *r);
+static void schedule_pending(sk_reactor_t *r);
 static void tp_closed(sk_transport_t *t, int reason);
 static size_t pending_out(const sk_transport_t *t);
 static void file_drop(sk_transport_t *t);
@@ -132,7 +141,7 @@ update_events(sk_transport_t *t)
              pending_out(t) < SK_OUTPUT_HIGH_WATER) {
         want |= EPOLLIN;
     }
-    if (pending_out(t) > 0 && !t->held && !t->dispatching) {
+    if (pending_out(t) > 0 && !t->held && !t->dispatching && !t->on_flush) {
         want |= EPOLLOUT;
     }
     if (want != t->epoll_events) {
@@ -228,6 +237,49 @@ unlink_pending(sk_transport_t *t)
     t->on_pending = 0;
 }
 
+/* Puts a transport on the flush list (once). */
+static void
+flush_link(sk_transport_t *t)
+{
+    sk_reactor_t *r = t->reactor;
+    if (t->on_flush) {
+        return;
+    }
+    t->on_flush = 1;
+    t->flush_next = NULL;
+    t->flush_prev = r->flush_tail;
+    if (r->flush_tail) {
+        r->flush_tail->flush_next = t;
+    }
+    else {
+        r->flush_head = t;
+    }
+    r->flush_tail = t;
+}
+
+static void
+flush_unlink(sk_transport_t *t)
+{
+    sk_reactor_t *r = t->reactor;
+    if (!t->on_flush) {
+        return;
+    }
+    if (t->flush_prev) {
+        t->flush_prev->flush_next = t->flush_next;
+    }
+    else {
+        r->flush_head = t->flush_next;
+    }
+    if (t->flush_next) {
+        t->flush_next->flush_prev = t->flush_prev;
+    }
+    else {
+        r->flush_tail = t->flush_prev;
+    }
+    t->flush_prev = t->flush_next = NULL;
+    t->on_flush = 0;
+}
+
 /* Runs the handler's closed() entry, once. */
 static void
 tell_closed(sk_transport_t *t, int reason)
@@ -249,6 +301,7 @@ tp_closed(sk_transport_t *t, int reason)
     set_state(t, TP_CLOSED);
     t->held = 0;
     unlink_pending(t); /* a reaped transport must not stay on the pending list */
+    flush_unlink(t);   /* nor on the flush list */
     (void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, t->fd, NULL);
     close(t->fd);
     t->fd = -1;
@@ -299,7 +352,7 @@ tp_peer_eof(sk_transport_t *t)
 static void
 tp_free(sk_transport_t *t)
 {
-    assert(t->state == TP_CLOSED && t->fd == -1 && !t->on_pending);
+    assert(t->state == TP_CLOSED && t->fd == -1 && !t->on_pending && !t->on_flush);
     t->ops->release(t->h);
     if (t->retired_ops != NULL) {
         t->retired_ops->release(t->retired_h);
@@ -484,6 +537,33 @@ tp_flush(sk_transport_t *t)
     return 0;
 }
 
+/* Sends the output of every transport on the flush list, in the order they were queued: one
+ * batch of writes, back to back, so a peer asleep in its poll is woken once for all of them
+ * rather than once per response. A transport whose data_received() call is on the stack is left
+ * to that call's end. */
+static void
+flush_batch(sk_reactor_t *r)
+{
+    if (r->flushing) {
+        return; /* the loop on the stack takes what was queued meanwhile */
+    }
+    r->flushing = 1;
+    while (r->flush_head != NULL) {
+        sk_transport_t *t = r->flush_head;
+        flush_unlink(t);
+        if (t->dispatching || (t->state != TP_OPEN && t->state != TP_CLOSING)) {
+            continue;
+        }
+        if (!t->held && pending_out(t) > 0) {
+            (void)tp_flush(t);
+        }
+        else {
+            update_events(t);
+        }
+    }
+    r->flushing = 0;
+}
+
 /* ---- dispatching input to the handler ------------------------------------------------------- */
 
 /* Offers data to the handler (switching handlers as often as it asks) and sends what the calls
@@ -508,7 +588,12 @@ dispatch(sk_transport_t *t, const char *data, size_t len)
     }
     t->dispatching = 0;
     if ((t->state == TP_OPEN || t->state == TP_CLOSING) && !t->held && pending_out(t) > 0) {
-        (void)tp_flush(t);
+        if (t->state == TP_OPEN && t->reactor->batching) {
+            flush_link(t); /* with the other connections' output, when the callback ends */
+        }
+        else {
+            (void)tp_flush(t);
+        }
     }
     return used;
 }
@@ -633,7 +718,41 @@ sk_transport_write(sk_transport_t *t)
         return 0; /* sent when the data_received() call returns */
     }
     t->held = 0;
-    return tp_flush(t);
+    flush_unlink(t);
+    int rc = tp_flush(t);
+    if (t->reactor->flush_head != NULL && !t->reactor->batching) {
+        flush_batch(t->reactor); /* what waited for a batch leaves no later than this */
+    }
+    return rc;
+}
+
+int
+sk_transport_write_later(sk_transport_t *t)
+{
+    sk_reactor_t *r = t->reactor;
+    if (t->state == TP_CLOSED || t->told) {
+        return -1;
+    }
+    if (t->dispatching || t->state == TP_LINGERING) {
+        return 0; /* sent when the data_received() call returns */
+    }
+    t->held = 0;
+    if (t->state != TP_OPEN) {
+        return tp_flush(t);
+    }
+    flush_link(t);
+    if (!r->batching) {
+        schedule_pending(r); /* the latest the batch can end: the next loop iteration */
+    }
+    return 0;
+}
+
+void
+sk_reactor_flush(sk_reactor_t *r)
+{
+    if (r->flush_head != NULL && !r->batching) {
+        flush_batch(r);
+    }
 }
 
 void
@@ -696,19 +815,27 @@ sk_transport_feed_soon(sk_transport_t *t)
         r->pending_head = t;
     }
     r->pending_tail = t;
-    if (!r->pending_scheduled) {
-        /* In the owner's own context: this may run inside an app task's send(), whose context
-         * must not leak into what run_pending starts. */
-        PyObject *args[3] = {r->cfg.loop, r->cfg.run_pending, *r->cfg.context};
-        PyObject *h = PyObject_VectorcallMethod(
-            r->cfg.st->s_call_soon, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, r->cfg.call_soon_kw);
-        if (h == NULL) {
-            PyErr_WriteUnraisable(r->cfg.loop);
-            return;
-        }
-        Py_DECREF(h);
-        r->pending_scheduled = 1;
+    schedule_pending(r);
+}
+
+/* Queues run_pending on the loop (once until it runs). */
+static void
+schedule_pending(sk_reactor_t *r)
+{
+    if (r->pending_scheduled) {
+        return;
     }
+    /* In the owner's own context: this may run inside an app task's send(), whose context must
+     * not leak into what run_pending starts. */
+    PyObject *args[3] = {r->cfg.loop, r->cfg.run_pending, *r->cfg.context};
+    PyObject *h = PyObject_VectorcallMethod(
+        r->cfg.st->s_call_soon, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, r->cfg.call_soon_kw);
+    if (h == NULL) {
+        PyErr_WriteUnraisable(r->cfg.loop);
+        return;
+    }
+    Py_DECREF(h);
+    r->pending_scheduled = 1;
 }
 
 void
@@ -974,6 +1101,8 @@ sk_reactor_on_ready(sk_reactor_t *r)
         return;
     }
     int n = epoll_wait(r->epfd, evs, MAX_EVENTS, 0);
+    uint8_t was_batching = r->batching; /* never nested; saved all the same */
+    r->batching = 1;
     for (int i = 0; i < n; i++) {
         void *tag = evs[i].data.ptr;
         uint32_t e = evs[i].events;
@@ -1002,6 +1131,10 @@ sk_reactor_on_ready(sk_reactor_t *r)
             tp_readable(t, e);
         }
     }
+    r->batching = was_batching;
+    if (!was_batching) {
+        flush_batch(r);
+    }
     reap(r);
 }
 
@@ -1009,6 +1142,8 @@ void
 sk_reactor_run_pending(sk_reactor_t *r)
 {
     r->pending_scheduled = 0;
+    uint8_t was_batching = r->batching;
+    r->batching = 1;
     while (r->pending_head) {
         sk_transport_t *t = r->pending_head;
         r->pending_head = t->pending_next;
@@ -1018,6 +1153,10 @@ sk_reactor_run_pending(sk_reactor_t *r)
         t->pending_next = NULL;
         t->on_pending = 0;
         feed_buffered(t);
+    }
+    r->batching = was_batching;
+    if (!was_batching) {
+        flush_batch(r); /* and what waited for this iteration (sk_transport_write_later) */
     }
     reap(r);
 }
@@ -1056,6 +1195,7 @@ sk_reactor_close(sk_reactor_t *r)
         r->timerfd = -1;
     }
     r->pending_head = r->pending_tail = NULL;
+    assert(r->flush_head == NULL); /* tp_closed unlinked every transport */
     reap(r);
 }
 

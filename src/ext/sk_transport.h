@@ -56,7 +56,9 @@ typedef struct sk_handler_ops {
      * read buffer or the transport's input buffer). Returns how many bytes it consumed; the
      * transport keeps the rest, in order, for the next call. Output written inside this call is
      * sent when it returns (one write for everything the call produced), unless held
-     * (sk_transport_hold). May close the transport (the return value is then ignored) or switch
+     * (sk_transport_hold); when the call came from a reactor callback (a read, or
+     * sk_transport_feed_soon's), it is sent with every other connection's at that callback's end
+     * (one batch of writes: sk_transport_write_later). May close the transport (the return value is then ignored) or switch
      * protocol (the rest goes to the new handler). Not called while the transport is closing,
      * lingering or closed. */
     size_t (*data_received)(void *h, const char *data, size_t len);
@@ -168,9 +170,20 @@ int sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t c
 int sk_transport_file_pending(const sk_transport_t *t);
 
 /* Sends the output now, ending any hold, unless a data_received() call is on the stack (it is
- * sent when that returns). 0, or -1 when the peer is gone (the transport is closed, the handler
+ * sent when that returns), and with it every other transport's output waiting for the batch
+ * (sk_transport_write_later) unless a reactor callback is on the stack. 0, or -1 when the peer is gone (the transport is closed, the handler
  * was told). */
 int sk_transport_write(sk_transport_t *t);
+/* Sends the output with the current batch rather than now, so that the responses one loop
+ * iteration completes leave back to back and a peer asleep in its poll is woken once for them
+ * all. The batch ends at the first of: the end of the reactor callback on the stack
+ * (sk_reactor_on_ready, sk_reactor_run_pending), sk_reactor_flush, any sk_transport_write, and
+ * the next loop iteration (run_pending is queued for it). Ends any hold. 0, or -1 when the peer
+ * is already gone (a peer lost at the batch's write is reported through closed() as usual). */
+int sk_transport_write_later(sk_transport_t *t);
+/* Ends the batch: writes every transport's output queued by sk_transport_write_later, unless a
+ * reactor callback is on the stack (its end does). */
+void sk_reactor_flush(sk_reactor_t *r);
 /* Holds the output: the end of a data_received() call and EPOLLOUT send nothing until
  * sk_transport_release, sk_transport_write or a close. */
 void sk_transport_hold(sk_transport_t *t);
