@@ -347,3 +347,58 @@ def test_batch_ends_within_an_iteration_when_a_first_step_is_late(serve):
         assert clients["/late"].response().raw == _exact("/late")
         t_late = time.monotonic() - t0
         assert t_a < 0.5 <= t_late, (t_a, t_late)
+
+
+@pytest.mark.rule("skirr-connections-one-batch")
+def test_batched_response_at_shutdown_keeps_the_shutdown_grace(serve):
+    """The graceful shutdown's native.shutdown() runs (here: called from /a's step, as _drain's
+    step would be, between the step that answered and the end of the batch) while /a's response
+    waits for the batch (/late, on another connection, has not stepped). /a's connection is idle
+    once the batch leaves: it must close after the shutdown grace (1 s), as it does when the
+    response left at once, not stay open for --timeout-keep-alive."""
+    import threading
+    import time
+
+    plan: list = []
+    made = threading.Event()
+    holder: dict = {}
+
+    def factory(loop, coro, **kw):
+        delay = plan.pop(0) if plan else 0
+
+        async def late():
+            await asyncio.sleep(delay)
+            return await coro
+
+        made.set()
+        return asyncio.Task(late() if delay else coro, loop=loop, **kw)
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            await receive()
+            asyncio.get_running_loop().set_task_factory(factory)
+            await send({"type": "lifespan.startup.complete"})
+            await receive()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        path = scope["path"]
+        await _answer(send, path)
+        if path == "/a":
+            for native in holder["srv"].server._natives:
+                native.shutdown()
+
+    with serve(app, lifespan="on", timeout_keep_alive=4.0, **_PLAIN) as srv:
+        holder["srv"] = srv
+        x, z = srv.connect(), srv.connect()
+        for c in (x, z):
+            assert c.request(http_request("GET", "/warm")).status == 200
+        plan[:] = [2.0]  # /late
+        made.clear()
+        z.send(http_request("GET", "/late"))
+        assert made.wait(5)
+        t0 = time.monotonic()
+        assert x.request(http_request("GET", "/a")).raw == _exact("/a")
+        x.expect_eof(timeout=6)
+        t_close = time.monotonic() - t0
+        assert z.response().body == b"/late"
+        assert t_close < 2.6, t_close

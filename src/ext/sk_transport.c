@@ -1164,6 +1164,9 @@ sk_reactor_run_pending(sk_reactor_t *r)
 void
 sk_reactor_shutdown(sk_reactor_t *r)
 {
+    /* The batch ends first: a handler tells an idle connection by its unsent output, and a
+     * response waiting for the batch is not a busy connection's. */
+    sk_reactor_flush(r);
     sk_transport_t *t = r->all_head;
     while (t != NULL) {
         sk_transport_t *next = t->all_next; /* shutdown() closes only its own transport */

@@ -126,7 +126,7 @@ void sk_reactor_stop_accepting(sk_reactor_t *r);
 void sk_reactor_on_ready(sk_reactor_t *r);
 /* The call_soon callback: feeds every transport that asked for sk_transport_feed_soon. */
 void sk_reactor_run_pending(sk_reactor_t *r);
-/* Calls each open transport's shutdown() entry. */
+/* Ends the batch (sk_reactor_flush), then calls each open transport's shutdown() entry. */
 void sk_reactor_shutdown(sk_reactor_t *r);
 /* Closes every transport (SK_CLOSED_SERVER), the epoll set and the timer. Idempotent. */
 void sk_reactor_close(sk_reactor_t *r);
@@ -177,8 +177,8 @@ int sk_transport_write(sk_transport_t *t);
 /* Sends the output with the current batch rather than now, so that the responses one loop
  * iteration completes leave back to back and a peer asleep in its poll is woken once for them
  * all. The batch ends at the first of: the end of the reactor callback on the stack
- * (sk_reactor_on_ready, sk_reactor_run_pending), sk_reactor_flush, any sk_transport_write, and
- * the next loop iteration (run_pending is queued for it). Ends any hold. 0, or -1 when the peer
+ * (sk_reactor_on_ready, sk_reactor_run_pending), sk_reactor_flush, sk_reactor_shutdown, any
+ * sk_transport_write, and the next loop iteration (run_pending is queued for it). Ends any hold. 0, or -1 when the peer
  * is already gone (a peer lost at the batch's write is reported through closed() as usual). */
 int sk_transport_write_later(sk_transport_t *t);
 /* Ends the batch: writes every transport's output queued by sk_transport_write_later, unless a
