@@ -350,6 +350,66 @@ def test_batch_ends_within_an_iteration_when_a_first_step_is_late(serve):
 
 
 @pytest.mark.rule("skirr-connections-one-batch")
+def test_batched_response_not_held_by_a_later_request_on_its_connection(serve):
+    """/a answers while /late (another connection, its first step 1.5 s late) has not stepped,
+    so its response waits for the batch. /b then arrives on /a's connection, in the same loop
+    iteration, before the batch is written; /b's first step is 1 s late. /a's response must still
+    leave within one loop iteration (the rule's bound), not when /b's first step ends.
+    Fails since 6bb73ab: /b finds /a's response unsent and settle_output holds it until /b's first
+    step (1.3 s). Before it, asyncio passed (the response left at /a's send); uvloop already
+    failed (it reads /b before /a's answering step, so /b is pipelined behind /a)."""
+    import threading
+    import time
+
+    plan: list = []
+    made = threading.Event()
+    blocking = threading.Event()
+
+    def factory(loop, coro, **kw):
+        delay = plan.pop(0) if plan else 0
+
+        async def late():
+            await asyncio.sleep(delay)
+            return await coro
+
+        made.set()
+        return asyncio.Task(late() if delay else coro, loop=loop, **kw)
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            await receive()
+            asyncio.get_running_loop().set_task_factory(factory)
+            await send({"type": "lifespan.startup.complete"})
+            await receive()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        path = scope["path"]
+        if path == "/a":
+            blocking.set()
+            time.sleep(0.3)  # holds the loop while /b is sent on this connection
+            await asyncio.sleep(0)  # answers in the next iteration, /b's read in the same one
+        await _answer(send, path)
+
+    with serve(app, lifespan="on", **_PLAIN) as srv:
+        x, z = srv.connect(), srv.connect()
+        for c in (x, z):
+            assert c.request(http_request("GET", "/warm")).status == 200
+        plan[:] = [1.5, 0, 1.0]  # /late, /a, /b
+        made.clear()
+        z.send(http_request("GET", "/late"))
+        assert made.wait(5)
+        x.send(http_request("GET", "/a"))
+        assert blocking.wait(5)
+        x.send(http_request("GET", "/b"))
+        t0 = time.monotonic()
+        assert x.response().body == b"/a"
+        t_a = time.monotonic() - t0
+        assert x.response().body == b"/b"
+        assert z.response().raw == _exact("/late")
+        assert t_a < 0.6, t_a
+
+
+@pytest.mark.rule("skirr-connections-one-batch")
 def test_batched_response_at_shutdown_keeps_the_shutdown_grace(serve):
     """The graceful shutdown's native.shutdown() runs (here: called from /a's step, as _drain's
     step would be, between the step that answered and the end of the batch) while /a's response
