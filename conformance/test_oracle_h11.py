@@ -457,41 +457,55 @@ def test_mutated_requests_agree_with_h11(serve):
             stream = raw + CANARY
             ref = h11_stream(stream)
             note(f"h11: {len(ref.requests)} request(s), then {ref.end} {ref.error}")
-            keys = []
-            for how in ("whole", "cut"):
-                c = srv.connect()
-                port = c.sock.getsockname()[1]
-                if how == "whole":
-                    c.send(stream)
-                else:
-                    send_pieces(c, stream, [x % len(stream) for x in cuts])
-                outcome = read_outcome(c, idle=0.3, owed=lambda served: len(served) < max(
-                    len(ref.requests), sum(r["complete"] for r in app.records(port))))
-                note(f"{how}: {outcome.key()}")
-                recs = [r for r in app.records(port) if r["complete"]]
-                # every 2xx came from the app, and every complete app call was answered
-                assert all(s == 200 for s, _, _, _ in outcome.served)
-                assert len(recs) == len(outcome.served), (recs, outcome.served)
-                if outcome.refusal is not None:
-                    assert 400 <= outcome.refusal <= 599 and outcome.refusal_close, outcome
-                    assert outcome.extra == b"", outcome.extra
-                got = [comparable(scope_fields(r)) for r in recs]
-                want = [comparable(expected_scope(p)) for p in ref.requests]
-                n = min(len(got), len(want))
-                assert got[:n] == want[:n], "skirr and h11 read a request differently"
-                if len(got) > len(want):
-                    assert _lenient_divergence(stream, len(got), ref), (
-                        f"skirr served {len(got)} request(s), h11 parsed {len(want)} then {ref.end}"
-                        f" {ref.error}")
-                if len(got) < len(want) and outcome.refusal is None and not (
-                        outcome.closed and got and _planned_close(recs[-1])):
-                    # skirr waits for content h11 thinks complete: a framing disagreement
-                    raise AssertionError(
-                        f"skirr served {len(got)} and went {'silent' if outcome.silent else 'closed'};"
-                        f" h11 parsed {len(want)} complete request(s)")
-                keys.append((outcome.key(), got))
-                c.close()
-                app.forget(port)
+
+            def deliver(idle: float) -> tuple:
+                """Both deliveries of the stream, each on a fresh connection: their keys, and
+                whether either ended in silence."""
+                keys, silent = [], False
+                for how in ("whole", "cut"):
+                    c = srv.connect()
+                    port = c.sock.getsockname()[1]
+                    if how == "whole":
+                        c.send(stream)
+                    else:
+                        send_pieces(c, stream, [x % len(stream) for x in cuts])
+                    outcome = read_outcome(c, idle=idle, owed=lambda served: len(served) < max(
+                        len(ref.requests), sum(r["complete"] for r in app.records(port))))
+                    note(f"{how}: {outcome.key()}")
+                    recs = [r for r in app.records(port) if r["complete"]]
+                    # every 2xx came from the app, and every complete app call was answered
+                    assert all(s == 200 for s, _, _, _ in outcome.served)
+                    assert len(recs) == len(outcome.served), (recs, outcome.served)
+                    if outcome.refusal is not None:
+                        assert 400 <= outcome.refusal <= 599 and outcome.refusal_close, outcome
+                        assert outcome.extra == b"", outcome.extra
+                    got = [comparable(scope_fields(r)) for r in recs]
+                    want = [comparable(expected_scope(p)) for p in ref.requests]
+                    n = min(len(got), len(want))
+                    assert got[:n] == want[:n], "skirr and h11 read a request differently"
+                    if len(got) > len(want):
+                        assert _lenient_divergence(stream, len(got), ref), (
+                            f"skirr served {len(got)} request(s), h11 parsed {len(want)} then {ref.end}"
+                            f" {ref.error}")
+                    if len(got) < len(want) and outcome.refusal is None and not (
+                            outcome.closed and got and _planned_close(recs[-1])):
+                        # skirr waits for content h11 thinks complete: a framing disagreement
+                        raise AssertionError(
+                            f"skirr served {len(got)} and went {'silent' if outcome.silent else 'closed'};"
+                            f" h11 parsed {len(want)} complete request(s)")
+                    keys.append((outcome.key(), got))
+                    silent = silent or outcome.silent
+                    c.close()
+                    app.forget(port)
+                return keys, silent
+
+            keys, silent = deliver(0.3)
+            if keys[0] != keys[1] and silent:
+                # A refusal is owed by neither count `owed` knows (h11's error is not one): one
+                # delivery may have gone quiet only because the machine is loaded. Deliver both
+                # again, waiting 3 s of silence: a real disagreement repeats.
+                note(f"retried after silence: {keys}")
+                keys, silent = deliver(3.0)
             assert keys[0] == keys[1], "whole and cut deliveries differ"
 
         prop()

@@ -202,9 +202,9 @@ sync_reading(http1_conn_t *c, int progress)
  * except:
  *  - inside a pass over received bytes: the transport writes when data_received() returns, so
  *    the responses of requests answered within one pass leave in one write;
- *  - while a request started behind unsent responses (pipelining) has not taken its first step:
- *    if it answers within that step its response joins them (one write per batch); its first
- *    step's end releases the output either way;
+ *  - while a request started behind unsent responses (pipelining) has not taken its first step
+ *    (a Task skirr made, not a task factory's): if it answers within that step its response
+ *    joins them (one write per batch); its first step's end releases the output either way;
  *  - a final response with pipelined input behind it (send_body()): it is not written on its
  *    own, since the next request starts at once and this rule applies to it;
  *  - a final keep-alive response while requests started in this loop iteration have not taken
@@ -219,8 +219,11 @@ static void
 settle_output(http1_conn_t *c)
 {
     RequestObject *r = c->current;
-    if (r != NULL && r->app == APP_STARTED && sk_transport_out_len(c->t) > 0 &&
-        sk_transport_is_open(c->t)) {
+    /* Only behind a Task skirr made (srv->task_type): its first step is the loop's next round of
+     * callbacks. A task factory's Task may take its first step at any later time, and output
+     * must not wait for it longer than the batch's one iteration. */
+    if (r != NULL && r->app == APP_STARTED && c->srv->task_type != NULL &&
+        sk_transport_out_len(c->t) > 0 && sk_transport_is_open(c->t)) {
         sk_transport_hold(c->t);
     }
     else {
