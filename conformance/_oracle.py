@@ -335,6 +335,18 @@ def _check_with_h11(raw: bytes, method: bytes) -> None:
         assert ev is not h11.NEED_DATA, f"incomplete response: {raw[:300]!r}"
 
 
+def deliver(srv, stream: bytes, cuts, how: str):
+    """Sends `stream` on a fresh connection, in one write (how="whole") or cut at `cuts` (each
+    taken modulo its length, "cut"). Returns the client and its local port (the key of its
+    records in OracleApp)."""
+    c = srv.connect()
+    if how == "whole":
+        c.send(stream)
+    else:
+        send_pieces(c, stream, [x % len(stream) for x in cuts])
+    return c, c.sock.getsockname()[1]
+
+
 def send_pieces(c, data: bytes, cuts, pause: float = 0.0005) -> None:
     c.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     start = 0

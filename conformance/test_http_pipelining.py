@@ -252,6 +252,33 @@ def _blocking_app(clients: dict, extra):
     return app
 
 
+def _late_factory(plan: list, made=None):
+    """A loop task factory: the n-th Task it makes takes its first step plan[n] seconds late
+    (0 or an empty plan: at once, unwrapped); sets `made` (a threading.Event) at each Task."""
+    def factory(loop, coro, **kw):
+        delay = plan.pop(0) if plan else 0
+
+        async def late():
+            await asyncio.sleep(delay)
+            return await coro
+
+        if made is not None:
+            made.set()
+        return asyncio.Task(late() if delay else coro, loop=loop, **kw)
+
+    return factory
+
+
+async def _startup_sets(factory, receive, send) -> None:
+    """The lifespan half of an app: installs `factory` on the server's loop at startup (before
+    the server looks for one), then completes startup and shutdown."""
+    await receive()
+    asyncio.get_running_loop().set_task_factory(factory)
+    await send({"type": "lifespan.startup.complete"})
+    await receive()
+    await send({"type": "lifespan.shutdown.complete"})
+
+
 @pytest.mark.rule("skirr-connections-one-batch")
 def test_responses_of_one_iteration_leave_together(serve):
     """Three connections' requests arrive while the server's loop is held, so one reactor callback
@@ -310,14 +337,7 @@ def test_batch_ends_within_an_iteration_when_a_first_step_is_late(serve):
     clients: dict = {}
     plan: list = []
 
-    def factory(loop, coro, **kw):
-        delay = plan.pop(0) if plan else 0
-
-        async def late():
-            await asyncio.sleep(delay)
-            return await coro
-
-        return asyncio.Task(late() if delay else coro, loop=loop, **kw)
+    factory = _late_factory(plan)
 
     async def extra(path):
         pass
@@ -326,12 +346,7 @@ def test_batch_ends_within_an_iteration_when_a_first_step_is_late(serve):
 
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
-            await receive()
-            asyncio.get_running_loop().set_task_factory(factory)
-            await send({"type": "lifespan.startup.complete"})
-            await receive()
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+            return await _startup_sets(factory, receive, send)
         if scope["path"] == "/block":
             plan[:] = [0, 1.0]  # /a at once, /late 1 s late
         await inner(scope, receive, send)
@@ -365,24 +380,11 @@ def test_batched_response_not_held_by_a_later_request_on_its_connection(serve):
     made = threading.Event()
     blocking = threading.Event()
 
-    def factory(loop, coro, **kw):
-        delay = plan.pop(0) if plan else 0
-
-        async def late():
-            await asyncio.sleep(delay)
-            return await coro
-
-        made.set()
-        return asyncio.Task(late() if delay else coro, loop=loop, **kw)
+    factory = _late_factory(plan, made)
 
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
-            await receive()
-            asyncio.get_running_loop().set_task_factory(factory)
-            await send({"type": "lifespan.startup.complete"})
-            await receive()
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+            return await _startup_sets(factory, receive, send)
         path = scope["path"]
         if path == "/a":
             blocking.set()
@@ -423,24 +425,11 @@ def test_batched_response_at_shutdown_keeps_the_shutdown_grace(serve):
     made = threading.Event()
     holder: dict = {}
 
-    def factory(loop, coro, **kw):
-        delay = plan.pop(0) if plan else 0
-
-        async def late():
-            await asyncio.sleep(delay)
-            return await coro
-
-        made.set()
-        return asyncio.Task(late() if delay else coro, loop=loop, **kw)
+    factory = _late_factory(plan, made)
 
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
-            await receive()
-            asyncio.get_running_loop().set_task_factory(factory)
-            await send({"type": "lifespan.startup.complete"})
-            await receive()
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+            return await _startup_sets(factory, receive, send)
         path = scope["path"]
         await _answer(send, path)
         if path == "/a":

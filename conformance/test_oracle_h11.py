@@ -22,8 +22,8 @@ from hypothesis import given, note
 from hypothesis import strategies as st
 
 from _rules import load_spec
-from _oracle import (CANARY, OracleApp, comparable, expected_scope, h11_stream, oracle_settings,
-                     read_outcome, scope_fields, send_pieces)
+from _oracle import (CANARY, OracleApp, comparable, deliver, expected_scope, h11_stream,
+                     oracle_settings, read_outcome, scope_fields, send_pieces)
 
 rule = pytest.mark.rule
 
@@ -214,12 +214,7 @@ def test_valid_requests_match_h11(serve):
                 f"generator bug: h11 does not take {data!r}: {parsed}")
             stream = data + CANARY
             for how in ("whole", "cut"):
-                c = srv.connect()
-                port = c.sock.getsockname()[1]
-                if how == "whole":
-                    c.send(stream)
-                else:
-                    send_pieces(c, stream, [x % len(stream) for x in cuts])
+                c, port = deliver(srv, stream, cuts, how)
                 note(f"{how}: cuts {sorted({x % len(stream) for x in cuts})}")
                 outcome = read_outcome(c, idle=5.0)  # valid input: silence is a failure
                 check_served(app, c, outcome, parsed.requests)
@@ -384,12 +379,7 @@ def test_invalid_requests_refused(serve):
             note(f"{kind}: {raw[:300]!r} -> {status}")
             stream = raw + CANARY
             for how in ("whole", "cut"):
-                c = srv.connect()
-                port = c.sock.getsockname()[1]
-                if how == "whole":
-                    c.send(stream)
-                else:
-                    send_pieces(c, stream, [x % len(stream) for x in cuts])
+                c, port = deliver(srv, stream, cuts, how)
                 outcome = read_outcome(c, idle=3.0)
                 assert outcome.served == [], f"{how}: the app answered {outcome.served}"
                 assert (outcome.refusal, outcome.refusal_close, outcome.closed) == (status, True, True), (
@@ -458,17 +448,12 @@ def test_mutated_requests_agree_with_h11(serve):
             ref = h11_stream(stream)
             note(f"h11: {len(ref.requests)} request(s), then {ref.end} {ref.error}")
 
-            def deliver(idle: float) -> tuple:
+            def deliver_both(idle: float) -> tuple:
                 """Both deliveries of the stream, each on a fresh connection: their keys, and
                 whether either ended in silence."""
                 keys, silent = [], False
                 for how in ("whole", "cut"):
-                    c = srv.connect()
-                    port = c.sock.getsockname()[1]
-                    if how == "whole":
-                        c.send(stream)
-                    else:
-                        send_pieces(c, stream, [x % len(stream) for x in cuts])
+                    c, port = deliver(srv, stream, cuts, how)
                     outcome = read_outcome(c, idle=idle, owed=lambda served: len(served) < max(
                         len(ref.requests), sum(r["complete"] for r in app.records(port))))
                     note(f"{how}: {outcome.key()}")
@@ -499,13 +484,13 @@ def test_mutated_requests_agree_with_h11(serve):
                     app.forget(port)
                 return keys, silent
 
-            keys, silent = deliver(0.3)
+            keys, silent = deliver_both(0.3)
             if keys[0] != keys[1] and silent:
                 # A refusal is owed by neither count `owed` knows (h11's error is not one): one
                 # delivery may have gone quiet only because the machine is loaded. Deliver both
                 # again, waiting 3 s of silence: a real disagreement repeats.
                 note(f"retried after silence: {keys}")
-                keys, silent = deliver(3.0)
+                keys, silent = deliver_both(3.0)
             assert keys[0] == keys[1], "whole and cut deliveries differ"
 
         prop()
