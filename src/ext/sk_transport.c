@@ -720,29 +720,20 @@ sk_transport_write(sk_transport_t *t)
     t->held = 0;
     flush_unlink(t);
     int rc = tp_flush(t);
-    if (t->reactor->flush_head != NULL && !t->reactor->batching) {
-        flush_batch(t->reactor); /* what waited for a batch leaves no later than this */
-    }
+    sk_reactor_flush(t->reactor); /* what waited for a batch leaves no later than this */
     return rc;
 }
 
 int
 sk_transport_write_later(sk_transport_t *t)
 {
-    sk_reactor_t *r = t->reactor;
-    if (t->state == TP_CLOSED || t->told) {
-        return -1;
-    }
-    if (t->dispatching || t->state == TP_LINGERING) {
-        return 0; /* sent when the data_received() call returns */
+    if (t->state != TP_OPEN || t->dispatching) {
+        return sk_transport_write(t); /* gone, closing, or sent when data_received() returns */
     }
     t->held = 0;
-    if (t->state != TP_OPEN) {
-        return tp_flush(t);
-    }
     flush_link(t);
-    if (!r->batching) {
-        schedule_pending(r); /* the latest the batch can end: the next loop iteration */
+    if (!t->reactor->batching) {
+        schedule_pending(t->reactor); /* the latest the batch can end: the next iteration */
     }
     return 0;
 }
@@ -1101,7 +1092,7 @@ sk_reactor_on_ready(sk_reactor_t *r)
         return;
     }
     int n = epoll_wait(r->epfd, evs, MAX_EVENTS, 0);
-    uint8_t was_batching = r->batching; /* never nested; saved all the same */
+    assert(!r->batching); /* the loop's callbacks never nest */
     r->batching = 1;
     for (int i = 0; i < n; i++) {
         void *tag = evs[i].data.ptr;
@@ -1131,10 +1122,8 @@ sk_reactor_on_ready(sk_reactor_t *r)
             tp_readable(t, e);
         }
     }
-    r->batching = was_batching;
-    if (!was_batching) {
-        flush_batch(r);
-    }
+    r->batching = 0;
+    flush_batch(r);
     reap(r);
 }
 
@@ -1142,7 +1131,7 @@ void
 sk_reactor_run_pending(sk_reactor_t *r)
 {
     r->pending_scheduled = 0;
-    uint8_t was_batching = r->batching;
+    assert(!r->batching); /* the loop's callbacks never nest */
     r->batching = 1;
     while (r->pending_head) {
         sk_transport_t *t = r->pending_head;
@@ -1154,10 +1143,8 @@ sk_reactor_run_pending(sk_reactor_t *r)
         t->on_pending = 0;
         feed_buffered(t);
     }
-    r->batching = was_batching;
-    if (!was_batching) {
-        flush_batch(r); /* and what waited for this iteration (sk_transport_write_later) */
-    }
+    r->batching = 0;
+    flush_batch(r); /* and what waited for this iteration (sk_transport_write_later) */
     reap(r);
 }
 
