@@ -95,7 +95,8 @@ def main():
                    + ", ".join(SERVERS))
     m.add_argument("--workloads", help="comma-separated subset of the profile's workloads")
     m.add_argument("--conns", help="comma-separated connection counts (replaces the profile's)")
-    m.add_argument("--rounds", type=int)
+    m.add_argument("--rounds", type=int, help="rounds of every row, the fixed-rate, workers, cost "
+                   "and WebSocket rows included (default: the profile's)")
     m.add_argument("--duration", type=int, help="seconds per measured run")
     m.add_argument("--warmup", type=int, help="seconds of warm-up before each run")
     m.add_argument("--no-fixed", action="store_true", help="skip the fixed-rate phase")

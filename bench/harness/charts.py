@@ -180,8 +180,9 @@ def rps_chart(agg, rounds):
 
 def latency_chart(fixed):
     """Lines on a log scale: one facet per (workload, connections, load), the percentiles the
-    fixed-rate rows record along x, a line per server, a row of loads per (workload, connections)
-    sharing its y axis; (spec, None) or (None, why not)."""
+    fixed-rate rows record along x (`fixed`: one row per server and load, the medians over
+    rounds of report.aggregate_fixed()), a line per server, a row of loads per (workload,
+    connections) sharing its y axis; (spec, None) or (None, why not)."""
     if not fixed:
         return None, "this run has no fixed-rate rows"
     ok = [r for r in fixed if r["ok"] and r.get("pct") is not None]
@@ -203,8 +204,8 @@ def latency_chart(fixed):
                         "series": series, "xlabel": "percentile", "ylabel": "latency (ms)",
                         "log_y": True, "share_y": True})
         rows.append(row)
-    note = ("h2load --rps; the offered rate is the load's share of each server's own median "
-            "req/s, so servers are offered different absolute rates.")
+    note = ("h2load --rps; each point the median over rounds; the offered rate is the load's share "
+            "of each server's own median req/s, so servers are offered different absolute rates.")
     failed = {}  # server -> "workload cN" -> the loads that failed (None: the server did not start)
     for r in fixed:
         if not r["ok"]:
@@ -224,14 +225,16 @@ def latency_chart(fixed):
             "title": "Latency percentiles at fixed rates (ms, log scale; lower is better)"}, None
 
 
-def chart_specs(result, agg):
+def chart_specs(result, agg, fixed_agg=()):
     """{file: (spec, None) or (None, why it is not drawn)} for a run with throughput rows, in the
-    report's order; {} for a run without (a part alone: workers, costs, ws)."""
+    report's order; {} for a run without (a part alone: workers, costs, ws). `agg`: the
+    throughput rows' aggregate (report.aggregate()); `fixed_agg`: the fixed-rate rows' medians
+    over rounds (report.aggregate_fixed())."""
     if not result["runs"]:
         return {}
     rounds = result["meta"]["config"]["rounds"]
     builders = {CPU: lambda: cpu_chart(agg, rounds), RPS: lambda: rps_chart(agg, rounds),
-                LATENCY: lambda: latency_chart(result.get("fixed_rate") or [])}
+                LATENCY: lambda: latency_chart(list(fixed_agg))}
     out = {}
     for f, build in builders.items():
         try:

@@ -42,7 +42,7 @@ PROFILES = {
         servers=["skirr", "uvicorn-httptools", "limit-c"],
         rows=[("raw_get", 64), ("post_4k", 64), ("fastapi_json", 64)],
         rounds=3, duration=3, warmup=1,
-        fixed_rate=[("raw_get", 64)], fixed_pcts=[50], fixed_duration=3,
+        fixed_rate=[("raw_get", 64)], fixed_pcts=[50], fixed_duration=3, fixed_rounds=1,
         stream_samples=10, stream_rounds=1,
         # The workers row, tiny: one round of raw_get, skirr with 1 and 2 workers beside uvicorn's.
         workers=dict(servers=["skirr-w1", "skirr-w2", "uvicorn-w2"], rows=[("raw_get", 64)],
@@ -60,8 +60,9 @@ PROFILES = {
               ("fastapi_json", 64), ("fastapi_json", 256),
               ("pipelined_get", 64), ("pipelined_get", 256), ("file_1m", 64)],
         rounds=5, duration=5, warmup=1,
+        # Three rounds of 6 s: a p99 verdict on one run followed that run's noise (issue 15).
         fixed_rate=[("raw_get", 64), ("fastapi_json", 64)], fixed_pcts=[25, 50, 75],
-        fixed_duration=8,
+        fixed_duration=6, fixed_rounds=3,
         stream_samples=20, stream_rounds=3,
         # The workers row (issue 12): 2 workers, one per CPU, unpinned, wrk -t2 sharing the CPUs;
         # skirr-w1 (one process) in the same setup is the baseline for CPU per request.
@@ -74,20 +75,23 @@ PROFILES = {
     # `make bench-workers`: the full profile's workers row alone (about 6 minutes).
     "workers": dict(
         servers=[], rows=[], rounds=5, duration=5, warmup=1,
-        fixed_rate=[], fixed_pcts=[], fixed_duration=0, stream_samples=0, stream_rounds=0,
+        fixed_rate=[], fixed_pcts=[], fixed_duration=0, fixed_rounds=0, stream_samples=0,
+        stream_rounds=0,
         workers=None, costs=None, ws=None,
     ),
     # `make bench-costs`: the cost rows alone (about 3 minutes).
     "costs": dict(
         servers=[], rows=[], rounds=5, duration=5, warmup=1,
-        fixed_rate=[], fixed_pcts=[], fixed_duration=0, stream_samples=0, stream_rounds=0,
+        fixed_rate=[], fixed_pcts=[], fixed_duration=0, fixed_rounds=0, stream_samples=0,
+        stream_rounds=0,
         workers=None, costs=dict(rounds=5), ws=None,
     ),
     # `make bench-ws`: the WebSocket rows alone, the full profile's servers and rounds (about
     # 6 minutes).
     "ws": dict(
         servers=[], rows=[], rounds=5, duration=5, warmup=1,
-        fixed_rate=[], fixed_pcts=[], fixed_duration=0, stream_samples=0, stream_rounds=0,
+        fixed_rate=[], fixed_pcts=[], fixed_duration=0, fixed_rounds=0, stream_samples=0,
+        stream_rounds=0,
         workers=None, costs=None, ws=WS_FULL,
     ),
 }
@@ -102,6 +106,8 @@ def plan(args):
     for k in ("rounds", "duration", "warmup"):
         if getattr(args, k) is not None:
             prof[k] = getattr(args, k)
+    if args.rounds and prof["fixed_rounds"]:
+        prof["fixed_rounds"] = args.rounds
     servers = args.servers.split(",") if args.servers else prof["servers"]
     rows = prof["rows"]
     if args.workloads:
@@ -296,19 +302,22 @@ def run(args):
     fixed = []
     if prof["fixed_rate"] and tools.get("h2load") and not args.no_fixed:
         log("fixed-rate latency (h2load)")
-        for wl, conns in prof["fixed_rate"]:
-            for s in shuffled(live, wl):
-                a = agg.get((wl, conns, s))
-                if not a or not a["rps"]:
-                    continue
-                rates = [(p, a["rps"] * p / 100) for p in prof["fixed_pcts"]]
-                rs = measure_fixed(s, wl, conns, rates, prof["fixed_duration"], outdir,
-                                   f"fixed-{wl}-c{conns}-{s}")
-                for r in rs:
-                    log(f"  {wl} {s} {r.get('pct')}%: " + (
-                        f"p99 {r['p99_ms']:.2f} ms at {r['achieved_rps']:,.0f}/{r['offered_rps']:,.0f} req/s"
-                        if r["ok"] else f"FAILED {r['error'][:200]}"))
-                fixed.extend(rs)
+        for rnd in range(prof["fixed_rounds"]):
+            for wl, conns in prof["fixed_rate"]:
+                for s in shuffled(live, wl):
+                    a = agg.get((wl, conns, s))
+                    if not a or not a["rps"]:
+                        continue
+                    rates = [(p, a["rps"] * p / 100) for p in prof["fixed_pcts"]]
+                    rs = measure_fixed(s, wl, conns, rates, prof["fixed_duration"], outdir,
+                                       f"fixed-r{rnd}-{wl}-c{conns}-{s}")
+                    for r in rs:
+                        r["round"] = rnd
+                        log(f"  r{rnd} {wl} {s} {r.get('pct')}%: " + (
+                            f"p99 {r['p99_ms']:.2f} ms at {r['achieved_rps']:,.0f}/"
+                            f"{r['offered_rps']:,.0f} req/s"
+                            if r["ok"] else f"FAILED {r['error'][:200]}"))
+                    fixed.extend(rs)
 
     streams = []
     if prof["stream_samples"] and not args.no_stream:

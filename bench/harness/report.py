@@ -74,6 +74,52 @@ def aggregate(runs, rounds):
     return out
 
 
+# The fixed-rate rows' figures, each the median over a row's rounds that succeeded.
+FIXED_FIGURES = ("offered_rps", "achieved_rps", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms",
+                 "cpu_us_per_req")
+
+
+def aggregate_fixed(fixed):
+    """The fixed-rate runs, one row per (workload, conns, load, server) in the shape of one run
+    (measure.measure_fixed()), each figure the median over its rounds that succeeded, with
+    `rounds`, `rounds_ok`, `p99_min` and `p99_max`; `ok` when any round succeeded, `error` the
+    first round's error. A run with no `round` key (older results) is a row of one round."""
+    by = {}
+    for r in fixed:
+        by.setdefault((r["workload"], r["conns"], r.get("pct"), r["server"]), []).append(r)
+    out = []
+    for (w, c, pct, s), rs in by.items():
+        ok = [r for r in rs if r["ok"]]
+        row = {"server": s, "workload": w, "conns": c, "pct": pct, "ok": bool(ok),
+               "error": next((r["error"] for r in rs if r.get("error")), None),
+               "rounds": len(rs), "rounds_ok": len(ok)}
+        if ok:
+            row.update({k: median([r[k] for r in ok if r.get(k) is not None]) for k in FIXED_FIGURES})
+            row["p99_min"] = min(r["p99_ms"] for r in ok)
+            row["p99_max"] = max(r["p99_ms"] for r in ok)
+        out.append(row)
+    return out
+
+
+def fixed_verdicts(fixed_agg, base="skirr"):
+    """Per (workload, conns, load): `base`'s median p99 against every ASGI peer's (the limits
+    left out), as (workload, conns, load, base's p99 ms or None, [(peer, p99 ms) lower than
+    base's, lowest first])."""
+    out = []
+    for w, c, pct in sorted({(r["workload"], r["conns"], r["pct"]) for r in fixed_agg if r["ok"]}):
+        rows = {r["server"]: r for r in fixed_agg
+                if r["ok"] and (r["workload"], r["conns"], r["pct"]) == (w, c, pct)
+                and SERVERS[r["server"]].kind != "limit"}
+        mine = rows.pop(base, None)
+        if mine is None:
+            out.append((w, c, pct, None, []))
+            continue
+        lower = sorted(((s, r["p99_ms"]) for s, r in rows.items() if r["p99_ms"] < mine["p99_ms"]),
+                       key=lambda sr: sr[1])
+        out.append((w, c, pct, mine["p99_ms"], lower))
+    return out
+
+
 def compare(runs, base="skirr"):
     """Per row and peer: ratios to `base` within each round, and whether every round agrees."""
     by = {}
@@ -129,7 +175,8 @@ def write_report(result, outdir, summary=None, charts_python=None):
     agg = aggregate(runs, result["meta"]["config"]["rounds"])
     cmp = compare(runs)
     status = result["meta"]["not_measured"]
-    drawn = charts.draw(charts.chart_specs(result, agg), outdir, charts_python)
+    fixed_agg = aggregate_fixed(result.get("fixed_rate") or [])
+    drawn = charts.draw(charts.chart_specs(result, agg, fixed_agg), outdir, charts_python)
     report = render_report(result, agg, cmp, status, charts.markdown(drawn))
     (Path(outdir) / "report.md").write_text(report)
     if summary:
@@ -372,6 +419,38 @@ def render_parts(L, result):
         render_ws(L, result.get("ws") or [], result.get("ws_not_measured") or {})
 
 
+def render_fixed(L, fixed_agg):
+    """The fixed-rate table (medians over rounds, p99's range) and the p99 verdict of each load."""
+    rounds = max(r["rounds"] for r in fixed_agg)
+    L.append("\n## Fixed-rate latency (h2load --rps, HTTP/1.1)\n")
+    L.append("Offered rate = the given share of the server's own median req/s above. Each figure "
+             f"is the median over {rounds} round{'s' if rounds != 1 else ''} (a fresh server per "
+             "round, servers in a fresh random order), p99's min–max beside it.\n")
+    L.append("| workload | conns | server | load | rounds ok | offered | achieved | p50 ms "
+             "| p99 ms | p99 min–max | p99.9 ms | max ms | CPU µs/req |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(fixed_agg, key=lambda r: (r["workload"], r["pct"] or 0, r["server"])):
+        head = f"| {r['workload']} | {r['conns']} | {r['server']} | {r['pct']}% | " \
+               f"{r['rounds_ok']}/{r['rounds']} | "
+        if r["ok"]:
+            L.append(head + f"{r['offered_rps']:,.0f} | {r['achieved_rps']:,.0f} | "
+                     f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['p99_min']:.2f}–{r['p99_max']:.2f} "
+                     f"| {r['p999_ms']:.2f} | {r['max_ms']:.2f} | {r['cpu_us_per_req']:.1f} |")
+        else:
+            L.append(head + f"FAILED: {r['error'][:200]} | | | | | | | |")
+    verdicts = fixed_verdicts(fixed_agg)
+    if verdicts:
+        L.append("\np99 against the ASGI peers (medians over rounds; the limits left out):\n")
+        for w, c, pct, mine, lower in verdicts:
+            if mine is None:
+                L.append(f"- {w} c{c} at {pct}%: skirr not measured")
+            elif lower:
+                L.append(f"- {w} c{c} at {pct}%: skirr {mine:.2f} ms, above "
+                         + ", ".join(f"{s} ({v:.2f} ms)" for s, v in lower))
+            else:
+                L.append(f"- {w} c{c} at {pct}%: skirr {mine:.2f} ms, no peer lower")
+
+
 def render_report(result, agg, cmp, status, chart_lines=()):
     """The markdown report; `chart_lines`: its charts section (charts.markdown()), after the
     header and before the tables."""
@@ -450,20 +529,7 @@ def render_report(result, agg, cmp, status, chart_lines=()):
     render_parts(L, result)
 
     if result["fixed_rate"]:
-        L.append("\n## Fixed-rate latency (h2load --rps, HTTP/1.1)\n")
-        L.append("Offered rate = the given share of the server's own median req/s above.\n")
-        L.append("| workload | conns | server | load | offered | achieved | p50 ms | p99 ms | p99.9 ms "
-                 "| max ms | CPU µs/req |")
-        L.append("|---|---|---|---|---|---|---|---|---|---|---|")
-        for r in sorted(result["fixed_rate"], key=lambda r: (r["workload"], r["pct"] or 0, r["server"])):
-            if r["ok"]:
-                L.append(f"| {r['workload']} | {r['conns']} | {r['server']} | {r['pct']}% | "
-                         f"{r['offered_rps']:,.0f} | {r['achieved_rps']:,.0f} | {r['p50_ms']:.2f} | "
-                         f"{r['p99_ms']:.2f} | {r['p999_ms']:.2f} | {r['max_ms']:.2f} | "
-                         f"{r['cpu_us_per_req']:.1f} |")
-            else:
-                L.append(f"| {r['workload']} | {r['conns']} | {r['server']} | {r['pct']}% | FAILED: "
-                         f"{r['error'][:200]} | | | | | | |")
+        render_fixed(L, aggregate_fixed(result["fixed_rate"]))
 
     if result["streaming"]:
         L.append("\n## Streaming (app waits 50 ms after the first chunk; sequential samples on one "
