@@ -159,9 +159,12 @@ def test_uds_file_removed_when_app_fails_to_load(tmp_path, loop):
          "argument --backlog: invalid integer: '3000000000' (not in 1..65535)"),
         (["basic:app", "--backlog", "0"],
          "argument --backlog: invalid integer: '0' (not in 1..65535)"),
+        (["basic:app", "--write-batch-delay", "-0.001"],
+         "argument --write-batch-delay: invalid number of seconds: '-0.001'"),
     ],
     ids=["unknown-option", "port-not-a-number", "port-out-of-range", "negative-timeout",
-         "body-limit-not-a-number", "no-app", "backlog-too-large", "backlog-zero"],
+         "body-limit-not-a-number", "no-app", "backlog-too-large", "backlog-zero",
+         "negative-batch-delay"],
 )
 def test_usage_error_is_one_line_status_2(tmp_path, loop, args, line):
     status, stderr = _error_case(tmp_path, loop, args)

@@ -292,7 +292,9 @@ def test_responses_of_one_iteration_leave_together(serve):
         if path == "/c":
             seen.put([_readable(clients[p].sock) for p in ("/a", "/b")])
 
-    with serve(_blocking_app(clients, extra), **_PLAIN) as srv:
+    # The batch's time bound (write_batch_delay, 1 ms by default) out of the way: a thread
+    # switch between two steps must not send the batch early here.
+    with serve(_blocking_app(clients, extra), write_batch_delay=5.0, **_PLAIN) as srv:
         for p in ("/block", "/a", "/b", "/c"):
             clients[p] = srv.connect()
             assert clients[p].request(http_request("GET", "/warm")).status == 200
@@ -300,6 +302,37 @@ def test_responses_of_one_iteration_leave_together(serve):
         assert [clients[p].response().raw for p in ("/a", "/b", "/c")] == [
             _exact(p) for p in ("/a", "/b", "/c")]
         assert seen.wait(1) == [[False, False]]
+
+
+@pytest.mark.rule("skirr-connections-one-batch")
+@pytest.mark.parametrize("delay, busy, sent", [(0.02, 0.1, True), (0.0, 0.0, True),
+                                               (5.0, 0.1, False)],
+                         ids=["bound-reached", "zero-no-batch", "bound-not-reached"])
+def test_batch_leaves_when_its_first_response_waited_write_batch_delay(serve, delay, busy, sent):
+    """/a, /busy and /c start in one reactor callback; /a answers at once, /busy holds the loop
+    `busy` seconds before answering, /c looks at /a's and /busy's client sockets. When /busy's
+    response is queued, /a's has waited `busy` seconds: with write_batch_delay below that (or 0,
+    no batch at all) both have left before /c's step; above it, both still wait for /c's."""
+    import time
+
+    clients: dict = {}
+    seen = Recorder()
+
+    async def extra(path):
+        if path == "/busy":
+            time.sleep(busy)  # a synchronous step: the loop runs nothing else meanwhile
+        elif path == "/c":
+            seen.put([_readable(clients[p].sock) for p in ("/a", "/busy")])
+
+    with serve(_blocking_app(clients, extra), write_batch_delay=delay, **_PLAIN) as srv:
+        for p in ("/block", "/a", "/busy", "/c"):
+            clients[p] = srv.connect()
+            assert clients[p].request(http_request("GET", "/warm")).status == 200
+        _while_the_loop_is_blocked(srv, clients, ["/a", "/busy", "/c"])
+        # Nothing read before /c has looked: a response read here would not be readable there.
+        assert seen.wait(1) == [[sent, sent]]
+        assert [clients[p].response().raw for p in ("/a", "/busy", "/c")] == [
+            _exact(p) for p in ("/a", "/busy", "/c")]
 
 
 @pytest.mark.rule("skirr-connections-one-batch")

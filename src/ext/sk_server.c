@@ -25,7 +25,7 @@ typedef struct {
 static PyObject *
 server_on_ready(PyObject *op, PyObject *Py_UNUSED(arg))
 {
-    /* New reference to None. loop.add_reader callback: the reactor handles at most 16 ready
+    /* New reference to None. loop.add_reader callback: the reactor handles at most 64 ready
      * descriptors (level-triggered: the rest are reported on the next wake-up). */
     ServerObject *s = (ServerObject *)op;
     if (s->reactor != NULL && !s->closed) {
@@ -320,6 +320,7 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                              "ws_ping_interval",
                              "ws_ping_timeout",
                              "ws_per_message_deflate",
+                             "write_batch_delay",
                              NULL};
     PyObject *app, *loop, *unix_path = Py_None, *root_path = NULL, *state = Py_None;
     PyObject *logger = Py_None;
@@ -329,6 +330,7 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     unsigned long long ws_max_size = 16 * 1024 * 1024;
     Py_ssize_t ws_max_queue = 32;
     double ws_ping_interval = 20.0, ws_ping_timeout = 20.0;
+    double batch_delay = 0.001;
     int listen_fd;
     double keep_alive = 5.0, head_timeout = 10.0, write_timeout = 30.0, body_timeout = 60.0;
     Py_ssize_t limit_concurrency = 0, limit_connections = 0;
@@ -336,17 +338,19 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
     ServerObject *s = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OOi|$OUOdKnnnOddnndOOpUpSSOppKnddp", kwlist, &app, &loop, &listen_fd,
+            args, kwds, "OOi|$OUOdKnnnOddnndOOpUpSSOppKnddpd", kwlist, &app, &loop, &listen_fd,
             &unix_path, &root_path, &state, &keep_alive, &max_body, &max_line, &max_fields,
             &max_section, &logger, &head_timeout, &write_timeout, &limit_concurrency,
             &limit_connections, &body_timeout, &access_log, &access_flush, &proxy_headers,
             &allow_ips, &date_header, &server_header, &extra_headers, &trace, &metrics, &ws,
-            &ws_max_size, &ws_max_queue, &ws_ping_interval, &ws_ping_timeout, &ws_pmd)) {
+            &ws_max_size, &ws_max_queue, &ws_ping_interval, &ws_ping_timeout, &ws_pmd,
+            &batch_delay)) {
         return NULL;
     }
     if (max_line <= 0 || max_fields <= 0 || max_section <= 0 || keep_alive < 0 ||
         head_timeout <= 0 || write_timeout <= 0 || body_timeout < 0 || limit_concurrency < 0 ||
-        limit_connections < 0 || ws_max_queue <= 0 || ws_ping_interval < 0 || ws_ping_timeout < 0) {
+        limit_connections < 0 || ws_max_queue <= 0 || ws_ping_interval < 0 || ws_ping_timeout < 0 ||
+        !(batch_delay >= 0)) {
         PyErr_SetString(PyExc_ValueError, "limits and timeouts must be positive");
         return NULL;
     }
@@ -445,6 +449,7 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         .owner = h,
         .listen_fd = listen_fd,
         .write_timeout = write_timeout,
+        .batch_delay = batch_delay,
         .limit_connections = limit_connections,
         .logger = h->logger,
     };

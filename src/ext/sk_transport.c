@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #define READ_SIZE (64 * 1024)        /* one recv() into the reactor's shared read buffer */
-#define MAX_EVENTS 16                /* ready descriptors handled per reactor callback */
+#define MAX_EVENTS 64                /* ready descriptors handled per reactor callback */
 #define MAX_ACCEPTS 16               /* accept4() calls per listening-socket readiness */
 #define INPUT_HIGH_WATER (64 * 1024) /* stop reading while this much input is unconsumed */
 #define PAUSE_LOG_INTERVAL 5.0       /* seconds between two "accepting paused" warnings */
@@ -96,6 +96,7 @@ struct sk_reactor {
     /* Transports whose output waits for the end of the batch (sk_transport_write_later, or a
      * data_received() call that returned inside on_ready/run_pending), in the order queued. */
     sk_transport_t *flush_head, *flush_tail;
+    double batch_since;        /* monotonic seconds: the flush list's first transport went on it */
     sk_transport_t *reap_head;
     char readbuf[READ_SIZE];
 };
@@ -564,6 +565,22 @@ flush_batch(sk_reactor_t *r)
     r->flushing = 0;
 }
 
+/* Puts a transport's output in the batch (the flush list); sends the batch at once when its
+ * first response has waited cfg.batch_delay seconds (0: at once, no batch). */
+static void
+batch_add(sk_transport_t *t)
+{
+    sk_reactor_t *r = t->reactor;
+    double now = monotonic();
+    if (r->flush_head == NULL) {
+        r->batch_since = now;
+    }
+    flush_link(t);
+    if (now - r->batch_since >= r->cfg.batch_delay) {
+        flush_batch(r);
+    }
+}
+
 /* ---- dispatching input to the handler ------------------------------------------------------- */
 
 /* Offers data to the handler (switching handlers as often as it asks) and sends what the calls
@@ -589,7 +606,7 @@ dispatch(sk_transport_t *t, const char *data, size_t len)
     t->dispatching = 0;
     if ((t->state == TP_OPEN || t->state == TP_CLOSING) && !t->held && pending_out(t) > 0) {
         if (t->state == TP_OPEN && t->reactor->batching) {
-            flush_link(t); /* with the other connections' output, when the callback ends */
+            batch_add(t); /* with the other connections' output, when the callback ends */
         }
         else {
             (void)tp_flush(t);
@@ -731,8 +748,8 @@ sk_transport_write_later(sk_transport_t *t)
         return sk_transport_write(t); /* gone, closing, or sent when data_received() returns */
     }
     t->held = 0;
-    flush_link(t);
-    if (!t->reactor->batching) {
+    batch_add(t);
+    if (t->reactor->flush_head != NULL && !t->reactor->batching) {
         schedule_pending(t->reactor); /* the latest the batch can end: the next iteration */
     }
     return 0;

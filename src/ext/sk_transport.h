@@ -108,6 +108,9 @@ typedef struct {
     void *owner;                 /* passed to open */
     int listen_fd;               /* listening socket (not owned: the caller closes it) */
     double write_timeout;        /* seconds without write progress before closing */
+    double batch_delay;          /* seconds a response queued with sk_transport_write_later (or
+                                  * written inside a reactor callback) may wait for the rest of its
+                                  * batch; 0 = written at once */
     Py_ssize_t limit_connections; /* open connections before accepting pauses; 0 = unlimited */
     PyObject *logger; /* logging.Logger (or None): accepting paused (a warning, at most once per
                        * PAUSE_LOG_INTERVAL seconds) and resumed (info) */
@@ -178,7 +181,8 @@ int sk_transport_write(sk_transport_t *t);
  * iteration completes leave back to back and a peer asleep in its poll is woken once for them
  * all. The batch ends at the first of: the end of the reactor callback on the stack
  * (sk_reactor_on_ready, sk_reactor_run_pending), sk_reactor_flush, sk_reactor_shutdown, any
- * sk_transport_write, and the next loop iteration (run_pending is queued for it). Ends any hold. 0, or -1 when the peer
+ * sk_transport_write, the first output queued cfg.batch_delay seconds or more after the batch's
+ * first, and the next loop iteration (run_pending is queued for it). Ends any hold. 0, or -1 when the peer
  * is already gone (a peer lost at the batch's write is reported through closed() as usual). */
 int sk_transport_write_later(sk_transport_t *t);
 /* Ends the batch: writes every transport's output queued by sk_transport_write_later, unless a

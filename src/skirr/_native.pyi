@@ -64,6 +64,10 @@ class Server:
         ws_ping_interval: seconds between keepalive pings; 0 = none.
         ws_ping_timeout: seconds a ping waits for its pong (then close 1011); 0 = forever.
         ws_per_message_deflate: accept a client's permessage-deflate offer (RFC 7692).
+        write_batch_delay: seconds (>= 0) a complete keep-alive response may wait to leave with
+            the other connections' responses of its loop iteration (one batch of writes); the
+            batch leaves once its first response has waited this long, and always within one
+            loop iteration. 0 = every response is written at once.
 
     Raises:
         OSError: epoll/timerfd could not be created.
@@ -103,6 +107,7 @@ class Server:
         ws_ping_interval: float = 20.0,
         ws_ping_timeout: float = 20.0,
         ws_per_message_deflate: bool = True,
+        write_batch_delay: float = 0.001,
     ) -> None: ...
     def metrics(self) -> dict[str, Any] | None:
         """The counters (None when made without ``metrics``): ``requests`` {(method, "2xx"): n},

@@ -45,6 +45,10 @@ DEFAULT_TIMEOUT_REQUEST_HEAD = 10.0
 # Seconds unsent response bytes may make no progress (the peer accepts nothing) before the
 # connection is closed and every waiting send() raises ClientDisconnected.
 DEFAULT_TIMEOUT_WRITE = 30.0
+# Seconds a complete response may wait for the other connections' responses of its loop
+# iteration: a batch of FastAPI responses is then about 10 (0.1 ms each), of tiny ones the whole
+# iteration, and p50 at a fixed rate does not rise (bench/LEVERS.md, "The batch's bound").
+DEFAULT_WRITE_BATCH_DELAY = 0.001
 # nginx's client_body_timeout: a request body that stops arriving for this long is given up.
 DEFAULT_TIMEOUT_REQUEST_BODY = 60.0
 # Every timeout is checked by one native timer that ticks once a second: a timeout of T seconds
@@ -181,6 +185,11 @@ class Config:
             ``[".*", ".py[cod]", ".sw.*", "~*"]``).
         health_check_path: a path (``/healthz``) answered by skirr itself for any method (the
             query string ignored; only that exact path), never by the application: 200 ``OK`` while serving, 503 ``draining`` once shutting down.
+        write_batch_delay: seconds (default 0.001) a complete keep-alive response may wait to
+            leave together with the responses other connections complete in the same loop
+            iteration, so a client asleep in its poll is woken once for them all (less CPU per
+            request under load); the batch leaves once its first response has waited this long,
+            and always within one loop iteration. 0 = every response is written at once.
         drain_delay: seconds, after SIGTERM, during which skirr keeps accepting and serving while
             ``health_check_path`` answers 503 (so a load balancer stops routing first); then the
             graceful shutdown (default 0).
@@ -269,6 +278,7 @@ class Config:
     )
     health_check_path: str | None = None
     drain_delay: float = 0.0
+    write_batch_delay: float = DEFAULT_WRITE_BATCH_DELAY
     access_log: bool = True
     access_log_format: str | None = None
     proxy_headers: bool = True
@@ -324,6 +334,7 @@ class Config:
         _check_number("timeout_request_head", self.timeout_request_head, integer=False,
                       positive=True)
         _check_number("timeout_write", self.timeout_write, integer=False, positive=True)
+        _check_number("write_batch_delay", self.write_batch_delay, integer=False)
         _check_number("timeout_request_body", self.timeout_request_body, integer=False)
         _check_number("limit_request_body", self.limit_request_body, integer=True)
         for name in ("limit_concurrency", "limit_connections", "limit_max_requests"):

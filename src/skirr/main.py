@@ -27,6 +27,7 @@ from .config import (
     DEFAULT_TIMEOUT_REQUEST_HEAD,
     DEFAULT_TIMEOUT_REQUEST_BODY,
     DEFAULT_TIMEOUT_WRITE,
+    DEFAULT_WRITE_BATCH_DELAY,
     LIFESPANS,
     LOG_LEVELS,
     LOOPS,
@@ -217,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     add("--timeout-write", type=_positive_seconds, default=DEFAULT_TIMEOUT_WRITE,
         metavar="SECONDS", help="close a connection whose peer accepts no response bytes for "
         "this long; a waiting send() raises ClientDisconnected (default: %(default)g)")
+    add("--write-batch-delay", type=_seconds, default=DEFAULT_WRITE_BATCH_DELAY,
+        metavar="SECONDS", help="a complete keep-alive response may wait this long to leave "
+        "with the other connections' responses of the same loop iteration (one wake-up of a "
+        "client for them all); 0 = write every response at once (default: %(default)g)")
     add("--backlog", type=_int_at_least(1, MAX_BACKLOG), default=2048, metavar="N",
         help=f"listen() backlog, 1..{MAX_BACKLOG}; the kernel may cap it lower "
         "(net.core.somaxconn) (default: %(default)s)")
@@ -446,6 +451,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             reload_excludes=excludes,
             health_check_path=args.health_check_path,
             drain_delay=args.drain_delay,
+            write_batch_delay=args.write_batch_delay,
             loop=args.loop,
             lifespan=args.lifespan,
             root_path=args.root_path,

@@ -314,6 +314,7 @@ class Server:
             ws_ping_interval=float(config.ws_ping_interval),
             ws_ping_timeout=float(config.ws_ping_timeout),
             ws_per_message_deflate=bool(config.ws_per_message_deflate),
+            write_batch_delay=float(config.write_batch_delay),
         )
 
     async def _watch_max_requests(self, natives: list[Any], limit: int) -> None:
