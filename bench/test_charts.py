@@ -264,8 +264,9 @@ def test_fixed_rate_rounds_are_medians_with_the_p99_verdict():
     assert (agg["skirr"]["p99_min"], agg["skirr"]["p99_max"]) == (1.6, 4.0)
     assert (agg["uvicorn-httptools"]["rounds_ok"], agg["uvicorn-httptools"]["p99_ms"]) == (2, 1.5)
     assert agg["uvicorn-httptools"]["error"].startswith("RuntimeError: h2load: 12 failed")
-    assert report.fixed_verdicts(list(agg.values())) == [
-        ("raw_get", 64, 50, 2.0, [("uvicorn-httptools", 1.5)])]
+    [(w, c, pct, mine, lower)] = report.fixed_verdicts(list(agg.values()))
+    assert (w, c, pct, mine["server"], [r["server"] for r in lower]) == (
+        "raw_get", 64, 50, "skirr", ["uvicorn-httptools"])
 
     lat, why = charts.latency_chart(list(agg.values()))
     assert why is None
@@ -282,10 +283,68 @@ def test_fixed_rate_rounds_are_medians_with_the_p99_verdict():
         "| 12.0 |",
         "| raw_get | 64 | uvicorn-httptools | 50% | 2/3 | 5,000 | 4,999 | 0.38 | 1.50 | 1.20–1.80 "
         "| 2.25 | 3.38 | 12.0 |",
-        "\np99 against the ASGI peers (medians over rounds; the limits left out):\n",
-        "- raw_get c64 at 50%: skirr 2.00 ms, above uvicorn-httptools (1.50 ms)"]
+        "\np99 against the ASGI peers (medians over the rounds that succeeded; the limits left "
+        "out):\n",
+        "- raw_get c64 at 50%: skirr 2.00 ms, above uvicorn-httptools (1.50 ms, 2/3 rounds)"]
     assert "the median over 3 rounds" in L[1]
     # Faster than every peer: said so.
     L = []
     report.render_fixed(L, [agg["skirr"], dict(agg["uvicorn-httptools"], p99_ms=2.5)])
     assert L[-1] == "- raw_get c64 at 50%: skirr 2.00 ms, no peer lower"
+
+
+def _did_not_start(server, wl, conns, rnd):
+    """A round in which the server did not start, as measure.measure_fixed() writes it."""
+    return {"server": server, "workload": wl, "conns": conns, "pct": None, "ok": False,
+            "error": "RuntimeError: did not answer within 10 s", "round": rnd}
+
+
+def _skirr_missing_round_2():
+    """skirr started in rounds 0 and 1, not in round 2; uvicorn in all three; at 50% load."""
+    fixed = []
+    for rnd in range(3):
+        fixed.append(_did_not_start("skirr", "raw_get", 64, rnd) if rnd == 2
+                     else dict(fixed_row("skirr", "raw_get", 64, 50, 0.4), round=rnd))
+        fixed.append(dict(fixed_row("uvicorn-httptools", "raw_get", 64, 50, 0.3), round=rnd))
+    return fixed
+
+
+def test_fixed_rate_round_where_the_server_did_not_start_counts_as_a_failed_round():
+    # Found by a review: the did-not-start round was a row of its own ("None%", 0/1) and the
+    # load's row said 2/2.
+    L = []
+    report.render_fixed(L, report.aggregate_fixed(_skirr_missing_round_2()))
+    rows = [line for line in L if line.startswith("| raw_get ")]
+    assert [line.split(" | ")[2:5] for line in rows] == [["skirr", "50%", "2/3"],
+                                                         ["uvicorn-httptools", "50%", "3/3"]]
+    assert L[-1] == ("- raw_get c64 at 50%: skirr 1.60 ms, 2/3 rounds, above uvicorn-httptools "
+                     "(1.20 ms)")
+    # The chart draws skirr (the median of its two rounds) and does not call it not shown.
+    lat, why = charts.latency_chart(report.aggregate_fixed(_skirr_missing_round_2()))
+    assert why is None
+    assert [s["label"] for s in lat["rows"][0][0]["series"]] == ["skirr", "uvicorn-httptools"]
+    assert "Failed" not in lat["footnote"]
+    # A server that never started keeps its one "did not start" row and footnote.
+    never = [_did_not_start("uvicorn-h11", "raw_get", 64, rnd) for rnd in range(3)]
+    agg = report.aggregate_fixed(_skirr_missing_round_2() + never)
+    assert [(r["pct"], r["rounds"]) for r in agg if r["server"] == "uvicorn-h11"] == [(None, 3)]
+    lat, why = charts.latency_chart(agg)
+    assert lat["footnote"].replace("\n", " ").endswith(
+        "Failed, not shown: uvicorn-h11 raw_get c64 (did not start).")
+
+
+def test_fixed_rate_verdict_says_skirr_failed_rather_than_not_measured():
+    # Found by a review: skirr ran every round and h2load saw failed requests in each; the
+    # verdict said "skirr not measured".
+    fixed = []
+    for rnd in range(3):
+        fixed.append(dict(fixed_row("skirr", "raw_get", 64, 50, 0.4, ok=False), round=rnd))
+        fixed.append(dict(fixed_row("uvicorn-httptools", "raw_get", 64, 50, 0.3), round=rnd))
+    L = []
+    report.render_fixed(L, report.aggregate_fixed(fixed))
+    assert L[-1] == ("- raw_get c64 at 50%: skirr failed in every round (3): RuntimeError: h2load: "
+                     "12 failed/errored/timeout/non-2xx requests")
+    # Not measured at all: said so.
+    L = []
+    report.render_fixed(L, report.aggregate_fixed(fixed[1::2]))
+    assert L[-1] == "- raw_get c64 at 50%: skirr not measured"

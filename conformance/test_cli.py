@@ -311,3 +311,28 @@ def test_second_signal_forced_exit_is_quiet_with_fastapi(tmp_path, signum, loop)
         assert len(warnings) == 1 and "Forced exit" in warnings[0], err
         assert "ERROR" not in err and "Traceback" not in err, err
         assert "Application shutdown complete" not in err, err
+
+
+@pytest.mark.rule("skirr-config-numbers")
+@pytest.mark.parametrize("name, value, message", [
+    ("write_batch_delay", 10**400, "write_batch_delay must be a finite number >= 0; got 1000"),
+    ("write_batch_delay", float("inf"), "write_batch_delay must be a finite number >= 0; got inf"),
+    ("write_batch_delay", -0.001, "write_batch_delay must be a finite number >= 0; got -0.001"),
+    ("write_batch_delay", True, "write_batch_delay must be a finite number >= 0; got True"),
+    ("write_batch_delay", "0.1", "write_batch_delay must be a finite number >= 0; got '0.1'"),
+    ("timeout_write", 10**400, "timeout_write must be a finite number > 0; got 1000"),
+    ("timeout_keep_alive", float("nan"), "timeout_keep_alive must be a finite number >= 0; got nan"),
+    ("limit_request_body", 2**63, "limit_request_body must be an integer below 2**63 >= 0; got 92"),
+    ("limit_request_body", 1.5, "limit_request_body must be an integer below 2**63 >= 0; got 1.5"),
+], ids=["delay-overflow", "delay-inf", "delay-negative", "delay-bool", "delay-str",
+        "timeout-overflow", "keep-alive-nan", "body-2**63", "body-float"])
+def test_config_refuses_numbers_it_cannot_carry(loop, name, value, message):
+    import skirr
+    from skirr.config import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        skirr.Config("basic:app", **{name: value})
+    assert str(info.value).startswith(message)
+    # The largest values that fit are taken.
+    assert skirr.Config("basic:app", limit_request_body=2**63 - 1).limit_request_body == 2**63 - 1
+    assert skirr.Config("basic:app", write_batch_delay=1e300).write_batch_delay == 1e300

@@ -484,3 +484,32 @@ def test_batched_response_at_shutdown_keeps_the_shutdown_grace(serve):
         t_close = time.monotonic() - t0
         assert z.response().body == b"/late"
         assert t_close < 2.6, t_close
+
+
+@pytest.mark.rule("skirr-connections-one-batch")
+def test_batch_bound_checked_when_a_step_ends_without_answering(serve):
+    """/a answers at once; /busy holds the loop 0.1 s in its first step and then awaits (it
+    answers 0.2 s later), queueing nothing; /c, started in the same callback, looks at /a's
+    socket. /a's response has then waited at least 0.1 s, five times write_batch_delay (0.02):
+    /busy's step end sent the batch, so it is there (found by a fresh review: the bound was
+    looked at only when a response was queued, and /a's waited for /c's step)."""
+    import time
+
+    clients: dict = {}
+    seen = Recorder()
+
+    async def extra(path):
+        if path == "/busy":
+            time.sleep(0.1)  # a synchronous step that queues no response
+            await asyncio.sleep(0.2)
+        elif path == "/c":
+            seen.put(_readable(clients["/a"].sock))
+
+    with serve(_blocking_app(clients, extra), write_batch_delay=0.02, **_PLAIN) as srv:
+        for p in ("/block", "/a", "/busy", "/c"):
+            clients[p] = srv.connect()
+            assert clients[p].request(http_request("GET", "/warm")).status == 200
+        _while_the_loop_is_blocked(srv, clients, ["/a", "/busy", "/c"])
+        assert seen.wait(1) == [True]  # read nothing before /c has looked
+        assert [clients[p].response().raw for p in ("/a", "/busy", "/c")] == [
+            _exact(p) for p in ("/a", "/busy", "/c")]

@@ -83,10 +83,19 @@ def aggregate_fixed(fixed):
     """The fixed-rate runs, one row per (workload, conns, load, server) in the shape of one run
     (measure.measure_fixed()), each figure the median over its rounds that succeeded, with
     `rounds`, `rounds_ok`, `p99_min` and `p99_max`; `ok` when any round succeeded, `error` the
-    first round's error. A run with no `round` key (older results) is a row of one round."""
+    first round's error. A round in which the server did not start (a run with no load) is a
+    failed round of each load the server was measured at in other rounds; a server that never
+    started keeps one row with no load. A run with no `round` key (older results) is a row of
+    one round."""
+    loads = {}  # (workload, conns, server) -> the loads it has runs at
+    for r in fixed:
+        if r.get("pct") is not None:
+            loads.setdefault((r["workload"], r["conns"], r["server"]), set()).add(r["pct"])
     by = {}
     for r in fixed:
-        by.setdefault((r["workload"], r["conns"], r.get("pct"), r["server"]), []).append(r)
+        key = (r["workload"], r["conns"], r["server"])
+        for pct in ([r["pct"]] if r.get("pct") is not None else sorted(loads.get(key, [None]))):
+            by.setdefault((r["workload"], r["conns"], pct, r["server"]), []).append(r)
     out = []
     for (w, c, pct, s), rs in by.items():
         ok = [r for r in rs if r["ok"]]
@@ -102,21 +111,20 @@ def aggregate_fixed(fixed):
 
 
 def fixed_verdicts(fixed_agg, base="skirr"):
-    """Per (workload, conns, load): `base`'s median p99 against every ASGI peer's (the limits
-    left out), as (workload, conns, load, base's p99 ms or None, [(peer, p99 ms) lower than
-    base's, lowest first])."""
+    """Per (workload, conns, load) that any server was measured at: (workload, conns, load,
+    `base`'s row or None when it has none, [the ASGI peers' rows (the limits left out) whose
+    median p99 is below `base`'s, lowest first; none when `base` failed every round])."""
     out = []
-    for w, c, pct in sorted({(r["workload"], r["conns"], r["pct"]) for r in fixed_agg if r["ok"]}):
+    for w, c, pct in sorted({(r["workload"], r["conns"], r["pct"]) for r in fixed_agg
+                             if r["pct"] is not None}):
         rows = {r["server"]: r for r in fixed_agg
-                if r["ok"] and (r["workload"], r["conns"], r["pct"]) == (w, c, pct)
-                and SERVERS[r["server"]].kind != "limit"}
+                if (r["workload"], r["conns"], r["pct"]) == (w, c, pct)}
         mine = rows.pop(base, None)
-        if mine is None:
-            out.append((w, c, pct, None, []))
-            continue
-        lower = sorted(((s, r["p99_ms"]) for s, r in rows.items() if r["p99_ms"] < mine["p99_ms"]),
-                       key=lambda sr: sr[1])
-        out.append((w, c, pct, mine["p99_ms"], lower))
+        lower = []
+        if mine is not None and mine["ok"]:
+            lower = sorted((r for s, r in rows.items() if r["ok"] and not charts.limit(s)
+                            and r["p99_ms"] < mine["p99_ms"]), key=lambda r: r["p99_ms"])
+        out.append((w, c, pct, mine, lower))
     return out
 
 
@@ -440,15 +448,25 @@ def render_fixed(L, fixed_agg):
             L.append(head + f"FAILED: {r['error'][:200]} | | | | | | | |")
     verdicts = fixed_verdicts(fixed_agg)
     if verdicts:
-        L.append("\np99 against the ASGI peers (medians over rounds; the limits left out):\n")
+        L.append("\np99 against the ASGI peers (medians over the rounds that succeeded; the "
+                 "limits left out):\n")
+
+        def p99(r):
+            short = f", {r['rounds_ok']}/{r['rounds']} rounds" if r["rounds_ok"] < r["rounds"] else ""
+            return f"{r['p99_ms']:.2f} ms{short}"
+
         for w, c, pct, mine, lower in verdicts:
+            head = f"- {w} c{c} at {pct}%: skirr"
             if mine is None:
-                L.append(f"- {w} c{c} at {pct}%: skirr not measured")
+                L.append(f"{head} not measured")
+            elif not mine["ok"]:
+                L.append(f"{head} failed in every round ({mine['rounds']}): "
+                         f"{(mine['error'] or '')[:160]}")
             elif lower:
-                L.append(f"- {w} c{c} at {pct}%: skirr {mine:.2f} ms, above "
-                         + ", ".join(f"{s} ({v:.2f} ms)" for s, v in lower))
+                L.append(f"{head} {p99(mine)}, above "
+                         + ", ".join(f"{r['server']} ({p99(r)})" for r in lower))
             else:
-                L.append(f"- {w} c{c} at {pct}%: skirr {mine:.2f} ms, no peer lower")
+                L.append(f"{head} {p99(mine)}, no peer lower")
 
 
 def render_report(result, agg, cmp, status, chart_lines=()):

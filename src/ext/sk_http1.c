@@ -1691,6 +1691,9 @@ step_end(RequestObject *r)
         sk_reactor_flush(r->srv->reactor); /* the last request started has stepped: the batch
                                             * of responses waiting for it leaves */
     }
+    else {
+        sk_reactor_flush_due(r->srv->reactor); /* or its first has waited --write-batch-delay */
+    }
 }
 
 static PySendResult

@@ -756,6 +756,14 @@ sk_transport_write_later(sk_transport_t *t)
 }
 
 void
+sk_reactor_flush_due(sk_reactor_t *r)
+{
+    if (r->flush_head != NULL && monotonic() - r->batch_since >= r->cfg.batch_delay) {
+        flush_batch(r);
+    }
+}
+
+void
 sk_reactor_flush(sk_reactor_t *r)
 {
     if (r->flush_head != NULL && !r->batching) {

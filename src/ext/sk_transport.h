@@ -181,10 +181,15 @@ int sk_transport_write(sk_transport_t *t);
  * iteration completes leave back to back and a peer asleep in its poll is woken once for them
  * all. The batch ends at the first of: the end of the reactor callback on the stack
  * (sk_reactor_on_ready, sk_reactor_run_pending), sk_reactor_flush, sk_reactor_shutdown, any
- * sk_transport_write, the first output queued cfg.batch_delay seconds or more after the batch's
- * first, and the next loop iteration (run_pending is queued for it). Ends any hold. 0, or -1 when the peer
+ * sk_transport_write, sk_reactor_flush_due or a later sk_transport_write_later once the batch's
+ * first output has waited cfg.batch_delay seconds, and the next loop iteration (run_pending is
+ * queued for it). Ends any hold. 0, or -1 when the peer
  * is already gone (a peer lost at the batch's write is reported through closed() as usual). */
 int sk_transport_write_later(sk_transport_t *t);
+/* Ends the batch if its first output has waited cfg.batch_delay seconds or more (the bound
+ * checked wherever the server runs between two queued outputs, e.g. at each app step's end);
+ * otherwise nothing (one pointer test when nothing waits). */
+void sk_reactor_flush_due(sk_reactor_t *r);
 /* Ends the batch: writes every transport's output queued by sk_transport_write_later, unless a
  * reactor callback is on the stack (its end does). */
 void sk_reactor_flush(sk_reactor_t *r);

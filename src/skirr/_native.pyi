@@ -66,8 +66,8 @@ class Server:
         ws_per_message_deflate: accept a client's permessage-deflate offer (RFC 7692).
         write_batch_delay: seconds (>= 0) a complete keep-alive response may wait to leave with
             the other connections' responses of its loop iteration (one batch of writes); the
-            batch leaves once its first response has waited this long, and always within one
-            loop iteration. 0 = every response is written at once.
+            batch leaves at the next response queued or app step ending once its first response
+            has waited this long, and always within one loop iteration. 0 = no batch.
 
     Raises:
         OSError: epoll/timerfd could not be created.

@@ -47,7 +47,8 @@ DEFAULT_TIMEOUT_REQUEST_HEAD = 10.0
 DEFAULT_TIMEOUT_WRITE = 30.0
 # Seconds a complete response may wait for the other connections' responses of its loop
 # iteration: a batch of FastAPI responses is then about 10 (0.1 ms each), of tiny ones the whole
-# iteration, and p50 at a fixed rate does not rise (bench/LEVERS.md, "The batch's bound").
+# iteration; FastAPI's p50 at a fixed rate rises by up to 0.6 ms, p99 not (bench/LEVERS.md,
+# "Round 3").
 DEFAULT_WRITE_BATCH_DELAY = 0.001
 # nginx's client_body_timeout: a request body that stops arriving for this long is given up.
 DEFAULT_TIMEOUT_REQUEST_BODY = 60.0
@@ -106,6 +107,17 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
+def _fits(value: Any, integer: bool) -> bool:
+    """An integer setting fits the C side's 64-bit integers; a seconds setting is a finite
+    float (an int beyond a float's range would raise OverflowError when the server starts)."""
+    if integer:
+        return bool(value < 2**63)
+    try:
+        return float(value) != float("inf")
+    except OverflowError:
+        return False
+
+
 def _check_number(
     name: str, value: Any, *, integer: bool, minimum: float = 0, positive: bool = False
 ) -> None:
@@ -116,9 +128,9 @@ def _check_number(
         or value < minimum
         or (positive and not value > 0)
         or value != value  # NaN
-        or value == float("inf")
+        or not _fits(value, integer)
     ):
-        what = "an integer" if integer else "a number"
+        what = "an integer below 2**63" if integer else "a finite number"
         bound = "> 0" if positive else f">= {minimum:g}"
         raise ConfigError(f"{name} must be {what} {bound}; got {value!r}")
 
@@ -188,8 +200,12 @@ class Config:
         write_batch_delay: seconds (default 0.001) a complete keep-alive response may wait to
             leave together with the responses other connections complete in the same loop
             iteration, so a client asleep in its poll is woken once for them all (less CPU per
-            request under load); the batch leaves once its first response has waited this long,
-            and always within one loop iteration. 0 = every response is written at once.
+            request under load). The batch leaves when skirr next runs (a response queued, an
+            app step ending) after its first response has waited this long, and always within
+            one loop iteration; an app step that goes on working after it answered, without
+            awaiting, holds the batch until it awaits or returns. 0 = no batch: a response is
+            written when its ``send()`` completes it (on 3.12+, where a request's first step
+            runs inside the read, when that step first awaits or returns).
         drain_delay: seconds, after SIGTERM, during which skirr keeps accepting and serving while
             ``health_check_path`` answers 503 (so a load balancer stops routing first); then the
             graceful shutdown (default 0).

@@ -219,9 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS", help="close a connection whose peer accepts no response bytes for "
         "this long; a waiting send() raises ClientDisconnected (default: %(default)g)")
     add("--write-batch-delay", type=_seconds, default=DEFAULT_WRITE_BATCH_DELAY,
-        metavar="SECONDS", help="a complete keep-alive response may wait this long to leave "
-        "with the other connections' responses of the same loop iteration (one wake-up of a "
-        "client for them all); 0 = write every response at once (default: %(default)g)")
+        metavar="SECONDS", help="a complete keep-alive response may wait about this long to "
+        "leave with the other connections' responses of the same loop iteration (one wake-up "
+        "of a client for them all); checked when a response is queued or an app step ends, and "
+        "never past one loop iteration; 0 = no batching (default: %(default)g)")
     add("--backlog", type=_int_at_least(1, MAX_BACKLOG), default=2048, metavar="N",
         help=f"listen() backlog, 1..{MAX_BACKLOG}; the kernel may cap it lower "
         "(net.core.somaxconn) (default: %(default)s)")
