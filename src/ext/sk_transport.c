@@ -96,7 +96,7 @@ struct sk_reactor {
     /* Transports whose output waits for the end of the batch (sk_transport_write_later, or a
      * data_received() call that returned inside on_ready/run_pending), in the order queued. */
     sk_transport_t *flush_head, *flush_tail;
-    double batch_since;        /* monotonic seconds: the flush list's first transport went on it */
+    double batch_since; /* monotonic seconds: the flush list's first transport went on it */
     sk_transport_t *reap_head;
     char readbuf[READ_SIZE];
 };
