@@ -1689,11 +1689,12 @@ step_end(RequestObject *r)
     }
     if (r->srv->unstarted == 0) {
         sk_reactor_flush(r->srv->reactor); /* the last request started has stepped: the batch
-                                            * of responses waiting for it leaves */
+                                            * of responses waiting for it leaves (at the reactor
+                                            * callback's end when this step ran inside it) */
     }
-    else {
-        sk_reactor_flush_due(r->srv->reactor); /* or its first has waited --write-batch-delay */
-    }
+    /* or its first has waited --write-batch-delay: also inside a reactor callback, where 3.12+
+     * starts apps eagerly */
+    sk_reactor_flush_due(r->srv->reactor);
 }
 
 static PySendResult
