@@ -185,13 +185,13 @@ def write_report(result, outdir, summary=None, charts_python=None):
     status = result["meta"]["not_measured"]
     fixed_agg = aggregate_fixed(result.get("fixed_rate") or [])
     drawn = charts.draw(charts.chart_specs(result, agg, fixed_agg), outdir, charts_python)
-    report = render_report(result, agg, cmp, status, charts.markdown(drawn))
+    report = render_report(result, agg, fixed_agg, cmp, status, charts.markdown(drawn))
     (Path(outdir) / "report.md").write_text(report)
     if summary:
         cdir = Path(summary).parent / SUMMARY_CHARTS
         if drawn:
             charts.copy_drawn(drawn, outdir, cdir)
-        Path(summary).write_text(render_report(result, agg, cmp, status,
+        Path(summary).write_text(render_report(result, agg, fixed_agg, cmp, status,
                                                charts.markdown(drawn, f"{SUMMARY_CHARTS}/")))
     return report, agg
 
@@ -469,9 +469,10 @@ def render_fixed(L, fixed_agg):
                 L.append(f"{head} {p99(mine)}, no peer lower")
 
 
-def render_report(result, agg, cmp, status, chart_lines=()):
-    """The markdown report; `chart_lines`: its charts section (charts.markdown()), after the
-    header and before the tables."""
+def render_report(result, agg, fixed_agg, cmp, status, chart_lines=()):
+    """The markdown report; `agg` and `fixed_agg`: the throughput and fixed-rate rows'
+    aggregates (aggregate(), aggregate_fixed()); `chart_lines`: its charts section
+    (charts.markdown()), after the header and before the tables."""
     meta = result["meta"]
     m = meta["machine"]
     cfg = meta["config"]
@@ -546,8 +547,8 @@ def render_report(result, agg, cmp, status, chart_lines=()):
     render_client_side(L, agg)
     render_parts(L, result)
 
-    if result["fixed_rate"]:
-        render_fixed(L, aggregate_fixed(result["fixed_rate"]))
+    if fixed_agg:
+        render_fixed(L, fixed_agg)
 
     if result["streaming"]:
         L.append("\n## Streaming (app waits 50 ms after the first chunk; sequential samples on one "

@@ -571,14 +571,11 @@ static void
 batch_add(sk_transport_t *t)
 {
     sk_reactor_t *r = t->reactor;
-    double now = monotonic();
     if (r->flush_head == NULL) {
-        r->batch_since = now;
+        r->batch_since = monotonic();
     }
     flush_link(t);
-    if (now - r->batch_since >= r->cfg.batch_delay) {
-        flush_batch(r);
-    }
+    sk_reactor_flush_due(r);
 }
 
 /* ---- dispatching input to the handler ------------------------------------------------------- */
