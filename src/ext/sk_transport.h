@@ -58,9 +58,10 @@ typedef struct sk_handler_ops {
      * sent when it returns (one write for everything the call produced), unless held
      * (sk_transport_hold); when the call came from a reactor callback (a read, or
      * sk_transport_feed_soon's), it is sent with every other connection's at that callback's end
-     * (one batch of writes: sk_transport_write_later). May close the transport (the return value is then ignored) or switch
-     * protocol (the rest goes to the new handler). Not called while the transport is closing,
-     * lingering or closed. */
+     * (one batch of writes: sk_transport_write_later), or sooner once the batch's first output
+     * has waited cfg.batch_delay seconds. May close the transport (the return value is then
+     * ignored) or switch protocol (the rest goes to the new handler). Not called while the
+     * transport is closing, lingering or closed. */
     size_t (*data_received)(void *h, const char *data, size_t len);
     /* Output dropped below the high-water mark after being at or above it, drained completely
      * after a write had to wait for the peer, or a queued file range was completely sent. For
