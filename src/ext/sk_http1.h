@@ -20,7 +20,11 @@
 #include "sk_resp.h"
 #include "sk_wsh.h"
 
-#define SK_MAX_EAGER 16 /* applications started eagerly per reactor callback */
+/* Applications started eagerly (3.12+) per reactor callback or run_pending pass: one per ready
+ * descriptor, so every request a callback reads starts in it; the rest (pipelined requests past
+ * it) start from the loop's ready queue. 16 (when a callback read at most 16) made three of four
+ * requests at c64 wait a loop iteration and pay asyncio's Task registration (bench/LEVERS.md). */
+#define SK_MAX_EAGER SK_MAX_EVENTS
 
 /* Finished requests' scope["extensions"] dicts (strong references), oldest first. Holds more than
  * an access-log batch (SK_ACCESS_BATCH, 64) plus a reactor callback's worth of responses: the

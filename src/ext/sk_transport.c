@@ -29,7 +29,6 @@
 #include <unistd.h>
 
 #define READ_SIZE (64 * 1024)        /* one recv() into the reactor's shared read buffer */
-#define MAX_EVENTS 64                /* ready descriptors handled per reactor callback */
 #define MAX_ACCEPTS 16               /* accept4() calls per listening-socket readiness */
 #define INPUT_HIGH_WATER (64 * 1024) /* stop reading while this much input is unconsumed */
 #define PAUSE_LOG_INTERVAL 5.0       /* seconds between two "accepting paused" warnings */
@@ -1109,11 +1108,11 @@ sk_reactor_stop_accepting(sk_reactor_t *r)
 void
 sk_reactor_on_ready(sk_reactor_t *r)
 {
-    struct epoll_event evs[MAX_EVENTS];
+    struct epoll_event evs[SK_MAX_EVENTS];
     if (r->closed) {
         return;
     }
-    int n = epoll_wait(r->epfd, evs, MAX_EVENTS, 0);
+    int n = epoll_wait(r->epfd, evs, SK_MAX_EVENTS, 0);
     assert(!r->batching); /* the loop's callbacks never nest */
     r->batching = 1;
     for (int i = 0; i < n; i++) {

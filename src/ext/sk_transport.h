@@ -117,6 +117,10 @@ typedef struct {
                        * PAUSE_LOG_INTERVAL seconds) and resumed (info) */
 } sk_reactor_config_t;
 
+/* Ready descriptors handled per reactor callback (level-triggered: the rest are reported on the
+ * next wake-up). */
+#define SK_MAX_EVENTS 64
+
 /* New reactor (epoll set and 1 s timerfd made, nothing registered with the loop yet), or NULL
  * with an OSError/MemoryError set. */
 sk_reactor_t *sk_reactor_new(const sk_reactor_config_t *cfg);
