@@ -84,7 +84,7 @@ sk_buf_reserve(sk_buf_t *b, size_t extra)
 }
 
 int
-sk_buf_append(sk_buf_t *b, const void *p, size_t n)
+sk_buf_append_grow(sk_buf_t *b, const void *p, size_t n)
 {
     int rc;
 

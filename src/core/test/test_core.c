@@ -1815,6 +1815,26 @@ test_core(T *t)
     CHECK(t, aborts(len_of_broken_buf, &b));
     CHECK(t, sk_buf_len(&b) == 5); /* the children changed only their own copy */
     sk_buf_free(&b);
+
+    /* sk_buf_append's inline path and its edge: exactly the spare room after end is copied in
+     * place; a byte more goes to sk_buf_append_grow, which compacts when the consumed front makes
+     * room and grows when it does not; 0 bytes change nothing, full or not. */
+    CHECK(t, APPEND_LIT(&b, "again") == 0);
+    size_t room = b.cap - b.end;
+    data = b.data;
+    CHECK(t, room > 0 && room < sizeof(big));
+    CHECK(t, sk_buf_append(&b, big, room) == 0 && b.data == data && b.end == b.cap &&
+                 sk_buf_len(&b) == 5 + room);
+    CHECK(t, sk_buf_append(&b, big, 0) == 0 && b.data == data && b.end == b.cap);
+    sk_buf_consume(&b, 5);
+    CHECK(t, APPEND_LIT(&b, "y") == 0 && b.data == data && b.start == 0 &&
+                 sk_buf_len(&b) == room + 1 && memcmp(sk_buf_head(&b), big, room) == 0 &&
+                 sk_buf_head(&b)[room] == 'y');
+    size_t cap = b.cap;
+    CHECK(t, sk_buf_append(&b, big, cap - b.end) == 0 && b.data == data && b.end == cap);
+    CHECK(t, APPEND_LIT(&b, "z") == 0 && b.cap > cap && sk_buf_len(&b) == cap + 1 &&
+                 sk_buf_head(&b)[room] == 'y' && sk_buf_head(&b)[cap] == 'z');
+    sk_buf_free(&b);
 }
 
 /* RFC 6455 §4.2: the handshake's checks, and Sec-WebSocket-Accept for the RFC's own example. */
