@@ -25,8 +25,8 @@ typedef struct {
 static PyObject *
 server_on_ready(PyObject *op, PyObject *Py_UNUSED(arg))
 {
-    /* New reference to None. loop.add_reader callback: the reactor handles at most 64 ready
-     * descriptors (level-triggered: the rest are reported on the next wake-up). */
+    /* New reference to None. loop.add_reader callback: sk_reactor_on_ready (at most SK_MAX_EVENTS
+     * ready descriptors), with a fresh eager-start budget (SK_MAX_EAGER). */
     ServerObject *s = (ServerObject *)op;
     if (s->reactor != NULL && !s->closed) {
         s->http.eager_budget = SK_MAX_EAGER;
