@@ -255,14 +255,17 @@ def requirements():
 
 
 def charts_python():
-    """The charts' venv's interpreter, made or updated when bench/charts.txt or the base
-    interpreter changed: (python, None), or (None, why it could not be made)."""
+    """The charts' venv's interpreter, made when missing, broken or when bench/charts.txt changed:
+    (python, None), or (None, why it could not be made). It only draws PNGs, so whichever
+    interpreter it was made from serves every run: a bench run on another interpreter (make bench
+    PY=...) reuses it instead of making it again. A new one is made from the skirr venv's base
+    interpreter."""
     reqs = requirements()
     base = base_python() if (SKIRR_VENV / "pyvenv.cfg").exists() else sys.executable
-    key = hashlib.sha256("\n".join([base, *reqs]).encode()).hexdigest()
+    key = hashlib.sha256("\n".join(reqs).encode()).hexdigest()
     state = CHARTS_VENV / "bench-state.json"
     py = venv_python(CHARTS_VENV)
-    if state.exists() and Path(py).exists():
+    if state.exists() and Path(py).exists():  # exists() follows the link: a removed base fails it
         try:
             if json.loads(state.read_text()).get("key") == key:
                 return py, None
@@ -281,7 +284,7 @@ def charts_python():
         err = [l for l in p.stderr.splitlines() if l.strip() and not l.startswith("WARNING")]
         return None, (f"pip could not install {' '.join(reqs)} into {CHARTS_VENV}: "
                       + (err[-1] if err else f"exit status {p.returncode}"))
-    state.write_text(json.dumps({"key": key, "requirements": reqs}))
+    state.write_text(json.dumps({"key": key, "requirements": reqs, "base": base}))
     return py, None
 
 
