@@ -4,6 +4,9 @@ BENCH_RUN := $(VPY) bench/run.py
 BENCH_ARGS ?=
 # The WebSocket load generator checked against scripted servers before it measures anything.
 BENCH_WS_TEST := $(VPY) -m pytest bench/test_ws_load.py -q -p no:cacheprovider
+# The callgrind count's closed-loop client and its overlay of stripped extension modules, checked
+# against scripted servers before any count is taken.
+BENCH_TRACED_TEST := $(VPY) -m pytest bench/test_traced.py -q -p no:cacheprovider
 # The report's charts drawn from a synthetic run before a real one is measured; the first run makes
 # bench/.venv-charts (matplotlib from bench/charts.txt), which the report then draws with.
 BENCH_CHARTS_TEST := $(VPY) -m pytest bench/test_charts.py -q -p no:cacheprovider
@@ -39,9 +42,12 @@ bench-syscalls: build
 
 # Instructions per request (Python, C and libc; not the kernel) under callgrind, for raw_get
 # sequential and pipelined: a deterministic figure to compare a hot-path change before and after
-# (about 3 minutes). Extra options in CALLGRIND_ARGS, e.g. CALLGRIND_ARGS='--n 4000'.
+# (about 3 minutes). Extra options in CALLGRIND_ARGS: '--n 4000'; another workload, over closed-loop
+# connections, with peers counted the same way beside skirr (their whole process trees):
+# CALLGRIND_ARGS='--workload fastapi_json --conns 64 --servers peregrine' (about 8 minutes).
 CALLGRIND_ARGS ?=
 bench-callgrind: build
+	$(BENCH_TRACED_TEST)
 	$(BENCH_RUN) callgrind $(CALLGRIND_ARGS)
 
 # The cost rows of the matrix alone (issue 13, about 3 minutes): raw_get c64 CPU per request with
@@ -72,6 +78,7 @@ bench-ws: build
 # The access log's cost in instructions per request under callgrind (off, then on to a file),
 # then the cost rows.
 bench-access: build
+	$(BENCH_TRACED_TEST)
 	$(BENCH_RUN) callgrind $(CALLGRIND_ARGS)
 	$(BENCH_RUN) callgrind --access-log $(CALLGRIND_ARGS)
 	$(BENCH_RUN) matrix --profile costs $(BENCH_ARGS)

@@ -9,7 +9,8 @@
     run.py matrix --profile ws                                        the WebSocket rows alone:
                                                                       echo msgs/s, p50/p99, CPU/msg
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
-    run.py callgrind [--n 2000]                                       instructions per request
+    run.py callgrind [--n 2000] [--workload raw_get] [--conns 1]      instructions per request
+                     [--servers skirr,peregrine]                      (skirr's, and peers' beside it)
     run.py report bench/results/<run> [--summary bench/RESULTS.md]    re-render a run's report
                                                                       and its charts
     run.py setup [--servers ...]                                      install peers, build the limit
@@ -37,6 +38,7 @@ from harness import charts, matrix, measure, peers, report, traced
 from harness.env import CLIENT_CPU, ensure_tools
 from harness.matrix import PROFILES
 from harness.peers import SERVERS
+from harness.workloads import WORKLOADS
 
 
 def cmd_matrix(args):
@@ -70,10 +72,29 @@ def cmd_setup(args):
 
 
 def cmd_callgrind(args):
-    ensure_tools(["valgrind", "callgrind_control"])
-    server = ("skirr-access-log" if args.access_log else "skirr-metrics" if args.metrics
-              else "skirr")
-    return traced.callgrind(args.n, server)
+    ensure_tools(["valgrind", "callgrind_control", "strip", "readelf"])
+    skirr = ("skirr-access-log" if args.access_log else "skirr-metrics" if args.metrics
+             else "skirr")
+    names = [skirr] + [s for s in (args.servers or "").split(",") if s and s != "skirr"]
+    unknown = [s for s in names if s not in SERVERS]
+    if unknown:
+        raise SystemExit(f"callgrind: unknown server {', '.join(unknown)}; known: "
+                         + ", ".join(SERVERS))
+    if args.conns < 1 or args.n < args.conns:
+        raise SystemExit("callgrind: --conns must be at least 1 and at most --n")
+    cannot = [s for s in names if args.workload not in SERVERS[s].serves]
+    if cannot:
+        raise SystemExit(f"callgrind: {', '.join(cannot)} does not serve {args.workload}")
+    groups = peers.peer_groups(names)
+    if groups:
+        state = peers.ensure_peers(groups)
+        failed = [g for g in groups if not state[g]["ok"]]
+        if failed:
+            raise SystemExit(f"callgrind: peer group {', '.join(failed)} did not install: "
+                             + state[failed[0]]["error"][-400:])
+    if "limit-c" in names:
+        peers.build_limit()
+    return traced.callgrind(args.n, names, args.workload, args.conns)
 
 
 def cmd_report(args):
@@ -124,6 +145,15 @@ def main():
     st.add_argument("--reinstall", action="store_true")
     cg = sub.add_parser("callgrind", help="instructions per request under callgrind")
     cg.add_argument("--n", type=int, default=2000, help="requests per phase")
+    cg.add_argument("--workload", default="raw_get",
+                    choices=[w for w in WORKLOADS if w not in ("pipelined_get", "file_1m")],
+                    help="what every server serves (default raw_get)")
+    cg.add_argument("--conns", type=int, default=1,
+                    help="1: a sequential and a pipelined phase on one connection; more: one "
+                    "phase over this many closed-loop connections")
+    cg.add_argument("--servers", help="comma-separated peers counted after skirr, one at a time "
+                    "(e.g. peregrine); their extension modules are run from copies stripped of "
+                    "debug information")
     cg.add_argument("--access-log", action="store_true",
                     help="with skirr's access log on, written to its log file (issue 13)")
     cg.add_argument("--metrics", action="store_true",

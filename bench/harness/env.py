@@ -63,7 +63,8 @@ def new_run_dir(label, when=None):
 
 DEBIAN_TOOLS = {"wrk": "wrk", "h2load": "nghttp2-client", "nginx": "nginx-light",
                 "valgrind": "valgrind", "callgrind_control": "valgrind",
-                "strace": "strace", "gcc": "gcc", "taskset": "util-linux"}
+                "strace": "strace", "gcc": "gcc", "taskset": "util-linux",
+                "strip": "binutils", "readelf": "binutils"}
 
 
 def tool_path(name):

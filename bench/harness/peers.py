@@ -352,9 +352,10 @@ class Server:
     """One server serving `app` on a free loopback port, in its own process group, its output in
     logdir/<tag>.log. `wrap` goes before the command (a tracer: strace, valgrind); `pin` puts the
     server (inside the tracer) on the server CPU with taskset (a string: on those CPUs, e.g.
-    "0,1"). A context manager: leaving the `with` block stops it."""
+    "0,1"); `pythonpath`: folders searched before the apps' and the venv's (an overlay of
+    packages). A context manager: leaving the `with` block stops it."""
 
-    def __init__(self, name, app, logdir, tag, wrap=(), pin=True):
+    def __init__(self, name, app, logdir, tag, wrap=(), pin=True, pythonpath=()):
         self.name, self.app = name, app
         self.traced = bool(wrap)
         self.port = free_port()
@@ -364,7 +365,7 @@ class Server:
         self.argv = list(wrap) + (["taskset", "-c", cpus] if cpus else []) + argv
         self.logpath = Path(logdir) / f"{tag}.log"
         self.logpath.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=str(APPS))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([*map(str, pythonpath), str(APPS)]))
         env.pop("VIRTUAL_ENV", None)
         self._log = open(self.logpath, "wb")
         self.proc = subprocess.Popen(self.argv, cwd=APPS, env=env, stdin=subprocess.DEVNULL,

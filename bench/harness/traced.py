@@ -4,8 +4,11 @@ request (callgrind).
 Owns: the syscall gate (1,001 sequential requests on one keep-alive connection: <= 1,010 receive
 calls, no EAGAIN receive, exactly one send per response; then 100 batches of 16 pipelined requests
 on a second connection: exactly one send per batch), reading strace's output per accepted
-connection, and the callgrind count (warm-up, then a sequential and a pipelined raw_get phase, each
-dumped separately); each one's PASS/FAIL lines and its JSON in a bench/results/ run folder.
+connection, and the callgrind count (skirr or a peer serving a workload, raw_get by default: a
+warm-up, then a sequential and a pipelined phase on one connection, or one phase of closed-loop
+connections, each dumped separately over the server's whole process tree; peers' extension modules
+through a copy stripped of DWARF debug information, which valgrind 3.19 cannot always read); each
+one's PASS/FAIL lines and its JSON in a bench/results/ run folder.
 
 Never: judges speed (the counts are deterministic where timings are not), and never sends a request
 before the measured ones (readiness is the port listening, so the trace's first accepted
@@ -13,18 +16,22 @@ connection is the measured one).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
-from .env import ROOT, git_commit, new_run_dir
-from .peers import Server, require_listening
-from .workloads import PIPELINE_DEPTH, Conn, exact_pipelined, exact_sequential
+from .env import BUILD, PEERS_VENV, ROOT, git_commit, new_run_dir
+from .peers import SERVERS, Server, proc_tree, require_listening
+from .workloads import (PIPELINE_DEPTH, WORKLOADS, Conn, exact_concurrent, exact_pipelined,
+                        exact_sequential)
 
 PIPELINE_BATCHES = 100  # the syscall gate's pipelined phase: batches of PIPELINE_DEPTH requests
 TRACED_APP = "raw_apps:raw"
+CALLGRIND_WARMUP = 200  # requests before the counted phases: imports, caches, first allocations
 
 # ----------------------------------------------------------------------------------------------
 # Syscall gate
@@ -80,11 +87,11 @@ def parse_strace(path):
     return conns, totals
 
 
-def start_traced(name, outdir, wrap, timeout, pin):
-    """The server `name` serving raw_get under the tracer `wrap`, once its port listens; its log
-    in outdir/<name>.log; RuntimeError with the log's tail if it exits or `timeout` seconds pass
-    first. `pin`: taskset inside the tracer."""
-    srv = Server(name, TRACED_APP, outdir, name, wrap=wrap, pin=pin)
+def start_traced(name, outdir, wrap, timeout, pin, app=TRACED_APP, pythonpath=()):
+    """The server `name` serving `app` (raw_get's by default) under the tracer `wrap`, once its
+    port listens; its log in outdir/<name>.log; RuntimeError with the log's tail if it exits or
+    `timeout` seconds pass first. `pin`: taskset inside the tracer; `pythonpath`: as Server's."""
+    srv = Server(name, app, outdir, name, wrap=wrap, pin=pin, pythonpath=pythonpath)
     try:
         srv.wait_ready(require_listening, timeout)
     except BaseException:
@@ -169,50 +176,134 @@ def callgrind_ir(path):
     return int(m.group(1)) if m else None
 
 
-def callgrind(n, server="skirr"):
-    """Instructions per request in the whole skirr process (Python, C, libc; not the kernel) under
-    callgrind: deterministic, unlike timings on a noisy machine, so a hot-path change shows its
-    cost as a difference of counts. Phases, each dumped separately after a warm-up: `n` sequential
-    raw_get requests on one keep-alive connection, then `n` more as batches of PIPELINE_DEPTH
-    pipelined requests. Prints one line per phase; 1 if a phase lacks exact answers or a count."""
-    outdir = new_run_dir("callgrind")
-    out_file = outdir / "callgrind.out"
-    wrap = ["valgrind", "--tool=callgrind", "--compress-strings=no", "--compress-pos=no",
-            f"--callgrind-out-file={out_file}"]
-    phases = []
+def has_debug_info(path):
+    out = subprocess.run(["readelf", "-S", "-W", str(path)], capture_output=True, text=True).stdout
+    return ".debug_info" in out
+
+
+def nodebug_overlay(venv):
+    """A folder to put first on a traced server's PYTHONPATH: copies of the venv's packages whose
+    extension modules carry DWARF debug information, stripped of it (`strip --strip-debug`).
+    valgrind 3.19 (Debian 12) cannot read some DWARF 5 (peregrine-server 1.2's `_native`) and stops
+    the traced process; code and symbols are unchanged, so the counts are too. Made once for a
+    given set of files, under bench/build/callgrind-overlay/<key>/; the path."""
+    site = next(Path(venv).glob("lib/python*/site-packages"))
+    sos = sorted(f for f in site.rglob("*.so") if "__pycache__" not in f.parts)
+    key = hashlib.sha256("\n".join(f"{f.relative_to(site)} {f.stat().st_size} {f.stat().st_mtime_ns}"
+                                    for f in sos).encode()).hexdigest()[:16]
+    overlay = BUILD / "callgrind-overlay" / key
+    if (overlay / ".done").exists():
+        return overlay
+    shutil.rmtree(overlay, ignore_errors=True)
+    overlay.mkdir(parents=True)
+    tops = sorted({f.relative_to(site).parts[0] for f in sos if has_debug_info(f)})
+    for top in tops:
+        src = site / top
+        if src.is_dir():
+            shutil.copytree(src, overlay / top, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, overlay / top)
+    for f in sorted(overlay.rglob("*.so")):
+        if has_debug_info(f):
+            subprocess.run(["strip", "--strip-debug", str(f)], check=True)
+    (overlay / ".done").write_text("\n".join(tops) + "\n")
+    return overlay
+
+
+def traced_pids(root):
+    """The pids of root's process tree that callgrind traces (callgrind_control lists them)."""
+    listing = subprocess.run(["callgrind_control"], capture_output=True, text=True,
+                             timeout=120).stdout
+    traced = {int(p) for p in re.findall(r"^PID (\d+)", listing, re.M)}
+    return sorted(traced & set(proc_tree(root)))
+
+
+def callgrind_server(name, workload, n, conns, outdir):
+    """One server under callgrind (its whole process tree, children included) serving `workload`:
+    after a warm-up, each phase between a zeroing and a dump of every traced process; per phase
+    the exact answers and the instructions summed over the processes' dumps."""
+    spec = WORKLOADS[workload]
+    out_file = outdir / f"callgrind-{name}.out"
+    wrap = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--compress-strings=no",
+            "--compress-pos=no", f"--callgrind-out-file={out_file}.%p"]
+    overlay = [nodebug_overlay(PEERS_VENV)] if SERVERS[name].kind == "peer" else []
     try:
         # Not pinned: valgrind does not follow taskset's exec into the server.
-        srv = start_traced(server, outdir, wrap, 180, pin=False)
+        srv = start_traced(name, outdir, wrap, 180, pin=False, app=spec["app"],
+                           pythonpath=overlay)
     except RuntimeError as exc:
-        raise SystemExit(f"callgrind: {exc}") from None
-
-    def control(flag):
-        subprocess.run(["callgrind_control", flag, str(srv.proc.pid)], check=True, timeout=120,
-                       stdout=subprocess.DEVNULL)
-
+        return {"server": name, "ok": False, "error": f"did not start: {exc}", "phases": []}
+    expect = spec["expect"]
+    phases, pids = [], []
     with srv:
         c = Conn(srv.port, timeout=60)
-        req = c.request_bytes("GET", "/")
-        exact_sequential(c, req, 200)  # warm-up: imports, caches, the first allocations
-        control("-z")
-        phases.append(("raw_get, sequential on one connection", exact_sequential(c, req, n)))
-        control("-d")
-        phases.append((f"raw_get, pipelined {PIPELINE_DEPTH} per write",
-                       exact_pipelined(c, req, n // PIPELINE_DEPTH)))
-        control("-d")
-        c.close()
-    rc = 0
-    results = []
-    for i, (label, good) in enumerate(phases, 1):
-        ir = callgrind_ir(f"{out_file}.{i}")
-        expected = n if i == 1 else n // PIPELINE_DEPTH * PIPELINE_DEPTH
-        ok = ir is not None and good == expected
-        rc |= not ok
-        results.append({"phase": label, "requests": good, "ir": ir,
-                        "ir_per_request": ir / good if ir and good else None, "ok": ok})
-        print(f"{label}: {good}/{expected} exact responses, "
-              f"{ir / good if ir and good else float('nan'):,.0f} instructions per request")
-    (outdir / "callgrind.json").write_text(json.dumps({"commit": git_commit(), "phases": results},
-                                                      indent=1))
+        req = c.request_bytes(spec["method"], spec["path"], spec["body"])
+        if conns == 1:
+            # warm-up: imports, caches, the first allocations
+            exact_sequential(c, req, CALLGRIND_WARMUP, expect)
+            run = [("sequential on one connection", n,
+                    lambda: exact_sequential(c, req, n, expect)),
+                   (f"pipelined {PIPELINE_DEPTH} per write", n // PIPELINE_DEPTH * PIPELINE_DEPTH,
+                    lambda: exact_pipelined(c, req, n // PIPELINE_DEPTH, expect))]
+        else:
+            c.close()
+            exact_concurrent(srv.port, req, CALLGRIND_WARMUP, conns, expect)
+            run = [(f"{conns} connections, each a closed loop", n,
+                    lambda: exact_concurrent(srv.port, req, n, conns, expect))]
+        pids = traced_pids(srv.proc.pid)
+        for pid in pids:
+            subprocess.run(["callgrind_control", "-z", str(pid)], check=True, timeout=120,
+                           capture_output=True)
+        for label, expected, phase in run:
+            good = phase()
+            for pid in pids:
+                subprocess.run(["callgrind_control", "-d", str(pid)], check=True, timeout=120,
+                               capture_output=True)
+            phases.append({"phase": label, "expected": expected, "requests": good})
+        if conns == 1:
+            c.close()
+    for i, ph in enumerate(phases, 1):
+        irs = [callgrind_ir(f"{out_file}.{pid}.{i}") for pid in pids]
+        ir = sum(irs) if irs and None not in irs else None
+        ph.update(ir=ir, processes=len(pids),
+                  ir_per_request=ir / ph["requests"] if ir and ph["requests"] else None,
+                  ok=ir is not None and ph["requests"] == ph["expected"])
+    return {"server": name, "ok": bool(phases) and all(ph["ok"] for ph in phases),
+            "phases": phases}
+
+
+def callgrind(n, servers=("skirr",), workload="raw_get", conns=1):
+    """Instructions per request in each server's whole process tree (Python, C, libc; not the
+    kernel) under callgrind: deterministic, unlike timings on a noisy machine, so a hot-path
+    change shows its cost as a difference of counts, and two servers running the same app compare
+    by what they execute. Phases, each dumped separately after a warm-up of CALLGRIND_WARMUP
+    requests: with one connection, `n` sequential requests of `workload` on one keep-alive
+    connection, then `n` more as batches of PIPELINE_DEPTH pipelined requests; with `conns` > 1,
+    `n` requests over `conns` closed-loop connections. Prints one line per server and phase, and
+    each peer's count over skirr's; 1 if a phase lacks exact answers or a count."""
+    outdir = new_run_dir("callgrind")
+    results, rc = [], 0
+    for name in servers:
+        r = callgrind_server(name, workload, n, conns, outdir)
+        results.append(r)
+        rc |= not r["ok"]
+        if r.get("error"):
+            print(f"{name}: {r['error']}")
+        for ph in r["phases"]:
+            per = ph["ir_per_request"]
+            print(f"{name} {workload}, {ph['phase']}: {ph['requests']}/{ph['expected']} exact "
+                  f"responses, {per if per else float('nan'):,.0f} instructions per request "
+                  f"({ph['processes']} traced process{'es' if ph['processes'] != 1 else ''})"
+                  + ("" if ph["ok"] else " FAIL"))
+    base = {ph["phase"]: ph["ir_per_request"] for ph in results[0]["phases"]}
+    for r in results[1:]:
+        for ph in r["phases"]:
+            b = base.get(ph["phase"])
+            if b and ph["ir_per_request"]:
+                print(f"{r['server']} over {results[0]['server']}, {ph['phase']}: "
+                      f"{ph['ir_per_request'] / b:.3f}")
+    (outdir / "callgrind.json").write_text(json.dumps(
+        {"commit": git_commit(), "workload": workload, "n": n, "conns": conns,
+         "servers": results}, indent=1))
     print(f"dumps in {outdir.relative_to(ROOT)} (callgrind_annotate <dump> for the profile)")
     return rc

@@ -12,6 +12,7 @@ copy here.
 """
 from __future__ import annotations
 
+import selectors
 import socket
 import sys
 import time
@@ -194,25 +195,80 @@ def check_stream(port):
         c.close()
 
 
-def exact_sequential(c, req, n):
-    """n requests one after another on connection c; how many answered 200 with HELLO."""
+def exact_sequential(c, req, n, expect=HELLO):
+    """n requests one after another on connection c; how many answered 200 with `expect`."""
     good = 0
     for _ in range(n):
         c.sock.sendall(req)
         status, _, body = c.read_response()
-        good += status == 200 and body == HELLO
+        good += status == 200 and body == expect
     return good
 
 
-def exact_pipelined(c, req, batches):
+def exact_pipelined(c, req, batches, expect=HELLO):
     """batches of PIPELINE_DEPTH requests, each batch in one write, every response read before the
-    next batch; how many answered 200 with HELLO."""
+    next batch; how many answered 200 with `expect`."""
     good = 0
     for _ in range(batches):
         c.sock.sendall(req * PIPELINE_DEPTH)
         for _ in range(PIPELINE_DEPTH):
             status, _, body = c.read_response()
-            good += status == 200 and body == HELLO
+            good += status == 200 and body == expect
+    return good
+
+
+def exact_concurrent(port, req, total, conns, expect=HELLO, timeout=60.0):
+    """`total` requests over `conns` keep-alive connections, each a closed loop (its next request
+    sent when its answer is complete), until `total` answers are in; how many answered 200 with
+    `expect`. Responses must carry Content-Length (every workload but streaming does).
+    ConnectionError when a connection closes; TimeoutError when no byte arrives for `timeout`
+    seconds."""
+    sel = selectors.DefaultSelector()
+    bufs, sent, done, good = {}, 0, 0, 0
+    try:
+        for _ in range(min(conns, total)):
+            s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(req)
+            s.setblocking(False)
+            sent += 1
+            bufs[s] = b""
+            sel.register(s, selectors.EVENT_READ)
+        while done < total:
+            ready = sel.select(timeout)
+            if not ready:
+                raise TimeoutError(f"no answer for {timeout:.0f} s ({done}/{total} done)")
+            for key, _ in ready:
+                s = key.fileobj
+                data = s.recv(262144)
+                if not data:
+                    raise ConnectionError(f"connection closed by the server ({done}/{total} done)")
+                bufs[s] += data
+                while True:
+                    b = bufs[s]
+                    end_head = b.find(b"\r\n\r\n")
+                    if end_head < 0:
+                        break
+                    head = b[:end_head].split(b"\r\n")
+                    length = 0
+                    for line in head[1:]:
+                        k, _, v = line.partition(b":")
+                        if k.strip().lower() == b"content-length":
+                            length = int(v)
+                    end = end_head + 4 + length
+                    if len(b) < end:
+                        break
+                    good += head[0].split()[1] == b"200" and b[end_head + 4:end] == expect
+                    bufs[s] = b[end:]
+                    done += 1
+                    if sent < total:
+                        s.sendall(req)  # small: fits the socket buffer of an idle connection
+                        sent += 1
+    finally:
+        for s in bufs:
+            sel.unregister(s)
+            s.close()
+        sel.close()
     return good
 
 
