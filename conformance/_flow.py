@@ -9,9 +9,11 @@ test_limits.py).
 - ``Progress``: counters the app (server thread) bumps and the test reads, with
   ``wait_stable()``: waits until a counter stops moving (the app is blocked).
 - ``send_until_stalled(sock, data)``: writes without blocking until the peer stops taking bytes.
+- ``rss()``: this process's resident set, in bytes (the server under test runs in it).
 """
 from __future__ import annotations
 
+import resource
 import select
 import socket
 import threading
@@ -23,6 +25,12 @@ from conftest import IO_TIMEOUT, Client
 KIB = 1024
 MIB = 1024 * KIB
 HIGH_WATER = 64 * KIB  # skirr's write, body and pipelined-input marks (SK_*_HIGH_WATER)
+
+
+def rss() -> int:
+    """This process's resident set (bytes): the server runs in it."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
 
 
 def kernel_send_buffer_max() -> int:

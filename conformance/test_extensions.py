@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import os
-import resource
 import socket
 import struct
 import threading
@@ -16,6 +15,7 @@ import weakref
 
 import pytest
 
+from _flow import rss
 from conftest import Recorder, http_request
 
 import skirr
@@ -69,12 +69,6 @@ def first_raised(seen: Recorder):
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
-
-
-def rss() -> int:
-    """This process's resident set (bytes): the server runs in it."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize()
 
 
 def wait_for(cond, timeout: float = 5.0, what: str = "condition"):

@@ -11,10 +11,12 @@ the 64 KiB mark + one event.
 """
 import asyncio
 import hashlib
+import sys
+import time
 
 import pytest
 
-from _flow import HIGH_WATER, KIB, MIB, Progress, kernel_send_buffer_max, small_client
+from _flow import HIGH_WATER, KIB, MIB, Progress, kernel_send_buffer_max, rss, small_client
 from conftest import Recorder, http_request
 
 CHUNK = 64 * KIB
@@ -164,3 +166,182 @@ def test_cancel_task_waiting_on_drain(serve):
         assert srv.errors() == []
         r = srv.get("/ok")
         assert (r.status, r.body) == (200, b"ok")
+
+
+# -- a large final body sent from the app's bytes object (no copy) --------------------------------
+
+BY_REF_MIN = 16 * KIB  # BODY_BY_REF_MIN in sk_http1.c
+
+
+def patterned(size: int, salt: int = 0) -> bytes:
+    """size bytes that differ from position to position (a shifted or dropped byte shows)."""
+    block = bytes((i * 7 + salt) % 251 for i in range(4096))
+    return (block * (size // len(block) + 1))[:size]
+
+
+@pytest.mark.rule("skirr-flow-final-body-by-reference")
+def test_large_final_bodies_to_stalled_readers_are_not_copied(serve):
+    """16 clients that read nothing (32 KiB receive buffers) are each answered with the same
+    8 MiB bytes object. Copied into each connection's output buffer, what the kernel cannot hold
+    (most of 16 x 8 MiB) would be the server's memory; sent from the object, the server grows by
+    less than 16 MiB. Then every client reads its exact 8 MiB and its next request is answered."""
+    n, size = 16, 8 * MIB
+    big = patterned(size)
+    done = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        if scope["path"] == "/small":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(size).encode())]})
+        await send({"type": "http.response.body", "body": big})
+        done.put(scope["path"])
+
+    with serve(app) as srv:
+        assert srv.get("/small").body == b"ok"  # warm: the loop, the first connection
+        clients = [small_client(srv, rcvbuf=32 * KIB, timeout=30.0) for _ in range(n)]
+        base = rss()
+        for i, c in enumerate(clients):
+            c.send(http_request("GET", f"/big/{i}"))
+        assert sorted(done.wait(n, timeout=10.0)) == sorted(f"/big/{i}" for i in range(n))
+        time.sleep(0.3)  # what the server would buffer is buffered by now
+        grown = rss() - base
+        assert grown < 16 * MIB, f"the server grew by {grown / MIB:.1f} MiB for {n} stalled readers"
+        for c in clients:
+            r = c.response()
+            assert (r.status, r.get(b"content-length"), r.body == big) == (
+                200, str(size).encode(), True)
+            c.send(http_request("GET", "/small"))
+            r = c.response()
+            assert (r.status, r.body) == (200, b"ok")
+        assert srv.errors() == []
+
+
+def framed(shape: str, size: int) -> tuple[bytes, list, bytes, str]:
+    """(request, the app's events, the exact bytes the response must end with, method)."""
+    body = patterned(size, salt=size % 7)
+    if shape == "content-length":
+        events = [{"type": "http.response.start", "status": 200,
+                   "headers": [(b"content-length", str(size).encode())]},
+                  {"type": "http.response.body", "body": body}]
+        return http_request(), events, b"\r\n\r\n" + body, "GET"
+    if shape == "length-set":  # one final event and no Content-Length: skirr sets it
+        events = [{"type": "http.response.start", "status": 200, "headers": []},
+                  {"type": "http.response.body", "body": body}]
+        return (http_request(), events,
+                f"content-length: {size}\r\n".encode(), "GET")
+    if shape == "chunked":  # an earlier event: the final one is the last chunk's content
+        events = [{"type": "http.response.start", "status": 200, "headers": []},
+                  {"type": "http.response.body", "body": b"abc", "more_body": True},
+                  {"type": "http.response.body", "body": body}]
+        tail = b"3\r\nabc\r\n" + f"{size:x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
+        return http_request(), events, tail, "GET"
+    if shape == "trailers":
+        events = [{"type": "http.response.start", "status": 200, "headers": [], "trailers": True},
+                  {"type": "http.response.body", "body": body},
+                  {"type": "http.response.trailers", "headers": [(b"x-sum", b"1")]}]
+        tail = f"{size:x}\r\n".encode() + body + b"\r\n0\r\nx-sum: 1\r\n\r\n"
+        return (http_request(headers=[("Host", "x"), ("TE", "trailers")]), events, tail, "GET")
+    assert shape == "head"
+    events = [{"type": "http.response.start", "status": 200,
+               "headers": [(b"content-length", str(size).encode())]},
+              {"type": "http.response.body", "body": body}]
+    return http_request("HEAD"), events, f"content-length: {size}\r\n".encode(), "HEAD"
+
+
+@pytest.mark.rule("skirr-flow-final-body-by-reference")
+@pytest.mark.parametrize("size", [BY_REF_MIN - 1, BY_REF_MIN, MIB + 3])
+@pytest.mark.parametrize("shape", ["content-length", "length-set", "chunked", "trailers", "head"])
+def test_large_final_body_framed_exactly(serve, shape, size):
+    """Either side of the 16 KiB threshold, every framing: the response ends with exactly the
+    expected bytes (HEAD: the head ends the response, no body byte follows), and the next request
+    on the connection is answered right after it."""
+    request, events, tail, method = framed(shape, size)
+
+    async def app(scope, receive, send):
+        await receive()
+        if scope["path"] == "/next":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"next"})
+            return
+        for event in events:
+            await send(event)
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(request)
+        head = c.read_until(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        if shape in ("length-set", "head"):
+            assert tail in head
+            rest = b"" if method == "HEAD" else c.read_exact(size)
+            assert rest == (b"" if method == "HEAD" else events[-1]["body"])
+        elif shape == "content-length":
+            assert (head[-4:] + c.read_exact(size)) == tail
+        else:
+            assert b"transfer-encoding: chunked\r\n" in head
+            assert c.read_exact(len(tail)) == tail
+        c.send(http_request("GET", "/next"))
+        r = c.response()
+        assert (r.status, r.body) == (200, b"next")
+        assert c.buf == b""
+        assert srv.errors() == []
+
+
+@pytest.mark.rule("skirr-flow-final-body-by-reference")
+def test_pipelined_requests_behind_large_final_bodies_in_order(serve):
+    """Eight pipelined requests in one write, each answered with its own 100 KiB body: every
+    response arrives whole and in order."""
+    bodies = [patterned(100 * KIB, salt=i) for i in range(8)]
+
+    async def app(scope, receive, send):
+        await receive()
+        i = int(scope["path"].rsplit("/", 1)[1])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": bodies[i]})
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(b"".join(http_request("GET", f"/p/{i}") for i in range(8)))
+        for i in range(8):
+            r = c.response()
+            assert (r.status, r.body == bodies[i]) == (200, True), f"response {i}"
+        assert srv.errors() == []
+
+
+@pytest.mark.rule("skirr-flow-final-body-by-reference")
+def test_reset_mid_large_final_body_releases_it(serve):
+    """A client reads 64 KiB of an 8 MiB final body and resets: the server drops the reference it
+    held to the app's bytes object (its reference count returns to what it was), logs nothing as
+    an application error, and keeps serving."""
+    big = patterned(8 * MIB)
+    before = sys.getrefcount(big)
+    done = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        if scope["path"] == "/ok":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": big})
+        done.put("sent")
+
+    with serve(app) as srv:
+        c = small_client(srv, rcvbuf=32 * KIB, timeout=10.0)
+        c.send(http_request())
+        assert done.wait(1) == ["sent"]
+        c.read_exact(64 * KIB)
+        assert sys.getrefcount(big) > before  # still held: most of it is unsent
+        c.abort()
+        deadline = time.monotonic() + 5.0
+        while sys.getrefcount(big) > before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sys.getrefcount(big) == before
+        r = srv.get("/ok")
+        assert (r.status, r.body) == (200, b"ok")
+        assert srv.errors() == []

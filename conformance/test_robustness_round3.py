@@ -385,6 +385,12 @@ MISMATCH = [
                  marks=pytest.mark.rule("skirr-resp-content-length-too-long"), id="long-first-more"),
     pytest.param(b"0", [body(b"x", more=True)], "Response content longer than Content-Length",
                  marks=pytest.mark.rule("skirr-resp-content-length-too-long"), id="zero-then-byte"),
+    # a final body of 16 KiB or more is sent from the app's bytes (no copy): refused alike
+    pytest.param(b"40000", [body(b"s" * 20000)], "Response content shorter than Content-Length",
+                 marks=pytest.mark.rule("skirr-resp-content-length-short"), id="short-final-large"),
+    pytest.param(b"16384", [body(b"l" * 20000)], "Response content longer than Content-Length",
+                 marks=pytest.mark.rule("skirr-resp-content-length-too-long"),
+                 id="long-final-large"),
 ]
 
 

@@ -38,6 +38,10 @@
 #define BODY_HIGH_WATER (64 * 1024) /* stop reading while this much request body is unconsumed */
 #define FAIRNESS_QUOTA 128          /* ready receive/send operations per request before one yield */
 #define DISCARD_MAX (1024 * 1024)   /* unread request body dropped to keep a connection (bytes) */
+/* A final response body of at least this many bytes, given as bytes, is sent by reference
+ * (body_by_ref): no copy into the connection's output buffer, which then never grows to hold it.
+ * Below it the copy costs less than a second iovec, and a small response keeps its one send(). */
+#define BODY_BY_REF_MIN (16 * 1024)
 
 /* The handler's deadline kinds (sk_transport_set_deadline). RFC 9112 §9.5 leaves timeouts to the
  * server. */
@@ -1033,12 +1037,41 @@ response_queued(RequestObject *r, http1_conn_t *c, int more)
         release_waiters(r); /* receive() sees http.disconnect; senders waiting for drain go on */
         return ready(r, NULL);
     }
-    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER || sk_transport_file_pending(c->t)) {
+    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER || sk_transport_range_pending(c->t)) {
         /* Backpressure: complete only when the unsent output is below the high-water mark and
-         * a file range is sent (one at a time): the transport's writable() entry resolves it. */
+         * a queued range is sent (one at a time): the transport's writable() entry resolves it. */
         return add_waiter(r, &r->drain_waiters); /* each sender waits: one list for all */
     }
     return ready(r, NULL);
+}
+
+static int
+body_by_ref(RequestObject *r, http1_conn_t *c, PyObject *body)
+{
+    /* The final body `body` (an exact bytes object, so immutable) of a response on an open
+     * transport with no range queued: its framing goes to the output and its bytes are queued
+     * by reference (sk_transport_send_bytes), to leave with the head in one sendmsg(2). 0, or the
+     * serializer's SK_E* code with nothing appended (as sk_resp_body's), or SK_ENOMEM once the
+     * framing is out (the response is failed here: it must never look complete). */
+    char after[SK_RESP_AFTER_MAX];
+    size_t alen = 0;
+    size_t len = (size_t)PyBytes_GET_SIZE(body);
+    int rc = sk_resp_body_ref(&r->resp, sk_transport_out(c->t), len, 0, server_date(r->srv), after,
+                              &alen);
+    if (rc < 0) {
+        return rc;
+    }
+    if (r->resp.framing != SK_FRAME_NONE && sk_transport_send_bytes(c->t, body) < 0) {
+        /* not reached (the caller checked both conditions); a copy keeps the bytes regardless */
+        rc = sk_buf_append(sk_transport_out(c->t), PyBytes_AS_STRING(body), len);
+    }
+    if (rc == 0 && alen > 0) {
+        rc = sk_buf_append(sk_transport_out(c->t), after, alen);
+    }
+    if (rc < 0) {
+        fail_response(r, c);
+    }
+    return rc;
 }
 
 static PyObject *
@@ -1078,8 +1111,15 @@ send_body(RequestObject *r, PyObject *msg)
     if (!r->resp.head_written) {
         r->resp.req.force_close = server_closes_after(c, r); /* announced: RFC 9112 §9.6 */
     }
-    int rc = sk_resp_body(&r->resp, sk_transport_out(c->t), have_view ? view.buf : "",
+    int rc;
+    if (have_view && !more && view.len >= BODY_BY_REF_MIN && PyBytes_CheckExact(body) &&
+        sk_transport_is_open(c->t) && !sk_transport_range_pending(c->t)) {
+        rc = body_by_ref(r, c, body);
+    }
+    else {
+        rc = sk_resp_body(&r->resp, sk_transport_out(c->t), have_view ? view.buf : "",
                           have_view ? (size_t)view.len : 0, more, server_date(r->srv));
+    }
     if (rc < 0) {
         body_refused(r, c, rc);
         goto error;
@@ -2133,9 +2173,9 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
             break;
         }
         if (r == NULL && (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER ||
-                          sk_transport_file_pending(c->t))) {
-            /* earlier responses are not read yet (or a file of one is being sent: one range at
-             * a time): start no new request (bounded memory) */
+                          sk_transport_range_pending(c->t))) {
+            /* earlier responses are not read yet (or a range of one, a file's or a large body's,
+             * is being sent: one at a time): start no new request (bounded memory) */
             break;
         }
         /* Over the body mark no more bytes are fed; but the end of a Content-Length body whose
@@ -2256,7 +2296,7 @@ h1_writable(void *h)
     RequestObject *r = c->current;
     if (r != NULL) {
         if (r->drain_waiters != NULL && sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER &&
-            !sk_transport_file_pending(c->t)) {
+            !sk_transport_range_pending(c->t)) {
             sk_asgi_resolve_all(r->st, &r->drain_waiters, Py_None, NULL);
         }
         return;

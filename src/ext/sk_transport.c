@@ -7,7 +7,8 @@
  * same set) that checks every transport's deadlines, linger after a server-side close, closing,
  * and freeing closed transports once no frame holds them (reap).
  * Never: knows what protocol a connection speaks (only the sk_handler_ops_t table), builds Python
- * objects, or frees a transport or a handler while a stack frame may still use it.
+ * objects (it holds a bytes object queued by reference, and releases it), or frees a transport or
+ * a handler while a stack frame may still use it.
  *
  * States of a transport (one enum, changed only by set_state()):
  *   OPEN -> CLOSING (output being sent before a half-close) -> LINGERING (half-closed, reading and
@@ -24,7 +25,9 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/sendfile.h>
+#include <sys/socket.h>
 #include <sys/timerfd.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,10 +56,13 @@ struct sk_transport {
     void *retired_h;
     sk_buf_t in;  /* received bytes the handler has not consumed */
     sk_buf_t out; /* bytes the kernel has not accepted */
-    /* A file range queued after `out` (sk_transport_sendfile); what the handler appends while it
-     * is pending goes to `tail`, sent after it. file_fd is owned: closed once sent or on close. */
-    int file_fd;                  /* -1 = none */
-    uint64_t file_off, file_left; /* bytes */
+    /* A range queued after `out`: a file's (sk_transport_sendfile) or a bytes object's
+     * (sk_transport_send_bytes), at most one. What the handler appends while it is pending goes
+     * to `tail`, sent after it. Both are owned: file_fd is closed, ref released, once the range is
+     * sent or on close. */
+    int file_fd;                    /* -1 = none */
+    PyObject *ref;                  /* NULL = none: an exact bytes object (immutable) */
+    uint64_t range_off, range_left; /* bytes: into the file or the bytes object, and still unsent */
     sk_buf_t tail;
     uint32_t epoll_events;
     uint8_t dispatching; /* a data_received() call is on the stack: it writes when it returns */
@@ -113,7 +119,7 @@ static void flush_batch(sk_reactor_t *r);
 static void schedule_pending(sk_reactor_t *r);
 static void tp_closed(sk_transport_t *t, int reason);
 static size_t pending_out(const sk_transport_t *t);
-static void file_drop(sk_transport_t *t);
+static void range_drop(sk_transport_t *t);
 
 /* ---- state ---------------------------------------------------------------------------------- */
 
@@ -305,7 +311,7 @@ tp_closed(sk_transport_t *t, int reason)
     (void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, t->fd, NULL);
     close(t->fd);
     t->fd = -1;
-    file_drop(t); /* a file range not sent: its descriptor goes with the connection */
+    range_drop(t); /* a range not sent: its descriptor or bytes go with the connection */
     if (t->all_prev) {
         t->all_prev->all_next = t->all_next;
     }
@@ -391,33 +397,46 @@ tp_linger(sk_transport_t *t)
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
-/* Unsent output, in bytes: the buffer, the queued file range and what follows it (saturating). */
+/* Unsent output, in bytes: the buffer, the queued range and what follows it (saturating). */
 static size_t
 pending_out(const sk_transport_t *t)
 {
-    uint64_t n = (uint64_t)sk_buf_len(&t->out) + t->file_left + (uint64_t)sk_buf_len(&t->tail);
+    uint64_t n = (uint64_t)sk_buf_len(&t->out) + t->range_left + (uint64_t)sk_buf_len(&t->tail);
     return n > (uint64_t)SIZE_MAX ? SIZE_MAX : (size_t)n;
 }
 
-/* Drops the queued file range (its descriptor is closed) and what followed it. */
+static inline int
+range_pending(const sk_transport_t *t)
+{
+    return t->file_fd >= 0 || t->ref != NULL;
+}
+
+/* Releases the queued range's file descriptor or bytes object. */
 static void
-file_drop(sk_transport_t *t)
+range_release(sk_transport_t *t)
 {
     if (t->file_fd >= 0) {
         close(t->file_fd);
         t->file_fd = -1;
     }
-    t->file_left = 0;
+    Py_CLEAR(t->ref); /* an exact bytes object: its deallocation runs no Python code */
+    t->range_left = 0;
+}
+
+/* Drops the queued range and what followed it. */
+static void
+range_drop(sk_transport_t *t)
+{
+    range_release(t);
     sk_buf_consume(&t->tail, sk_buf_len(&t->tail));
 }
 
-/* The queued file range is sent: what the handler appended behind it becomes the output. */
+/* The queued range is sent: what the handler appended behind it becomes the output. */
 static void
-file_done(sk_transport_t *t)
+range_done(sk_transport_t *t)
 {
     sk_buf_t swap = t->out; /* empty: the range is only sent once `out` is */
-    close(t->file_fd);
-    t->file_fd = -1;
+    range_release(t);
     t->out = t->tail;
     t->tail = swap;
 }
@@ -428,12 +447,12 @@ static int
 file_send(sk_transport_t *t, int *reason)
 {
     for (;;) {
-        off_t off = (off_t)t->file_off;
-        size_t want = t->file_left > SENDFILE_MAX ? SENDFILE_MAX : (size_t)t->file_left;
+        off_t off = (off_t)t->range_off;
+        size_t want = t->range_left > SENDFILE_MAX ? SENDFILE_MAX : (size_t)t->range_left;
         ssize_t n = sendfile(t->fd, t->file_fd, &off, want);
         if (n > 0) {
-            t->file_off += (uint64_t)n;
-            t->file_left -= (uint64_t)n;
+            t->range_off += (uint64_t)n;
+            t->range_left -= (uint64_t)n;
             return 1;
         }
         if (n == 0) {
@@ -454,19 +473,61 @@ file_send(sk_transport_t *t, int *reason)
     }
 }
 
-/* Sends the output (the buffer, then a queued file range, then what follows it) until the
- * kernel takes no more. 0, or -1 when the peer is gone or the file failed (closed). */
+/* One sendmsg() of the buffer and the queued bytes range behind it (the range alone once the
+ * buffer is sent): > 0 bytes sent, 0 the kernel takes no more for now, -1 the peer is gone. */
+static ssize_t
+bytes_send(sk_transport_t *t)
+{
+    struct iovec iov[2];
+    struct msghdr msg = {.msg_iov = iov};
+    size_t head = sk_buf_len(&t->out);
+    if (head > 0) {
+        iov[msg.msg_iovlen++] = (struct iovec){(void *)sk_buf_head(&t->out), head};
+    }
+    iov[msg.msg_iovlen++] =
+        (struct iovec){PyBytes_AS_STRING(t->ref) + t->range_off, (size_t)t->range_left};
+    for (;;) {
+        ssize_t n = sendmsg(t->fd, &msg, MSG_NOSIGNAL);
+        if (n > 0) {
+            size_t from_head = (size_t)n < head ? (size_t)n : head;
+            sk_buf_consume(&t->out, from_head);
+            t->range_off += (uint64_t)n - from_head;
+            t->range_left -= (uint64_t)n - from_head;
+            return n;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    }
+}
+
+/* Sends the output (the buffer, then a queued range, then what follows it) until the kernel
+ * takes no more. 0, or -1 when the peer is gone or the file failed (closed). */
 static int
 tp_flush(sk_transport_t *t)
 {
-    int progress = 0, file_finished = 0;
+    int progress = 0, range_finished = 0;
     int was_high = pending_out(t) >= SK_OUTPUT_HIGH_WATER;
     int was_stalled = t->tp_deadline != 0;
     assert(t->state == TP_OPEN || t->state == TP_CLOSING);
     for (;;) {
+        if (t->ref != NULL && t->range_left > 0) {
+            /* a bytes range: sent with the buffer before it, in one call, never copied */
+            ssize_t n = bytes_send(t);
+            if (n > 0) {
+                progress = 1;
+                continue;
+            }
+            if (n == 0) {
+                break;
+            }
+            tp_closed(t, SK_CLOSED_PEER);
+            return -1;
+        }
         if (sk_buf_len(&t->out) > 0) {
             /* a file range follows: the head joins its first segment (MSG_MORE) */
-            int more = t->file_left > 0 ? MSG_MORE : 0;
+            int more = t->range_left > 0 ? MSG_MORE : 0;
             ssize_t n = send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL | more);
             if (n > 0) {
                 sk_buf_consume(&t->out, (size_t)n);
@@ -482,12 +543,12 @@ tp_flush(sk_transport_t *t)
             tp_closed(t, SK_CLOSED_PEER);
             return -1;
         }
-        if (t->file_fd < 0) {
+        if (!range_pending(t)) {
             break;
         }
-        if (t->file_left == 0) {
-            file_done(t);
-            file_finished = 1;
+        if (t->range_left == 0) {
+            range_done(t);
+            range_finished = 1;
             continue;
         }
         int reason = 0;
@@ -527,7 +588,7 @@ tp_flush(sk_transport_t *t)
         t->tp_deadline = 0;
     }
     if (!t->told && ((was_high && left < SK_OUTPUT_HIGH_WATER) || (was_stalled && left == 0) ||
-                     file_finished)) {
+                     range_finished)) {
         t->ops->writable(t->h);
         if (t->state == TP_CLOSED) {
             return 0;
@@ -677,7 +738,7 @@ tp_readable(sk_transport_t *t, uint32_t events)
 sk_buf_t *
 sk_transport_out(sk_transport_t *t)
 {
-    return t->file_fd >= 0 ? &t->tail : &t->out;
+    return range_pending(t) ? &t->tail : &t->out;
 }
 
 size_t
@@ -687,15 +748,15 @@ sk_transport_out_len(const sk_transport_t *t)
 }
 
 int
-sk_transport_file_pending(const sk_transport_t *t)
+sk_transport_range_pending(const sk_transport_t *t)
 {
-    return t->file_fd >= 0;
+    return range_pending(t);
 }
 
 int
 sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count)
 {
-    if (t->state != TP_OPEN || t->file_fd >= 0) {
+    if (t->state != TP_OPEN || range_pending(t)) {
         close(fd);
         return -1;
     }
@@ -704,8 +765,24 @@ sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count
         return 0;
     }
     t->file_fd = fd;
-    t->file_off = offset;
-    t->file_left = count;
+    t->range_off = offset;
+    t->range_left = count;
+    return 0;
+}
+
+int
+sk_transport_send_bytes(sk_transport_t *t, PyObject *bytes)
+{
+    assert(PyBytes_CheckExact(bytes));
+    if (t->state != TP_OPEN || range_pending(t)) {
+        return -1;
+    }
+    if (PyBytes_GET_SIZE(bytes) == 0) {
+        return 0;
+    }
+    t->ref = Py_NewRef(bytes);
+    t->range_off = 0;
+    t->range_left = (uint64_t)PyBytes_GET_SIZE(bytes);
     return 0;
 }
 
@@ -907,7 +984,7 @@ sk_transport_abort(sk_transport_t *t, int reset)
         /* Best effort: what was already produced goes out; the message stays incomplete. */
         (void)send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL);
     }
-    file_drop(t); /* closed in tp_closed too; here before anything could follow it */
+    range_drop(t); /* dropped in tp_closed too; here before anything could follow it */
     tp_closed(t, SK_CLOSED_BY_HANDLER);
 }
 

@@ -153,10 +153,10 @@ enum sk_close_how {
     SK_CLOSE_AFTER_WRITE /* send the output, half-close, read and discard for up to 2 s, close */
 };
 
-/* The output buffer (while a file range is queued, the one sent after it). Borrowed: append
- * bytes, then call sk_transport_write. */
+/* The output buffer (while a range is queued, the one sent after it). Borrowed: append bytes,
+ * then call sk_transport_write. */
 sk_buf_t *sk_transport_out(sk_transport_t *t);
-/* Unsent output, in bytes (a queued file range included). */
+/* Unsent output, in bytes (a queued range included). */
 size_t sk_transport_out_len(const sk_transport_t *t);
 /* Received bytes not yet consumed by the handler, in bytes. */
 size_t sk_transport_in_len(const sk_transport_t *t);
@@ -174,8 +174,18 @@ int sk_transport_is_open(const sk_transport_t *t);
  * and closed() gets SK_CLOSED_FILE_SHORT or SK_CLOSED_FILE_ERROR. Returns 0, or -1 (fd closed)
  * when the transport is not open or a range is already queued (one at a time). */
 int sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count);
-/* 1 while a file range is queued and not completely sent (writable() is called when it is). */
-int sk_transport_file_pending(const sk_transport_t *t);
+/* Queues the bytes of `bytes` (an exact bytes object, so immutable; a new reference is taken)
+ * after the output appended so far, by reference: sent together with that output in one
+ * sendmsg(2), never copied into the buffer. As a file range (sk_transport_sendfile) otherwise:
+ * what the handler appends from now on follows it, it counts in sk_transport_out_len(), and the
+ * high-water mark, writable(), the write-progress deadline and closing apply to it; the
+ * reference is released when the bytes are sent or the transport closes. An empty object queues
+ * nothing. Returns 0, or -1 (nothing taken) when the transport is not open or a range is already
+ * queued (one at a time). */
+int sk_transport_send_bytes(sk_transport_t *t, PyObject *bytes);
+/* 1 while a range (a file's or a bytes object's) is queued and not completely sent (writable()
+ * is called when it is). */
+int sk_transport_range_pending(const sk_transport_t *t);
 
 /* Sends the output now, ending any hold, unless a data_received() call is on the stack (it is
  * sent when that returns), and with it every other transport's output waiting for the batch
