@@ -11,6 +11,8 @@ the 64 KiB mark + one event.
 """
 import asyncio
 import hashlib
+import os
+import socket
 import sys
 import time
 
@@ -250,6 +252,100 @@ def framed(shape: str, size: int) -> tuple[bytes, list, bytes, str]:
                "headers": [(b"content-length", str(size).encode())]},
               {"type": "http.response.body", "body": body}]
     return http_request("HEAD"), events, f"content-length: {size}\r\n".encode(), "HEAD"
+
+
+@pytest.mark.rule("skirr-flow-final-body-by-reference")
+def test_answer_before_a_large_upload_is_read(serve):
+    """The app answers a 512 KiB upload with a 60 KiB body without reading the upload, and the
+    client (4 KiB receive buffer) reads only once it has sent everything: skirr keeps reading and
+    discarding the upload while the answer waits to be sent (it is under the 64 KiB mark, as it
+    was when it was copied), so neither side waits on the other; the client gets the exact body
+    and the connection serves its next request."""
+    answer = patterned(60 * KIB)
+    upload = patterned(512 * KIB, salt=3)
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body",
+                    "body": answer if scope["method"] == "POST" else b"next"})
+
+    with serve(app) as srv:
+        c = small_client(srv, rcvbuf=4 * KIB, timeout=10.0)
+        c.send(http_request("POST", body=upload))
+        r = c.response()
+        assert (r.status, r.body == answer) == (200, True)
+        c.send(http_request())
+        r = c.response()
+        assert (r.status, r.body) == (200, b"next")
+        assert srv.errors() == []
+
+
+def shrink_server_send_buffer(client, size: int) -> None:
+    """Sets SO_SNDBUF on the server's end of `client`'s connection (the server runs in this
+    process: its socket is found among our descriptors by its peer address), so the kernel takes
+    the server's output in small steps."""
+    want = client.sock.getsockname()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            s = socket.fromfd(int(name), socket.AF_INET, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        with s:
+            try:
+                if s.getpeername() != want:
+                    continue
+            except OSError:
+                continue
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+            return
+    raise AssertionError(f"no server socket connected to {want}")
+
+
+@pytest.mark.rule("skirr-flow-final-body-by-reference")
+def test_file_after_a_large_body_still_being_sent(serve, tmp_path):
+    """Pipelined: a 2 MiB body, then http.response.pathsend of a file, to a client with a 4 KiB
+    receive buffer (and the server's send buffer at 16 KiB) that reads the end of the body
+    slowly: the second request starts as less than 64 KiB of the first response is unsent,
+    while the rest of the body is still queued by reference; that rest is copied ahead of the
+    file as any output would be, and both responses arrive exact and in order."""
+    first = patterned(2 * MIB)
+    path = tmp_path / "f.bin"
+    path.write_bytes(patterned(300 * KIB, salt=5))
+    started = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        started.put(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        if scope["path"] == "/a":
+            await send({"type": "http.response.body", "body": first})
+        elif scope["path"] == "/warm":
+            await send({"type": "http.response.body", "body": b"warm"})
+        else:
+            await send({"type": "http.response.pathsend", "path": str(path)})
+
+    with serve(app) as srv:
+        c = small_client(srv, rcvbuf=4 * KIB, timeout=10.0)
+        assert srv.get("/warm").status == 200  # the server has accepted c by now
+        shrink_server_send_buffer(c, 16 * KIB)
+        c.send(http_request("GET", "/a") + http_request("GET", "/f"))
+        assert started.wait(2, timeout=5.0) == ["/warm", "/a"]
+        head = c.read_until(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-length: 2097152\r\n" in head
+        got = c.read_exact(len(first) - 256 * KIB)
+        # then slowly, 4 KiB every 5 ms: each time the kernel makes room it takes a little more
+        # of the body, so when less than 64 KiB is unsent the rest is still queued by reference
+        # and the pipelined request starts
+        while len(started.items) < 3 and len(got) < len(first):
+            got += c.read_exact(min(4 * KIB, len(first) - len(got)))
+            time.sleep(0.005)
+        assert started.items == ["/warm", "/a", "/f"], "the pipelined request never started"
+        assert len(got) < len(first), "the pipelined request only started once the body was read"
+        got += c.read_exact(len(first) - len(got))
+        assert got == first
+        r = c.response()
+        assert (r.status, r.body == path.read_bytes()) == (200, True)
+        assert srv.errors() == []
 
 
 @pytest.mark.rule("skirr-flow-final-body-by-reference")

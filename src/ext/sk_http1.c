@@ -1037,9 +1037,9 @@ response_queued(RequestObject *r, http1_conn_t *c, int more)
         release_waiters(r); /* receive() sees http.disconnect; senders waiting for drain go on */
         return ready(r, NULL);
     }
-    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER || sk_transport_range_pending(c->t)) {
+    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER || sk_transport_file_pending(c->t)) {
         /* Backpressure: complete only when the unsent output is below the high-water mark and
-         * a queued range is sent (one at a time): the transport's writable() entry resolves it. */
+         * a file range is sent (one at a time): the transport's writable() entry resolves it. */
         return add_waiter(r, &r->drain_waiters); /* each sender waits: one list for all */
     }
     return ready(r, NULL);
@@ -1048,11 +1048,13 @@ response_queued(RequestObject *r, http1_conn_t *c, int more)
 static int
 body_by_ref(RequestObject *r, http1_conn_t *c, PyObject *body)
 {
-    /* The final body `body` (an exact bytes object, so immutable) of a response on an open
-     * transport with no range queued: its framing goes to the output and its bytes are queued
-     * by reference (sk_transport_send_bytes), to leave with the head in one sendmsg(2). 0, or the
-     * serializer's SK_E* code with nothing appended (as sk_resp_body's), or SK_ENOMEM once the
-     * framing is out (the response is failed here: it must never look complete). */
+    /* The final body `body` (an exact bytes object, so immutable) of a response to anything
+     * but HEAD (whose framing sk_resp_body_ref would take for a file's): its framing goes to the
+     * output and its bytes are queued by reference (sk_transport_send_bytes), to leave with the
+     * head in one sendmsg(2); appended as any body when the transport takes no range now (one is
+     * queued, or it is closing). 0, or the serializer's SK_E* code with nothing appended (as
+     * sk_resp_body's), or SK_ENOMEM once the framing is out (the response is failed here: it
+     * must never look complete). */
     char after[SK_RESP_AFTER_MAX];
     size_t alen = 0;
     size_t len = (size_t)PyBytes_GET_SIZE(body);
@@ -1062,7 +1064,6 @@ body_by_ref(RequestObject *r, http1_conn_t *c, PyObject *body)
         return rc;
     }
     if (r->resp.framing != SK_FRAME_NONE && sk_transport_send_bytes(c->t, body) < 0) {
-        /* not reached (the caller checked both conditions); a copy keeps the bytes regardless */
         rc = sk_buf_append(sk_transport_out(c->t), PyBytes_AS_STRING(body), len);
     }
     if (rc == 0 && alen > 0) {
@@ -1113,7 +1114,7 @@ send_body(RequestObject *r, PyObject *msg)
     }
     int rc;
     if (have_view && !more && view.len >= BODY_BY_REF_MIN && PyBytes_CheckExact(body) &&
-        sk_transport_is_open(c->t) && !sk_transport_range_pending(c->t)) {
+        !r->is_head) {
         rc = body_by_ref(r, c, body);
     }
     else {
@@ -2173,9 +2174,9 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
             break;
         }
         if (r == NULL && (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER ||
-                          sk_transport_range_pending(c->t))) {
-            /* earlier responses are not read yet (or a range of one, a file's or a large body's,
-             * is being sent: one at a time): start no new request (bounded memory) */
+                          sk_transport_file_pending(c->t))) {
+            /* earlier responses are not read yet (or a file of one is being sent: one range at
+             * a time): start no new request (bounded memory) */
             break;
         }
         /* Over the body mark no more bytes are fed; but the end of a Content-Length body whose
@@ -2296,7 +2297,7 @@ h1_writable(void *h)
     RequestObject *r = c->current;
     if (r != NULL) {
         if (r->drain_waiters != NULL && sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER &&
-            !sk_transport_range_pending(c->t)) {
+            !sk_transport_file_pending(c->t)) {
             sk_asgi_resolve_all(r->st, &r->drain_waiters, Py_None, NULL);
         }
         return;

@@ -748,15 +748,38 @@ sk_transport_out_len(const sk_transport_t *t)
 }
 
 int
-sk_transport_range_pending(const sk_transport_t *t)
+sk_transport_file_pending(const sk_transport_t *t)
 {
-    return range_pending(t);
+    return t->file_fd >= 0;
+}
+
+/* Makes a queued bytes range ordinary output: what is left of it, then what followed it, are
+ * copied to the end of `out` and the object is released. 0, or -1 (nothing changed) when memory
+ * runs out. */
+static int
+bytes_flatten(sk_transport_t *t)
+{
+    size_t len = sk_buf_len(&t->out);
+    int rc =
+        sk_buf_append(&t->out, PyBytes_AS_STRING(t->ref) + t->range_off, (size_t)t->range_left);
+    if (rc == 0) {
+        rc = sk_buf_append(&t->out, sk_buf_head(&t->tail), sk_buf_len(&t->tail));
+    }
+    if (rc < 0) {
+        t->out.end = t->out.start + len;
+        return -1;
+    }
+    sk_buf_consume(&t->tail, sk_buf_len(&t->tail));
+    range_release(t);
+    return 0;
 }
 
 int
 sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count)
 {
-    if (t->state != TP_OPEN || range_pending(t)) {
+    /* A bytes range still being sent (an earlier response's body to a slow reader) gives way:
+     * copied into the output, as it would have been without the range, so the file can follow. */
+    if (t->state != TP_OPEN || t->file_fd >= 0 || (t->ref != NULL && bytes_flatten(t) < 0)) {
         close(fd);
         return -1;
     }
@@ -979,6 +1002,11 @@ sk_transport_abort(sk_transport_t *t, int reset)
         struct linger lg = {.l_onoff = 1, .l_linger = 0};
         (void)setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
         sk_buf_consume(&t->out, sk_buf_len(&t->out));
+    }
+    else if (t->ref != NULL) {
+        /* Best effort: what was already produced goes out, a queued body with it, as it would
+         * have from the buffer; the message stays incomplete. */
+        (void)bytes_send(t);
     }
     else if (sk_buf_len(&t->out) > 0) {
         /* Best effort: what was already produced goes out; the message stays incomplete. */

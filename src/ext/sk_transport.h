@@ -172,20 +172,23 @@ int sk_transport_is_open(const sk_transport_t *t);
  * timeout, an abort) and on error. Send it with sk_transport_write(). If the file ends before
  * `count` bytes or cannot be read, the connection is reset (the message must not look complete)
  * and closed() gets SK_CLOSED_FILE_SHORT or SK_CLOSED_FILE_ERROR. Returns 0, or -1 (fd closed)
- * when the transport is not open or a range is already queued (one at a time). */
+ * when the transport is not open or a file range is already queued (one at a time); a queued bytes
+ * range (sk_transport_send_bytes) is first copied into the output, then it is -1 only when memory
+ * runs out. */
 int sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count);
 /* Queues the bytes of `bytes` (an exact bytes object, so immutable; a new reference is taken)
  * after the output appended so far, by reference: sent together with that output in one
  * sendmsg(2), never copied into the buffer. As a file range (sk_transport_sendfile) otherwise:
  * what the handler appends from now on follows it, it counts in sk_transport_out_len(), and the
- * high-water mark, writable(), the write-progress deadline and closing apply to it; the
- * reference is released when the bytes are sent or the transport closes. An empty object queues
- * nothing. Returns 0, or -1 (nothing taken) when the transport is not open or a range is already
- * queued (one at a time). */
+ * high-water mark, writable() (called when it is sent), the write-progress deadline and closing
+ * apply to it; an abort sends what it can of it with the buffer, as of any output. The reference
+ * is released when the bytes are sent or the transport closes. An empty object queues nothing.
+ * Returns 0, or -1 (nothing taken: append the bytes instead) when the transport is not open or a
+ * range is already queued (one at a time). */
 int sk_transport_send_bytes(sk_transport_t *t, PyObject *bytes);
-/* 1 while a range (a file's or a bytes object's) is queued and not completely sent (writable()
- * is called when it is). */
-int sk_transport_range_pending(const sk_transport_t *t);
+/* 1 while a file range is queued and not completely sent (writable() is called when it is). A
+ * bytes range only counts in sk_transport_out_len(), as the same bytes in the buffer would. */
+int sk_transport_file_pending(const sk_transport_t *t);
 
 /* Sends the output now, ending any hold, unless a data_received() call is on the stack (it is
  * sent when that returns), and with it every other transport's output waiting for the batch
