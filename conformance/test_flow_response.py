@@ -35,6 +35,12 @@ def stalled_bound(client) -> int:
     return kernel_send_buffer_max() + client.rcvbuf + HIGH_WATER + CHUNK
 
 
+async def reply(send, body: bytes, headers=()) -> None:
+    """A 200 with `headers` and `body` as its one, final body event."""
+    await send({"type": "http.response.start", "status": 200, "headers": list(headers)})
+    await send({"type": "http.response.body", "body": body})
+
+
 @pytest.mark.rule("skirr-flow-send-backpressure")
 def test_streaming_send_pending_until_client_reads(serve):
     """1,024 events of 64 KiB (64 MiB). While the client reads nothing, the app's sends stop:
@@ -136,8 +142,7 @@ def test_cancel_task_waiting_on_drain(serve):
     async def app(scope, receive, send):
         await receive()
         if scope["path"] == "/ok":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b"ok"})
+            await reply(send, b"ok")
             return
         handles.put((asyncio.get_running_loop(), asyncio.current_task()))
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -194,8 +199,7 @@ def test_large_final_bodies_to_stalled_readers_are_not_copied(serve):
     async def app(scope, receive, send):
         await receive()
         if scope["path"] == "/small":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b"ok"})
+            await reply(send, b"ok")
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-length", str(size).encode())]})
@@ -360,8 +364,7 @@ def test_large_final_body_framed_exactly(serve, shape, size):
     async def app(scope, receive, send):
         await receive()
         if scope["path"] == "/next":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b"next"})
+            await reply(send, b"next")
             return
         for event in events:
             await send(event)
@@ -396,8 +399,7 @@ def test_pipelined_requests_behind_large_final_bodies_in_order(serve):
     async def app(scope, receive, send):
         await receive()
         i = int(scope["path"].rsplit("/", 1)[1])
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": bodies[i]})
+        await reply(send, bodies[i])
 
     with serve(app) as srv:
         c = srv.connect()
@@ -420,11 +422,9 @@ def test_reset_mid_large_final_body_releases_it(serve):
     async def app(scope, receive, send):
         await receive()
         if scope["path"] == "/ok":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": b"ok"})
+            await reply(send, b"ok")
             return
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": big})
+        await reply(send, big)
         done.put("sent")
 
     with serve(app) as srv:
