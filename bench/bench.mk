@@ -10,6 +10,9 @@ BENCH_TRACED_TEST := $(VPY) -m pytest bench/test_traced.py -q -p no:cacheprovide
 # The report's charts drawn from a synthetic run before a real one is measured; the first run makes
 # bench/.venv-charts (matplotlib from bench/charts.txt), which the report then draws with.
 BENCH_CHARTS_TEST := $(VPY) -m pytest bench/test_charts.py -q -p no:cacheprovider
+# The matrix's plan from the command line (rows, servers, phases; a --workloads name no row has is
+# refused), checked before anything is measured.
+BENCH_PLAN_TEST := $(VPY) -m pytest bench/test_plan.py -q -p no:cacheprovider
 
 .PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers bench-ws
 
@@ -19,6 +22,7 @@ BENCH_CHARTS_TEST := $(VPY) -m pytest bench/test_charts.py -q -p no:cacheprovide
 bench: build
 	@$(MAKE) --no-print-directory conformance || \
 	  { echo "bench: 'make conformance' failed: refusing to measure this build" >&2; exit 1; }
+	$(BENCH_PLAN_TEST)
 	$(BENCH_WS_TEST)
 	$(BENCH_CHARTS_TEST)
 	$(BENCH_RUN) matrix --profile full --summary bench/RESULTS.md $(BENCH_ARGS)
@@ -29,6 +33,7 @@ bench: build
 # when a skirr run fails (a socket error, timeout, non-2xx or wrong body). Its report and charts
 # stay in its run folder under bench/results/.
 bench-quick: build
+	$(BENCH_PLAN_TEST)
 	$(BENCH_WS_TEST)
 	$(BENCH_CHARTS_TEST)
 	$(BENCH_RUN) matrix --profile quick $(BENCH_ARGS)

@@ -107,7 +107,8 @@ def cmd_app_cpu(args):
     measure.app_cpu_child(args.workload, args.n)
 
 
-def main():
+def build_parser():
+    """The command line (bench/test_plan.py parses with it)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("matrix", help="throughput, fixed-rate latency, streaming, efficiency")
@@ -166,7 +167,11 @@ def main():
     a = sub.add_parser("app-cpu", help=argparse.SUPPRESS)
     a.add_argument("--workload", required=True)
     a.add_argument("--n", type=int, default=20000)
-    args = ap.parse_args()
+    return ap
+
+
+def main():
+    args = build_parser().parse_args()
     commands = {"matrix": cmd_matrix, "syscalls": cmd_syscalls, "setup": cmd_setup,
                 "report": cmd_report, "callgrind": cmd_callgrind, "app-cpu": cmd_app_cpu}
     return commands[args.cmd](args)

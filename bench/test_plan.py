@@ -1,0 +1,61 @@
+"""The matrix's plan (bench/harness/matrix.py `plan`) from run.py's command line, without
+measuring: which rows, servers and phases a run gets. Run by `make bench-quick` before it
+measures, and by hand: `.venv/bin/python -m pytest bench/test_plan.py -q`. Stdlib and pytest.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run  # noqa: E402
+from harness.matrix import plan  # noqa: E402
+
+
+def planned(*argv):
+    return plan(run.build_parser().parse_args(["matrix", *argv]))
+
+
+def test_quick_profile_rows_and_servers():
+    prof, servers, rows = planned("--profile", "quick")
+    assert rows == [("raw_get", 64), ("post_4k", 64), ("fastapi_json", 64)]
+    assert servers == ["skirr", "uvicorn-httptools", "limit-c"]
+    assert prof["workers"]["rows"] == [("raw_get", 64)]
+    assert prof["ws"]["rows"] == [("ws_echo_64", 64)]
+
+
+def test_workloads_and_conns_select_rows_skirr_always_in():
+    prof, servers, rows = planned("--profile", "full", "--servers", "peregrine", "--workloads",
+                                  "get_64k", "--conns", "64,256", "--no-workers", "--no-ws")
+    assert rows == [("get_64k", 64), ("get_64k", 256)]
+    assert servers == ["skirr", "peregrine"]
+    assert prof["workers"] is None and prof["ws"] is None
+
+
+@pytest.mark.parametrize("argv, named", [
+    # Not a row of the quick profile: this run used to measure raw_get alone and say nothing.
+    (["--profile", "quick", "--workloads", "get_64k,raw_get"], "--workloads get_64k:"),
+    (["--profile", "full", "--workloads", "raw_gett"], "--workloads raw_gett:"),
+    # ws_echo_64 is a row of the WebSocket phase, which --no-ws leaves out.
+    (["--profile", "quick", "--workloads", "ws_echo_64", "--no-ws"], "--workloads ws_echo_64:"),
+])
+def test_a_workload_no_row_has_is_refused(argv, named):
+    with pytest.raises(SystemExit) as e:
+        planned(*argv)
+    assert str(e.value).startswith(named)
+    assert "not a row of the" in str(e.value)
+
+
+def test_a_workload_only_a_later_phase_has_is_kept():
+    prof, servers, rows = planned("--profile", "quick", "--workloads", "ws_echo_64")
+    assert rows == []
+    assert prof["ws"]["rows"] == [("ws_echo_64", 64)]
+    assert prof["workers"]["rows"] == []
+
+
+def test_unknown_server_is_refused():
+    with pytest.raises(SystemExit) as e:
+        planned("--servers", "nope")
+    assert str(e.value).startswith("unknown server nope; known: skirr")
