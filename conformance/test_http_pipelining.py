@@ -516,3 +516,51 @@ def test_batch_bound_checked_when_a_step_ends_without_answering(serve):
         assert seen.wait(1) == [True]  # read nothing before /c has looked
         assert [clients[p].response().raw for p in ("/a", "/busy", "/c")] == [
             _exact(p) for p in ("/a", "/busy", "/c")]
+
+
+@pytest.mark.rule("skirr-connections-arrival-order")
+@pytest.mark.parametrize("later", [1, 8], ids=["one-ahead", "eight-ahead"])
+def test_requests_start_in_the_order_they_arrived(serve, later):
+    """/a, `later` connections /r0.. and /hold are read in one reactor callback. /a and each /rN
+    answer at once (no batch: write_batch_delay 0); /hold then holds the server's loop until the
+    client says. Meanwhile the client sends /y on a fresh connection and only afterwards the next
+    request on /a and on every /rN. When the loop runs again, /y starts first: arrival order.
+    (Level-triggered, epoll kept /a's and each /rN's place from the first callback in its ready
+    list, and started all of them ahead of /y: a request arriving while apps step waited behind
+    every connection read in the previous burst, at 75% of fastapi_json's capacity a p99 of
+    11.4 ms against 7.0 ms.)"""
+    import threading
+    import time
+
+    clients: dict = {}
+    order: list = []
+    holding, release = threading.Event(), threading.Event()
+    rs = [f"/r{i}" for i in range(later)]
+
+    async def extra(path):
+        order.append(path)
+        if path == "/hold":
+            holding.set()
+            release.wait(5)  # a synchronous step: the loop runs nothing else meanwhile
+
+    with serve(_blocking_app(clients, extra), write_batch_delay=0.0, **_PLAIN) as srv:
+        for p in ["/block", "/a", *rs, "/hold", "/y"]:
+            clients[p] = srv.connect()
+            assert clients[p].request(http_request("GET", "/warm")).status == 200
+        _while_the_loop_is_blocked(srv, clients, ["/a", *rs, "/hold"])
+        assert holding.wait(5)
+        for p in ["/a", *rs]:
+            assert clients[p].response().raw == _exact(p)  # answered before /hold stepped
+        order.clear()
+        clients["/y"].send(http_request("GET", "/y"))
+        time.sleep(0.05)
+        for p in ["/a", *rs]:
+            clients[p].send(http_request("GET", p + "/2"))
+        time.sleep(0.05)
+        release.set()
+        assert clients["/hold"].response().raw == _exact("/hold")
+        assert clients["/y"].response().raw == _exact("/y")
+        for p in ["/a", *rs]:
+            assert clients[p].response().raw == _exact(p + "/2")
+        assert order[0] == "/y", order
+        assert sorted(order) == sorted(["/y", "/a/2", *[p + "/2" for p in rs]])

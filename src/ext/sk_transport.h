@@ -117,7 +117,7 @@ typedef struct {
                        * PAUSE_LOG_INTERVAL seconds) and resumed (info) */
 } sk_reactor_config_t;
 
-/* Ready descriptors handled per reactor callback (level-triggered: the rest are reported on the
+/* Ready descriptors handled per reactor callback (the rest stay ready: reported on the
  * next wake-up). */
 #define SK_MAX_EVENTS 64
 
