@@ -2,7 +2,8 @@
 
 --fd N and systemd's LISTEN_FDS serve a socket the test binds and passes in; --uds-perms sets the
 socket file's mode; an address given twice is a usage error; --health-check-path is answered
-without calling the application, 503 while --drain-delay keeps serving after SIGTERM.
+without calling the application, 503 while --drain-delay keeps serving after SIGTERM. Bytes a
+read stops short of (an urgent byte, a descriptor on a Unix socket) are still read.
 """
 from __future__ import annotations
 
@@ -171,3 +172,108 @@ def test_health_check_and_drain_delay(tmp_path, loop, workers):
         assert proc.wait(10) == 0
         assert time.monotonic() - sent >= 1.5
         assert not _proc.accepts(port)
+
+
+_SHORT_READ_APP = '''
+import os, time
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        event = await receive()
+        body += event.get("body", b"")
+        if not event.get("more_body"):
+            break
+    if scope["path"] == "/block":
+        open(FLAG, "w").close()
+        time.sleep(0.3)  # holds the loop: what the client sends meanwhile is read at once
+    out = b"%s %d" % (scope["path"].encode(), len(body))
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", b"%d" % len(out))]})
+    await send({"type": "http.response.body", "body": out})
+'''
+
+
+def _plain(out: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(out), out)
+
+
+def _get(path: str, body: bytes = b"") -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n" if body else \
+        f"GET {path} HTTP/1.1\r\nhost: x\r\nx-a: 1\r\n"
+    return head.encode() + b"\r\n" + body
+
+
+@pytest.mark.rule("skirr-connections-short-reads")
+@pytest.mark.parametrize("family, how, where", [
+    ("tcp", "urgent", "head"),
+    ("tcp", "urgent", "between"),
+    ("tcp", "urgent", "body"),
+    ("unix", "urgent", "between"),
+    ("unix", "descriptor", "head"),
+    ("unix", "descriptor", "body"),
+])
+def test_bytes_a_read_leaves_behind_are_read(tmp_path, loop, family, how, where):
+    """Two requests on one connection, sent while the server's loop is held, so that one read
+    meets all their bytes, split (in the first request's head, between the two requests, or in
+    the first's 1,000-byte body) by something the kernel stops a read at: a TCP (or, since
+    Linux 5.15, Unix) urgent byte (MSG_OOB), or a descriptor (SCM_RIGHTS) sent with the rest of
+    the first request, the second request in a write of its own. Both requests are answered,
+    exact: the urgent byte is not data (skirr does not set SO_OOBINLINE) and the descriptor is
+    closed unread. Edge-triggered, a read that came back short there once left the rest unread
+    until the keep-alive timeout reset the connection."""
+    import array
+
+    flag = tmp_path / "blocking"
+    (tmp_path / "shortread.py").write_text(f"FLAG = {str(flag)!r}\n" + _SHORT_READ_APP)
+    body = b"b" * 1000 if where == "body" else b""
+    first, second = _get("/a", body), _get("/b")
+    data = first + second
+    cut = {"head": 20, "between": len(first), "body": len(first) - 400}[where]
+    args = ["shortread:app", "--app-dir", str(tmp_path), "--loop", loop, "--no-access-log",
+            "--no-server-header", "--no-date-header"]
+    if family == "unix":
+        addr = str(tmp_path / "s.sock")
+        args += ["--uds", addr]
+    else:
+        addr = _proc.free_port()
+        args += ["--port", str(addr)]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(addr)
+        with _proc.connect(addr) as blocker, _proc.connect(addr) as sock:
+            blocker.sendall(_get("/block"))
+            deadline = time.monotonic() + 10
+            while not flag.exists():
+                assert time.monotonic() < deadline, "the /block app never ran"
+                time.sleep(0.01)
+            sock.sendall(data[:cut])
+            if how == "urgent":
+                try:
+                    sock.send(b"Z", socket.MSG_OOB)
+                except OSError as e:  # Unix sockets have urgent bytes since Linux 5.15
+                    pytest.skip(f"this kernel sends no urgent byte on a {family} socket: {e}")
+                sock.sendall(data[cut:])
+            else:  # the descriptor rides on the rest of the first request; a read stops after it
+                with open(os.devnull, "rb") as f:
+                    fds = array.array("i", [f.fileno()])
+                    sock.sendmsg([first[cut:]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+                sock.sendall(second)
+            assert _recv_exact(blocker, len(_plain(b"/block 0"))) == _plain(b"/block 0")
+            a, b = _plain(b"/a %d" % len(body)), _plain(b"/b 0")
+            assert _recv_exact(sock, len(a) + len(b)) == a + b
+        assert proc.stop() == 0
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    """n bytes, or what came before the socket's timeout or EOF (the assertion shows it)."""
+    got = b""
+    try:
+        while len(got) < n:
+            part = sock.recv(n - len(got))
+            if not part:
+                break
+            got += part
+    except socket.timeout:
+        pass
+    return got

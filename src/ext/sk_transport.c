@@ -45,7 +45,9 @@
  * of connections whose requests came first; each burst's late arrivals then waited for the next
  * one. At 75% of fastapi_json's capacity that made p99 11.4 ms against 7.0 ms edge-triggered
  * (bench/LEVERS.md, round 6). What level-triggered did after a read that may leave input in the
- * socket, rearm() does. The listening socket and the timer stay level-triggered. */
+ * socket, rearm() does (tp_readable says when). EPOLLPRI goes with EPOLLIN: the kernel's
+ * urgent (out-of-band) mark is one such read. The listening socket and the timer stay
+ * level-triggered. */
 #define CONN_EPOLL EPOLLET
 
 enum tp_state {
@@ -82,6 +84,7 @@ struct sk_transport {
     uint8_t on_flush;    /* on the reactor's flush list: its output leaves with the batch */
     uint8_t peer_eof;    /* the peer's FIN arrived: no more reading, no EPOLLRDHUP */
     uint8_t told;        /* the handler's closed() ran: its calls have no effect any more */
+    uint8_t unix_peer;   /* AF_UNIX: read with recvmsg(), whose MSG_CTRUNC tells a short read */
     int deadline_kind;   /* the handler's deadline, 0 = none */
     double deadline;     /* monotonic seconds */
     double tp_deadline; /* monotonic seconds: write progress (output pending) or linger; 0 = none */
@@ -156,6 +159,9 @@ update_events(sk_transport_t *t)
     else if (t->state == TP_OPEN && !t->read_paused && sk_buf_len(&t->in) < INPUT_HIGH_WATER &&
              pending_out(t) < SK_OUTPUT_HIGH_WATER) {
         want |= EPOLLIN;
+    }
+    if (want & EPOLLIN) {
+        want |= EPOLLPRI;
     }
     if (pending_out(t) > 0 && !t->held && !t->dispatching && !t->on_flush) {
         want |= EPOLLOUT;
@@ -699,9 +705,9 @@ feed_buffered(sk_transport_t *t)
 
 /* Asks epoll to report the connection again if its socket is still readable (or the peer's FIN
  * is still unread): EPOLL_CTL_MOD with the same mask re-polls it, and queues it at the end of
- * the ready list, as level-triggered would have. For a read that filled the buffer, or that had
- * the FIN (EPOLLRDHUP) behind it: neither raises a new edge. A mask without EPOLLIN and
- * EPOLLRDHUP needs none: re-enabling them re-polls (update_events). */
+ * the ready list, as level-triggered would have. For a read that may have left bytes or the FIN
+ * behind it (tp_readable): neither raises a new edge. A mask without EPOLLIN and EPOLLRDHUP
+ * needs none: re-enabling them re-polls (update_events). */
 static void
 rearm(sk_transport_t *t)
 {
@@ -724,7 +730,22 @@ tp_readable(sk_transport_t *t, uint32_t events)
         }
         return;
     }
-    ssize_t n = recv(t->fd, r->readbuf, READ_SIZE, 0);
+    /* A short read leaves nothing behind (TCP returns once its queue is empty, and what arrives
+     * later raises a new edge), except where the kernel stops early: at an urgent mark (TCP, and
+     * AF_UNIX since Linux 5.15: the event carries EPOLLPRI), and on AF_UNIX after a message
+     * carrying descriptors or another sender's credentials (MSG_CTRUNC: skirr takes no control
+     * data, so the kernel closes the descriptors and says so). */
+    int cut = 0;
+    ssize_t n;
+    if (t->unix_peer) {
+        struct iovec iov = {r->readbuf, READ_SIZE};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+        n = recvmsg(t->fd, &msg, 0);
+        cut = n > 0 && (msg.msg_flags & MSG_CTRUNC);
+    }
+    else {
+        n = recv(t->fd, r->readbuf, READ_SIZE, 0);
+    }
     if (n < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
             tp_closed(t, SK_CLOSED_PEER);
@@ -736,7 +757,7 @@ tp_readable(sk_transport_t *t, uint32_t events)
         return;
     }
     /* what this read may have left in the socket raises no new edge */
-    int again = (size_t)n == READ_SIZE || (events & (EPOLLRDHUP | EPOLLHUP));
+    int again = (size_t)n == READ_SIZE || cut || (events & (EPOLLRDHUP | EPOLLHUP | EPOLLPRI));
     if (t->state != TP_OPEN) {
         if (again) {
             rearm(t); /* lingering: discard the rest too */
@@ -1118,7 +1139,9 @@ reactor_accept(sk_reactor_t *r)
         t->reactor = r;
         memcpy(&t->peer, &addr, alen);
         t->peer_len = alen;
-        struct epoll_event ev = {.events = CONN_EPOLL | EPOLLIN | EPOLLRDHUP, .data.ptr = t};
+        t->unix_peer = addr.ss_family == AF_UNIX;
+        struct epoll_event ev = {.events = CONN_EPOLL | EPOLLIN | EPOLLPRI | EPOLLRDHUP,
+                                 .data.ptr = t};
         if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
             close(fd);
             PyMem_Free(t);
