@@ -717,6 +717,35 @@ rearm(sk_transport_t *t)
     }
 }
 
+/* Hands n bytes just read into the reactor's buffer to the handler (after what it left
+ * unconsumed), keeps what it does not consume, and updates the mask; discards them when the
+ * transport is not open (lingering). */
+static void
+consume_read(sk_transport_t *t, size_t n)
+{
+    sk_reactor_t *r = t->reactor;
+    if (t->state != TP_OPEN) {
+        return; /* lingering: discard */
+    }
+    if (sk_buf_len(&t->in) > 0) {
+        if (sk_buf_append(&t->in, r->readbuf, n) < 0) {
+            tp_closed(t, SK_CLOSED_NO_MEMORY);
+            return;
+        }
+        feed_buffered(t);
+        return;
+    }
+    size_t used = dispatch(t, r->readbuf, n);
+    if (t->state != TP_OPEN) {
+        return;
+    }
+    if (used < n && sk_buf_append(&t->in, r->readbuf + used, n - used) < 0) {
+        tp_closed(t, SK_CLOSED_NO_MEMORY);
+        return;
+    }
+    update_events(t);
+}
+
 static void
 tp_readable(sk_transport_t *t, uint32_t events)
 {
@@ -740,14 +769,18 @@ tp_readable(sk_transport_t *t, uint32_t events)
     if (t->unix_peer) {
         struct iovec iov = {r->readbuf, READ_SIZE};
         struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-        n = recvmsg(t->fd, &msg, 0);
+        do {
+            n = recvmsg(t->fd, &msg, 0);
+        } while (n < 0 && errno == EINTR);
         cut = n > 0 && (msg.msg_flags & MSG_CTRUNC);
     }
     else {
-        n = recv(t->fd, r->readbuf, READ_SIZE, 0);
+        do {
+            n = recv(t->fd, r->readbuf, READ_SIZE, 0);
+        } while (n < 0 && errno == EINTR); /* no edge would bring it back */
     }
     if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
             tp_closed(t, SK_CLOSED_PEER);
         }
         return;
@@ -758,32 +791,9 @@ tp_readable(sk_transport_t *t, uint32_t events)
     }
     /* what this read may have left in the socket raises no new edge */
     int again = (size_t)n == READ_SIZE || cut || (events & (EPOLLRDHUP | EPOLLHUP | EPOLLPRI));
-    if (t->state != TP_OPEN) {
-        if (again) {
-            rearm(t); /* lingering: discard the rest too */
-        }
-        return;
-    }
-    if (sk_buf_len(&t->in) > 0) {
-        if (sk_buf_append(&t->in, r->readbuf, (size_t)n) < 0) {
-            tp_closed(t, SK_CLOSED_NO_MEMORY);
-            return;
-        }
-        feed_buffered(t);
-    }
-    else {
-        size_t used = dispatch(t, r->readbuf, (size_t)n);
-        if (t->state != TP_OPEN) {
-            return;
-        }
-        if (used < (size_t)n && sk_buf_append(&t->in, r->readbuf + used, (size_t)n - used) < 0) {
-            tp_closed(t, SK_CLOSED_NO_MEMORY);
-            return;
-        }
-        update_events(t);
-    }
+    consume_read(t, (size_t)n);
     if (again) {
-        rearm(t);
+        rearm(t); /* whatever state the read left: lingering discards the rest too */
     }
 }
 
