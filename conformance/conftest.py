@@ -158,10 +158,15 @@ class Response:
 
 
 class Client:
-    """A blocking TCP client with a timeout on every operation."""
+    """A blocking client (TCP, or a given connected socket) with a timeout on every operation."""
 
-    def __init__(self, port: int, timeout: float = IO_TIMEOUT) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = IO_TIMEOUT,
+                 sock: Optional[socket.socket] = None) -> None:
+        """A new connection to 127.0.0.1:port, or `sock` (connected: a Unix socket, say)."""
+        if sock is None:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        sock.settimeout(timeout)
+        self.sock = sock
         self.timeout = timeout
         self.buf = b""  # bytes read but not yet consumed by a reader
         self.eof = False  # the peer closed (FIN or RST)

@@ -20,6 +20,7 @@ try:
     from . import _proc
 except ImportError:
     import _proc
+from conftest import Client
 
 pytestmark = _proc.each_loop
 
@@ -199,7 +200,7 @@ def _plain(out: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(out), out)
 
 
-def _get(path: str, body: bytes = b"") -> bytes:
+def _request(path: str, body: bytes = b"") -> bytes:
     head = f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n" if body else \
         f"GET {path} HTTP/1.1\r\nhost: x\r\nx-a: 1\r\n"
     return head.encode() + b"\r\n" + body
@@ -228,7 +229,7 @@ def test_bytes_a_read_leaves_behind_are_read(tmp_path, loop, family, how, where)
     flag = tmp_path / "blocking"
     (tmp_path / "shortread.py").write_text(f"FLAG = {str(flag)!r}\n" + _SHORT_READ_APP)
     body = b"b" * 1000 if where == "body" else b""
-    first, second = _get("/a", body), _get("/b")
+    first, second = _request("/a", body), _request("/b")
     data = first + second
     cut = {"head": 20, "between": len(first), "body": len(first) - 400}[where]
     args = ["shortread:app", "--app-dir", str(tmp_path), "--loop", loop, "--no-access-log",
@@ -241,8 +242,9 @@ def test_bytes_a_read_leaves_behind_are_read(tmp_path, loop, family, how, where)
         args += ["--port", str(addr)]
     with _proc.Skirr(args, tmp_path) as proc:
         proc.wait_accepting(addr)
-        with _proc.connect(addr) as blocker, _proc.connect(addr) as sock:
-            blocker.sendall(_get("/block"))
+        with _proc.connect(addr) as blocking, _proc.connect(addr) as sock:
+            blocker, client = Client(0, sock=blocking), Client(0, sock=sock)
+            blocker.send(_request("/block"))
             deadline = time.monotonic() + 10
             while not flag.exists():
                 assert time.monotonic() < deadline, "the /block app never ran"
@@ -259,21 +261,8 @@ def test_bytes_a_read_leaves_behind_are_read(tmp_path, loop, family, how, where)
                     fds = array.array("i", [f.fileno()])
                     sock.sendmsg([first[cut:]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
                 sock.sendall(second)
-            assert _recv_exact(blocker, len(_plain(b"/block 0"))) == _plain(b"/block 0")
+            assert blocker.read_exact(len(_plain(b"/block 0"))) == _plain(b"/block 0")
             a, b = _plain(b"/a %d" % len(body)), _plain(b"/b 0")
-            assert _recv_exact(sock, len(a) + len(b)) == a + b
+            assert client.read_exact(len(a) + len(b)) == a + b
         assert proc.stop() == 0
 
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    """n bytes, or what came before the socket's timeout or EOF (the assertion shows it)."""
-    got = b""
-    try:
-        while len(got) < n:
-            part = sock.recv(n - len(got))
-            if not part:
-                break
-            got += part
-    except socket.timeout:
-        pass
-    return got

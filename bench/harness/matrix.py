@@ -110,8 +110,8 @@ def plan(args):
         prof["fixed_rounds"] = args.rounds
     servers = args.servers.split(",") if args.servers else prof["servers"]
     rows = prof["rows"]
-    if args.workloads:
-        keep = set(args.workloads.split(","))
+    keep = set(args.workloads.split(",")) if args.workloads else None
+    if keep:
         # A name no row of this run has is refused, not dropped: a silently smaller run is
         # taken for the one asked for (`--profile quick --workloads get_64k` measured nothing).
         offered = {w for w, _ in rows}
@@ -133,7 +133,7 @@ def plan(args):
     if wk and not args.no_workers:
         # --workloads and --rounds apply to the workers row too; --servers and --conns do not
         # (its servers are its own, at its own connection counts).
-        wrows = [r for r in wk["rows"] if not args.workloads or r[0] in args.workloads.split(",")]
+        wrows = [r for r in wk["rows"] if not keep or r[0] in keep]
         prof["workers"] = dict(wk, rows=wrows, rounds=args.rounds or wk["rounds"])
     else:
         prof["workers"] = None
@@ -146,7 +146,7 @@ def plan(args):
     if ws and not getattr(args, "no_ws", False):
         # --workloads and --rounds apply to the WebSocket rows too; --ws-servers picks their
         # servers (skirr always among them), --conns replaces their connection counts.
-        wsrows = [r for r in ws["rows"] if not args.workloads or r[0] in args.workloads.split(",")]
+        wsrows = [r for r in ws["rows"] if not keep or r[0] in keep]
         if args.conns:
             wsrows = workload_order({(w, int(c)) for w, _ in wsrows for c in args.conns.split(",")})
         wss = args.ws_servers.split(",") if getattr(args, "ws_servers", None) else list(ws["servers"])

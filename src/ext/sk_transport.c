@@ -84,7 +84,6 @@ struct sk_transport {
     uint8_t on_flush;    /* on the reactor's flush list: its output leaves with the batch */
     uint8_t peer_eof;    /* the peer's FIN arrived: no more reading, no EPOLLRDHUP */
     uint8_t told;        /* the handler's closed() ran: its calls have no effect any more */
-    uint8_t unix_peer;   /* AF_UNIX: read with recvmsg(), whose MSG_CTRUNC tells a short read */
     int deadline_kind;   /* the handler's deadline, 0 = none */
     double deadline;     /* monotonic seconds */
     double tp_deadline; /* monotonic seconds: write progress (output pending) or linger; 0 = none */
@@ -766,7 +765,7 @@ tp_readable(sk_transport_t *t, uint32_t events)
      * data, so the kernel closes the descriptors and says so). */
     int cut = 0;
     ssize_t n;
-    if (t->unix_peer) {
+    if (t->peer.ss_family == AF_UNIX) { /* recvmsg(): its MSG_CTRUNC tells such a read */
         struct iovec iov = {r->readbuf, READ_SIZE};
         struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
         do {
@@ -1149,7 +1148,6 @@ reactor_accept(sk_reactor_t *r)
         t->reactor = r;
         memcpy(&t->peer, &addr, alen);
         t->peer_len = alen;
-        t->unix_peer = addr.ss_family == AF_UNIX;
         struct epoll_event ev = {.events = CONN_EPOLL | EPOLLIN | EPOLLPRI | EPOLLRDHUP,
                                  .data.ptr = t};
         if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
