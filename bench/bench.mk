@@ -10,6 +10,8 @@ BENCH_TRACED_TEST := $(VPY) -m pytest bench/test_traced.py -q -p no:cacheprovide
 # The report's charts drawn from a synthetic run before a real one is measured; the first run makes
 # bench/.venv-charts (matplotlib from bench/charts.txt), which the report then draws with.
 BENCH_CHARTS_TEST := $(VPY) -m pytest bench/test_charts.py -q -p no:cacheprovider
+# The report's Targets section (issue 15's verdicts) judged from synthetic rounds.
+BENCH_TARGETS_TEST := $(VPY) -m pytest bench/test_targets.py -q -p no:cacheprovider
 # The matrix's plan from the command line (rows, servers, phases; a --workloads name no row has is
 # refused), checked before anything is measured.
 BENCH_PLAN_TEST := $(VPY) -m pytest bench/test_plan.py -q -p no:cacheprovider
@@ -25,6 +27,7 @@ bench: build
 	$(BENCH_PLAN_TEST)
 	$(BENCH_WS_TEST)
 	$(BENCH_CHARTS_TEST)
+	$(BENCH_TARGETS_TEST)
 	$(BENCH_RUN) matrix --profile full --summary bench/RESULTS.md $(BENCH_ARGS)
 
 # The CI smoke test of the harness, <= 5 minutes: raw_get, post_4k and fastapi_json at 64
@@ -36,6 +39,7 @@ bench-quick: build
 	$(BENCH_PLAN_TEST)
 	$(BENCH_WS_TEST)
 	$(BENCH_CHARTS_TEST)
+	$(BENCH_TARGETS_TEST)
 	$(BENCH_RUN) matrix --profile quick $(BENCH_ARGS)
 
 # 1,001 sequential tiny requests on one keep-alive connection, traced with strace: skirr passes with

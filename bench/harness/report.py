@@ -4,7 +4,7 @@ Owns: the aggregation of a row's rounds (median req/s with min-max, median p99, 
 request, peak RSS/PSS, summed errors), the per-round comparison of each peer with skirr and its
 verdict ("ahead" only when every round agrees; CPU per request decides where either side was
 client-bound), efficiency against the limit, the WebSocket rows' table (the same aggregation and
-verdict per message), and the markdown of report.md and bench/RESULTS.md
+verdict per message), the Targets section (targets.py judges it), and the markdown of report.md and bench/RESULTS.md
 (LEVERS.md appended) with its charts embedded (charts.py draws them beside it: in the run folder,
 and in charts/ beside the summary), rendered from a run's results.json alone so `run.py report`
 can redo it.
@@ -18,7 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
-from . import charts
+from . import charts, targets
 from .costs import COSTS, TARGET_ACCESS
 from .env import LEVERS
 from .peers import SERVERS
@@ -469,6 +469,26 @@ def render_fixed(L, fixed_agg):
                 L.append(f"{head} {p99(mine)}, no peer lower")
 
 
+def efficiency_rows(result, agg):
+    """Per (workload, conns) with a limit row and the app's own CPU, per server that is not a
+    limit: {workload, conns, limit, app, server, cpu, efficiency}, CPU figures in µs per request
+    (medians over rounds). limit: the lower of limit-c's and nginx's; efficiency: (limit + app) ÷
+    the server's."""
+    out = []
+    for w, c in workload_order({(w, c) for (w, c, _) in agg}):
+        lim = [agg[(w, c, s)]["cpu_us_per_req"] for s in ("limit-c", "nginx")
+               if (w, c, s) in agg and agg[(w, c, s)]["cpu_us_per_req"]]
+        app = result["app_cpu"].get(w, {}).get("us_per_req")
+        if not lim or app is None:
+            continue
+        for s in sorted(s for (w2, c2, s) in agg if (w2, c2) == (w, c) and SERVERS[s].kind != "limit"):
+            cpu = agg[(w, c, s)]["cpu_us_per_req"]
+            if cpu:
+                out.append({"workload": w, "conns": c, "limit": min(lim), "app": app, "server": s,
+                            "cpu": cpu, "efficiency": (min(lim) + app) / cpu})
+    return out
+
+
 def render_report(result, agg, fixed_agg, cmp, status, chart_lines=()):
     """The markdown report; `agg` and `fixed_agg`: the throughput and fixed-rate rows'
     aggregates (aggregate(), aggregate_fixed()); `chart_lines`: its charts section
@@ -509,11 +529,11 @@ def render_report(result, agg, fixed_agg, cmp, status, chart_lines=()):
     if not result["runs"]:  # one part alone (`--profile workers`, `costs` or `ws`)
         render_parts(L, result)
         return "\n".join(L)
+    targets.render(L, result, fixed_agg, fixed_verdicts(fixed_agg), efficiency_rows(result, agg))
     L.append("## Throughput\n")
     L.append("| workload | conns | server | req/s | min–max | p99 ms | CPU µs/req | RSS MiB | PSS MiB "
              "| errors | gen CPU | other/steal | vs skirr (req/s ratio, verdict) |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    rows = workload_order({(w, c) for (w, c, _) in agg})
     for w, c, s, a, flags, vs in table_rows(agg, cmp):
         L.append(
             f"| {w} | {c} | {s}{flags} | {fmt(a['rps'])} | "
@@ -530,17 +550,9 @@ def render_report(result, agg, fixed_agg, cmp, status, chart_lines=()):
              "CPU/request; the limit is the lower of limit-c and nginx in the same row.\n")
     L.append("| workload | conns | limit µs/req | app µs/req | server | server µs/req | efficiency |")
     L.append("|---|---|---|---|---|---|---|")
-    for w, c in rows:
-        lim = [agg[(w, c, s)]["cpu_us_per_req"] for s in ("limit-c", "nginx")
-               if (w, c, s) in agg and agg[(w, c, s)]["cpu_us_per_req"]]
-        app = result["app_cpu"].get(w, {}).get("us_per_req")
-        if not lim or app is None:
-            continue
-        for s in sorted(s for (w2, c2, s) in agg if (w2, c2) == (w, c) and SERVERS[s].kind != "limit"):
-            a = agg[(w, c, s)]
-            if a["cpu_us_per_req"]:
-                L.append(f"| {w} | {c} | {min(lim):.2f} | {app:.2f} | {s} | {a['cpu_us_per_req']:.2f} "
-                         f"| {(min(lim) + app) / a['cpu_us_per_req']:.2f} |")
+    for e in efficiency_rows(result, agg):
+        L.append(f"| {e['workload']} | {e['conns']} | {e['limit']:.2f} | {e['app']:.2f} | "
+                 f"{e['server']} | {e['cpu']:.2f} | {e['efficiency']:.2f} |")
     errs = {w: r["error"] for w, r in result["app_cpu"].items() if "error" in r}
     for w, e in errs.items():
         L.append(f"\napp CPU for {w} failed: `{e[-300:]}`")
