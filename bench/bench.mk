@@ -16,7 +16,7 @@ BENCH_TARGETS_TEST := $(VPY) -m pytest bench/test_targets.py -q -p no:cacheprovi
 # refused), checked before anything is measured.
 BENCH_PLAN_TEST := $(VPY) -m pytest bench/test_plan.py -q -p no:cacheprovider
 
-.PHONY: bench bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers bench-ws
+.PHONY: bench bench-targets bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers bench-ws
 
 # The full matrix (about 85 minutes, 6 of them the WebSocket rows), only on a build that passes
 # the conformance suite; writes the raw results to bench/results/ and the summary to
@@ -30,6 +30,20 @@ bench: build
 	$(BENCH_TARGETS_TEST)
 	$(BENCH_RUN) matrix --profile full --summary bench/RESULTS.md $(BENCH_ARGS)
 
+# Issue 15's targets on another interpreter (its target 4; about an hour): the rows and peers
+# they name (--profile targets), only on a build that passes the conformance suite under that
+# interpreter. Each interpreter keeps its own peers' venv (bench/.venv-peers-<X.Y>/) and summary:
+# make bench-targets PY=$(pyenv root)/versions/3.12.1/bin/python3 VENV=.venv312 writes
+# bench/RESULTS-3.12.md, its charts in bench/charts/RESULTS-3.12/.
+bench-targets: build
+	@$(MAKE) --no-print-directory conformance || \
+	  { echo "bench-targets: 'make conformance' failed: refusing to measure this build" >&2; exit 1; }
+	$(BENCH_PLAN_TEST)
+	$(BENCH_CHARTS_TEST)
+	$(BENCH_TARGETS_TEST)
+	@v=$$($(VPY) -c 'import sys; print("%d.%d" % sys.version_info[:2])') && \
+	  set -x && BENCH_PEERS_VENV=$(CURDIR)/bench/.venv-peers-$$v \
+	  $(BENCH_RUN) matrix --profile targets --summary bench/RESULTS-$$v.md $(BENCH_ARGS)
 # The CI smoke test of the harness, <= 5 minutes: raw_get, post_4k and fastapi_json at 64
 # connections, 3 rounds, skirr beside uvicorn and the C limit; one round of the WebSocket latency
 # row (ws_echo_64, skirr beside uvicorn with websockets). No pass/fail on speed; it fails only

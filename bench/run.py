@@ -135,7 +135,8 @@ def build_parser():
     m.add_argument("--seed", type=int, default=None, help="random seed for the server order")
     m.add_argument("--label", help="results folder suffix (default: the profile)")
     m.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md), "
-                   "its charts into charts/ beside it")
+                   "its charts into charts/ beside it (charts/<name>/ for a summary not named "
+                   "RESULTS.md)")
     m.add_argument("--reinstall", action="store_true", help="retry peers that failed to install")
     s = sub.add_parser("syscalls", help="the syscall gate (1,001 requests, one connection)")
     s.add_argument("--servers", default="skirr,limit-c")
@@ -163,7 +164,8 @@ def build_parser():
                         "(results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")
     rp.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md), "
-                    "its charts into charts/ beside it")
+                    "its charts into charts/ beside it (charts/<name>/ for a summary not named "
+                   "RESULTS.md)")
     a = sub.add_parser("app-cpu", help=argparse.SUPPRESS)
     a.add_argument("--workload", required=True)
     a.add_argument("--n", type=int, default=20000)

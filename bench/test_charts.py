@@ -163,6 +163,23 @@ def test_every_chart_drawn_beside_report_and_summary(tmp_path, charts_py):
     assert out == [f"({h}, {w})" for w, h in want.values()]
 
 
+def test_another_interpreters_summary_keeps_its_own_charts(tmp_path, charts_py):
+    # make bench-targets writes bench/RESULTS-<X.Y>.md: its charts must not replace RESULTS.md's.
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    main = write_run(tmp_path, result(FULL_ROWS, FULL_FIXED))
+    report.rerender(main, bench / "RESULTS.md")
+    first = {f: (bench / "charts" / f).read_bytes() for f in ALL}
+    other = write_run(tmp_path, result(FULL_ROWS[:2], []), name="20261201-110000-targets")
+    report.rerender(other, bench / "RESULTS-3.12.md")
+    assert LINK.findall((bench / "RESULTS-3.12.md").read_text()) == [
+        "charts/RESULTS-3.12/cpu-per-request.png", "charts/RESULTS-3.12/rps-vs-connections.png"]
+    assert sorted(p.name for p in (bench / "charts" / "RESULTS-3.12").iterdir()) == [
+        "cpu-per-request.png", "rps-vs-connections.png"]
+    assert {f: (bench / "charts" / f).read_bytes() for f in ALL} == first
+    assert LINK.findall((bench / "RESULTS.md").read_text()) == [f"charts/{f}" for f in ALL]
+
+
 def test_missing_data_one_line_each(tmp_path, charts_py, capsys):
     # One connection count, no fixed-rate rows: only the CPU chart has data.
     run = write_run(tmp_path, result([("raw_get", 64), ("post_4k", 64)], []))

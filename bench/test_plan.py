@@ -26,6 +26,19 @@ def test_quick_profile_rows_and_servers():
     assert prof["ws"]["rows"] == [("ws_echo_64", 64)]
 
 
+def test_targets_profile_has_the_rows_and_peers_issue_15_names():
+    prof, servers, rows = planned("--profile", "targets")
+    assert rows == [("raw_get", 16), ("raw_get", 64), ("raw_get", 256), ("post_4k", 64),
+                    ("post_4k", 256), ("get_64k", 64), ("get_64k", 256), ("fastapi_json", 64),
+                    ("fastapi_json", 256), ("pipelined_get", 64), ("pipelined_get", 256)]
+    assert servers == ["skirr", "uvicorn-httptools", "granian", "hypercorn", "peregrine",
+                       "limit-c"]
+    assert (prof["rounds"], prof["fixed_rounds"], prof["stream_rounds"]) == (5, 3, 3)
+    assert prof["fixed_rate"] == [("raw_get", 64), ("fastapi_json", 64)]
+    assert prof["fixed_pcts"] == [25, 50]
+    assert (prof["workers"], prof["costs"], prof["ws"]) == (None, None, None)
+
+
 def test_workloads_and_conns_select_rows_skirr_always_in():
     prof, servers, rows = planned("--profile", "full", "--servers", "peregrine", "--workloads",
                                   "get_64k", "--conns", "64,256", "--no-workers", "--no-ws")

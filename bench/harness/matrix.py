@@ -72,6 +72,24 @@ PROFILES = {
         costs=dict(rounds=5),
         ws=WS_FULL,
     ),
+    # `make bench-targets PY=...` (issue 15's target 4: its targets on 3.12 and 3.13): the rows
+    # and peers the targets name, the full profile's rounds, in about an hour where the full
+    # profile takes two. Left out: raw_get c1 and file_1m (no target names them), nginx (limit-c
+    # is the lower limit in every row the efficiency target reads), uvicorn-h11 and
+    # gunicorn-uvicorn (uvicorn-httptools is uvicorn's fastest), weft (fails to import), the
+    # 75% fixed-rate load, and the workers, cost and WebSocket rows.
+    "targets": dict(
+        servers=["skirr", "uvicorn-httptools", "granian", "hypercorn", "peregrine", "limit-c"],
+        rows=[("raw_get", 16), ("raw_get", 64), ("raw_get", 256),
+              ("post_4k", 64), ("post_4k", 256), ("get_64k", 64), ("get_64k", 256),
+              ("fastapi_json", 64), ("fastapi_json", 256),
+              ("pipelined_get", 64), ("pipelined_get", 256)],
+        rounds=5, duration=5, warmup=1,
+        fixed_rate=[("raw_get", 64), ("fastapi_json", 64)], fixed_pcts=[25, 50],
+        fixed_duration=6, fixed_rounds=3,
+        stream_samples=20, stream_rounds=3,
+        workers=None, costs=None, ws=None,
+    ),
     # `make bench-workers`: the full profile's workers row alone (about 6 minutes).
     "workers": dict(
         servers=[], rows=[], rounds=5, duration=5, warmup=1,

@@ -4,10 +4,10 @@ Owns: the aggregation of a row's rounds (median req/s with min-max, median p99, 
 request, peak RSS/PSS, summed errors), the per-round comparison of each peer with skirr and its
 verdict ("ahead" only when every round agrees; CPU per request decides where either side was
 client-bound), efficiency against the limit, the WebSocket rows' table (the same aggregation and
-verdict per message), the Targets section (targets.py judges it), and the markdown of report.md and bench/RESULTS.md
-(LEVERS.md appended) with its charts embedded (charts.py draws them beside it: in the run folder,
-and in charts/ beside the summary), rendered from a run's results.json alone so `run.py report`
-can redo it.
+verdict per message), the Targets section (targets.py judges it), and the markdown of report.md
+and bench/RESULTS.md (LEVERS.md appended) with its charts embedded (charts.py draws them beside
+it: in the run folder, and in summary_charts() beside the summary), rendered from a run's
+results.json alone so `run.py report` can redo it.
 
 Never: starts a server, runs a load generator or reads /proc; it reads only a run's results and
 LEVERS.md, so re-rendering an old run gives the same report.
@@ -170,8 +170,12 @@ def skirr_failed(agg):
     return [k for k, a in agg.items() if a["failed"] and SERVERS[k[2]].kind == "skirr"]
 
 
-# The summary's charts: in this folder beside it (bench/charts/ for bench/RESULTS.md).
-SUMMARY_CHARTS = "charts"
+def summary_charts(summary):
+    """The folder of a summary's charts, relative to the summary's: charts/ beside RESULTS.md,
+    charts/<its name without .md>/ beside any other (bench/RESULTS-3.12.md: charts/RESULTS-3.12/),
+    so one interpreter's run does not redraw another's."""
+    name = Path(summary).name
+    return "charts" if name == "RESULTS.md" else f"charts/{Path(name).stem}"
 
 
 def write_report(result, outdir, summary=None, charts_python=None):
@@ -188,11 +192,11 @@ def write_report(result, outdir, summary=None, charts_python=None):
     report = render_report(result, agg, fixed_agg, cmp, status, charts.markdown(drawn))
     (Path(outdir) / "report.md").write_text(report)
     if summary:
-        cdir = Path(summary).parent / SUMMARY_CHARTS
+        rel = summary_charts(summary)
         if drawn:
-            charts.copy_drawn(drawn, outdir, cdir)
+            charts.copy_drawn(drawn, outdir, Path(summary).parent / rel)
         Path(summary).write_text(render_report(result, agg, fixed_agg, cmp, status,
-                                               charts.markdown(drawn, f"{SUMMARY_CHARTS}/")))
+                                               charts.markdown(drawn, f"{rel}/")))
     return report, agg
 
 
