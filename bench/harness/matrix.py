@@ -235,6 +235,9 @@ def describe_setup(args, started, label, servers, rows, prof, groups, tools, ins
         "config": {"servers": servers, "rows": rows, **{k: v for k, v in prof.items()
                                                           if k not in ("servers", "rows")}},
         "install": install, "not_measured": status, "seed": seed,
+        # "passed" when `make bench` or `make bench-targets` ran `make conformance` first and it
+        # passed (they set it); the report's Targets section says so.
+        "conformance": os.environ.get("BENCH_CONFORMANCE"),
     }
 
 

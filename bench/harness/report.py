@@ -533,7 +533,7 @@ def render_report(result, agg, fixed_agg, cmp, status, chart_lines=()):
     if not result["runs"]:  # one part alone (`--profile workers`, `costs` or `ws`)
         render_parts(L, result)
         return "\n".join(L)
-    targets.render(L, result, fixed_agg, fixed_verdicts(fixed_agg), efficiency_rows(result, agg))
+    targets.render(L, result, efficiency_rows(result, agg), fixed_agg)
     L.append("## Throughput\n")
     L.append("| workload | conns | server | req/s | min–max | p99 ms | CPU µs/req | RSS MiB | PSS MiB "
              "| errors | gen CPU | other/steal | vs skirr (req/s ratio, verdict) |")

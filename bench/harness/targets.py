@@ -1,18 +1,24 @@
 """Issue 15's targets (performance round 2), judged from one matrix run's results.
 
-Owns: each target's figures and its verdict, rendered as the report's "Targets" section:
-- `met` only when every round of every row the target names agrees (a round counts where skirr
-  and the server it is compared with both ran in it; a round skirr failed is a round it lost);
-- `MISSED` otherwise;
-- `not in this run` when the run has no row the target needs (the quick profile has no
-  peregrine, no c256 and no get_64k, for instance).
-The figures are the tables' below it: CPU per request (µs) and req/s of runs in the same round,
-the median efficiency of "Efficiency against the limit", the fixed-rate p99 medians, and the
-median first chunk (ms) of each streaming round.
+Owns: each target's figures and its verdict, rendered as the report's "Targets" section. A row
+of the section is one target at one row of the matrix, judged over every round the run was
+configured for (`rounds`, `fixed_rounds`, `stream_rounds`), against peregrine (target 1's CPU) or
+every ASGI peer of the run (the limits left out; peregrine, granian, uvicorn-httptools and
+hypercorn, the peers the issue names, must be among them):
+- `met`: skirr ran every round and was ahead in each, against each peer;
+- `MISSED`: skirr failed a round, or was behind in one;
+- `unproven`: skirr was never behind, but a round was not compared (the peer or the limit
+  failed it, or never ran);
+- `not in this run`: the run has no such row, or a named peer is not among its servers (the
+  quick profile has no peregrine, no c256 and no get_64k).
+Figures: skirr's ÷ the other's within each round, the median with its range (CPU per request and
+req/s of the throughput rows, p99 of the fixed-rate runs, each streaming round's median first
+chunk); efficiency per round as the "Efficiency against the limit" table computes it from
+medians.
 
 Never: measures, or judges what one run cannot show. The same targets on 3.12 and 3.13 are each
-a run of its own (`make bench PY=...`); the conformance suite, the gates and the syscall gate are
-their own make targets (`make bench` refuses to measure a build that fails `make conformance`).
+a run of their own (`make bench-targets PY=...`); the gates and the syscall gate are their own
+make targets.
 """
 from __future__ import annotations
 
@@ -21,6 +27,9 @@ import statistics
 from .peers import SERVERS
 
 BASE = "skirr"
+# The peers issue 15 names ("uvicorn": its fastest, with httptools); a row without one of them
+# in the run is not in this run. Other ASGI peers of the run are compared as well.
+NAMED = ("peregrine", "granian", "uvicorn-httptools", "hypercorn")
 # Target 1: fastapi_json CPU per request at most this many times peregrine's, in every round.
 T1_CPU = 0.95
 T1_PEER = "peregrine"
@@ -28,182 +37,218 @@ T1_LOAD = 50  # % of each server's own req/s: p99 no higher than any peer's ther
 # Target 2: raw_get efficiency ((limit + app CPU) / skirr CPU) at least this, at these counts.
 T2_EFFICIENCY = 0.85
 T2_CONNS = (16, 64, 256)
+LIMITS = ("limit-c", "nginx")
 # Target 3: CPU per request below every ASGI peer's in every round, each workload at each count.
 T3_WORKLOADS = ("raw_get", "post_4k", "get_64k", "fastapi_json", "pipelined_get")
 CONNS = (64, 256)
 
 
-def _peers(runs):
-    """The ASGI peers (not skirr, not a limit) with a successful run, sorted."""
-    return sorted({r["server"] for r in runs if r["ok"] and SERVERS[r["server"]].kind == "peer"})
+def values(items, key, **match):
+    """{(round, server): item[key], or None where the item failed} of the items (runs) whose
+    fields equal `match`; an item without a round (older fixed-rate runs) is round 0."""
+    return {(r.get("round", 0), r["server"]): (r[key] if r["ok"] else None) for r in items
+            if all(r.get(k) == v for k, v in match.items())}
 
 
-def _by_round(runs, workload, conns, server):
-    """{round: run} of `server`'s runs of a row (failed ones included)."""
-    return {r["round"]: r for r in runs
-            if (r["workload"], r["conns"], r["server"]) == (workload, conns, server)}
+def peers_of(vals, servers, workload):
+    """(the peers to compare, the named peers missing from the run): the named peers that serve
+    `workload` and every other ASGI peer with a figure in `vals`."""
+    named = [p for p in NAMED if workload in SERVERS[p].serves]
+    missing = [p for p in named if p not in servers]
+    others = sorted({s for (_, s), v in vals.items()
+                     if v is not None and SERVERS[s].kind == "peer" and s not in NAMED})
+    return [p for p in named if p in servers] + others, missing
 
 
-def paired(runs, workload, conns, peer, key):
-    """Per round in which `peer` ran successfully: (skirr's figure ÷ the peer's, or None where
-    skirr failed that round). `key`: "cpu_us_per_req" or "rps"."""
-    mine = _by_round(runs, workload, conns, BASE)
-    out = []
-    for rnd, theirs in sorted(_by_round(runs, workload, conns, peer).items()):
-        if not theirs["ok"]:
-            continue
-        k = mine.get(rnd)
-        out.append(k[key] / theirs[key] if k and k["ok"] else None)
-    return out
+def _span(xs, spec=".2f"):
+    """"0.87× (0.85–0.90)": the median and range of `xs`."""
+    return (f"{statistics.median(xs):{spec}}× ({min(xs):{spec}}–{max(xs):{spec}})" if xs
+            else "no round compared")
 
 
-def _span(ratios):
-    """"0.87× (0.85–0.90)": the median and range of the ratios of rounds skirr ran."""
-    xs = [x for x in ratios if x is not None]
-    if not xs:
-        return "skirr failed every round"
-    return f"{statistics.median(xs):.2f}× ({min(xs):.2f}–{max(xs):.2f})"
+def judge(vals, rounds, peers, what, better, ahead="ahead"):
+    """(verdict, measured) of skirr against `peers` over rounds 0..rounds-1 of `vals` (values());
+    `better(skirr ÷ peer)` says when skirr's round counts as `ahead`."""
+    lost_rounds = [r for r in range(rounds) if vals.get((r, BASE)) is None]
+    per = {}
+    for p in peers:
+        xs, behind, uncompared = [], 0, 0
+        for r in range(rounds):
+            mine, theirs = vals.get((r, BASE)), vals.get((r, p))
+            if mine is None:
+                continue  # skirr's failed round: lost, counted once for the row
+            if theirs is None:
+                uncompared += 1
+                continue
+            xs.append(mine / theirs)
+            behind += not better(mine / theirs)
+        per[p] = (xs, behind, uncompared)
+    parts = [f"skirr failed {len(lost_rounds)}/{rounds} rounds"] if lost_rounds else []
+    bad = [p for p, (_, behind, _) in per.items() if behind]
+    short = [p for p, (_, behind, unc) in per.items() if unc and not behind]
+    for p in bad:
+        xs, behind, unc = per[p]
+        parts.append(f"{p}: skirr {ahead} in {len(xs) - behind}/{rounds} rounds, its {what} "
+                     f"{_span(xs)} of {p}'s")
+    for p in short:
+        xs, _, unc = per[p]
+        parts.append(f"{p}: compared in {len(xs)}/{rounds} rounds (it failed or did not run "
+                     f"in {unc}), skirr {ahead} in each, {_span(xs)}" if xs else
+                     f"{p}: failed or did not run in all {rounds} rounds")
+    good = [p for p in per if p not in bad and p not in short]
+    if lost_rounds or bad:
+        verdict = "MISSED"
+    elif short:
+        verdict = "unproven"
+    elif len(good) > 1:
+        near = min(good, key=lambda p: abs(1 - statistics.median(per[p][0])))
+        return "met", (f"{ahead} of all {len(good)} peers in all {rounds} rounds; nearest "
+                       f"{near}: skirr's {what} {_span(per[near][0])} of its")
+    else:
+        (p,) = good
+        return "met", f"{ahead} in all {rounds} rounds; skirr's {what} {_span(per[p][0])} of {p}'s"
+    n = len(good)
+    if good and (bad or short):
+        parts.append(f"the other {n} peer{'s' if n != 1 else ''}: {ahead} in every round")
+    elif good:
+        parts.append(f"{'all ' if n > 1 else ''}{n} peer{'s' if n != 1 else ''}: {ahead} in "
+                     "every round skirr ran")
+    return verdict, "; ".join(parts)
 
 
-def _count(ratios, ok):
-    """Rounds where skirr ran and `ok(ratio)` holds, and the rounds compared."""
-    return sum(x is not None and ok(x) for x in ratios), len(ratios)
+def row_verdict(vals, rounds, servers, workload, what, better, peers=None, ahead="ahead"):
+    """(verdict or None, measured) of one target row; None (not in this run) when skirr has no
+    figure in it or a named peer is not among the run's servers."""
+    if not any(s == BASE for _, s in vals) or not rounds:
+        return None, "no skirr row"
+    if peers is None:
+        peers, missing = peers_of(vals, servers, workload)
+        if missing:
+            return None, "not in this run: " + ", ".join(missing)
+    elif any(p not in servers for p in peers):
+        return None, "not in this run: " + ", ".join(p for p in peers if p not in servers)
+    if not peers:
+        return None, "no peer in this run"
+    return judge(vals, rounds, peers, what, better, ahead)
 
 
-def against_peers(runs, workload, conns, key, better):
-    """(verdict, measured) of skirr against every ASGI peer of a row, round by round, or None when
-    no peer ran it; `key`: "cpu_us_per_req" or "rps"; `better` (ratio -> bool) says when skirr's
-    round counts as ahead."""
-    rows = {p: paired(runs, workload, conns, p, key) for p in _peers(runs)}
-    return judge({p: xs for p, xs in rows.items() if xs},
-                 "CPU" if key == "cpu_us_per_req" else "req/s", better)
-
-
-def judge(rows, what, better):
-    """(verdict, measured) from {peer: [skirr ÷ peer per round, None where skirr failed]}, or None
-    when `rows` is empty. `met` names the peer nearest to skirr (median ratio nearest 1); MISSED
-    names each peer ahead in any round."""
-    if not rows:
-        return None
-    won = {p: _count(xs, better) for p, xs in rows.items()}
-    lost = sorted(p for p, (w, n) in won.items() if w < n)
-    if not lost:
-        near = min(rows, key=lambda p: abs(1 - statistics.median(
-            [x for x in rows[p] if x is not None])))
-        peers = f"all {len(rows)} peers" if len(rows) > 1 else "the one peer"
-        return "met", (f"ahead of {peers} in every round; nearest {near}: skirr's {what} "
-                       f"{_span(rows[near])} of its")
-    parts = [f"{p}: skirr ahead in {won[p][0]}/{won[p][1]} rounds, its {what} {_span(rows[p])} "
-             f"of {p}'s" for p in lost]
-    rest = len(rows) - len(lost)
-    if rest:
-        parts.append(f"the other {rest} peer{'s' if rest != 1 else ''}: ahead in every round")
-    return "MISSED", "; ".join(parts)
-
-
-def target1(runs, verdicts):
+def target1(result):
     """fastapi_json at c64 and c256: CPU ≤ 0.95× peregrine's and req/s ahead of every peer in
-    every round; p99 at the 50% load no higher than any peer's."""
+    every round; p99 at the 50% load no higher than any peer's in every round."""
+    cfg, runs = result["meta"]["config"], result["runs"]
     out = []
     for c in CONNS:
-        ratios = paired(runs, "fastapi_json", c, T1_PEER, "cpu_us_per_req")
         row = f"fastapi_json c{c}"
-        if not ratios:
-            out.append(("1", row, f"CPU ≤ {T1_CPU}× {T1_PEER}'s", None, "no peregrine row"))
-        else:
-            won, n = _count(ratios, lambda x: x <= T1_CPU)
-            out.append(("1", row, f"CPU ≤ {T1_CPU}× {T1_PEER}'s", "met" if won == n else "MISSED",
-                        f"{_span(ratios)}; within it in {won}/{n} rounds"))
-        rps = against_peers(runs, "fastapi_json", c, "rps", lambda x: x > 1)
-        out.append(("1", row, "req/s ahead of every peer",
-                    *(rps or (None, "no peer row"))))
-    for w, c, pct, mine, lower in verdicts:
-        if (w, pct) != ("fastapi_json", T1_LOAD):
-            continue
-        row = f"fastapi_json c{c} at {pct}%"
-        if mine is None or not mine["ok"]:
-            out.append(("1", row, "p99 no higher than any peer's", "MISSED",
-                        "skirr not measured" if mine is None else "skirr failed every round"))
-        elif lower:
-            out.append(("1", row, "p99 no higher than any peer's", "MISSED",
-                        f"skirr {mine['p99_ms']:.2f} ms; lower: " + ", ".join(
-                            f"{r['server']} {r['p99_ms']:.2f} ms" for r in lower)))
-        else:
-            out.append(("1", row, "p99 no higher than any peer's", "met",
-                        f"skirr {mine['p99_ms']:.2f} ms; no peer lower"))
-    if not any(r[1].endswith(f"at {T1_LOAD}%") for r in out):
-        out.append(("1", f"fastapi_json at {T1_LOAD}%", "p99 no higher than any peer's", None,
-                    "no fixed-rate row"))
+        cpu = values(runs, "cpu_us_per_req", workload="fastapi_json", conns=c)
+        out.append(("1", row, f"CPU ≤ {T1_CPU}× {T1_PEER}'s", *row_verdict(
+            cpu, cfg["rounds"], cfg["servers"], "fastapi_json", "CPU", lambda x: x <= T1_CPU,
+            peers=[T1_PEER], ahead="within it")))
+        rps = values(runs, "rps", workload="fastapi_json", conns=c)
+        out.append(("1", row, "req/s ahead of every peer", *row_verdict(
+            rps, cfg["rounds"], cfg["servers"], "fastapi_json", "req/s", lambda x: x > 1)))
+    fixed = result.get("fixed_rate") or []
+    for c in sorted({r["conns"] for r in fixed if r["workload"] == "fastapi_json"}) or [64]:
+        p99 = values(fixed, "p99_ms", workload="fastapi_json", conns=c, pct=T1_LOAD)
+        out.append(("1", f"fastapi_json c{c} at {T1_LOAD}%", "p99 no higher than any peer's",
+                    *row_verdict(p99, cfg.get("fixed_rounds") or 0, cfg["servers"],
+                                 "fastapi_json", "p99", lambda x: x <= 1, ahead="no higher")))
     return out
 
 
-def target2(efficiency):
-    """raw_get at c16, c64 and c256: efficiency ≥ 0.85 (the median-based figure of the table)."""
+def target2(result, efficiency):
+    """raw_get at c16, c64 and c256: efficiency ≥ 0.85 in every round, each round's as the
+    efficiency table computes the median's: (the lower limit's CPU + the app's) ÷ skirr's."""
+    cfg, runs = result["meta"]["config"], result["runs"]
+    app = (result.get("app_cpu") or {}).get("raw_get", {}).get("us_per_req")
+    med = {(e["conns"], e["server"]): e["efficiency"] for e in efficiency
+           if e["workload"] == "raw_get"}
     out = []
     for c in T2_CONNS:
-        e = next((row["efficiency"] for row in efficiency
-                  if (row["workload"], row["conns"], row["server"]) == ("raw_get", c, BASE)), None)
-        what = f"efficiency ≥ {T2_EFFICIENCY}"
-        if e is None:
-            out.append(("2", f"raw_get c{c}", what, None, "no limit or skirr row"))
-        else:
-            out.append(("2", f"raw_get c{c}", what, "met" if e >= T2_EFFICIENCY else "MISSED",
-                        f"{e:.2f}"))
+        want = f"efficiency ≥ {T2_EFFICIENCY}"
+        cpu = values(runs, "cpu_us_per_req", workload="raw_get", conns=c)
+        if app is None or not any(s == BASE for _, s in cpu) or not any(
+                s in LIMITS for _, s in cpu):
+            out.append(("2", f"raw_get c{c}", want, None, "no skirr, limit or app figure"))
+            continue
+        effs, lost, uncompared = [], 0, 0
+        for r in range(cfg["rounds"]):
+            lim = [cpu[(r, s)] for s in LIMITS if cpu.get((r, s)) is not None]
+            if cpu.get((r, BASE)) is None:
+                lost += 1
+            elif not lim:
+                uncompared += 1
+            else:
+                effs.append((min(lim) + app) / cpu[(r, BASE)])
+        within = sum(e >= T2_EFFICIENCY for e in effs)
+        verdict = ("MISSED" if lost or within < len(effs) else
+                   "unproven" if uncompared else "met")
+        span = (f"{statistics.median(effs):.3f} ({min(effs):.3f}–{max(effs):.3f})" if effs
+                else "no round compared")
+        text = f"{span}; at least {T2_EFFICIENCY} in {within}/{cfg['rounds']} rounds"
+        if lost:
+            text += f"; skirr failed {lost}"
+        if uncompared:
+            text += f"; no limit in {uncompared}"
+        if (c, BASE) in med:
+            text += f"; from the medians {med[(c, BASE)]:.3f}"
+        out.append(("2", f"raw_get c{c}", want, verdict, text))
     return out
 
 
-def streaming(streams):
-    """(verdict, measured) of skirr's first chunk against every ASGI peer's, round by round, or
-    None when the run has no streaming rounds with a peer."""
-    med = {(r["round"], r["server"]): r["first_chunk_ms"] for r in streams if r["ok"]}
-    rows = {}
-    for (rnd, s), ms in sorted(med.items()):
-        if SERVERS[s].kind == "peer":
-            mine = med.get((rnd, BASE))  # None: skirr failed this round
-            rows.setdefault(s, []).append(mine / ms if mine is not None else None)
-    return judge(rows, "first chunk", lambda x: x < 1)
-
-
-def target3(runs, streams):
-    """Every workload at c64 and c256, and the streaming first chunk: skirr's CPU per request
-    (first chunk) below every ASGI peer's in every round."""
+def target3(result):
+    """Every workload at c64 and c256: skirr's CPU per request below every ASGI peer's in every
+    round; and the streaming first chunk sooner than every peer's in every round (the run
+    measures streaming's latency, not its CPU)."""
+    cfg, runs = result["meta"]["config"], result["runs"]
     out = []
     for w in T3_WORKLOADS:
         for c in CONNS:
-            got = against_peers(runs, w, c, "cpu_us_per_req", lambda x: x < 1)
-            out.append(("3", f"{w} c{c}", "CPU below every peer's", *(got or (None, "no peer row"))))
-    got = streaming(streams)
-    out.append(("3", "streaming", "first chunk before every peer's",
-                *(got or (None, "no streaming rounds"))))
+            cpu = values(runs, "cpu_us_per_req", workload=w, conns=c)
+            out.append(("3", f"{w} c{c}", "CPU below every peer's", *row_verdict(
+                cpu, cfg["rounds"], cfg["servers"], w, "CPU", lambda x: x < 1)))
+    first = values(result.get("streaming") or [], "first_chunk_ms")
+    out.append(("3", "streaming", "first chunk sooner than every peer's", *row_verdict(
+        first, cfg.get("stream_rounds") or 0, cfg["servers"], "streaming", "first chunk",
+        lambda x: x < 1)))
     return out
 
 
-def render(L, result, fixed_agg, verdicts, efficiency):
-    """Appends the section to the markdown lines `L`. `fixed_agg`: report.aggregate_fixed() of the
-    run; `verdicts`: report.fixed_verdicts() of it; `efficiency`: report.efficiency_rows()."""
-    runs = result["runs"]
-    rows = (target1(runs, verdicts) + target2(efficiency)
-            + target3(runs, result.get("streaming") or []))
+def render(L, result, efficiency, fixed_agg):
+    """Appends the section to the markdown lines `L`. `efficiency`: report.efficiency_rows() of
+    the run; `fixed_agg`: report.aggregate_fixed() of it (target 5's latency line)."""
+    rows = target1(result) + target2(result, efficiency) + target3(result)
     L.append("## Targets (issue 15, performance round 2)\n")
-    L.append("Judged from this run alone: `met` only when every round of the row agrees (rounds "
-             "where skirr and the compared server both ran; a round skirr failed is lost), "
-             "`MISSED` otherwise. Ratios are skirr's figure ÷ the peer's in the same round, the "
-             "median with its range. Peers: the ASGI servers of the run (the limits left out).\n")
+    L.append("Judged from this run alone, over every round the run was configured for: `met` "
+             "when skirr ran every round and was ahead in each against each peer, `MISSED` when "
+             "it failed a round or was behind in one, `unproven` when it was never behind but a "
+             "round was not compared (the peer failed it). Ratios are skirr's figure ÷ the "
+             "peer's within a round, the median with its range. Peers: the ASGI servers of the "
+             "run (the limits left out); peregrine, granian, uvicorn-httptools and hypercorn "
+             "must be among them. Streaming is judged on its first chunk, the figure the run "
+             "measures for it.\n")
     L.append("| target | row | wants | verdict | measured |")
     L.append("|---|---|---|---|---|")
     for t, row, wants, verdict, measured in rows:
         L.append(f"| {t} | {row} | {wants} | {verdict or 'not in this run'} | {measured} |")
-    met = sum(r[3] == "met" for r in rows)
-    missed = sum(r[3] == "MISSED" for r in rows)
-    absent = sum(r[3] is None for r in rows)
-    interp = result["meta"]["interpreter"]
+    count = {v: sum(r[3] == v for r in rows) for v in ("met", "MISSED", "unproven", None)}
+    meta = result["meta"]
+    interp = meta["interpreter"]
     L.append("")
-    L.append(f"- {met} met, {missed} missed, {absent} not in this run.")
+    L.append(f"- {count['met']} met, {count['MISSED']} missed, {count['unproven']} unproven, "
+             f"{count[None]} not in this run.")
     L.append(f"- Target 4: this run's interpreter is {interp['skirr'].split()[0]} (skirr) and "
-             f"{interp['peers'].split()[0]} (peers); 3.12 and 3.13 are each a run of their own "
-             "(`make bench PY=...`).")
-    L.append("- Target 5: `make bench` measured this build only after `make conformance` passed; "
-             "`make gates` and `make bench-syscalls` are their own targets.")
+             f"{(interp.get('peers') or '–').split()[0]} (peers); each interpreter is a run of "
+             "its own (`make bench-targets PY=...`).")
+    if meta.get("conformance") == "passed":
+        L.append("- Target 5: this build passed `make conformance` before it was measured; "
+                 "`make gates` and `make bench-syscalls` are their own targets.")
+    elif "conformance" not in meta:
+        L.append("- Target 5: this run's results predate the record of a `make conformance` "
+                 "pass; `make gates` and `make bench-syscalls` are their own targets.")
+    else:
+        L.append("- Target 5: this run records no `make conformance` pass (only `make bench` and "
+                 "`make bench-targets` run it first); `make gates` and `make bench-syscalls` are "
+                 "their own targets.")
     for w, c, pct, mine, lowest in low_load(fixed_agg):
         L.append(f"- Target 5, the latency batching can add, at the lowest load ({w} c{c} at "
                  f"{pct}%): skirr p50 {mine['p50_ms']:.2f} ms, p99 {mine['p99_ms']:.2f} ms; the "
@@ -217,7 +262,8 @@ def render(L, result, fixed_agg, verdicts, efficiency):
 def low_load(fixed_agg):
     """Per fixed-rate (workload, conns) where skirr succeeded at its lowest load: (workload,
     conns, load, skirr's row, (the peer row with the lowest p50, the one with the lowest p99) or
-    None when no ASGI peer succeeded at that load)."""
+    None when no ASGI peer succeeded at that load); rows as report.aggregate_fixed() gives them
+    (medians over rounds)."""
     out = []
     for w, c in sorted({(r["workload"], r["conns"]) for r in fixed_agg if r["pct"] is not None}):
         rows = [r for r in fixed_agg if (r["workload"], r["conns"]) == (w, c) and r["ok"]
