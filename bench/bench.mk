@@ -1,6 +1,7 @@
 # Benchmark verbs (issue 6). The top-level Makefile includes this file: `include bench/bench.mk`.
 # Extra options for bench/run.py go in BENCH_ARGS, e.g. make bench BENCH_ARGS='--rounds 3'.
-BENCH_RUN := $(VPY) bench/run.py
+# The measured skirr is the one built into VENV (make bench PY=... VENV=.venv312 measures 3.12).
+BENCH_RUN := SKIRR_VENV=$(abspath $(VENV)) $(VPY) bench/run.py
 BENCH_ARGS ?=
 # The WebSocket load generator checked against scripted servers before it measures anything.
 BENCH_WS_TEST := $(VPY) -m pytest bench/test_ws_load.py -q -p no:cacheprovider

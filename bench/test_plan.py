@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run  # noqa: E402
-from harness.matrix import plan  # noqa: E402
+from harness.matrix import plan, summary_mismatch  # noqa: E402
 
 
 def planned(*argv):
@@ -72,3 +72,14 @@ def test_unknown_server_is_refused():
     with pytest.raises(SystemExit) as e:
         planned("--servers", "nope")
     assert str(e.value).startswith("unknown server nope; known: skirr")
+
+
+def test_a_summary_named_for_another_interpreter_is_refused():
+    # make bench-targets PY=<3.12> writes bench/RESULTS-3.12.md: the skirr measured must be 3.12's.
+    why = summary_mismatch("bench/RESULTS-3.12.md", "3.11.7 /usr/bin/python3.11")
+    assert why.startswith("--summary bench/RESULTS-3.12.md names Python 3.12, but the skirr venv (")
+    assert why.endswith(") runs 3.11.7: set SKIRR_VENV (make bench-targets sets it from VENV)")
+    assert summary_mismatch("bench/RESULTS-3.12.md", "3.12.1 /usr/bin/python3.12") is None
+    assert summary_mismatch("bench/RESULTS-3.1.md", "3.12.1 /x") is not None  # not a prefix match
+    assert summary_mismatch("bench/RESULTS.md", "3.13.0 /x") is None
+    assert summary_mismatch(None, "3.13.0 /x") is None

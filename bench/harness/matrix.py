@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import random
+import re
 from pathlib import Path
 
 from .env import (CLIENT_CPU, PEERS_VENV, ROOT, SKIRR_VENV, ensure_tools, git_commit, interp_identity,
@@ -241,9 +242,25 @@ def describe_setup(args, started, label, servers, rows, prof, groups, tools, ins
     }
 
 
+def summary_mismatch(summary, skirr_identity):
+    """Why a summary named for an interpreter (bench/RESULTS-3.12.md, `make bench-targets`) must
+    not hold this run: the skirr venv's interpreter (interp_identity(): "3.11.7 /path") is
+    another version; None when it may (or the name names none)."""
+    m = re.search(r"RESULTS-(\d+\.\d+)\.md$", str(summary or ""))
+    version = skirr_identity.split()[0] if skirr_identity else "?"
+    if m and not (version + ".").startswith(m.group(1) + "."):
+        return (f"--summary {summary} names Python {m.group(1)}, but the skirr venv "
+                f"({SKIRR_VENV}) runs {version}: set SKIRR_VENV (make bench-targets sets it from "
+                "VENV)")
+    return None
+
+
 def run(args):
     """The whole matrix as `run.py matrix` describes it; returns the exit status."""
     prof, servers, rows = plan(args)
+    why = summary_mismatch(args.summary, interp_identity(venv_python(SKIRR_VENV)))
+    if why:
+        raise SystemExit(why)
     os.sched_setaffinity(0, {int(CLIENT_CPU)})
     seed = args.seed if args.seed is not None else random.randrange(2**32)
     random.seed(seed)

@@ -2,19 +2,20 @@
 
 Owns: each target's figures and its verdict, rendered as the report's "Targets" section. A row
 of the section is one target at one row of the matrix, judged over every round the run was
-configured for (`rounds`, `fixed_rounds`, `stream_rounds`), against peregrine (target 1's CPU) or
-every ASGI peer of the run (the limits left out; peregrine, granian, uvicorn-httptools and
-hypercorn, the peers the issue names, must be among them):
+configured for (`rounds`, `fixed_rounds`, `stream_rounds`; one fixed-rate round for a run from
+before it was recorded), against peregrine (target 1's CPU and req/s) or the peers the issue
+names (peregrine, granian, uvicorn-httptools and hypercorn; the throughput table's verdicts cover
+the others):
 - `met`: skirr ran every round and was ahead in each, against each peer;
 - `MISSED`: skirr failed a round, or was behind in one;
 - `unproven`: skirr was never behind, but a round was not compared (the peer or the limit
   failed it, or never ran);
 - `not in this run`: the run has no such row, or a named peer is not among its servers (the
   quick profile has no peregrine, no c256 and no get_64k).
-Figures: skirr's ÷ the other's within each round, the median with its range (CPU per request and
-req/s of the throughput rows, p99 of the fixed-rate runs, each streaming round's median first
-chunk); efficiency per round as the "Efficiency against the limit" table computes it from
-medians.
+Figures: skirr's ÷ the other's within each round, the median with its range to three decimals
+(CPU per request and req/s of the throughput rows, p99 of the fixed-rate runs, each streaming
+round's median first chunk); efficiency per round as the "Efficiency against the limit" table
+computes it from medians.
 
 Never: measures, or judges what one run cannot show. The same targets on 3.12 and 3.13 are each
 a run of their own (`make bench-targets PY=...`); the gates and the syscall gate are their own
@@ -50,20 +51,26 @@ def values(items, key, **match):
             if all(r.get(k) == v for k, v in match.items())}
 
 
-def peers_of(vals, servers, workload):
-    """(the peers to compare, the named peers missing from the run): the named peers that serve
-    `workload` and every other ASGI peer with a figure in `vals`."""
-    named = [p for p in NAMED if workload in SERVERS[p].serves]
-    missing = [p for p in named if p not in servers]
-    others = sorted({s for (_, s), v in vals.items()
-                     if v is not None and SERVERS[s].kind == "peer" and s not in NAMED})
-    return [p for p in named if p in servers] + others, missing
+def fixed_values(fixed, workload, conns, pct):
+    """values() of the fixed-rate runs' p99 at one load; a server's round with no load (it did
+    not start, matrix.py records one failed run for it) is a failed round at every load."""
+    out = values(fixed, "p99_ms", workload=workload, conns=conns, pct=pct)
+    for r in fixed:
+        if (r["workload"], r["conns"], r.get("pct")) == (workload, conns, None):
+            out.setdefault((r.get("round", 0), r["server"]), None)
+    return out
 
 
-def _span(xs, spec=".2f"):
-    """"0.87× (0.85–0.90)": the median and range of `xs`."""
-    return (f"{statistics.median(xs):{spec}}× ({min(xs):{spec}}–{max(xs):{spec}})" if xs
+def _span(xs):
+    """"0.871× (0.853–0.902)": the median and range of `xs`, to the third decimal so that the
+    round that decides a verdict shows on its side of the bound."""
+    return (f"{statistics.median(xs):.3f}× ({min(xs):.3f}–{max(xs):.3f})" if xs
             else "no round compared")
+
+
+def _rounds(n):
+    """"all 5 rounds", or "its one round"."""
+    return f"all {n} rounds" if n != 1 else "its one round"
 
 
 def judge(vals, rounds, peers, what, better, ahead="ahead"):
@@ -83,6 +90,8 @@ def judge(vals, rounds, peers, what, better, ahead="ahead"):
             xs.append(mine / theirs)
             behind += not better(mine / theirs)
         per[p] = (xs, behind, uncompared)
+    if len(lost_rounds) == rounds:
+        return "MISSED", f"skirr failed {_rounds(rounds)}"
     parts = [f"skirr failed {len(lost_rounds)}/{rounds} rounds"] if lost_rounds else []
     bad = [p for p, (_, behind, _) in per.items() if behind]
     short = [p for p, (_, behind, unc) in per.items() if unc and not behind]
@@ -94,7 +103,7 @@ def judge(vals, rounds, peers, what, better, ahead="ahead"):
         xs, _, unc = per[p]
         parts.append(f"{p}: compared in {len(xs)}/{rounds} rounds (it failed or did not run "
                      f"in {unc}), skirr {ahead} in each, {_span(xs)}" if xs else
-                     f"{p}: failed or did not run in all {rounds} rounds")
+                     f"{p}: failed or did not run in {_rounds(rounds)}")
     good = [p for p in per if p not in bad and p not in short]
     if lost_rounds or bad:
         verdict = "MISSED"
@@ -102,11 +111,12 @@ def judge(vals, rounds, peers, what, better, ahead="ahead"):
         verdict = "unproven"
     elif len(good) > 1:
         near = min(good, key=lambda p: abs(1 - statistics.median(per[p][0])))
-        return "met", (f"{ahead} of all {len(good)} peers in all {rounds} rounds; nearest "
+        return "met", (f"{ahead} of all {len(good)} peers in {_rounds(rounds)}; nearest "
                        f"{near}: skirr's {what} {_span(per[near][0])} of its")
     else:
         (p,) = good
-        return "met", f"{ahead} in all {rounds} rounds; skirr's {what} {_span(per[p][0])} of {p}'s"
+        return "met", (f"{ahead} in {_rounds(rounds)}; skirr's {what} {_span(per[p][0])} of "
+                       f"{p}'s")
     n = len(good)
     if good and (bad or short):
         parts.append(f"the other {n} peer{'s' if n != 1 else ''}: {ahead} in every round")
@@ -117,24 +127,25 @@ def judge(vals, rounds, peers, what, better, ahead="ahead"):
 
 
 def row_verdict(vals, rounds, servers, workload, what, better, peers=None, ahead="ahead"):
-    """(verdict or None, measured) of one target row; None (not in this run) when skirr has no
-    figure in it or a named peer is not among the run's servers."""
-    if not any(s == BASE for _, s in vals) or not rounds:
-        return None, "no skirr row"
+    """(verdict or None, measured) of one target row against `peers` (default: the named peers
+    that serve `workload`). None (not in this run) when no server has a figure in the row or a
+    peer is not among the run's servers; MISSED when the row ran without skirr in it (its
+    fixed-rate run needs its own req/s, for one)."""
     if peers is None:
-        peers, missing = peers_of(vals, servers, workload)
-        if missing:
-            return None, "not in this run: " + ", ".join(missing)
-    elif any(p not in servers for p in peers):
-        return None, "not in this run: " + ", ".join(p for p in peers if p not in servers)
-    if not peers:
-        return None, "no peer in this run"
+        peers = [p for p in NAMED if workload in SERVERS[p].serves]
+    if not vals or not rounds:
+        return None, "no such row in this run"
+    missing = [p for p in peers if p not in servers]
+    if missing:
+        return None, "not in this run: " + ", ".join(missing)
+    if not any(s == BASE for _, s in vals):
+        return "MISSED", "skirr has no run in this row"
     return judge(vals, rounds, peers, what, better, ahead)
 
 
 def target1(result):
-    """fastapi_json at c64 and c256: CPU ≤ 0.95× peregrine's and req/s ahead of every peer in
-    every round; p99 at the 50% load no higher than any peer's in every round."""
+    """fastapi_json at c64 and c256: CPU ≤ 0.95× peregrine's and req/s ahead of peregrine's in
+    every round; p99 at the 50% load no higher than any named peer's in every round."""
     cfg, runs = result["meta"]["config"], result["runs"]
     out = []
     for c in CONNS:
@@ -144,14 +155,17 @@ def target1(result):
             cpu, cfg["rounds"], cfg["servers"], "fastapi_json", "CPU", lambda x: x <= T1_CPU,
             peers=[T1_PEER], ahead="within it")))
         rps = values(runs, "rps", workload="fastapi_json", conns=c)
-        out.append(("1", row, "req/s ahead of every peer", *row_verdict(
-            rps, cfg["rounds"], cfg["servers"], "fastapi_json", "req/s", lambda x: x > 1)))
+        out.append(("1", row, f"req/s ahead of {T1_PEER}'s", *row_verdict(
+            rps, cfg["rounds"], cfg["servers"], "fastapi_json", "req/s", lambda x: x > 1,
+            peers=[T1_PEER])))
     fixed = result.get("fixed_rate") or []
+    # A run from before fixed_rounds was recorded had one fixed-rate round.
+    frounds = cfg.get("fixed_rounds", 1)
     for c in sorted({r["conns"] for r in fixed if r["workload"] == "fastapi_json"}) or [64]:
-        p99 = values(fixed, "p99_ms", workload="fastapi_json", conns=c, pct=T1_LOAD)
+        p99 = fixed_values(fixed, "fastapi_json", c, T1_LOAD)
         out.append(("1", f"fastapi_json c{c} at {T1_LOAD}%", "p99 no higher than any peer's",
-                    *row_verdict(p99, cfg.get("fixed_rounds") or 0, cfg["servers"],
-                                 "fastapi_json", "p99", lambda x: x <= 1, ahead="no higher")))
+                    *row_verdict(p99, frounds, cfg["servers"], "fastapi_json", "p99",
+                                 lambda x: x <= 1, ahead="no higher")))
     return out
 
 
@@ -168,7 +182,8 @@ def target2(result, efficiency):
         cpu = values(runs, "cpu_us_per_req", workload="raw_get", conns=c)
         if app is None or not any(s == BASE for _, s in cpu) or not any(
                 s in LIMITS for _, s in cpu):
-            out.append(("2", f"raw_get c{c}", want, None, "no skirr, limit or app figure"))
+            out.append(("2", f"raw_get c{c}", want, None, "no skirr, limit or app figure in "
+                                                           "this run"))
             continue
         effs, lost, uncompared = [], 0, 0
         for r in range(cfg["rounds"]):
@@ -208,7 +223,7 @@ def target3(result):
                 cpu, cfg["rounds"], cfg["servers"], w, "CPU", lambda x: x < 1)))
     first = values(result.get("streaming") or [], "first_chunk_ms")
     out.append(("3", "streaming", "first chunk sooner than every peer's", *row_verdict(
-        first, cfg.get("stream_rounds") or 0, cfg["servers"], "streaming", "first chunk",
+        first, cfg.get("stream_rounds", 1), cfg["servers"], "streaming", "first chunk",
         lambda x: x < 1)))
     return out
 
@@ -250,12 +265,17 @@ def render(L, result, efficiency, fixed_agg):
                  "`make bench-targets` run it first); `make gates` and `make bench-syscalls` are "
                  "their own targets.")
     for w, c, pct, mine, lowest in low_load(fixed_agg):
-        L.append(f"- Target 5, the latency batching can add, at the lowest load ({w} c{c} at "
-                 f"{pct}%): skirr p50 {mine['p50_ms']:.2f} ms, p99 {mine['p99_ms']:.2f} ms; the "
-                 "lowest of the ASGI peers: " + (
-                     f"p50 {lowest[0]['p50_ms']:.2f} ms ({lowest[0]['server']}), p99 "
-                     f"{lowest[1]['p99_ms']:.2f} ms ({lowest[1]['server']})" if lowest else
-                     "none measured"))
+        head = (f"- Target 5, what batching can add, at the lowest fixed load ({w} c{c}, {pct}% "
+                f"of each server's req/s; skirr offered {mine['offered_rps']:,.0f} req/s): "
+                f"skirr's p50 {mine['p50_ms']:.2f} ms, p99 {mine['p99_ms']:.2f} ms")
+        if lowest is None:
+            L.append(head + "; no ASGI peer measured at this load")
+            continue
+        p50, p99 = lowest
+        L.append(head + f"; the lowest ASGI peer's p50 {p50['p50_ms']:.2f} ms ({p50['server']}), "
+                 f"p99 {p99['p99_ms']:.2f} ms ({p99['server']}); skirr − that: p50 "
+                 f"{mine['p50_ms'] - p50['p50_ms']:+.2f} ms, p99 "
+                 f"{mine['p99_ms'] - p99['p99_ms']:+.2f} ms")
     L.append("")
 
 
