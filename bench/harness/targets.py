@@ -237,10 +237,10 @@ def render(L, result, efficiency, fixed_agg):
              "when skirr ran every round and was ahead in each against each peer, `MISSED` when "
              "it failed a round or was behind in one, `unproven` when it was never behind but a "
              "round was not compared (the peer failed it). Ratios are skirr's figure ÷ the "
-             "peer's within a round, the median with its range. Peers: the ASGI servers of the "
-             "run (the limits left out); peregrine, granian, uvicorn-httptools and hypercorn "
-             "must be among them. Streaming is judged on its first chunk, the figure the run "
-             "measures for it.\n")
+             "peer's within a round, the median with its range. Peers: the ones the issue names "
+             "(peregrine, granian, uvicorn-httptools, hypercorn); the throughput table's "
+             "verdicts cover the others. Streaming is judged on its first chunk, the figure the "
+             "run measures for it.\n")
     L.append("| target | row | wants | verdict | measured |")
     L.append("|---|---|---|---|---|")
     for t, row, wants, verdict, measured in rows:
