@@ -107,6 +107,10 @@ def cmd_app_cpu(args):
     measure.app_cpu_child(args.workload, args.n)
 
 
+SUMMARY_HELP = ("also write the markdown report here (bench/RESULTS.md), its charts into charts/ "
+                "beside it (charts/<name>/ for a summary not named RESULTS.md)")
+
+
 def build_parser():
     """The command line (bench/test_plan.py parses with it)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -134,9 +138,7 @@ def build_parser():
     m.add_argument("--app-n", type=int, default=20000, help="calls per app-CPU sample")
     m.add_argument("--seed", type=int, default=None, help="random seed for the server order")
     m.add_argument("--label", help="results folder suffix (default: the profile)")
-    m.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md), "
-                   "its charts into charts/ beside it (charts/<name>/ for a summary not named "
-                   "RESULTS.md)")
+    m.add_argument("--summary", help=SUMMARY_HELP)
     m.add_argument("--reinstall", action="store_true", help="retry peers that failed to install")
     s = sub.add_parser("syscalls", help="the syscall gate (1,001 requests, one connection)")
     s.add_argument("--servers", default="skirr,limit-c")
@@ -163,9 +165,7 @@ def build_parser():
     rp = sub.add_parser("report", help="re-render a finished matrix run's report and charts "
                         "(results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")
-    rp.add_argument("--summary", help="also write the markdown report here (bench/RESULTS.md), "
-                    "its charts into charts/ beside it (charts/<name>/ for a summary not named "
-                   "RESULTS.md)")
+    rp.add_argument("--summary", help=SUMMARY_HELP)
     a = sub.add_parser("app-cpu", help=argparse.SUPPRESS)
     a.add_argument("--workload", required=True)
     a.add_argument("--n", type=int, default=20000)

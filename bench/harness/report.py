@@ -476,12 +476,12 @@ def render_fixed(L, fixed_agg):
 def efficiency_rows(result, agg):
     """Per (workload, conns) with a limit row and the app's own CPU, per server that is not a
     limit: {workload, conns, limit, app, server, cpu, efficiency}, CPU figures in µs per request
-    (medians over rounds). limit: the lower of limit-c's and nginx's; efficiency: (limit + app) ÷
-    the server's."""
+    (medians over rounds). limit: the lowest of the limits' (limit-c, nginx); efficiency: (limit +
+    app) ÷ the server's."""
     out = []
     for w, c in workload_order({(w, c) for (w, c, _) in agg}):
-        lim = [agg[(w, c, s)]["cpu_us_per_req"] for s in ("limit-c", "nginx")
-               if (w, c, s) in agg and agg[(w, c, s)]["cpu_us_per_req"]]
+        lim = [a["cpu_us_per_req"] for (w2, c2, s), a in agg.items()
+               if (w2, c2) == (w, c) and SERVERS[s].kind == "limit" and a["cpu_us_per_req"]]
         app = result["app_cpu"].get(w, {}).get("us_per_req")
         if not lim or app is None:
             continue

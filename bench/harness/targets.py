@@ -38,7 +38,6 @@ T1_LOAD = 50  # % of each server's own req/s: p99 no higher than any peer's ther
 # Target 2: raw_get efficiency ((limit + app CPU) / skirr CPU) at least this, at these counts.
 T2_EFFICIENCY = 0.85
 T2_CONNS = (16, 64, 256)
-LIMITS = ("limit-c", "nginx")
 # Target 3: CPU per request below every ASGI peer's in every round, each workload at each count.
 T3_WORKLOADS = ("raw_get", "post_4k", "get_64k", "fastapi_json", "pipelined_get")
 CONNS = (64, 256)
@@ -181,13 +180,14 @@ def target2(result, efficiency):
         want = f"efficiency ≥ {T2_EFFICIENCY}"
         cpu = values(runs, "cpu_us_per_req", workload="raw_get", conns=c)
         if app is None or not any(s == BASE for _, s in cpu) or not any(
-                s in LIMITS for _, s in cpu):
+                SERVERS[s].kind == "limit" for _, s in cpu):
             out.append(("2", f"raw_get c{c}", want, None, "no skirr, limit or app figure in "
                                                            "this run"))
             continue
         effs, lost, uncompared = [], 0, 0
         for r in range(cfg["rounds"]):
-            lim = [cpu[(r, s)] for s in LIMITS if cpu.get((r, s)) is not None]
+            lim = [v for (rr, s), v in cpu.items()
+                   if rr == r and v is not None and SERVERS[s].kind == "limit"]
             if cpu.get((r, BASE)) is None:
                 lost += 1
             elif not lim:
