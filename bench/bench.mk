@@ -13,6 +13,8 @@ BENCH_TRACED_TEST := $(VPY) -m pytest bench/test_traced.py -q -p no:cacheprovide
 BENCH_CHARTS_TEST := $(VPY) -m pytest bench/test_charts.py -q -p no:cacheprovider
 # The report's Targets section (issue 15's verdicts) judged from synthetic rounds.
 BENCH_TARGETS_TEST := $(VPY) -m pytest bench/test_targets.py -q -p no:cacheprovider
+# The fixed-rate run (h2load --rps) and how it counts responses, against scripted servers.
+BENCH_FIXED_TEST := $(VPY) -m pytest bench/test_fixed.py -q -p no:cacheprovider
 # The matrix's plan from the command line (rows, servers, phases; a --workloads name no row has is
 # refused), checked before anything is measured.
 BENCH_PLAN_TEST := $(VPY) -m pytest bench/test_plan.py -q -p no:cacheprovider
@@ -32,6 +34,7 @@ bench: build
 	$(BENCH_WS_TEST)
 	$(BENCH_CHARTS_TEST)
 	$(BENCH_TARGETS_TEST)
+	$(BENCH_FIXED_TEST)
 	BENCH_CONFORMANCE=passed $(BENCH_RUN) matrix --profile full --summary bench/RESULTS.md $(BENCH_ARGS)
 
 # Issue 15's targets on another interpreter (its target 4; about an hour): the rows and peers
@@ -44,6 +47,7 @@ bench-targets: build
 	$(BENCH_PLAN_TEST)
 	$(BENCH_CHARTS_TEST)
 	$(BENCH_TARGETS_TEST)
+	$(BENCH_FIXED_TEST)
 	@v=$$($(VPY) -c 'import sys; print("%d.%d" % sys.version_info[:2])') && \
 	  set -x && BENCH_CONFORMANCE=passed BENCH_PEERS_VENV=$(CURDIR)/bench/.venv-peers-$$v \
 	  $(BENCH_RUN) matrix --profile targets --summary bench/RESULTS-$$v.md $(BENCH_ARGS)
@@ -57,6 +61,7 @@ bench-quick: build
 	$(BENCH_WS_TEST)
 	$(BENCH_CHARTS_TEST)
 	$(BENCH_TARGETS_TEST)
+	$(BENCH_FIXED_TEST)
 	$(BENCH_RUN) matrix --profile quick $(BENCH_ARGS)
 
 # 1,001 sequential tiny requests on one keep-alive connection, traced with strace: skirr passes with

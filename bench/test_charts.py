@@ -365,3 +365,26 @@ def test_fixed_rate_verdict_says_skirr_failed_rather_than_not_measured():
     L = []
     report.render_fixed(L, report.aggregate_fixed(fixed[1::2]))
     assert L[-1] == "- raw_get c64 at 50%: skirr not measured"
+
+
+def test_fixed_rate_responses_counted_by_the_probe_are_said_under_the_table():
+    # hypercorn sends `HTTP/1.1 200 ` (no reason-phrase): measure.run_h2load counts its responses
+    # by the probed status line (status_by_probe) instead of failing every round.
+    fixed = []
+    for rnd in range(2):
+        fixed.append(dict(fixed_row("skirr", "raw_get", 64, 50, 0.4), round=rnd))
+        fixed.append(dict(fixed_row("hypercorn", "raw_get", 64, 50, 0.3), status_by_probe=40000,
+                          round=rnd))
+    agg = {r["server"]: r for r in report.aggregate_fixed(fixed)}
+    assert (agg["hypercorn"]["status_by_probe"], agg["skirr"]["status_by_probe"]) == (80000, 0)
+    L = []
+    report.render_fixed(L, list(agg.values()))
+    assert L[6] == ("\nhypercorn: an empty reason-phrase (`HTTP/1.1 200 `, which RFC 9112 §4 "
+                    "allows). h2load logs such a response's status as 0 and counts it failed "
+                    "though it read it whole; its status is the one probed before the loads, and "
+                    "its body is checked after each load.")
+    assert L[-1] == "- raw_get c64 at 50%: skirr 1.60 ms, above hypercorn (1.20 ms)"
+    # Without such responses, no note.
+    L = []
+    report.render_fixed(L, [agg["skirr"]])
+    assert not any("reason-phrase" in line for line in L)

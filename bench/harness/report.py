@@ -106,6 +106,7 @@ def aggregate_fixed(fixed):
             row.update({k: median([r[k] for r in ok if r.get(k) is not None]) for k in FIXED_FIGURES})
             row["p99_min"] = min(r["p99_ms"] for r in ok)
             row["p99_max"] = max(r["p99_ms"] for r in ok)
+            row["status_by_probe"] = sum(r.get("status_by_probe", 0) for r in ok)
         out.append(row)
     return out
 
@@ -450,6 +451,12 @@ def render_fixed(L, fixed_agg):
                      f"| {r['p999_ms']:.2f} | {r['max_ms']:.2f} | {r['cpu_us_per_req']:.1f} |")
         else:
             L.append(head + f"FAILED: {r['error'][:200]} | | | | | | | |")
+    probed = sorted({r["server"] for r in fixed_agg if r.get("status_by_probe")})
+    if probed:
+        L.append(f"\n{', '.join(probed)}: an empty reason-phrase (`HTTP/1.1 200 `, which RFC 9112 §4 "
+                 "allows). h2load logs such a response's status as 0 and counts it failed though it "
+                 "read it whole; its status is the one probed before the loads, and its body is "
+                 "checked after each load.")
     verdicts = fixed_verdicts(fixed_agg)
     if verdicts:
         L.append("\np99 against the ASGI peers (medians over the rounds that succeeded; the "

@@ -93,6 +93,7 @@ class Conn:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
         self.t_first = None
+        self.status_line = None
 
     def close(self):
         self.sock.close()
@@ -120,7 +121,7 @@ class Conn:
     def read_response(self, on_body=None):
         """(status, headers, body); on_body(t) is called when the first body bytes arrive."""
         self.t_first = None if not self.buf else time.perf_counter()
-        status_line = self._line()
+        self.status_line = status_line = self._line()
         status = int(status_line.split()[1])
         headers = {}
         while True:
@@ -180,6 +181,21 @@ def check_workload(wl, port):
                 if status != 200 or body != spec["expect"]:
                     raise AssertionError(f"{wl}: pipelined response {i}: status {status}, "
                                          f"body {body[:60]!r}")
+    finally:
+        c.close()
+
+
+def status_line(wl, port):
+    """The status line (bytes, without CRLF) of one request of workload `wl`; AssertionError when
+    its body is not the workload's."""
+    spec = WORKLOADS[wl]
+    c = Conn(port)
+    try:
+        c.sock.sendall(c.request_bytes(spec["method"], spec["path"], spec["body"]))
+        _, _, body = c.read_response()
+        if body != spec["expect"]:
+            raise AssertionError(f"{wl}: body {len(body)} bytes {body[:60]!r}")
+        return c.status_line
     finally:
         c.close()
 
