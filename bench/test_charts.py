@@ -68,7 +68,7 @@ def fixed_row(server, wl, conns, pct, base_ms, ok=True):
     """One fixed-rate run as measure.measure_fixed() writes it."""
     row = {"server": server, "workload": wl, "conns": conns, "pct": pct, "ok": ok, "error": None}
     if not ok:
-        row["error"] = "RuntimeError: h2load: 12 failed/errored/timeout/non-2xx requests"
+        row["error"] = "RuntimeError: h2load: 12 failed (0 errored, 12 non-2xx), 0 timed out"
         return row
     row.update(offered_rps=5000.0, achieved_rps=4999.0, requests=40000, failed=0, errored=0,
                timeout=0, non2xx=0, p50_ms=base_ms, p90_ms=base_ms * 2, p99_ms=base_ms * 4,
@@ -360,7 +360,7 @@ def test_fixed_rate_verdict_says_skirr_failed_rather_than_not_measured():
     L = []
     report.render_fixed(L, report.aggregate_fixed(fixed))
     assert L[-1] == ("- raw_get c64 at 50%: skirr failed in every round (3): RuntimeError: h2load: "
-                     "12 failed/errored/timeout/non-2xx requests")
+                     "12 failed (0 errored, 12 non-2xx), 0 timed out")
     # Not measured at all: said so.
     L = []
     report.render_fixed(L, report.aggregate_fixed(fixed[1::2]))
@@ -379,10 +379,12 @@ def test_fixed_rate_responses_counted_by_the_probe_are_said_under_the_table():
     assert (agg["hypercorn"]["status_by_probe"], agg["skirr"]["status_by_probe"]) == (80000, 0)
     L = []
     report.render_fixed(L, list(agg.values()))
-    assert L[6] == ("\nhypercorn: an empty reason-phrase (`HTTP/1.1 200 `, which RFC 9112 §4 "
-                    "allows). h2load logs such a response's status as 0 and counts it failed "
-                    "though it read it whole; its status is the one probed before the loads, and "
-                    "its body is checked after each load.")
+    assert L[6] == ("\nhypercorn: sends an empty reason-phrase (`HTTP/1.1 200 `, allowed by RFC "
+                    "9112 §4), whose status h2load 1.52 cannot read: it logs 0 and counts the "
+                    "response failed. Responses it read whole count as the 200 probed before the "
+                    "loads; statuses during a load are not observed, and a load fails if the "
+                    "server logged anything during it. One more request's status and body are "
+                    "checked after each load.")
     assert L[-1] == "- raw_get c64 at 50%: skirr 1.60 ms, above hypercorn (1.20 ms)"
     # Without such responses, no note.
     L = []

@@ -180,8 +180,13 @@ def run_h2load(wl, port, conns, rate, duration, outdir, empty_reason=False):
     `empty_reason`: the server's status line was probed as `HTTP/1.1 200 ` (an empty
     reason-phrase, which RFC 9112 §4 allows; hypercorn's h11 sends it). h2load 1.52 then logs
     status 0 and counts the response as failed, though it read it whole (its status callback is
-    a span callback, never called for an empty span): such responses count as
-    "status_by_probe", not as failed or non-2xx. Without it, status 0 is a non-2xx response."""
+    a span callback, never called for an empty span; a connection error is logged as -1, a
+    truncated response not at all and stays failed and errored): such responses count as
+    "status_by_probe", not as failed or non-2xx. Their statuses during the load are not observed
+    (h11 sends every status without a reason-phrase): fixed_rate_run checks the server's log
+    instead. Without `empty_reason`, status 0 is a non-2xx response. RuntimeError when h2load
+    fails, logs under 95% of the requests offered, or counts fewer failed-but-not-errored
+    responses than it logged as 0."""
     spec = WORKLOADS[wl]
     logf = Path(outdir) / "h2load-last.log"
     logf.unlink(missing_ok=True)  # h2load appends to an existing log file
@@ -207,6 +212,15 @@ def run_h2load(wl, port, conns, rate, duration, outdir, empty_reason=False):
                   r"(\d+) errored, (\d+) timeout", text)
     if p.returncode != 0 or not m or not lat:
         raise RuntimeError(f"h2load failed ({p.returncode}): {text[-600:]}")
+    if len(lat) < 0.95 * rate * duration:
+        # In rate mode h2load stops a client whose connection broke (a response cut short is
+        # neither failed nor errored, and is not logged): the load was not the one offered.
+        raise RuntimeError(f"h2load: {len(lat)} responses in {duration} s, under 95% of the "
+                           f"{rate * duration:,.0f} offered (a connection lost, or the server "
+                           f"fell behind): {m.group(0)}")
+    if by_probe > int(m.group(5)) - int(m.group(6)):  # h2load's failed includes errored
+        raise RuntimeError(f"h2load logged {by_probe} responses with status 0 but counted "
+                           f"{m.group(5)} failed, {m.group(6)} errored")
     lat.sort()
 
     def pct(q):
@@ -478,10 +492,17 @@ def measure_stream(name, samples, outdir, tag):
 
 def fixed_rate_run(srv, wl, conns, rate, duration, outdir, empty_reason=False):
     """One h2load run at `rate` requests per second against the running server; its figures with
-    the server's approximate CPU per request (`empty_reason`: as run_h2load's)."""
+    the server's approximate CPU per request (`empty_reason`: as run_h2load's). RuntimeError
+    when responses were counted by the probed status and the server logged anything during the
+    load (an error it answered with a status h2load could not read)."""
     pids = srv.pids()
+    logged = srv.log_size()
     c0, t0 = cpu_ticks(pids), time.perf_counter()
     res = run_h2load(wl, srv.port, conns, rate, duration, outdir, empty_reason)
+    said = srv.log_since(logged).strip()
+    if res["status_by_probe"] and said:
+        raise RuntimeError(f"{res['status_by_probe']} responses counted by the probed status "
+                           f"line, and the server logged during the load: {said[:400]}")
     cpu = (cpu_ticks(pids) - c0) / CLK_TCK
     # The interval includes h2load's 1 s warm-up, so CPU/request is approximate.
     res["cpu_us_per_req"] = cpu / max(1, res["requests"]) * 1e6 * duration / (
@@ -504,9 +525,9 @@ def measure_fixed(name, wl, conns, rates, duration, outdir, tag):
             try:
                 r.update(fixed_rate_run(srv, wl, conns, rate, duration, outdir, empty_reason))
                 check_workload(wl, srv.port)
-                errs = r["failed"] + r["errored"] + r["timeout"] + r["non2xx"]
-                if errs:
-                    raise RuntimeError(f"h2load: {errs} failed/errored/timeout/non-2xx requests")
+                if r["failed"] or r["timeout"]:  # failed includes errored and non-2xx
+                    raise RuntimeError(f"h2load: {r['failed']} failed ({r['errored']} errored, "
+                                       f"{r['non2xx']} non-2xx), {r['timeout']} timed out")
                 r["ok"] = True
             except Exception as exc:  # noqa: BLE001
                 r["error"] = describe(exc, 800)

@@ -411,6 +411,20 @@ class Server:
         raise RuntimeError(f"expected {count} processes, have {len(last or [])} after "
                            f"{timeout:.0f}s: {self.log_tail()}")
 
+    def log_size(self):
+        """Bytes the server's log (its stdout and stderr) holds so far."""
+        if not self._log.closed:
+            self._log.flush()
+        return self.logpath.stat().st_size
+
+    def log_since(self, offset):
+        """What the server logged after `offset` bytes (log_size()), decoded; "" when nothing."""
+        if not self._log.closed:
+            self._log.flush()
+        with open(self.logpath, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+
     def log_tail(self, n=1200):
         try:
             if not self._log.closed:

@@ -453,10 +453,12 @@ def render_fixed(L, fixed_agg):
             L.append(head + f"FAILED: {r['error'][:200]} | | | | | | | |")
     probed = sorted({r["server"] for r in fixed_agg if r.get("status_by_probe")})
     if probed:
-        L.append(f"\n{', '.join(probed)}: an empty reason-phrase (`HTTP/1.1 200 `, which RFC 9112 §4 "
-                 "allows). h2load logs such a response's status as 0 and counts it failed though it "
-                 "read it whole; its status is the one probed before the loads, and its body is "
-                 "checked after each load.")
+        L.append(f"\n{', '.join(probed)}: sends an empty reason-phrase (`HTTP/1.1 200 `, allowed "
+                 "by RFC 9112 §4), whose status h2load 1.52 cannot read: it logs 0 and counts the "
+                 "response failed. Responses it read whole count as the 200 probed before the "
+                 "loads; statuses during a load are not observed, and a load fails if the server "
+                 "logged anything during it. One more request's status and body are checked "
+                 "after each load.")
     verdicts = fixed_verdicts(fixed_agg)
     if verdicts:
         L.append("\np99 against the ASGI peers (medians over the rounds that succeeded; the "
