@@ -14,6 +14,7 @@ import hashlib
 import os
 import socket
 import sys
+import threading
 import time
 
 import pytest
@@ -128,6 +129,76 @@ def test_final_event_does_not_wait_for_the_client(serve):
         assert done.wait(1, timeout=2.0) == ["final send returned"]
         r = c.response()
         assert (r.status, r.get(b"content-length"), r.body == body) == (200, str(size).encode(), True)
+
+
+@pytest.mark.rule("skirr-flow-chunk-at-once")
+def test_more_body_chunk_is_sent_before_send_returns(serve):
+    """A chunk sent with more_body true is on the wire when its send() returns, even inside the
+    app's first step (which 3.12+ runs eagerly, inside the pass over the request's bytes): the app
+    then blocks the loop until the client has read that chunk, which only a chunk already sent
+    can end before the wait's 5 s."""
+    client_read_first = threading.Event()
+    waited = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"first", "more_body": True})
+        waited.put(client_read_first.wait(5.0))  # blocks the loop: nothing more is sent meanwhile
+        await send({"type": "http.response.body", "body": b"last", "more_body": False})
+
+    with serve(app) as srv:
+        c = srv.connect(timeout=10.0)
+        c.send(http_request())
+        head = c.read_until(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"transfer-encoding: chunked" in head
+        assert c.read_until(b"first\r\n") == b"5\r\nfirst\r\n"
+        client_read_first.set()
+        assert c.read_until(b"0\r\n\r\n") == b"4\r\nlast\r\n0\r\n\r\n"
+        assert waited.wait(1, timeout=2.0) == [True]
+        assert srv.errors() == []
+
+
+@pytest.mark.rule("skirr-flow-chunk-at-once")
+def test_chunk_to_a_reset_client_inside_the_first_step(serve):
+    """The client resets before the app's first step sends anything. Inside the pass (3.12+'s
+    eager first step) the chunk's send fails quietly and the reset is handled at the pass's end,
+    so the step's sends complete and their bytes are dropped ("sent"); outside it (3.11) send()
+    raises ClientDisconnected (ASGI www 2.5 "Disconnected Client - send exception"). Either way
+    receive() then gives http.disconnect, nothing is logged as an error, and the next connection
+    is served."""
+    started, reset = threading.Event(), threading.Event()
+    seen = Recorder()
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/next":
+            await reply(send, b"next")
+            return
+        await receive()
+        started.set()
+        reset.wait(5.0)  # blocks the loop: the reset arrives while the first step runs
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"x" * 1000, "more_body": True})
+            await send({"type": "http.response.body", "body": b"y" * 1000, "more_body": True})
+            seen.put("sent")
+        except OSError as e:
+            seen.put(type(e).__name__)
+        seen.put((await receive())["type"])
+
+    eager = sys.version_info >= (3, 12)  # skirr starts its request Tasks eagerly there
+    with serve(app) as srv:
+        c = srv.connect(timeout=10.0)
+        c.send(http_request())
+        assert started.wait(5.0)
+        c.abort()
+        time.sleep(0.05)  # the RST reaches the server's socket
+        reset.set()
+        outcome = ["sent" if eager else "ClientDisconnected", "http.disconnect"]
+        assert seen.wait(2, timeout=5.0) == outcome
+        r = srv.get("/next")
+        assert (r.status, r.body) == (200, b"next")
+        assert srv.errors() == []
 
 
 @pytest.mark.rule("skirr-flow-drain-cancellable")

@@ -205,7 +205,8 @@ sync_reading(http1_conn_t *c, int progress)
 /* The write-timing policy of HTTP/1.1, in one place. Output leaves at once (sk_transport_write),
  * except:
  *  - inside a pass over received bytes: the transport writes when data_received() returns, so
- *    the responses of requests answered within one pass leave in one write;
+ *    the responses of requests answered within one pass leave in one write (but a chunk of a
+ *    response in progress, `more_body`, leaves at once: sk_transport_write_now);
  *  - while a request started behind unsent responses (pipelining) has not taken its first step
  *    (a Task skirr made, not a task factory's): if it answers within that step its response
  *    joins them (one write per batch); its first step's end releases the output either way;
@@ -1027,7 +1028,11 @@ response_queued(RequestObject *r, http1_conn_t *c, int more)
     int follow = !more && r->resp.keep_alive && sk_transport_in_len(c->t) > 0;
     if (!follow) {
         int batch = !more && r->resp.keep_alive && r->srv->unstarted > 0;
-        int rc = batch ? sk_transport_write_later(c->t) : sk_transport_write(c->t);
+        /* A chunk of a response in progress leaves now, even from inside a pass (an eager first
+         * step, 3.12+): nothing can join it, and the app's next chunk may be far off. */
+        int rc = batch  ? sk_transport_write_later(c->t)
+                 : more ? sk_transport_write_now(c->t)
+                        : sk_transport_write(c->t);
         if (rc < 0 || r->conn == NULL) {
             return raise_disconnected(r);
         }

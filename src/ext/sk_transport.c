@@ -901,6 +901,28 @@ sk_transport_write(sk_transport_t *t)
 }
 
 int
+sk_transport_write_now(sk_transport_t *t)
+{
+    if (!t->dispatching || t->state != TP_OPEN || t->held || range_pending(t)) {
+        return sk_transport_write(t);
+    }
+    /* Inside data_received(): a bare send of the buffer, nothing else. What the kernel does not
+     * take (EAGAIN, a partial send) and any error stay for the call's end, whose tp_flush sends
+     * the rest or closes and tells the handler then, never under the call on the stack (a reset
+     * peer's error recurs: after ECONNRESET a send fails with EPIPE). */
+    while (sk_buf_len(&t->out) > 0) {
+        ssize_t n = send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL);
+        if (n > 0) {
+            sk_buf_consume(&t->out, (size_t)n);
+        }
+        else if (!(n < 0 && errno == EINTR)) {
+            break;
+        }
+    }
+    return 0;
+}
+
+int
 sk_transport_write_later(sk_transport_t *t)
 {
     if (t->state != TP_OPEN || t->dispatching) {

@@ -195,6 +195,15 @@ int sk_transport_file_pending(const sk_transport_t *t);
  * (sk_transport_write_later) unless a reactor callback is on the stack. 0, or -1 when the peer is gone (the transport is closed, the handler
  * was told). */
 int sk_transport_write(sk_transport_t *t);
+/* As sk_transport_write, but inside a data_received() call too: for output that no later
+ * output can join (a chunk of a response still in progress, ASGI `more_body`), which would
+ * otherwise wait for the call's end and, inside a reactor callback, for the batch (on 3.12+ an
+ * app's eager first step runs inside the call). There, only a send(2) of the buffer is made: what
+ * the kernel does not take, and any error, are left to the call's end, which sends the rest or
+ * closes (and tells the handler) as usual. Held output and a queued range wait, as with
+ * sk_transport_write. 0, or -1 when the peer is already gone (outside a data_received() call:
+ * as sk_transport_write). */
+int sk_transport_write_now(sk_transport_t *t);
 /* Sends the output with the current batch rather than now, so that the responses one loop
  * iteration completes leave back to back and a peer asleep in its poll is woken once for them
  * all. The batch ends at the first of: the end of the reactor callback on the stack
