@@ -517,6 +517,25 @@ bytes_send(sk_transport_t *t)
     }
 }
 
+/* One send() of the buffer (flags: MSG_MORE when a file range follows), retried on EINTR, the
+ * bytes sent consumed: > 0 bytes sent, 0 the kernel takes no more for now, -1 the peer is gone
+ * (errno says why). */
+static ssize_t
+buf_send(sk_transport_t *t, int flags)
+{
+    for (;;) {
+        ssize_t n = send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL | flags);
+        if (n > 0) {
+            sk_buf_consume(&t->out, (size_t)n);
+            return n;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    }
+}
+
 /* Sends the output (the buffer, then a queued range, then what follows it) until the kernel
  * takes no more. 0, or -1 when the peer is gone or the file failed (closed). */
 static int
@@ -542,17 +561,12 @@ tp_flush(sk_transport_t *t)
         }
         if (sk_buf_len(&t->out) > 0) {
             /* a file range follows: the head joins its first segment (MSG_MORE) */
-            int more = t->range_left > 0 ? MSG_MORE : 0;
-            ssize_t n = send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL | more);
+            ssize_t n = buf_send(t, t->range_left > 0 ? MSG_MORE : 0);
             if (n > 0) {
-                sk_buf_consume(&t->out, (size_t)n);
                 progress = 1;
                 continue;
             }
-            if (n < 0 && errno == EINTR) {
-                continue;
-            }
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (n == 0) {
                 break;
             }
             tp_closed(t, SK_CLOSED_PEER);
@@ -911,11 +925,7 @@ sk_transport_write_now(sk_transport_t *t)
      * the rest or closes and tells the handler then, never under the call on the stack (a reset
      * peer's error recurs: after ECONNRESET a send fails with EPIPE). */
     while (sk_buf_len(&t->out) > 0) {
-        ssize_t n = send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL);
-        if (n > 0) {
-            sk_buf_consume(&t->out, (size_t)n);
-        }
-        else if (!(n < 0 && errno == EINTR)) {
+        if (buf_send(t, 0) <= 0) {
             break;
         }
     }
