@@ -37,6 +37,11 @@ from .workloads import workload_order
 WS_FULL = dict(servers=["skirr", "uvicorn-websockets", "uvicorn-wsproto", "granian", "peregrine"],
                rows=[("ws_echo_64", 64), ("ws_echo_1k", 64)], rounds=5)
 
+# The streaming row's sequential samples a round in the full and targets profiles (about 5 s with
+# the app's 50 ms wait): with 20 (1 s) a few slow samples on this noisy VM moved a round's median
+# as far as the effect judged (issue 15, stop 29).
+STREAM_SAMPLES = 100
+
 PROFILES = {
     # <= 5 minutes, CI smoke test of the harness; no pass/fail on speed.
     "quick": dict(
@@ -64,9 +69,7 @@ PROFILES = {
         # Three rounds of 6 s: a p99 verdict on one run followed that run's noise (issue 15).
         fixed_rate=[("raw_get", 64), ("fastapi_json", 64)], fixed_pcts=[25, 50, 75],
         fixed_duration=6, fixed_rounds=3,
-        # 100 sequential samples a round (about 5 s): with 20 (1 s) a few slow samples on this
-        # noisy VM moved a round's median as far as the effect judged (issue 15, stop 29).
-        stream_samples=100, stream_rounds=3,
+        stream_samples=STREAM_SAMPLES, stream_rounds=3,
         # The workers row (issue 12): 2 workers, one per CPU, unpinned, wrk -t2 sharing the CPUs;
         # skirr-w1 (one process) in the same setup is the baseline for CPU per request.
         workers=dict(servers=["skirr-w1", "skirr-w2", "uvicorn-w2", "granian-w2",
@@ -90,7 +93,7 @@ PROFILES = {
         rounds=5, duration=5, warmup=1,
         fixed_rate=[("raw_get", 64), ("fastapi_json", 64)], fixed_pcts=[25, 50],
         fixed_duration=6, fixed_rounds=3,
-        stream_samples=100, stream_rounds=3,
+        stream_samples=STREAM_SAMPLES, stream_rounds=3,
         workers=None, costs=None, ws=None,
     ),
     # `make bench-workers`: the full profile's workers row alone (about 6 minutes).

@@ -576,10 +576,9 @@ def render_report(result, agg, fixed_agg, cmp, status, chart_lines=()):
         render_fixed(L, fixed_agg)
 
     if result["streaming"]:
-        n = cfg.get("stream_samples")
         L.append("\n## Streaming (app waits 50 ms after the first chunk; "
-                 f"{n if n else 'the'} sequential samples a round on one keep-alive connection; "
-                 "medians)\n")
+                 f"{cfg['stream_samples']} sequential samples a round on one keep-alive "
+                 "connection; medians)\n")
         L.append("| server | rounds ok | first chunk ms (median of round medians) | total ms |")
         L.append("|---|---|---|---|")
         by = {}
