@@ -30,8 +30,9 @@ typedef struct {
 /* Checks a request for which sk_ws_is_upgrade() is 1 (RFC 6455 §4.2.1): GET, HTTP/1.1, no content
  * (no Transfer-Encoding, no Content-Length but 0: the switch follows the request message, RFC 9110
  * §7.8, so content would be read as frames), a Connection field listing "upgrade", one
- * Sec-WebSocket-Key that is base64 of 16 bytes, one Sec-WebSocket-Version. Returns 0 (valid; *hs filled), 400 (malformed) or 426 (the version is not
- * 13: answer with Sec-WebSocket-Version: 13, §4.4). *reason: static text naming the failed rule. */
+ * Sec-WebSocket-Key that is base64 of 16 bytes, one Sec-WebSocket-Version. Returns 0 (valid; *hs
+ * filled), 400 (malformed, or with content) or 426 (the version is not 13: answer with
+ * Sec-WebSocket-Version: 13, §4.4). *reason: static text naming the failed rule. */
 int sk_ws_handshake_check(const sk_parser_t *p, sk_ws_handshake_t *hs, const char **reason);
 
 /* Writes the SK_WS_ACCEPT_LEN-byte Sec-WebSocket-Accept value for key[0..key_len) to out (not
