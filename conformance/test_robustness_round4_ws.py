@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import re
 import socket
 from pathlib import Path
@@ -119,6 +120,26 @@ def test_handshake_with_content_is_refused(serve, data):
         c.send(data)
         assert undated(c.read_until_close()) == ERROR_400
     assert len(record) == 0
+
+
+@rule("skirr-ws-handshake-without-content")
+def test_handshake_with_content_refusal_is_logged(serve):
+    """The access log's refusal line names the rule the handshake broke."""
+    lines = Recorder()
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.put(record.getMessage())
+    logger = logging.getLogger("skirr.access")
+    logger.addHandler(handler)
+    try:
+        with serve(recording_app(Recorder())) as srv:
+            c = srv.connect()
+            c.send(upgrade(extra=b"Content-Length: 14\r\n") + SMUGGLED)
+            c.read_until_close()
+            line = lines.wait(1)[0]
+    finally:
+        logger.removeHandler(handler)
+    assert line.endswith('"GET /ws HTTP/1.1" 400 Bad Request (refused: WebSocket handshake: the '
+                         'request has content (RFC 9110 §7.8))'), line
 
 
 @rule("skirr-ws-handshake-without-content")
