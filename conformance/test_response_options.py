@@ -104,6 +104,9 @@ OWNED = [
       for name in ("connection", "keep-alive", "upgrade", "te", "trailer", "proxy-connection")],
     ("date:yesterday", "date is written by skirr for each response (--no-date-header turns it "
                        "off)"),
+    *[(f"{name}:x", f"{name} is written by skirr in each WebSocket handshake's 101 "
+                    "(RFC 6455 §4.2.2)")
+      for name in ("sec-websocket-accept", "sec-websocket-extensions", "sec-websocket-protocol")],
 ]
 
 

@@ -142,6 +142,9 @@ key_valid(const char *k, size_t n)
 int
 sk_ws_is_upgrade(const sk_parser_t *p)
 {
+    if (p->http_major == 1 && p->http_minor == 0) {
+        return 0; /* RFC 9110 §7.8: an HTTP/1.0 request's Upgrade is ignored */
+    }
     for (uint32_t i = 0; i < p->nfields; i++) {
         const sk_field_t *f = &p->fields[i];
         if (SK_TOKEN_IEQ(sk_parser_ptr(p, f->name), f->name.len, "upgrade") &&
@@ -155,7 +158,7 @@ sk_ws_is_upgrade(const sk_parser_t *p)
 int
 sk_ws_handshake_check(const sk_parser_t *p, sk_ws_handshake_t *hs, const char **reason)
 {
-    int connection_upgrade = 0, keys = 0, versions = 0;
+    int connection_upgrade = 0, keys = 0, versions = 0, transfer_coded = 0;
     const char *version = NULL;
     size_t version_len = 0;
     hs->key = NULL;
@@ -177,6 +180,9 @@ sk_ws_handshake_check(const sk_parser_t *p, sk_ws_handshake_t *hs, const char **
             version = value;
             version_len = f->value.len;
         }
+        else if (SK_TOKEN_IEQ(name, f->name.len, "transfer-encoding")) {
+            transfer_coded = 1;
+        }
     }
     if (p->method != HTTP_GET) {
         *reason = "WebSocket handshake: method is not GET (RFC 6455 §4.2.1)";
@@ -184,6 +190,12 @@ sk_ws_handshake_check(const sk_parser_t *p, sk_ws_handshake_t *hs, const char **
     }
     if (p->http_minor != 1) {
         *reason = "WebSocket handshake: not HTTP/1.1 (RFC 6455 §4.2.1)";
+        return 400;
+    }
+    if (transfer_coded || p->chunked || (p->has_content_length && p->content_length > 0)) {
+        /* The protocol switch takes effect right after the request message (RFC 9110 §7.8): bytes
+         * of content would be read as the first frames (request smuggling). */
+        *reason = "WebSocket handshake: the request has content (RFC 9110 §7.8)";
         return 400;
     }
     if (!connection_upgrade) {

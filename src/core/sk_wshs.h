@@ -18,7 +18,8 @@
 
 /* 1 if the request's Upgrade fields list the token "websocket" (any case): the client asks for a
  * WebSocket connection, so the request is a WebSocket handshake (valid or refused), never served
- * as plain HTTP. 0 for no Upgrade or another protocol (h2c, ...): served as HTTP. */
+ * as plain HTTP. 0 for no Upgrade, another protocol (h2c, ...) or an HTTP/1.0 request (whose
+ * Upgrade a server MUST ignore, RFC 9110 §7.8): served as HTTP, its content read as usual. */
 int sk_ws_is_upgrade(const sk_parser_t *p);
 
 typedef struct {
@@ -26,10 +27,12 @@ typedef struct {
     size_t key_len;  /* bytes (24 when valid) */
 } sk_ws_handshake_t;
 
-/* Checks a request for which sk_ws_is_upgrade() is 1 (RFC 6455 §4.2.1): GET, HTTP/1.1, a
- * Connection field listing "upgrade", one Sec-WebSocket-Key that is base64 of 16 bytes, one
- * Sec-WebSocket-Version. Returns 0 (valid; *hs filled), 400 (malformed) or 426 (the version is not
- * 13: answer with Sec-WebSocket-Version: 13, §4.4). *reason: static text naming the failed rule. */
+/* Checks a request for which sk_ws_is_upgrade() is 1 (RFC 6455 §4.2.1): GET, HTTP/1.1, no content
+ * (no Transfer-Encoding, no Content-Length but 0: the switch follows the request message, RFC 9110
+ * §7.8, so content would be read as frames), a Connection field listing "upgrade", one
+ * Sec-WebSocket-Key that is base64 of 16 bytes, one Sec-WebSocket-Version. Returns 0 (valid; *hs
+ * filled), 400 (malformed, or with content) or 426 (the version is not 13: answer with
+ * Sec-WebSocket-Version: 13, §4.4). *reason: static text naming the failed rule. */
 int sk_ws_handshake_check(const sk_parser_t *p, sk_ws_handshake_t *hs, const char **reason);
 
 /* Writes the SK_WS_ACCEPT_LEN-byte Sec-WebSocket-Accept value for key[0..key_len) to out (not

@@ -217,6 +217,28 @@ server_set_max_requests(PyObject *op, PyObject *value, void *Py_UNUSED(closure))
     return 0;
 }
 
+static int
+u64_arg(PyObject *o, const char *name, unsigned long long *out)
+{
+    /* A keyword argument that is a count of bytes: *out unchanged when o is NULL (not given),
+     * else o as an unsigned 64-bit int. 0, or -1 with TypeError (not an int) or ValueError (out
+     * of 0..2**64-1: never wrapped, as the "K" format would). */
+    if (o == NULL) {
+        return 0;
+    }
+    if (!PyLong_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, not %.100s", name, Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    unsigned long long n = PyLong_AsUnsignedLongLong(o);
+    if (n == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_ValueError, "%s must be in 0..18446744073709551615, got %S", name, o);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
 static PyObject *
 server_get_active(PyObject *op, void *Py_UNUSED(closure))
 {
@@ -327,6 +349,7 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     PyObject *access_log = Py_None, *access_flush = Py_None, *allow_ips = NULL;
     PyObject *server_header = NULL, *extra_headers = NULL, *trace = Py_None;
     int proxy_headers = 0, date_header = 1, metrics = 0, ws = 1, ws_pmd = 1;
+    PyObject *ws_max_size_o = NULL, *max_body_o = NULL; /* ints: u64_arg() */
     unsigned long long ws_max_size = 16 * 1024 * 1024;
     Py_ssize_t ws_max_queue = 32;
     double ws_ping_interval = 20.0, ws_ping_timeout = 20.0;
@@ -338,13 +361,17 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
     ServerObject *s = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OOi|$OUOdKnnnOddnndOOpUpSSOppKnddpd", kwlist, &app, &loop, &listen_fd,
-            &unix_path, &root_path, &state, &keep_alive, &max_body, &max_line, &max_fields,
+            args, kwds, "OOi|$OUOdOnnnOddnndOOpUpSSOppOnddpd", kwlist, &app, &loop, &listen_fd,
+            &unix_path, &root_path, &state, &keep_alive, &max_body_o, &max_line, &max_fields,
             &max_section, &logger, &head_timeout, &write_timeout, &limit_concurrency,
             &limit_connections, &body_timeout, &access_log, &access_flush, &proxy_headers,
             &allow_ips, &date_header, &server_header, &extra_headers, &trace, &metrics, &ws,
-            &ws_max_size, &ws_max_queue, &ws_ping_interval, &ws_ping_timeout, &ws_pmd,
+            &ws_max_size_o, &ws_max_queue, &ws_ping_interval, &ws_ping_timeout, &ws_pmd,
             &batch_delay)) {
+        return NULL;
+    }
+    if (u64_arg(max_body_o, "limit_request_body", &max_body) < 0 ||
+        u64_arg(ws_max_size_o, "ws_max_size", &ws_max_size) < 0) {
         return NULL;
     }
     if (max_line <= 0 || max_fields <= 0 || max_section <= 0 || keep_alive < 0 ||
@@ -352,6 +379,11 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         limit_connections < 0 || ws_max_queue <= 0 || ws_ping_interval < 0 || ws_ping_timeout < 0 ||
         !(batch_delay >= 0)) {
         PyErr_SetString(PyExc_ValueError, "limits and timeouts must be positive");
+        return NULL;
+    }
+    if ((size_t)max_fields > UINT32_MAX) { /* checked before narrowing to the parser's uint32_t */
+        PyErr_Format(PyExc_ValueError, "limit_request_fields must be at most %u, got %zd",
+                     (unsigned)UINT32_MAX, max_fields);
         return NULL;
     }
     if (access_log != Py_None &&

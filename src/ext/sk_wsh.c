@@ -56,6 +56,7 @@ typedef struct {
     PyObject *receive_waiters; /* list of futures waiting in receive(), first served first */
     PyObject *drain_waiters;   /* list of futures waiting in send() for output to drain */
     PyObject *disconnect;      /* the websocket.disconnect event, once the connection ended */
+    PyObject *offered;         /* tuple of str: the client's Sec-WebSocket-Protocol elements */
     enum ws_state state;
     uint8_t connect_given;      /* websocket.connect was returned by receive() */
     uint8_t app_running;        /* counted in srv->active_requests */
@@ -642,6 +643,48 @@ resp_error(int rc)
     return -1;
 }
 
+/* The fields the opening handshake owns (RFC 6455 §4.2.2): skirr writes them from the client's
+ * handshake and its own negotiation, so an app's copy would repeat or contradict them (a second
+ * Sec-WebSocket-Accept or Upgrade fails the handshake, RFC 6455 §4.1; RFC 9110 §5.3 reads
+ * repeated fields as one list). The app's copy raises RuntimeError rather than being dropped:
+ * what it asked for would silently not happen. */
+static const struct {
+    const char *name;
+    size_t len;
+    uint8_t in_101_only; /* a denial response may carry it: a 426's upgrade (RFC 9110 §7.8);
+                          * its connection follows the HTTP response rules */
+    const char *hint;    /* how the app says it instead, or "" */
+} HANDSHAKE_FIELDS[] = {
+    {"connection", sizeof("connection") - 1, 1, ""},
+    {"upgrade", sizeof("upgrade") - 1, 1, ""},
+    {"sec-websocket-accept", sizeof("sec-websocket-accept") - 1, 0, ""},
+    {"sec-websocket-extensions", sizeof("sec-websocket-extensions") - 1, 0,
+     ": skirr negotiates permessage-deflate itself"},
+    {"sec-websocket-protocol", sizeof("sec-websocket-protocol") - 1, 0,
+     ": use websocket.accept's 'subprotocol'"},
+};
+
+static int
+handshake_fields_refused(const sk_header_t *hdrs, size_t n, const char *type, int in_101)
+{
+    /* hdrs[0..n): the app's fields for `type` (the 101 when in_101, else the denial response).
+     * -1 with RuntimeError naming the first one the handshake owns (HANDSHAKE_FIELDS); else 0. */
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < sizeof(HANDSHAKE_FIELDS) / sizeof(HANDSHAKE_FIELDS[0]); k++) {
+            if ((in_101 || !HANDSHAKE_FIELDS[k].in_101_only) &&
+                sk_token_ieq(hdrs[i].name, hdrs[i].name_len, HANDSHAKE_FIELDS[k].name,
+                             HANDSHAKE_FIELDS[k].len)) {
+                PyErr_Format(PyExc_RuntimeError,
+                             "'%s' header '%s' is the server's to send%s "
+                             "(RFC 6455 section 4.2.2)",
+                             type, HANDSHAKE_FIELDS[k].name, HANDSHAKE_FIELDS[k].hint);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* Fills the sk_header_t at h (evaluated once) with a literal name. */
 #define SET_HDR(h, n, v, vl) (*(h) = (sk_header_t){(n), sizeof(n) - 1, (v), (vl)})
 
@@ -649,7 +692,9 @@ static int
 send_accept(WebSocketObject *w, PyObject *msg)
 {
     /* websocket.accept: the 101 (RFC 6455 §4.2.2) with Sec-WebSocket-Accept, the app's
-     * subprotocol and headers. 0 or -1. */
+     * subprotocol (one the client offered) and headers (none the handshake owns; content-length
+     * and a chunked transfer-encoding dropped, as for any 1xx; date and server replace skirr's).
+     * 0, or -1 with TypeError (malformed) or RuntimeError (a value the handshake refuses). */
     sk_state *st = w->st;
     PyObject *sub = NULL, *keep = NULL;
     sk_header_t *hdrs = NULL;
@@ -665,8 +710,23 @@ send_accept(WebSocketObject *w, PyObject *msg)
             PyErr_SetString(PyExc_TypeError, "ASGI 'subprotocol' must be a str or None");
             goto done;
         }
+        int found = 0;
+        for (Py_ssize_t i = 0; w->offered != NULL && i < PyTuple_GET_SIZE(w->offered) && !found;
+             i++) {
+            found = PyUnicode_Compare(sub, PyTuple_GET_ITEM(w->offered, i)) == 0;
+        }
+        if (!found) {
+            /* RFC 6455 §4.2.2: the subprotocol is one of the client's; §4.1: else the client
+             * fails the connection. */
+            PyErr_Format(PyExc_RuntimeError,
+                         "ASGI 'subprotocol' %R is not one the client offered in "
+                         "Sec-WebSocket-Protocol (RFC 6455 section 4.2.2)",
+                         sub);
+            goto done;
+        }
     }
-    if (get_headers(msg, st, &keep, &hdrs, &n, 5) < 0) {
+    if (get_headers(msg, st, &keep, &hdrs, &n, 5) < 0 ||
+        handshake_fields_refused(hdrs + 5, n - 5, "websocket.accept", 1) < 0) {
         goto done;
     }
     if (w->acc.scope != NULL) {
@@ -747,21 +807,30 @@ send_denial(WebSocketObject *w, PyObject *msg, int start)
     size_t n = 0;
     int rc = -1;
     if (start) {
-        if (sk_asgi_msg_get(msg, st->s_status, &obj) <= 0 || !PyLong_Check(obj)) {
-            if (!PyErr_Occurred()) {
-                PyErr_SetString(PyExc_TypeError, "ASGI 'status' must be an int");
+        int got = sk_asgi_msg_get(msg, st->s_status, &obj);
+        if (got <= 0) {
+            if (got == 0) {
+                PyErr_SetString(PyExc_RuntimeError,
+                                "'websocket.http.response.start' message is missing 'status'");
             }
             goto done;
         }
-        long status = PyLong_AsLong(obj);
+        if (!PyLong_Check(obj)) {
+            PyErr_Format(PyExc_TypeError, "ASGI 'status' must be an int, not %.100s",
+                         Py_TYPE(obj)->tp_name);
+            goto done;
+        }
+        int overflow = 0;
+        long status = PyLong_AsLongAndOverflow(obj, &overflow);
         if (status == -1 && PyErr_Occurred()) {
             goto done;
         }
-        if (status < 200 || status > 599) {
-            PyErr_Format(PyExc_RuntimeError, "ASGI 'status' must be in 200..599, got %ld", status);
+        if (overflow || status < 200 || status > 599) { /* checked before narrowing to int */
+            PyErr_Format(PyExc_RuntimeError, "ASGI 'status' must be in 200..599, got %S", obj);
             goto done;
         }
-        if (get_headers(msg, st, &keep, &hdrs, &n, 0) < 0) {
+        if (get_headers(msg, st, &keep, &hdrs, &n, 0) < 0 ||
+            handshake_fields_refused(hdrs, n, "websocket.http.response.start", 0) < 0) {
             goto done;
         }
         if (w->acc.scope != NULL) {
@@ -866,10 +935,20 @@ send_close(WebSocketObject *w, PyObject *msg)
     }
     long code = 1000;
     if (code_o != NULL && code_o != Py_None) {
-        code = PyLong_Check(code_o) ? PyLong_AsLong(code_o) : -1;
-        if (code == -1) {
-            PyErr_Clear();
-            PyErr_SetString(PyExc_TypeError, "ASGI 'code' must be an int");
+        if (!PyLong_Check(code_o)) {
+            PyErr_Format(PyExc_TypeError, "ASGI 'code' must be an int, not %.100s",
+                         Py_TYPE(code_o)->tp_name);
+            goto done;
+        }
+        int overflow = 0;
+        code = PyLong_AsLongAndOverflow(code_o, &overflow);
+        if (code == -1 && PyErr_Occurred()) {
+            goto done;
+        }
+        if (overflow || code < 1000 || code > 4999 || !sk_ws_close_code_valid((int)code)) {
+            /* range-checked before narrowing: 1000-1003, 1007-1014, 3000-4999 (RFC 6455 §7.4) */
+            PyErr_Format(PyExc_ValueError,
+                         "WebSocket close code %S may not be sent (RFC 6455 section 7.4)", code_o);
             goto done;
         }
     }
@@ -881,14 +960,11 @@ send_close(WebSocketObject *w, PyObject *msg)
             goto done;
         }
     }
-    if (!sk_ws_close_code_valid((int)code) || code > 4999) {
-        PyErr_Format(PyExc_ValueError, "WebSocket close code %ld may not be sent (RFC 6455 §7.4)",
-                     code);
-        goto done;
-    }
     if (rlen > 123) {
-        PyErr_SetString(PyExc_ValueError,
-                        "WebSocket close reason longer than 123 bytes (RFC 6455 §5.5)");
+        PyErr_Format(PyExc_ValueError,
+                     "WebSocket close reason of %zd bytes is longer than 123 (RFC 6455 section "
+                     "5.5)",
+                     rlen);
         goto done;
     }
     if (w->state != WS_OPEN || w->t == NULL) {
@@ -1226,11 +1302,12 @@ done:
 /* ---- the scope ------------------------------------------------------------------------------ */
 
 static int
-make_scope(sk_state *st, PyObject *scope, const sk_parser_t *p)
+make_scope(sk_state *st, PyObject *scope, const sk_parser_t *p, PyObject **offered)
 {
     /* Turns the request's http scope into the websocket scope (ASGI websocket 2.4): type,
      * asgi.spec_version, scheme ws/wss, no method, subprotocols from Sec-WebSocket-Protocol,
-     * extensions with websocket.http.response. 0 or -1. */
+     * extensions with websocket.http.response. 0 (*offered: a new tuple of the subprotocols, the
+     * server's own copy) or -1. */
     PyObject *v = NULL, *scheme = NULL, *subs = NULL;
     int rc = -1;
     if (PyDict_SetItem(scope, st->s_type, st->s_websocket) < 0) {
@@ -1273,7 +1350,8 @@ make_scope(sk_state *st, PyObject *scope, const sk_parser_t *p)
             Py_CLEAR(v);
         }
     }
-    if (PyDict_SetItem(scope, st->s_subprotocols, subs) < 0) {
+    if (PyDict_SetItem(scope, st->s_subprotocols, subs) < 0 ||
+        (*offered = PyList_AsTuple(subs)) == NULL) {
         goto done;
     }
     v = Py_BuildValue("{s:{}}", "websocket.http.response");
@@ -1336,7 +1414,7 @@ sk_wsh_start(sk_transport_t *t, sk_http1_server_t *srv, const sk_parser_t *p, in
                 (uint8_t)sk_pmd_negotiate(sk_parser_ptr(p, f->value), f->value.len, &w->pmd_params);
         }
     }
-    if (make_scope(st, scope, p) < 0) {
+    if (make_scope(st, scope, p, &w->offered) < 0) {
         Py_DECREF(w);
         return -1;
     }
@@ -1367,6 +1445,7 @@ ws_tp_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(w->receive_waiters);
     Py_VISIT(w->drain_waiters);
     Py_VISIT(w->disconnect);
+    Py_VISIT(w->offered);
     return sk_access_req_traverse(&w->acc, visit, arg);
 }
 
@@ -1385,6 +1464,7 @@ ws_tp_clear(PyObject *op)
     Py_CLEAR(w->receive_waiters);
     Py_CLEAR(w->drain_waiters);
     Py_CLEAR(w->disconnect);
+    Py_CLEAR(w->offered);
     sk_access_req_clear(&w->acc);
     return 0;
 }

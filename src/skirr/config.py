@@ -224,7 +224,8 @@ class Config:
             ``(name, value)`` pairs; a ``server`` among them replaces skirr's own. Names must be
             RFC 9110 tokens and values visible ASCII/Latin-1 without CR, LF or NUL; the fields
             skirr writes itself (content-length, transfer-encoding, connection, keep-alive,
-            upgrade, te, trailer, proxy-connection, date) are refused.
+            upgrade, te, trailer, proxy-connection, date, and a 101's sec-websocket-accept,
+            -extensions and -protocol) are refused.
         log_config: a ``logging.config.dictConfig`` dict, or a file: ``.json``/``.yaml``/
             ``.yml`` (dictConfig) or INI (fileConfig); applied when the server starts, before
             the app is imported. The ``skirr`` logger's level is ``log_level`` unless the
@@ -537,6 +538,9 @@ OWNED_FIELDS = {
     b"trailer": _HOP,
     b"proxy-connection": _HOP,
     b"date": "written by skirr for each response (--no-date-header turns it off)",
+    **{name: "written by skirr in each WebSocket handshake's 101 (RFC 6455 §4.2.2)"
+       for name in (b"sec-websocket-accept", b"sec-websocket-extensions",
+                    b"sec-websocket-protocol")},
 }
 
 
@@ -547,7 +551,8 @@ def encode_headers(headers: Any) -> list[tuple[bytes, bytes]]:
         ConfigError: not ``"name:value"`` / a pair, a name that is not an RFC 9110 token, a
             value with CR, LF, NUL or another control character (RFC 9110 §5.5), not Latin-1,
             or a field skirr writes itself (:data:`OWNED_FIELDS`: content-length,
-            transfer-encoding, the connection-specific fields of RFC 9110 §7.6.1, date).
+            transfer-encoding, the connection-specific fields of RFC 9110 §7.6.1, date, the
+            WebSocket handshake's sec-websocket-accept, -extensions, -protocol).
     """
     if isinstance(headers, (str, bytes)) or not isinstance(headers, (list, tuple)):
         raise ConfigError(f"headers must be a list of 'name:value' strings; got {headers!r}")

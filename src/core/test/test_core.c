@@ -1892,7 +1892,8 @@ test_ws_handshake(T *t)
     CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", KEY, "13"), &why) == 0);
     CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "keep-alive, UPGRADE", KEY, "13"), &why) == 0);
     CHECK(t, ws_check(t, WS_HEAD("POST", "1.1", "Upgrade", KEY, "13"), &why) == 400);
-    CHECK(t, ws_check(t, WS_HEAD("GET", "1.0", "Upgrade", KEY, "13"), &why) == 400);
+    /* RFC 9110 §7.8: an HTTP/1.0 request's Upgrade is ignored: no WebSocket handshake */
+    CHECK(t, ws_check(t, WS_HEAD("GET", "1.0", "Upgrade", KEY, "13"), &why) == -1);
     CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "keep-alive", KEY, "13"), &why) == 400);
     CHECK(t, ws_check(t, WS_HEAD("GET", "1.1", "Upgrade", "dGhlIHNhbXBsZSBub25jZ==", "13"), &why) ==
                  400); /* 15 bytes */
@@ -1905,6 +1906,19 @@ test_ws_handshake(T *t)
                       "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: upgrade"
                       "\r\nSec-WebSocket-Key: " KEY "\r\n\r\n",
                       &why) == 400);
+    /* RFC 9110 §7.8: the switch follows the request message, so a handshake carries no content
+     * (Content-Length: 0 is none); the check comes before the version's (no 426 for it) */
+#define WS_BODY(framing, ver)                                                                  \
+    "GET /chat HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" framing \
+    "\r\nSec-WebSocket-Key: " KEY "\r\nSec-WebSocket-Version: " ver "\r\n\r\n"
+    CHECK(t, ws_check(t, WS_BODY("Content-Length: 0", "13"), &why) == 0);
+    CHECK(t, ws_check(t, WS_BODY("Content-Length: 14", "13"), &why) == 400);
+    CHECK(t, why != NULL && strcmp(why, "WebSocket handshake: the request has content "
+                                        "(RFC 9110 §7.8)") == 0);
+    CHECK(t, ws_check(t, WS_BODY("Transfer-Encoding: chunked", "13"), &why) == 400);
+    CHECK(t, ws_check(t, WS_BODY("Transfer-Encoding: chunked", "8"), &why) == 400);
+    CHECK(t, ws_check(t, WS_BODY("Content-Length: 1", "8"), &why) == 400);
+#undef WS_BODY
     CHECK(t, ws_check(t, "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n",
                       &why) == -1);
     CHECK(t, ws_check(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", &why) == -1);
