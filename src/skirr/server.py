@@ -194,6 +194,8 @@ class Server:
             started = await self._unless_forced(self._lifespan_startup(lifespan))
             if not started:
                 if started is None:
+                    if self._force.is_set():
+                        logger.warning("Forced exit: cancelling application startup")
                     lifespan.cancel()
                 self.exit_code = 1
                 return
@@ -250,6 +252,8 @@ class Server:
             shutdown_done = await self._unless_forced(
                 self._lifespan_shutdown(lifespan, loop.time() if stop_at is None else stop_at))
             if self._force.is_set() or not shutdown_done:
+                if shutdown_done is None and lifespan.running:
+                    logger.warning("Forced exit: cancelling application shutdown")
                 lifespan.cancel()
             self.exit_code = 1 if (lifespan.failed or not shutdown_done) else 0
         finally:
