@@ -1340,14 +1340,13 @@ ws_run(WebSocketObject *w)
     }
     w->coro = sk_asgi_awaitable_iter(coro);
     if (w->coro == NULL) {
-        goto not_driven;
+        goto done;
     }
     /* the Task runs w itself (ws_am_send): what the app raises ends with the app, never the loop */
     PyObject *targs[3] = {srv->loop, (PyObject *)w, ctx};
     task = PyObject_VectorcallMethod(st->s_create_task, targs, 2, srv->call_soon_kw);
     if (task == NULL) {
-        Py_CLEAR(w->coro);
-        goto not_driven;
+        goto done;
     }
     cb = PyCFunction_New(&ws_done_def, (PyObject *)w);
     res = cb ? PyObject_CallMethod(task, "add_done_callback", "O", cb) : NULL;
@@ -1360,16 +1359,18 @@ ws_run(WebSocketObject *w)
     w->app_running = 1;
     srv->active_requests++;
     rc = 0;
-    goto done;
-not_driven:
-    if (PyCoro_CheckExact(coro)) { /* not driven: no "never awaited" warning */
-        PyObject *typ, *val, *tb;
-        PyErr_Fetch(&typ, &val, &tb);
-        PyObject *r = PyObject_CallMethodNoArgs(coro, st->s_close);
-        Py_XDECREF(r);
-        PyErr_Restore(typ, val, tb);
-    }
 done:
+    if (task == NULL && coro != NULL) {
+        /* the app's awaitable is not driven: no Task runs it */
+        Py_CLEAR(w->coro);
+        if (PyCoro_CheckExact(coro)) { /* closed: no "never awaited" warning */
+            PyObject *typ, *val, *tb;
+            PyErr_Fetch(&typ, &val, &tb);
+            PyObject *r = PyObject_CallMethodNoArgs(coro, st->s_close);
+            Py_XDECREF(r);
+            PyErr_Restore(typ, val, tb);
+        }
+    }
     Py_XDECREF(scope);
     Py_XDECREF(ctx);
     Py_XDECREF(receive);
