@@ -219,6 +219,62 @@ sk_asgi_awaitable_iter(PyObject *obj)
     return it;
 }
 
+/* ---- an app's Task ------------------------------------------------------------------------- */
+
+int
+sk_asgi_task_cancelling(PyObject *task)
+{
+    /* See sk_asgi.h. */
+    int yes = 1;
+    PyObject *t = NULL, *n = NULL;
+    assert(!PyErr_Occurred());
+    if (task != NULL) {
+        t = Py_NewRef(task);
+    }
+    else {
+        PyObject *asyncio = PyImport_ImportModule("asyncio");
+        t = asyncio ? PyObject_CallMethod(asyncio, "current_task", NULL) : NULL;
+        Py_XDECREF(asyncio);
+    }
+    if (t != NULL && t != Py_None) {
+        n = PyObject_CallMethod(t, "cancelling", NULL);
+        if (n != NULL && PyLong_Check(n)) {
+            yes = PyLong_AsLong(n) != 0;
+        }
+    }
+    Py_XDECREF(n);
+    Py_XDECREF(t);
+    PyErr_Clear();
+    return yes;
+}
+
+PyObject *
+sk_asgi_method_result(PySendResult res, PyObject *result)
+{
+    /* New reference (see sk_asgi.h). */
+    if (res == PYGEN_RETURN) {
+        Py_DECREF(result);
+        PyErr_SetNone(PyExc_StopIteration);
+        return NULL;
+    }
+    return result;
+}
+
+void
+sk_asgi_raise_thrown(PyObject *const *args, Py_ssize_t nargs)
+{
+    /* See sk_asgi.h. */
+    if (nargs == 0) {
+        PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument");
+    }
+    else if (PyExceptionInstance_Check(args[0])) {
+        PyErr_SetObject((PyObject *)Py_TYPE(args[0]), args[0]);
+    }
+    else {
+        PyErr_SetObject(args[0], nargs > 1 ? args[1] : NULL);
+    }
+}
+
 /* ---- futures the receive()/send() awaitables wait on ------------------------------------- */
 
 int

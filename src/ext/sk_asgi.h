@@ -42,6 +42,20 @@ int sk_asgi_msg_get(PyObject *msg, PyObject *key, PyObject **out);
  * __await__() iterator; NULL with TypeError when obj is not awaitable. */
 PyObject *sk_asgi_awaitable_iter(PyObject *obj);
 
+/* ---- an app's Task: the coroutine protocol of a handler that drives the app itself -------- */
+
+/* 1 when someone called cancel() on task (Task.cancelling() > 0, 3.11+; task NULL: the current
+ * Task, as in an eager first step on 3.12+), or when that cannot be told (no Task, an error:
+ * quiet is the safe side); else 0. Call with no exception set; leaves none. */
+int sk_asgi_task_cancelling(PyObject *task);
+
+/* New reference (result is stolen): a coroutine send()/throw() method's answer for an am_send
+ * outcome: the yielded value, or NULL with StopIteration on a return (or the error set). */
+PyObject *sk_asgi_method_result(PySendResult res, PyObject *result);
+
+/* Sets the exception coroutine.throw(*args) names: an instance, or a type and a value. */
+void sk_asgi_raise_thrown(PyObject *const *args, Py_ssize_t nargs);
+
 /* ---- waiter futures (a receive() or send() that cannot complete yet) ------------------------- */
 
 /* Unless fut is already done (cancelled), sets its result (result, borrowed) or, with exc_type,

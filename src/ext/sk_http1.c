@@ -1583,30 +1583,9 @@ done:
 static int
 task_cancelling(RequestObject *r)
 {
-    /* 1 when someone called cancel() on the request's Task (Task.cancelling() > 0, 3.11+), or
-     * when that cannot be told (no Task, an error: quiet is the safe side); else 0. Called with
-     * no exception set (the caller has fetched it). */
-    int yes = 1;
-    PyObject *task = NULL, *n = NULL;
-    assert(!PyErr_Occurred());
-    if (r->task != NULL) {
-        task = Py_NewRef(r->task);
-    }
-    else { /* an eager start (3.12+) still inside its first step: the Task is the current one */
-        PyObject *asyncio = PyImport_ImportModule("asyncio");
-        task = asyncio ? PyObject_CallMethod(asyncio, "current_task", NULL) : NULL;
-        Py_XDECREF(asyncio);
-    }
-    if (task != NULL && task != Py_None) {
-        n = PyObject_CallMethod(task, "cancelling", NULL);
-        if (n != NULL && PyLong_Check(n)) {
-            yes = PyLong_AsLong(n) != 0;
-        }
-    }
-    Py_XDECREF(n);
-    Py_XDECREF(task);
-    PyErr_Clear();
-    return yes;
+    /* 1 when someone called cancel() on the request's Task (an eager start, 3.12+, still inside
+     * its first step has none yet: the current Task is asked); see sk_asgi_task_cancelling. */
+    return sk_asgi_task_cancelling(r->task);
 }
 
 static void
@@ -1767,40 +1746,12 @@ request_am_send(PyObject *op, PyObject *arg, PyObject **result)
 }
 
 static PyObject *
-as_method_result(PySendResult res, PyObject *result)
-{
-    /* New reference (result is stolen): a send()/throw() method's answer for an am_send-style
-     * outcome: the yielded value, or NULL with StopIteration on return (or the error set). */
-    if (res == PYGEN_RETURN) {
-        Py_DECREF(result);
-        PyErr_SetNone(PyExc_StopIteration);
-        return NULL;
-    }
-    return result;
-}
-
-static void
-raise_thrown(PyObject *const *args, Py_ssize_t nargs)
-{
-    /* Sets the exception coroutine.throw(args) names: an instance, or a type and value. */
-    if (nargs == 0) {
-        PyErr_SetString(PyExc_TypeError, "throw expected at least 1 argument");
-    }
-    else if (PyExceptionInstance_Check(args[0])) {
-        PyErr_SetObject((PyObject *)Py_TYPE(args[0]), args[0]);
-    }
-    else {
-        PyErr_SetObject(args[0], nargs > 1 ? args[1] : NULL);
-    }
-}
-
-static PyObject *
 request_send_value(PyObject *op, PyObject *arg)
 {
     /* New reference: coroutine.send(value): the yielded value, or NULL with StopIteration. */
     PyObject *result = NULL;
     PySendResult res = request_am_send(op, arg, &result);
-    return as_method_result(res, result);
+    return sk_asgi_method_result(res, result);
 }
 
 static PyObject *
@@ -1819,7 +1770,7 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     PyObject *result = NULL;
     PySendResult res;
     if (r->coro == NULL) {
-        raise_thrown(args, nargs);
+        sk_asgi_raise_thrown(args, nargs);
         if (r->app != APP_STARTED) {
             return NULL;
         }
@@ -1828,13 +1779,13 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         Py_CLEAR(r->scope);
         res = request_ended(r, PYGEN_ERROR, &result);
         step_end(r);
-        return as_method_result(res, result);
+        return sk_asgi_method_result(res, result);
     }
     PyObject *meth = PyObject_GetAttr(r->coro, r->st->s_throw);
     if (meth == NULL) {
         /* an __await__ iterator without throw(): the exception goes to the app as raised */
         PyErr_Clear();
-        raise_thrown(args, nargs);
+        sk_asgi_raise_thrown(args, nargs);
         res = PYGEN_ERROR;
     }
     else {
@@ -1854,7 +1805,7 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     }
     res = request_ended(r, res, &result);
     step_end(r);
-    return as_method_result(res, result);
+    return sk_asgi_method_result(res, result);
 }
 
 static PyObject *

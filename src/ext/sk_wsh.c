@@ -52,6 +52,8 @@ typedef struct {
     sk_transport_t *t;         /* borrowed; NULL once the transport closed */
     PyObject *scope;           /* strong until the app is called */
     PyObject *task;            /* strong while the app runs */
+    PyObject *coro;            /* strong: what the app call returned, driven by w's own steps */
+    PyObject *app_exc;         /* strong: what the app raised, until ws_app_done() reports it */
     PyObject *queue;           /* list of received events not yet given to receive() */
     PyObject *receive_waiters; /* list of futures waiting in receive(), first served first */
     PyObject *drain_waiters;   /* list of futures waiting in send() for output to drain */
@@ -1194,14 +1196,11 @@ ws_app_done(PyObject *op, PyObject *task)
         return NULL;
     }
     if (cancelled == Py_False) {
-        exc = PyObject_CallMethod(task, "exception", NULL);
-        if (exc == NULL) {
-            Py_DECREF(cancelled);
-            return NULL;
-        }
-        if (exc == Py_None) {
-            Py_CLEAR(exc);
-        }
+        exc = w->app_exc; /* moved: what the app raised (ws_step_ended) */
+        w->app_exc = NULL;
+    }
+    else {
+        Py_CLEAR(w->app_exc);
     }
     int failed = exc != NULL;
     if (exc != NULL &&
@@ -1242,6 +1241,157 @@ ws_app_done(PyObject *op, PyObject *task)
 
 static PyMethodDef ws_done_def = {"_done", ws_app_done, METH_O, NULL};
 
+/* The WebSocket object is the coroutine its asyncio.Task runs: it drives what the app call
+ * returned (a coroutine through am_send, or any awaitable's __await__ iterator), so whatever the
+ * app raises, BaseExceptions such as SystemExit and KeyboardInterrupt included, ends the Task
+ * with None and is kept for ws_app_done() to report: it never reaches the loop, which would
+ * re-raise SystemExit and KeyboardInterrupt out of run_forever() (asyncio's Task.__step does,
+ * and uvloop runs the same Task) and stop the server. Only a cancellation propagates, so the
+ * Task ends cancelled. The app's own coroutine still runs inside that Task. */
+
+static PySendResult
+ws_step_ended(WebSocketObject *w, PySendResult res, PyObject **result)
+{
+    /* The outcome of one step of the app: PYGEN_NEXT as is; the app's end (a return or any
+     * exception but a cancellation of its Task, kept in w->app_exc) as PYGEN_RETURN with None;
+     * a cancellation as PYGEN_ERROR with the CancelledError set. */
+    if (res == PYGEN_NEXT) {
+        return res;
+    }
+    Py_CLEAR(w->coro);
+    if (res == PYGEN_RETURN) {
+        Py_SETREF(*result, Py_NewRef(Py_None));
+        return PYGEN_RETURN;
+    }
+    PyObject *typ, *val, *tb;
+    PyErr_Fetch(&typ, &val, &tb);
+    PyErr_NormalizeException(&typ, &val, &tb);
+    if (val != NULL && tb != NULL) {
+        PyException_SetTraceback(val, tb);
+    }
+    /* A CancelledError the app raised itself (no one called cancel() on its Task) is its
+     * failure, as any other exception; a cancelled Task's is not. */
+    if (PyErr_GivenExceptionMatches(val, w->st->CancelledError) &&
+        sk_asgi_task_cancelling(w->task)) {
+        PyErr_Restore(typ, val, tb);
+        *result = NULL;
+        return PYGEN_ERROR;
+    }
+    Py_XSETREF(w->app_exc, val);
+    Py_XDECREF(typ);
+    Py_XDECREF(tb);
+    *result = Py_NewRef(Py_None);
+    return PYGEN_RETURN;
+}
+
+static PySendResult
+ws_am_send(PyObject *op, PyObject *arg, PyObject **result)
+{
+    /* am_send: one step of the app. PYGEN_NEXT with what it yielded (new reference),
+     * PYGEN_RETURN with None, or PYGEN_ERROR with the Task's cancellation set. */
+    WebSocketObject *w = (WebSocketObject *)op;
+    *result = NULL;
+    if (w->coro == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited websocket coroutine");
+        return PYGEN_ERROR;
+    }
+    return ws_step_ended(w, PyIter_Send(w->coro, arg, result), result);
+}
+
+static PyObject *
+ws_send_value(PyObject *op, PyObject *arg)
+{
+    /* New reference: coroutine.send(value): the yielded value, or NULL with StopIteration. */
+    PyObject *result = NULL;
+    PySendResult res = ws_am_send(op, arg, &result);
+    return sk_asgi_method_result(res, result);
+}
+
+static PyObject *
+ws_iternext(PyObject *op)
+{
+    /* New reference: next(coroutine), as send(None). */
+    return ws_send_value(op, Py_None);
+}
+
+static PyObject *
+ws_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    /* New reference: coroutine.throw(...) passed on to the app (Task.cancel() comes this way);
+     * the yielded value, or NULL with StopIteration or the Task's cancellation. */
+    WebSocketObject *w = (WebSocketObject *)op;
+    PyObject *result = NULL;
+    PySendResult res;
+    if (w->coro == NULL) {
+        sk_asgi_raise_thrown(args, nargs);
+        return NULL;
+    }
+    PyObject *meth = PyObject_GetAttr(w->coro, w->st->s_throw);
+    if (meth == NULL) {
+        /* an __await__ iterator without throw(): the exception goes to the app as raised */
+        PyErr_Clear();
+        sk_asgi_raise_thrown(args, nargs);
+        res = PYGEN_ERROR;
+    }
+    else {
+        result = PyObject_Vectorcall(meth, args, (size_t)nargs, NULL);
+        Py_DECREF(meth);
+        if (result != NULL) {
+            res = PYGEN_NEXT;
+        }
+        else if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+            PyErr_Clear();
+            result = Py_NewRef(Py_None);
+            res = PYGEN_RETURN;
+        }
+        else {
+            res = PYGEN_ERROR;
+        }
+    }
+    res = ws_step_ended(w, res, &result);
+    return sk_asgi_method_result(res, result);
+}
+
+static PyObject *
+ws_close_coro(PyObject *op, PyObject *Py_UNUSED(arg))
+{
+    /* New reference to None: coroutine.close(): closes the app's coroutine (an iterator without
+     * close() is dropped); NULL with what that close raised. */
+    WebSocketObject *w = (WebSocketObject *)op;
+    PyObject *coro = w->coro;
+    PyObject *meth = NULL, *res = NULL;
+    w->coro = NULL;
+    if (coro == NULL) {
+        Py_RETURN_NONE;
+    }
+    meth = PyObject_GetAttr(coro, w->st->s_close);
+    if (meth == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        res = Py_NewRef(Py_None);
+    }
+    else if (meth != NULL) {
+        res = PyObject_CallNoArgs(meth);
+    }
+    Py_XDECREF(meth);
+    Py_DECREF(coro);
+    return res;
+}
+
+static PyObject *
+ws_await(PyObject *op)
+{
+    /* New reference: __await__ returns the object itself (it is its own iterator). */
+    return Py_NewRef(op);
+}
+
+static PyMethodDef ws_methods[] = {
+    {"send", ws_send_value, METH_O, "coroutine.send(value): one step of the app."},
+    {"throw", (PyCFunction)(void (*)(void))ws_throw, METH_FASTCALL,
+     "coroutine.throw(exc): raise exc inside the app."},
+    {"close", ws_close_coro, METH_NOARGS, "coroutine.close(): close the app's coroutine."},
+    {NULL, NULL, 0, NULL},
+};
+
 static int
 ws_run(WebSocketObject *w)
 {
@@ -1264,16 +1414,14 @@ ws_run(WebSocketObject *w)
     if (PyContext_Exit(ctx) < 0 || coro == NULL) {
         goto done;
     }
-    PyObject *targs[3] = {srv->loop, coro, ctx};
+    w->coro = sk_asgi_awaitable_iter(coro);
+    if (w->coro == NULL) {
+        goto done;
+    }
+    /* the Task runs w itself (ws_am_send): what the app raises ends with the app, never the loop */
+    PyObject *targs[3] = {srv->loop, (PyObject *)w, ctx};
     task = PyObject_VectorcallMethod(st->s_create_task, targs, 2, srv->call_soon_kw);
     if (task == NULL) {
-        if (PyCoro_CheckExact(coro)) { /* not driven: no "never awaited" warning */
-            PyObject *typ, *val, *tb;
-            PyErr_Fetch(&typ, &val, &tb);
-            PyObject *r = PyObject_CallMethodNoArgs(coro, st->s_close);
-            Py_XDECREF(r);
-            PyErr_Restore(typ, val, tb);
-        }
         goto done;
     }
     cb = PyCFunction_New(&ws_done_def, (PyObject *)w);
@@ -1288,6 +1436,17 @@ ws_run(WebSocketObject *w)
     srv->active_requests++;
     rc = 0;
 done:
+    if (task == NULL && coro != NULL) {
+        /* the app's awaitable is not driven: no Task runs it */
+        Py_CLEAR(w->coro);
+        if (PyCoro_CheckExact(coro)) { /* closed: no "never awaited" warning */
+            PyObject *typ, *val, *tb;
+            PyErr_Fetch(&typ, &val, &tb);
+            PyObject *r = PyObject_CallMethodNoArgs(coro, st->s_close);
+            Py_XDECREF(r);
+            PyErr_Restore(typ, val, tb);
+        }
+    }
     Py_XDECREF(scope);
     Py_XDECREF(ctx);
     Py_XDECREF(receive);
@@ -1422,9 +1581,18 @@ sk_wsh_start(sk_transport_t *t, sk_http1_server_t *srv, const sk_parser_t *p, in
     sk_transport_pause_reading(t, 0);
     sk_transport_switch(t, &sk_wsh_ops, Py_NewRef(w)); /* released in ws_release() */
     if (ws_run(w) < 0) {
-        /* the app could not be called: it fails only its own connection */
-        sk_asgi_log_error(st, srv->logger, "Exception in ASGI application", NULL);
-        PyErr_WriteUnraisable((PyObject *)w);
+        /* the app could not be called, or raised in its synchronous part (SystemExit included):
+         * it fails only its own connection, logged with the exception as in ws_app_done() */
+        PyObject *typ, *val, *tb;
+        PyErr_Fetch(&typ, &val, &tb);
+        PyErr_NormalizeException(&typ, &val, &tb);
+        if (val != NULL && tb != NULL) {
+            PyException_SetTraceback(val, tb);
+        }
+        sk_asgi_log_error(st, srv->logger, "Exception in ASGI application", val);
+        Py_XDECREF(typ);
+        Py_XDECREF(val);
+        Py_XDECREF(tb);
         answer_status(w, 500);
     }
     Py_DECREF(w);
@@ -1441,6 +1609,8 @@ ws_tp_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(w->owner);
     Py_VISIT(w->scope);
     Py_VISIT(w->task);
+    Py_VISIT(w->coro);
+    Py_VISIT(w->app_exc);
     Py_VISIT(w->queue);
     Py_VISIT(w->receive_waiters);
     Py_VISIT(w->drain_waiters);
@@ -1460,6 +1630,8 @@ ws_tp_clear(PyObject *op)
     Py_CLEAR(w->owner);
     Py_CLEAR(w->scope);
     Py_CLEAR(w->task);
+    Py_CLEAR(w->coro);
+    Py_CLEAR(w->app_exc);
     Py_CLEAR(w->queue);
     Py_CLEAR(w->receive_waiters);
     Py_CLEAR(w->drain_waiters);
@@ -1494,6 +1666,11 @@ static PyType_Slot ws_slots[] = {
     {Py_tp_traverse, ws_tp_traverse},
     {Py_tp_clear, ws_tp_clear},
     {Py_tp_dealloc, ws_tp_dealloc},
+    {Py_am_await, ws_await},
+    {Py_am_send, ws_am_send},
+    {Py_tp_iter, PyObject_SelfIter},
+    {Py_tp_iternext, ws_iternext},
+    {Py_tp_methods, ws_methods},
     {Py_tp_doc, (void *)"One WebSocket session (internal): the handler of its connection."},
     {0, NULL},
 };

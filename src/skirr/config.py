@@ -97,9 +97,13 @@ class AppImportError(AppLoadError):
     its traceback is worth showing, unlike the other errors here)."""
 
     def __init__(self, module_name: str, exc: BaseException) -> None:
-        super().__init__(
-            f'error while importing module "{module_name}": {type(exc).__name__}: {exc}'
-        )
+        super().__init__(f'error while importing module "{module_name}": {_describe(exc)}')
+
+
+def _describe(exc: BaseException) -> str:
+    """``"Type: message"``, or ``"Type"`` alone when the message is empty (``KeyboardInterrupt()``)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -461,7 +465,9 @@ class Config:
         Raises:
             AppLoadError: bad ``module:attr`` format, module not found, attribute missing, ``app``
                 (or, with ``factory``, what the factory returned) not callable, the factory
-                raised, or (``AppImportError``) the module raised while being imported.
+                raised (any ``BaseException``, ``SystemExit`` and ``KeyboardInterrupt``
+                included), or (``AppImportError``) the module raised while being imported
+                (the same).
         """
         app = self.app
         if isinstance(app, str):
@@ -471,9 +477,9 @@ class Config:
         if self.factory:
             try:
                 app = app()
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the app's, not ours
                 raise AppLoadError(
-                    f"application factory {self._name} raised {type(exc).__name__}: {exc}"
+                    f"application factory {self._name} raised {_describe(exc)}"
                 ) from exc
             if not callable(app):
                 raise AppLoadError(
@@ -650,7 +656,11 @@ def import_from_string(spec: str, app_dir: str = ".") -> Any:
         ):
             raise AppLoadError(f'could not import module "{module_name}"') from None
         raise AppImportError(module_name, exc) from exc
-    except Exception as exc:
+    except BaseException as exc:
+        # SystemExit or KeyboardInterrupt raised by the module (sys.exit() at import) is its
+        # failure to load, not a request to end skirr in an unexplained way (Server.serve()
+        # installs the loop's SIGINT handler before the import: a KeyboardInterrupt here is the
+        # module's own).
         raise AppImportError(module_name, exc) from exc
     for part in attr.split("."):
         try:

@@ -91,6 +91,11 @@ class Lifespan:
         # Let the task return after its last message (bounded: it is the app's code).
         await asyncio.wait({self._task}, timeout=1.0)
 
+    @property
+    def running(self) -> bool:
+        """The application's lifespan task has not ended yet."""
+        return self._task is not None and not self._task.done()
+
     def cancel(self) -> None:
         """Cancels the lifespan task (forced exit). Quietly: what the application does while it
         is cancelled (Starlette answers with ``lifespan.shutdown.failed`` and re-raises) is

@@ -191,9 +191,11 @@ class Server:
                 app = RequestIdMiddleware(app)
             lifespan = Lifespan(app, config.lifespan)
             stop_at: float | None = None  # loop time the stop began (the shutdown's budget)
-            started = await self._unless_forced(lifespan.startup())
+            started = await self._unless_forced(self._lifespan_startup(lifespan))
             if not started:
                 if started is None:
+                    if self._force.is_set():
+                        logger.warning("Forced exit: cancelling application startup")
                     lifespan.cancel()
                 self.exit_code = 1
                 return
@@ -250,6 +252,8 @@ class Server:
             shutdown_done = await self._unless_forced(
                 self._lifespan_shutdown(lifespan, loop.time() if stop_at is None else stop_at))
             if self._force.is_set() or not shutdown_done:
+                if shutdown_done is None and lifespan.running:
+                    logger.warning("Forced exit: cancelling application shutdown")
                 lifespan.cancel()
             self.exit_code = 1 if (lifespan.failed or not shutdown_done) else 0
         finally:
@@ -363,6 +367,34 @@ class Server:
                 )
                 return
             await asyncio.sleep(_POLL_INTERVAL)
+
+    async def _lifespan_startup(self, lifespan: Lifespan) -> bool | None:
+        """Runs lifespan startup; once a stop is requested (a signal, :meth:`request_shutdown`)
+        it gets ``timeout_graceful_shutdown`` more seconds (no bound when that is None). True or
+        False as :meth:`Lifespan.startup`; None when it was still running then (logged; the
+        caller cancels it and the exit status is 1, as for a forced exit)."""
+        assert self._stop is not None
+        graceful = self.config.timeout_graceful_shutdown
+        startup = asyncio.ensure_future(lifespan.startup())
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({startup, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not startup.done() and graceful is not None:
+                await asyncio.wait({startup}, timeout=graceful)
+            elif not startup.done():
+                await asyncio.wait({startup})
+            if startup.done():
+                return startup.result()
+            logger.error(
+                "Application startup did not complete within %g s (--timeout-graceful-shutdown) "
+                "of the shutdown request: cancelling it, not serving", graceful)
+            return None
+        finally:
+            for t in (startup, stop):
+                if not t.done():
+                    t.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await t
 
     async def _lifespan_shutdown(self, lifespan: Lifespan, stop_at: float) -> bool:
         """Runs lifespan shutdown within what is left of ``drain_delay`` plus

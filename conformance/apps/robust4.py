@@ -1,0 +1,92 @@
+"""Applications for issue 35 items 3 and 12 (served by `python -m skirr robust4:X` in
+conformance/test_robustness_round4_apps.py). Events go one a line to $SKIRR_TEST_LOG.
+
+    app              lifespan supported (events startup, shutdown). WebSocket:
+                     /exit-after-accept   SystemExit(3) after accept and the first message
+                     /interrupt-before    KeyboardInterrupt before answering the handshake
+                     /echo                echoes text messages until the client closes
+                     HTTP: "ok"
+    hang_startup     lifespan startup never answers (events startup, startup-cancelled).
+    hang_shutdown    lifespan startup completes, shutdown never answers (events startup,
+                     shutdown, shutdown-cancelled); HTTP: "ok".
+    exits_factory    a factory raising SystemExit(3) (--factory).
+    interrupt_factory  a factory raising KeyboardInterrupt (--factory).
+"""
+import asyncio
+import os
+
+
+def log(event):
+    path = os.environ.get("SKIRR_TEST_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(event + "\n")
+
+
+async def ok(send):
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                log("startup")
+                await send({"type": "lifespan.startup.complete"})
+            else:
+                log("shutdown")
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    if scope["type"] == "http":
+        await ok(send)
+        return
+    path = scope["path"]
+    await receive()  # websocket.connect
+    if path == "/interrupt-before":
+        raise KeyboardInterrupt
+    await send({"type": "websocket.accept"})
+    while True:
+        msg = await receive()
+        if msg["type"] == "websocket.disconnect":
+            return
+        if path == "/exit-after-accept":
+            raise SystemExit(3)
+        await send({"type": "websocket.send", "text": msg["text"]})
+
+
+async def hang_startup(scope, receive, send):
+    assert scope["type"] == "lifespan"
+    await receive()
+    log("startup")
+    try:
+        await asyncio.sleep(1000)
+    except asyncio.CancelledError:
+        log("startup-cancelled")
+        raise
+
+
+async def hang_shutdown(scope, receive, send):
+    if scope["type"] == "http":
+        await ok(send)
+        return
+    await receive()
+    log("startup")
+    await send({"type": "lifespan.startup.complete"})
+    await receive()
+    log("shutdown")
+    try:
+        await asyncio.sleep(1000)
+    except asyncio.CancelledError:
+        log("shutdown-cancelled")
+        raise
+
+
+def exits_factory():
+    raise SystemExit(3)
+
+
+def interrupt_factory():
+    raise KeyboardInterrupt
