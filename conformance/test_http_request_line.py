@@ -8,6 +8,7 @@ import string
 import pytest
 
 from _cases import H, assert_refused, get, one_scope
+from _ws import upgrade
 
 rule = pytest.mark.rule
 
@@ -301,6 +302,16 @@ def test_bytes_outside_the_grammar_are_400(serve, echo_app, target):
     the Host field's): a byte outside them is 400."""
     with serve(echo_app) as srv:
         assert_refused(srv, echo_app, get(target), 400)
+
+
+@rule("RFC9112-3.2-target-grammar", "RFC9112-3.2-target-pct-encoded")
+@pytest.mark.parametrize("target", ['/ws"x', "/ws{x}", "/ws?x=<y>", "/ws%zz"],
+                         ids=["quote", "brace-in-path", "lt-in-query", "bad-pct"])
+def test_websocket_handshake_target_is_held_to_the_grammar(serve, echo_app, target):
+    """A WebSocket opening handshake is an HTTP request (RFC 6455 §4.1): its target is parsed by
+    the same rules, and a bad one gets the same 400 before any app sees a scope."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, upgrade(target=target), 400)
 
 
 @rule("RFC9112-3.2-target-pct-encoded")
