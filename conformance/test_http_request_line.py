@@ -340,9 +340,11 @@ def test_pct_encodings_of_any_octet_and_case_are_accepted(serve, echo_app):
 
 
 @rule("RFC9112-3.2.1-fragment-400")
-@pytest.mark.parametrize("target", [b"/a#f", b"/a?q#f", b"/#", b"/a?q=1#"])
+@pytest.mark.parametrize("target", [b"/a#f", b"/a?q#f", b"/#", b"/a?q=1#", b"http://h/a#f", b"http://h#f",
+                                    b"ftp://h#f/x"])
 def test_fragment_in_target_is_400(serve, echo_app, target):
-    """origin-form = absolute-path [ "?" query ] has no fragment: a "#" anywhere makes the
+    """origin-form = absolute-path [ "?" query ] has no fragment, nor has the absolute-form as a
+    request-target: a "#" anywhere (the authority included, whatever the scheme) makes the
     request-target invalid: 400."""
     with serve(echo_app) as srv:
         assert_refused(srv, echo_app, get(target), 400)

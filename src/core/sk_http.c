@@ -279,6 +279,9 @@ target_invalid(const char *t, size_t n)
         if (!absolute_form_authority(t, n, &scheme_len, &auth, &auth_len))
             return "request-target in no form"; /* llhttp refuses these first; a guard */
         i = (size_t)(auth - t) + auth_len;
+        /* RFC 9112 §3.2.1: no '#' anywhere, the authority included (whatever its scheme) */
+        if (memchr(t, '#', i) != NULL)
+            return "fragment in the request-target";
     }
     for (; i < n; i++) {
         unsigned char c = (unsigned char)t[i];

@@ -810,6 +810,10 @@ test_parser_target(T *t)
           "ERROR 400\nEOF mid=0 idle=0\n");
     PCASE(t, "absolute-form bad pct-encoding", NULL, "GET http://a/%zz HTTP/1.1\r\nHost: a\r\n\r\n",
           "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "absolute-form: '#' in the authority", NULL, "GET http://a#f HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "absolute-form: '#' in the authority, other scheme", NULL,
+          "GET ftp://a#f/x HTTP/1.1\r\nHost: a\r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
     PCASE(t, "absolute-form lenient query bytes", NULL,
           "GET http://a?x[]={|}`\\^ HTTP/1.1\r\nHost: a\r\n\r\n",
           "HEAD GET http://a?x[]={|}`\\\\^ 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\nEND\n"
