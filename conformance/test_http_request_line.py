@@ -3,9 +3,12 @@ puts in the scope, and what it refuses with which status (spec/http_request_line
 
 Each case names the bytes sent and the exact status or scope expected.
 """
+import string
+
 import pytest
 
 from _cases import H, assert_refused, get, one_scope
+from _ws import upgrade
 
 rule = pytest.mark.rule
 
@@ -75,7 +78,8 @@ def test_method_not_a_token_is_400(serve, echo_app, line):
 
 @rule("RFC9110-9.3.6-connect-501")
 @pytest.mark.parametrize(
-    "target", [b"example.com:443", b"/"], ids=["authority-form", "origin-form"]
+    "target", [b"example.com:443", b"/", b"http://example.com/", b"*"],
+    ids=["authority-form", "origin-form", "absolute-form", "asterisk-form"],
 )
 def test_connect_is_501(serve, echo_app, target):
     """CONNECT asks for a tunnel, which an ASGI http app cannot provide: 501 whatever the
@@ -200,10 +204,147 @@ def test_target_bytes_outside_vchar_are_400(serve, echo_app, target):
         assert_refused(srv, echo_app, get(target), 400)
 
 
+@rule("RFC9112-3.2-target-form")
+@pytest.mark.parametrize("method", [b"GET", b"HEAD", b"POST", b"OPTIONS", b"PUT"])
+def test_authority_form_without_connect_is_400(serve, echo_app, method):
+    """authority-form (RFC 9112 §3.2.3) is only for CONNECT: with any other method the target
+    is in no form it may take: 400 (not 501, which is CONNECT's own answer)."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, method + b" example.com:80 HTTP/1.1\r\n" + H + b"\r\n", 400,
+                       method=method.decode())
+
+
+@rule("RFC9112-3.2-target-form")
+@pytest.mark.parametrize("line", [b"GET  HTTP/1.1", b"OPTIONS  HTTP/1.1", b"GET "],
+                         ids=["get", "options", "line-ends"])
+def test_empty_target_is_400(serve, echo_app, line):
+    """request-target is never empty (RFC 9112 §3.2): nothing between the method's SP and the
+    version, or the line ending after that SP, is an invalid request-line: 400."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, line + b"\r\n" + H + b"\r\n", 400)
+
+
+# -- the request-target grammar, byte by byte (issue 35 item 2) ---------------------------------
+
+PCHAR = set((string.ascii_letters + string.digits + "-._~" + "!$&'()*+,;=" + ":@").encode())
+LENIENT_PATH = set(b"[]^|")  # the WHATWG URL Standard leaves these unencoded in paths
+LENIENT_QUERY = set(b"[]\\^`{|}")  # ... and these in queries
+PATH_OK = PCHAR | set(b"/?") | LENIENT_PATH  # "?" ends the path: the query starts
+QUERY_OK = PCHAR | set(b"/?") | LENIENT_QUERY
+
+
+def _split(target: bytes) -> tuple:
+    path, q, query = target.partition(b"?")
+    return path, query if q else b""
+
+
+@rule("RFC9112-3.2-target-grammar")
+@pytest.mark.parametrize("byte", range(256), ids=lambda b: f"0x{b:02x}")
+def test_every_byte_in_the_path_and_in_the_query(serve, echo_app, byte):
+    """RFC 9112 §3.2 with RFC 3986 §3.3 (path: pchar and "/") and §3.4 (query: pchar, "/" and
+    "?"), plus skirr's lenient bytes ("[" "]" "^" "|" in both, "\\" "`" "{" "}" in the query):
+    each byte 0x00-0xFF between "/a" and "z", and between "/a?x=" and "z". An allowed byte reaches
+    raw_path or query_string unchanged; any other gets the request-line's 400 and the app is never
+    called ("%" before "z" is not a pct-encoding)."""
+    b = bytes([byte])
+    with serve(echo_app) as srv:
+        for target, allowed in ((b"/a" + b + b"z", byte in PATH_OK),
+                                (b"/a?x=" + b + b"z", byte in QUERY_OK)):
+            if allowed:
+                scope = one_scope(srv, echo_app, get(target))
+                assert (scope["raw_path"], scope["query_string"]) == _split(target), target
+            else:
+                assert_refused(srv, echo_app, get(target), 400)
+
+
+@rule("RFC9112-3.2-target-grammar")
+def test_the_issue_target_is_refused_like_any_invalid_request_line(serve, echo_app):
+    """The target of issue 35 ('<', '>', '{', '}' and '`' in a path) gets exactly the bytes of the
+    400 that any invalid request-line gets (here: two SP after the method), Date aside."""
+    def without_date(raw: bytes) -> bytes:
+        return b"\r\n".join(line for line in raw.split(b"\r\n") if not line.lower().startswith(b"date:"))
+
+    with serve(echo_app) as srv:
+        bad_target = assert_refused(srv, echo_app, get(b"/a<b>{c}|d^e`f"), 400)
+        two_sp = assert_refused(srv, echo_app, b"GET  / HTTP/1.1\r\n" + H + b"\r\n", 400)
+        assert without_date(bad_target.raw) == without_date(two_sp.raw)
+
+
+@rule("RFC9112-3.2-target-grammar")
+@pytest.mark.parametrize(
+    "target, raw_path, query",
+    [
+        (b"/a[1]/b|c^d?x[]=1&y[k]=v", b"/a[1]/b|c^d", b"x[]=1&y[k]=v"),
+        (b"/fonts?family=A|B&t={x}&s=a\\b&g=`^`", b"/fonts", b"family=A|B&t={x}&s=a\\b&g=`^`"),
+        (b"//a//?b?c/d?", b"//a//", b"b?c/d?"),
+        (b"http://h/a[1]?x{}=|", b"/a[1]", b"x{}=|"),
+    ],
+    ids=["brackets-pipe-caret", "query-lenient", "empty-segments-and-question-marks", "absolute-form"],
+)
+def test_lenient_bytes_reach_the_app(serve, echo_app, target, raw_path, query):
+    """What browsers send unencoded (WHATWG URL Standard) reaches the app as received, in the
+    origin-form and in the absolute-form's path and query."""
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, get(target))
+        assert (scope["raw_path"], scope["query_string"]) == (raw_path, query)
+
+
+@rule("RFC9112-3.2-target-grammar")
+@pytest.mark.parametrize(
+    "target",
+    [b"http://h/a\"b", b"http://h/a{b", b"http://h/a\\b", b"http://h?a<b", b"http://h:80/x?y>z",
+     b"https://h/caf\xc3\xa9", b"/a<b>{c}|d^e`f"],
+    ids=["absolute-path-quote", "absolute-path-brace", "absolute-path-backslash", "absolute-query-lt",
+         "absolute-port-query-gt", "absolute-utf8", "issue-35"],
+)
+def test_bytes_outside_the_grammar_are_400(serve, echo_app, target):
+    """The absolute-form's path and query are held to the origin-form's rules (its authority to
+    the Host field's): a byte outside them is 400."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, get(target), 400)
+
+
+@rule("RFC9112-3.2-target-grammar", "RFC9112-3.2-target-pct-encoded")
+@pytest.mark.parametrize("target", ['/ws"x', "/ws{x}", "/ws?x=<y>", "/ws%zz"],
+                         ids=["quote", "brace-in-path", "lt-in-query", "bad-pct"])
+def test_websocket_handshake_target_is_held_to_the_grammar(serve, echo_app, target):
+    """A WebSocket opening handshake is an HTTP request (RFC 6455 §4.1): its target is parsed by
+    the same rules, and a bad one gets the same 400 before any app sees a scope."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, upgrade(target=target), 400)
+
+
+@rule("RFC9112-3.2-target-pct-encoded")
+@pytest.mark.parametrize(
+    "target",
+    [b"/a%", b"/a%2", b"/a%zz", b"/a%4g", b"/a%%41", b"/%/", b"/?q=100%", b"/?q=%zz", b"/?q=%?1",
+     b"http://h/%zz", b"http://h?%g0"],
+    ids=["end", "one-digit", "not-hex", "second-not-hex", "percent-percent", "before-slash",
+         "query-end", "query-not-hex", "query-before-question", "absolute-path", "absolute-query"],
+)
+def test_bad_pct_encoding_is_400(serve, echo_app, target):
+    """pct-encoded = "%" HEXDIG HEXDIG (RFC 3986 §2.1), in the path and in the query: any other
+    "%" makes the request-target invalid: 400."""
+    with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, get(target), 400)
+
+
+@rule("RFC9112-3.2-target-pct-encoded")
+def test_pct_encodings_of_any_octet_and_case_are_accepted(serve, echo_app):
+    """Upper and lower case hex, of any octet, pass through raw_path and query_string as
+    received (the path is decoded into scope["path"], UTF-8 with replacement)."""
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, get(b"/%2f%2F%aA%7e%41?q=%41%7e%ff%00"))
+        assert (scope["raw_path"], scope["query_string"], scope["path"]) == (
+            b"/%2f%2F%aA%7e%41", b"q=%41%7e%ff%00", "///\ufffd~A")
+
+
 @rule("RFC9112-3.2.1-fragment-400")
-@pytest.mark.parametrize("target", [b"/a#f", b"/a?q#f", b"/#", b"/a?q=1#"])
+@pytest.mark.parametrize("target", [b"/a#f", b"/a?q#f", b"/#", b"/a?q=1#", b"http://h/a#f", b"http://h#f",
+                                    b"ftp://h#f/x"])
 def test_fragment_in_target_is_400(serve, echo_app, target):
-    """origin-form = absolute-path [ "?" query ] has no fragment: a "#" anywhere makes the
+    """origin-form = absolute-path [ "?" query ] has no fragment, nor has the absolute-form as a
+    request-target: a "#" anywhere (the authority included, whatever the scheme) makes the
     request-target invalid: 400."""
     with serve(echo_app) as srv:
         assert_refused(srv, echo_app, get(target), 400)

@@ -42,7 +42,9 @@ METHODS = [
 RESERVED = {"host", "content-length", "transfer-encoding", "connection", "expect", "upgrade"}
 UNRESERVED = string.ascii_letters + string.digits + "-._~"
 SUB_DELIMS = "!$&'()*+,;="
-ODD_TARGET = "\"<>\\^`{|}"  # not RFC 3986, accepted by skirr and h11 alike
+# Not RFC 3986, but in skirr's lenient set (rule RFC9112-3.2-target-grammar), and h11 takes them too.
+ODD_PATH = "[]^|"
+ODD_QUERY = "[]\\^`{|}"
 
 # -- strategies -----------------------------------------------------------------------------------
 # Generation is a large share of the run time, so most strings come from one binary draw mapped
@@ -62,16 +64,17 @@ OWS_LEAD = [b"", b"", b" ", b"  ", b"\t", b" \t "]
 OWS_TRAIL = [b"", b"", b" ", b"\t", b" \t"]
 
 
-def _path_chars(raw: bytes, extra: bytes = b"") -> str:
+def _path_chars(raw: bytes, extra: bytes = b"", odd: str = ODD_PATH) -> str:
     """Each byte becomes a segment character, a percent-escape of some byte (either hex case),
-    one of the odd characters skirr and h11 both accept, or (from `extra`) '/' or '?'."""
+    one of the `odd` characters skirr (leniently) and h11 both accept, or (from `extra`) '/' or
+    '?'."""
     alphabet = SEG_ALPHABET + extra
     out = []
     for b in raw:
         if b % 9 == 0:
             out.append(("%%%02X" if b & 1 else "%%%02x") % ((b * 37 + 11) % 256))
         elif b % 31 == 0:
-            out.append(ODD_TARGET[b % len(ODD_TARGET)])
+            out.append(odd[b % len(odd)])
         else:
             out.append(chr(alphabet[b % len(alphabet)]))
     return "".join(out)
@@ -81,7 +84,7 @@ def _path_chars(raw: bytes, extra: bytes = b"") -> str:
 def origin_form(draw) -> str:
     path = "/" + _path_chars(draw(st.binary(max_size=40)), b"/")
     if draw(st.booleans()):
-        path += "?" + _path_chars(draw(st.binary(max_size=30)), b"/?")
+        path += "?" + _path_chars(draw(st.binary(max_size=30)), b"/?", ODD_QUERY)
     return path
 
 
@@ -307,9 +310,16 @@ def _defects() -> dict:
         "host-char": (st.tuples(start, st.sampled_from(list(b' /@?#"<{\x80\xff'))).map(
             lambda t: t[0] + b"Host: a" + bytes([t[1]]) + b"b\r\n\r\n"), 400),
         # request-line
-        "target-char": (st.tuples(st.sampled_from([b" ", b"#", b"\x00", b"\x01", b"\x7f", b"\x80", b"\xff"]),
+        "target-char": (st.tuples(st.sampled_from([b" ", b"#", b"\x00", b"\x01", b"\x7f", b"\x80", b"\xff",
+                                                   b'"', b"<", b">", b"\\", b"`", b"{", b"}"]),
                                   st.integers(1, 5)).map(
             lambda t: b"GET /abcde"[:t[1] + 4] + t[0] + b"x HTTP/1.1\r\n" + H + b"\r\n"), 400),
+        "target-query-char": (st.tuples(st.sampled_from([b"#", b"\x01", b"\x7f", b"\x80", b'"', b"<", b">"]),
+                                        st.integers(0, 3)).map(
+            lambda t: b"GET /a?b=cde"[:t[1] + 6] + t[0] + b"x HTTP/1.1\r\n" + H + b"\r\n"), 400),
+        "target-pct": (st.sampled_from([b"/a%", b"/a%2", b"/a%zz", b"/a%4g", b"/?q=100%", b"/?q=%zz",
+                                        b"http://h/%zz", b"http://h?%g0"]).map(
+            lambda t: b"GET " + t + b" HTTP/1.1\r\n" + H + b"\r\n"), 400),
         "target-form": (st.sampled_from([b"a", b"?a", b"a/b", b"http:/p", b"mailto:x", b"h:80", b"%2F"]).map(
             lambda t: b"GET " + t + b" HTTP/1.1\r\n" + H + b"\r\n"), 400),
         "version-malformed": (st.sampled_from([b"HTTP/1.10", b"HTTP/01.1", b"http/1.1", b"HTTP/1",

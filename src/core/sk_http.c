@@ -3,7 +3,8 @@
  * Owns: the llhttp callbacks, the copy of the request head (request-target, field names and values in
  * one block, spans into it), every request limit (414, 431, 413), the checks llhttp leaves to its
  * user (HTTP version 505, unknown method 501 vs 400, Host 400, Transfer-Encoding codings 400/501,
- * strict request-line spacing), the mapping of every refusal to one HTTP status, and the asserts of
+ * strict request-line spacing, the request-target grammar of RFC 9112 §3.2 / RFC 3986 with its
+ * documented lenient bytes), the mapping of every refusal to one HTTP status, and the asserts of
  * the parser's invariants (parser_check()).
  * Never: includes Python.h, performs I/O, calls back into the embedder, keeps global mutable state,
  * sets an llhttp lenient flag, returns an event for bytes it has not validated, or re-implements a
@@ -186,6 +187,125 @@ rl_reset(sk_parser_t *p)
     p->method_len = 0;
 }
 
+/* ---- request-target grammar ----------------------------------------------------------------
+ * RFC 9112 §3.2: origin-form = absolute-path [ "?" query ], absolute-form = absolute-URI (its
+ * authority is held to the Host rule by valid_authority(), its path-abempty and query to the
+ * rules below), authority-form (CONNECT only, which is refused with 501 before its target),
+ * asterisk-form = "*" (OPTIONS only; checked with the method in on_headers_complete).
+ * RFC 3986 §3.3/§3.4: a path segment holds pchar = unreserved / pct-encoded / sub-delims / ":" /
+ * "@", the query pchar / "/" / "?", and pct-encoded = "%" HEXDIG HEXDIG.
+ *
+ * Lenient set: besides the RFC 3986 bytes, a path may hold "[" "]" "^" "|" and a query "[" "]"
+ * "\" "^" "`" "{" "|" "}": the bytes the WHATWG URL Standard leaves unencoded in that component
+ * ("^" in paths only until 2024), so browsers send them raw (PHP/JSON:API "a[]=1", "family=A|B").
+ * Refused everywhere: SP, controls, DEL, bytes >= 0x80 (raw UTF-8), '"', '<', '>', '#' (never sent
+ * by a client: RFC 9112 §3.2.1), and a '%' not followed by two hex digits; in a path also "\" "`"
+ * "{" "}", which browsers always encode there. See the decision of RFC3986-target-grammar. */
+
+enum { TC_PATH = 1, TC_QUERY = 2, TC_HEX = 4 };
+#define P_ (TC_PATH | TC_QUERY)          /* pchar, "/" and the lenient bytes of both components */
+#define Q_ TC_QUERY                      /* "?" and the lenient bytes of the query only */
+#define X_ (TC_PATH | TC_QUERY | TC_HEX) /* HEXDIG */
+
+/* Byte -> TC_* bits: one lookup per byte of the target. '%' has no bit (the scan checks the two
+ * HEXDIG after it); 0x00-0x20, DEL and 0x80-0xff have none. */
+/* clang-format off */
+static const uint8_t target_class[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x00-0x0f */
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, /* 0x10-0x1f */
+    /* SP  !   "   #   $   %   &   '   (   )   *   +   ,   -   .   / */
+    0 , P_, 0 , 0 , P_, 0 , P_, P_, P_, P_, P_, P_, P_, P_, P_, P_,
+    /* 0   1   2   3   4   5   6   7   8   9   :   ;   <   =   >   ? */
+    X_, X_, X_, X_, X_, X_, X_, X_, X_, X_, P_, P_, 0 , P_, 0 , Q_,
+    /* @   A   B   C   D   E   F   G   H   I   J   K   L   M   N   O */
+    P_, X_, X_, X_, X_, X_, X_, P_, P_, P_, P_, P_, P_, P_, P_, P_,
+    /* P   Q   R   S   T   U   V   W   X   Y   Z   [   \   ]   ^   _ */
+    P_, P_, P_, P_, P_, P_, P_, P_, P_, P_, P_, P_, Q_, P_, P_, P_,
+    /* `   a   b   c   d   e   f   g   h   i   j   k   l   m   n   o */
+    Q_, X_, X_, X_, X_, X_, X_, P_, P_, P_, P_, P_, P_, P_, P_, P_,
+    /* p   q   r   s   t   u   v   w   x   y   z   {   |   }   ~   DEL */
+    P_, P_, P_, P_, P_, P_, P_, P_, P_, P_, P_, Q_, P_, Q_, P_, 0 ,
+    /* 0x80-0xff: zero */
+};
+/* clang-format on */
+
+#undef P_
+#undef Q_
+#undef X_
+
+/* The authority of an absolute-form request-target ("scheme://authority[/path][?query]"): 1 with
+ * *auth and *len set and *scheme_len the length of the scheme at t, 0 for any other form. */
+static int
+absolute_form_authority(const char *t, size_t n, size_t *scheme_len, const char **auth, size_t *len)
+{
+    if (n == 0 || t[0] == '/' || t[0] == '*')
+        return 0;
+    for (size_t i = 0; i + 2 < n; i++) {
+        if (t[i] == ':' && t[i + 1] == '/' && t[i + 2] == '/') {
+            size_t k = i + sizeof("://") - 1;
+            size_t start = k;
+
+            while (k < n && t[k] != '/' && t[k] != '?')
+                k++;
+            *scheme_len = i;
+            *auth = t + start;
+            *len = k - start;
+            return 1;
+        }
+        if (t[i] == '/' || t[i] == '?')
+            return 0;
+    }
+    return 0;
+}
+
+/* Checks the request-target t[0..n) (stored whole in the head block) against the grammar above
+ * in one pass with one table lookup a byte. Returns NULL when valid, else the static reason of the
+ * 400. The asterisk-form and the authority of the absolute-form are left to on_headers_complete
+ * (which knows the method and checks the authority with the Host field's validator). */
+static const char *
+target_invalid(const char *t, size_t n)
+{
+    unsigned mask = TC_PATH;
+    size_t i = 0;
+    size_t scheme_len, auth_len;
+    const char *auth;
+
+    if (n == 0)
+        return "empty request-target";
+    if (t[0] == '*')
+        return NULL;
+    if (t[0] != '/') {
+        /* absolute-form: the bytes after the authority are a path-abempty [ "?" query ] */
+        if (!absolute_form_authority(t, n, &scheme_len, &auth, &auth_len))
+            return "request-target in no form"; /* llhttp refuses these first; a guard */
+        i = (size_t)(auth - t) + auth_len;
+        /* RFC 9112 §3.2.1: no '#' anywhere, the authority included (whatever its scheme) */
+        if (memchr(t, '#', i) != NULL)
+            return "fragment in the request-target";
+    }
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)t[i];
+
+        if (target_class[c] & mask)
+            continue;
+        if (c == '?') { /* the first '?' starts the query; later ones are query bytes */
+            mask = TC_QUERY;
+            continue;
+        }
+        if (c == '%') {
+            if (n - i < 3 || !(target_class[(unsigned char)t[i + 1]] & TC_HEX) ||
+                !(target_class[(unsigned char)t[i + 2]] & TC_HEX))
+                return "invalid percent-encoding in the request-target";
+            i += 2;
+            continue;
+        }
+        if (c == '#')
+            return "fragment in the request-target"; /* RFC 9112 §3.2.1 */
+        return "byte not allowed in the request-target";
+    }
+    return NULL;
+}
+
 /* ---- llhttp callbacks ------------------------------------------------------------------------ */
 
 static int
@@ -254,8 +374,6 @@ on_url(llhttp_t *llh, const char *at, size_t len)
         return fail(p, 400, "more than one SP after the method");
     if (len > p->limits.max_request_line - p->target.len)
         return fail(p, 414, "request-target too long");
-    if (memchr(at, '#', len) != NULL)
-        return fail(p, 400, "fragment in request-target"); /* RFC 9112 §3.2: no fragment */
     if (head_append(p, at, len) < 0)
         return fail(p, 503, "out of memory");
     p->target.len += (uint32_t)len;
@@ -265,9 +383,17 @@ on_url(llhttp_t *llh, const char *at, size_t len)
 static int
 on_url_complete(llhttp_t *llh)
 {
+    sk_parser_t *p = from_llh(llh);
+    const char *reason;
+
     /* llhttp takes "GET /" CRLF as an HTTP/0.9 request (and sets the version to 0.9 here). */
     if (llh->http_major == 0 && llh->http_minor == 9)
-        return fail(from_llh(llh), 400, "request-line without HTTP-version");
+        return fail(p, 400, "request-line without HTTP-version");
+    /* RFC 9112 §3: an invalid request-line gets 400. Checked once, on the whole target, so the
+     * refusal does not depend on how the bytes were cut into reads. */
+    reason = target_invalid(p->target.len > 0 ? sk_parser_ptr(p, p->target) : "", p->target.len);
+    if (reason != NULL)
+        return fail(p, 400, reason);
     return 0;
 }
 
@@ -526,31 +652,6 @@ valid_authority(const char *v, size_t n, int nonempty)
         if (!sk_is_digit((unsigned char)v[i]))
             return 0;
     return 1;
-}
-
-/* The authority of an absolute-form request-target ("scheme://authority[/path][?query]"): 1 with
- * *auth and *len set and *scheme_len the length of the scheme at t, 0 for any other form. */
-static int
-absolute_form_authority(const char *t, size_t n, size_t *scheme_len, const char **auth, size_t *len)
-{
-    if (n == 0 || t[0] == '/' || t[0] == '*')
-        return 0;
-    for (size_t i = 0; i + 2 < n; i++) {
-        if (t[i] == ':' && t[i + 1] == '/' && t[i + 2] == '/') {
-            size_t k = i + sizeof("://") - 1;
-            size_t start = k;
-
-            while (k < n && t[k] != '/' && t[k] != '?')
-                k++;
-            *scheme_len = i;
-            *auth = t + start;
-            *len = k - start;
-            return 1;
-        }
-        if (t[i] == '/' || t[i] == '?')
-            return 0;
-    }
-    return 0;
 }
 
 /* Parses every Transfer-Encoding field-line as one list (RFC 9112 §6.1):

@@ -731,6 +731,108 @@ test_parser_limits(T *t)
     sk_buf_free(&expect);
 }
 
+/* The request-target grammar (RFC 9112 §3.2, RFC 3986 §3.3/§3.4, and skirr's lenient bytes):
+ * every byte 0x00-0xff in a path segment and in a query, pct-encodings, the absolute-form's path
+ * and query, and a refusal that must not depend on how the target was cut into reads. */
+static int
+target_byte_ok(unsigned char c, int query)
+{
+    if (sk_is_alpha(c) || sk_is_digit(c))
+        return 1;
+    if (c != 0 && strchr("-._~!$&'()*+,;=:@/?[]^|", c) != NULL) /* pchar, "/", "?", lenient */
+        return 1;
+    return query && c != 0 && strchr("\\`{}", c) != NULL; /* lenient in the query only */
+}
+
+static void
+test_parser_target(T *t)
+{
+    sk_buf_t in = {0};
+    sk_buf_t expect = {0};
+    char name[64];
+
+    for (int query = 0; query <= 1; query++) {
+        for (int b = 0; b < 256; b++) {
+            unsigned char c = (unsigned char)b;
+            /* "/a" c "z" and "/a?x=" c "z"; "%" followed by "z" is an invalid pct-encoding */
+            const char *prefix = query ? "/a?x=" : "/a";
+
+            sk_buf_consume(&in, sk_buf_len(&in));
+            sk_buf_consume(&expect, sk_buf_len(&expect));
+            bput(&in, "GET ");
+            bput(&in, prefix);
+            sk_buf_append(&in, (const char *)&c, 1);
+            bput(&in, "z HTTP/1.1\r\nHost: a\r\n\r\n");
+            if (target_byte_ok(c, query)) {
+                bput(&expect, "HEAD GET ");
+                bput(&expect, prefix);
+                log_bytes(&expect, (const char *)&c, 1);
+                bput(&expect, "z 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\nEND\nEOF mid=0 idle=1\n");
+            }
+            else {
+                bput(&expect, "ERROR 400\nEOF mid=0 idle=0\n");
+            }
+            sk_buf_append(&expect, "", 1);
+            snprintf(name, sizeof(name), "target %s byte 0x%02x", query ? "query" : "path", b);
+            PCASE_BUF(t, name, NULL, &in, sk_buf_head(&expect));
+        }
+    }
+
+    /* pct-encoded = "%" HEXDIG HEXDIG, in the path and in the query */
+    PCASE(t, "pct-encodings of both cases", NULL,
+          "GET /%2f%2F%aA%00?q=%41%7e HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD GET /%2f%2F%aA%00?q=%41%7e 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\nEND\n"
+          "EOF mid=0 idle=1\n");
+    PCASE(t, "pct: one hex digit then SP", NULL, "GET /a%2 HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "pct: % at the end", NULL, "GET /a% HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "pct: not hex", NULL, "GET /a%zz HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "pct: second digit not hex", NULL, "GET /a%4g HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "pct: in the query, % at the end", NULL, "GET /?q=100% HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "pct: in the query, before '?'", NULL, "GET /?q=%?1 HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    /* '?' and '/' in the query; empty path segments and an empty query */
+    PCASE(t, "query holds ? and /", NULL, "GET //a//?b?c/d? HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD GET //a//?b?c/d? 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\nEND\nEOF mid=0 idle=1\n");
+    /* the issue's example: '<', '>', '{', '}' and '`' are not path bytes */
+    PCASE(t, "issue 35 target", NULL, "GET /a<b>{c}|d^e`f HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    /* absolute-form: its path and query are held to the same rules */
+    PCASE(t, "absolute-form path with a quote", NULL,
+          "GET http://a/x\"y HTTP/1.1\r\nHost: a\r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "absolute-form path with {", NULL, "GET http://a/x{ HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "absolute-form query with <", NULL, "GET http://a?x< HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "absolute-form bad pct-encoding", NULL, "GET http://a/%zz HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "absolute-form: '#' in the authority", NULL, "GET http://a#f HTTP/1.1\r\nHost: a\r\n\r\n",
+          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "absolute-form: '#' in the authority, other scheme", NULL,
+          "GET ftp://a#f/x HTTP/1.1\r\nHost: a\r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "absolute-form lenient query bytes", NULL,
+          "GET http://a?x[]={|}`\\^ HTTP/1.1\r\nHost: a\r\n\r\n",
+          "HEAD GET http://a?x[]={|}`\\\\^ 1.1 ka=1 ec=0 te=0 cl=-\n F Host=[a]\nEND\n"
+          "EOF mid=0 idle=1\n");
+    /* Found with this table: the '#' check ran per span of the target, before the length check,
+     * so "/#aaa...a" past the limit was 400 when the read ended after "#" and 414 when it did
+     * not. The whole target is checked once now: 414 however it is cut. */
+    sk_buf_consume(&in, sk_buf_len(&in));
+    bput(&in, "GET /#");
+    for (size_t i = 0; i < 8190; i++)
+        APPEND_LIT(&in, "a");
+    bput(&in, " HTTP/1.1\r\nHost: a\r\n\r\n");
+    PCASE_BUF(t, "fragment in a target over the limit: 414", NULL, &in,
+              "ERROR 414\nEOF mid=0 idle=0\n");
+
+    sk_buf_free(&in);
+    sk_buf_free(&expect);
+}
+
 /* Direct checks of the pull API that the event log does not show. */
 static void
 test_parser_api(T *t)
@@ -1945,6 +2047,7 @@ main(void)
     test_parser_basic(&t);
     test_parser_errors(&t);
     test_parser_limits(&t);
+    test_parser_target(&t);
     test_parser_api(&t);
     test_resp_framing(&t);
     test_resp_bodyless(&t);
