@@ -99,30 +99,28 @@ def _plain_handler(logger: logging.Logger) -> logging.StreamHandler | None:  # t
 def _default_line(rec: tuple, prefix: str) -> str | None:
     """The stderr line of a response record in the default format; None when it needs the
     general path (a refusal, a WebSocket handshake: its scope has no method, a scope the app
-    changed, an IPv6 or Unix-socket client)."""
+    changed beyond the types skirr puts there, an IPv6 or Unix-socket client). Every value is
+    escaped (one C scan each, the str itself when nothing needs it: an app or its middleware may
+    have put client text in the scope's method or client)."""
     scope = rec[0]
     if scope is None:
         return None
     try:
         client = scope["client"]
-        path = scope["raw_path"].decode("latin-1")
+        path = escape(scope["raw_path"])  # bytes: escaped and decoded in one pass
         qs = scope["query_string"]
-        method = scope["method"]
-        version = scope["http_version"]
+        method = escape(scope["method"])
+        version = escape(scope["http_version"])
         status = _STATUS_TEXT[rec[1]]
         host, port = client
-        if ":" in host:
+        if ":" in host or type(port) is not int:
             return None
+        host = escape(host)
     except (KeyError, TypeError, ValueError):
         return None
     if qs:
-        path = f"{path}?{qs.decode('latin-1')}"
-    # One C pass each (log_escape returns the str itself when nothing needs escaping); a port
-    # that is not an int (an app's scope) is left to the general path.
-    if type(port) is not int:
-        return None
-    request_line = escape(f"{method} {path} HTTP/{version}")
-    return f'{prefix}{escape(host)}:{port} - "{request_line}" {status}\n'
+        path = f"{path}?{escape(qs)}"
+    return f'{prefix}{host}:{port} - "{method} {path} HTTP/{version}" {status}\n'
 
 
 class Entry:
