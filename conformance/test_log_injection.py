@@ -177,6 +177,22 @@ def test_gunicorn_atoms(serve, access):
 
 
 @rule("skirr-log-escape")
+def test_websocket_handshake_atoms(serve, access):
+    """A WebSocket handshake's fields: the target, User-Agent, Sec-WebSocket-Protocol (its
+    items reach the app as scope subprotocols, as received) and Origin, escaped."""
+    from _ws import upgrade, ws_app
+
+    fmt = '"%(r)s" %(s)s "%(a)s" "%({sec-websocket-protocol}i)s" "%({origin}i)s"'
+    extra = (b'User-Agent: ws\x9b"ua\r\nSec-WebSocket-Protocol: chat, "x\x85\\\r\n'
+             b"Origin: http://o\xc3\xa9\r\n")
+    with serve(ws_app, access_log_format=fmt) as srv:
+        ws_exchange(srv.connect(), upgrade(target='/chat?"q"', extra=extra), 101)
+        lines = access.wait(1)
+    assert lines == ['"GET /chat?\\"q\\" HTTP/1.1" 101 "ws\\x9B\\"ua" '
+                     '"chat, \\"x\\x85\\\\" "http://o\\xC3\\xA9"']
+
+
+@rule("skirr-log-escape")
 def test_environment_atom(serve, access, monkeypatch):
     """%({name}e)s: the variable's bytes, escaped like the rest (the operator's, but one line)."""
     monkeypatch.setenv("SKIRR_TEST_ENV", 'a"b\nc')
@@ -188,15 +204,25 @@ def test_environment_atom(serve, access, monkeypatch):
 @rule("skirr-log-escape-json")
 def test_json(serve, access):
     """json: the values are the escaped text the other formats show (what json.loads gives
-    back), the line is ASCII, one line, valid JSON."""
+    back), the line is ASCII, one line, valid JSON; a refusal's request line too."""
     with serve(app, access_log_format="json") as srv:
         c = srv.connect()
         a = addr(c)
         assert c.request(http_request("GET", TARGET, headers=HEADERS)).status == 200
-        (line,) = access.wait(1)
+        access.wait(1)
+        c2 = srv.connect()
+        a2 = addr(c2)
+        c2.send(b'GET /no"host\\?\x5c" HTTP/1.1\r\n\r\n')
+        assert c2.response(allow_incomplete=True).status == 400
+        line, refused = access.wait(2)
     assert line.isascii() and line.isprintable()
     got = json.loads(line)
     del got["time"], got["duration_ms"]
+    assert json.loads(refused) | {"time": None} == {
+        "time": None, "client": a2, "method": "GET", "path": '/no\\"host\\\\',
+        "query": '\\\\\\"', "http_version": "1.1", "status": 400, "bytes": 11,
+        "duration_ms": None, "referer": None, "user_agent": None, "request_id": None,
+        "reason": "HTTP/1.1 request without Host"}
     assert got == {"client": a, "method": "GET", "path": '/a\\"x\\\\y',
                    "query": 'q=\\"1\\"&b=\\\\', "http_version": "1.1", "status": 200,
                    "bytes": 2, "referer": "http://r/\\x85\\x9B[31mred",
@@ -207,29 +233,45 @@ def test_json(serve, access):
 
 # -- skirr's own stderr handler (one write per batch, no LogRecord) --------------------------------
 
+# The app of the stderr case: /override plays a middleware that put client text in the scope's
+# method and client (a method override, a proxy-headers middleware of the app's own).
+STDERR_APP = """
+async def app(scope, receive, send):
+    if scope["path"] == "/override":
+        scope["method"] = 'PATCH"\\x1b'
+        scope["client"] = ('6.6.6.6"\\n', 0)
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"ok"})
+"""
+
+
 @rule("skirr-log-escape")
 @_proc.each_loop
 def test_stderr_fast_path(tmp_path, loop):
     """The default line as skirr's own handler writes it (the batch path that builds lines
-    without a LogRecord): the same escaped text, one line per response."""
+    without a LogRecord): the same escaped text, one line per response, for the client's bytes
+    and for what an app put in its scope."""
+    (tmp_path / "logapp.py").write_text(STDERR_APP)
     port = _proc.free_port()
-    with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port)], tmp_path) as proc:
+    args = ["logapp:app", "--app-dir", str(tmp_path), "--lifespan", "off", "--loop", loop,
+            "--port", str(port)]
+    with _proc.Skirr(args, tmp_path) as proc:
         proc.wait_accepting(port)
         with _proc.connect(port) as sock:
             sock.sendall(http_request("GET", TARGET, headers=HEADERS)
-                         + http_request("GET", "/plain?x=1"))
-            sock.settimeout(_proc.IO_TIMEOUT)
+                         + http_request("GET", "/override") + http_request("GET", "/plain?x=1"))
             got = b""
-            while got.count(b"HTTP/1.1 200") < 2:
+            while got.count(b"HTTP/1.1 200") < 3:
                 data = sock.recv(65536)
                 assert data, got
                 got += data
             client = "127.0.0.1:%d" % sock.getsockname()[1]
             proc.wait_stderr("/plain?x=1")
         assert proc.stop() == 0
-        lines = [x for x in proc.stderr.splitlines() if x.startswith(f"INFO:     {client} ")]
+        lines = [x for x in proc.stderr.splitlines() if x.startswith("INFO:") and ' - "' in x]
     assert lines == [
         f'INFO:     {client} - "GET /a\\"x\\\\y?q=\\"1\\"&b=\\\\ HTTP/1.1" 200 OK',
+        'INFO:     6.6.6.6\\"\\x0A:0 - "PATCH\\"\\x1B /override HTTP/1.1" 200 OK',
         f'INFO:     {client} - "GET /plain?x=1 HTTP/1.1" 200 OK',
     ]
 
