@@ -2,6 +2,7 @@
 #include "sk_logesc.h"
 
 /* Output bytes per input byte: 1 as it is, 2 for \" and \\, 4 for \xHH. */
+/* clang-format off */
 #define W4 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4
 #define W1 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1
 static const unsigned char width[256] = {
@@ -15,6 +16,7 @@ static const unsigned char width[256] = {
 };
 #undef W1
 #undef W4
+/* clang-format on */
 
 size_t
 sk_log_escaped_len(const unsigned char *s, size_t n)
@@ -37,21 +39,18 @@ sk_log_escape(const unsigned char *s, size_t n, char *out)
 
     for (size_t i = 0; i < n; i++) {
         unsigned char c = s[i];
-        switch (width[c]) {
-        case 1:
+        if (width[c] == 1) {
             *o++ = (char)c;
-            break;
-        case 2:
-            *o++ = '\\';
-            *o++ = (char)c;
-            break;
-        default:
-            *o++ = '\\';
-            *o++ = 'x';
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 0x0F];
-            break;
+            continue;
         }
+        *o++ = '\\';
+        if (width[c] == 2) { /* '"' or '\\' */
+            *o++ = (char)c;
+            continue;
+        }
+        *o++ = 'x';
+        *o++ = hex[c >> 4];
+        *o++ = hex[c & 0x0F];
     }
     return (size_t)(o - out);
 }
