@@ -279,7 +279,7 @@ def test_stderr_fast_path(tmp_path, loop):
     ]
 
 
-# -- the property: any bytes the server accepts, one line with its fields ---------------------------
+# -- the property: any bytes the server accepts, one line with its fields --------------------------
 
 # A field value's bytes (VCHAR, obs-text, and SP/HTAB inside: the parser trims them at the edges).
 VALUE_BYTES = bytes(range(0x21, 0x7F)) + bytes(range(0x80, 0x100))

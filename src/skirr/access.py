@@ -30,10 +30,10 @@ Every value a line shows, in every format, is escaped against log injection (CWE
 skirr-log-escape): ``"`` -> ``\\"``, ``\\`` -> ``\\\\``, the bytes 0x00-0x1F and 0x7F-0xFF ->
 ``\\xHH``, read from the bytes as received (``_native.log_escape``, ``src/core/sk_logesc.h``). So
 what a client sent shows as printable ASCII, one response is one line, and a quoted field ends at
-the first unescaped ``"``. The JSON values are the same escaped text (a JSON parser gives back what the
-default line shows). gunicorn writes its atoms as they are; skirr escapes every atom. Only
-skirr's own text is not escaped: the refusal reasons (static) and the gunicorn format's literal
-text (the operator's).
+the first unescaped ``"``. The JSON values are the same escaped text (a JSON parser gives back
+what the default line shows). gunicorn writes its atoms as they are; skirr escapes every atom.
+Only skirr's own text is not escaped: the refusal reasons (static) and the gunicorn format's
+literal text (the operator's).
 
 Never: raises into the server (a failing format is reported once through ``logging``'s own
 error handling and the line is dropped).
