@@ -3,6 +3,7 @@
 
 #include "sk_asgi.h"
 #include "sk_http1.h"
+#include "sk_logesc.h"
 #include "sk_metrics.h"
 
 #include <time.h>
@@ -181,4 +182,64 @@ sk_access_req_traverse(sk_access_req_t *rq, visitproc visit, void *arg)
     Py_VISIT(rq->scope);
     Py_VISIT(rq->resp_headers);
     return 0;
+}
+
+static PyObject *
+escape_bytes(PyObject *owner, const unsigned char *s, Py_ssize_t n)
+{
+    /* New reference: the escaped text of s[0..n) (sk_logesc.h) as an ASCII str; owner itself
+     * when it is a str that needs no escaping (no copy). */
+    size_t len = sk_log_escaped_len(s, (size_t)n);
+    if (len == (size_t)n && owner != NULL) {
+        return Py_NewRef(owner);
+    }
+    if (len > (size_t)PY_SSIZE_T_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "log_escape: value too long");
+        return NULL;
+    }
+    PyObject *out = PyUnicode_New((Py_ssize_t)len, 127);
+    if (out == NULL) {
+        return NULL;
+    }
+    sk_log_escape(s, (size_t)n, (char *)PyUnicode_1BYTE_DATA(out));
+    return out;
+}
+
+PyObject *
+sk_access_log_escape(PyObject *Py_UNUSED(module), PyObject *value)
+{
+    /* New reference (see sk_access.h). */
+    PyObject *res = NULL, *utf8 = NULL;
+    Py_buffer view = {0};
+    int have_view = 0;
+    if (PyUnicode_Check(value)) {
+        if (PyUnicode_KIND(value) == PyUnicode_1BYTE_KIND) {
+            /* U+0000..U+00FF: each code point is the byte it was decoded from (latin-1) */
+            res = escape_bytes(value, PyUnicode_1BYTE_DATA(value), PyUnicode_GET_LENGTH(value));
+            goto done;
+        }
+        utf8 = PyUnicode_AsEncodedString(value, "utf-8", "surrogatepass");
+        if (utf8 == NULL) {
+            goto done;
+        }
+        res = escape_bytes(NULL, (const unsigned char *)PyBytes_AS_STRING(utf8),
+                           PyBytes_GET_SIZE(utf8));
+        goto done;
+    }
+    if (!PyObject_CheckBuffer(value)) {
+        PyErr_Format(PyExc_TypeError, "log_escape() takes str or bytes, not %.100s",
+                     Py_TYPE(value)->tp_name);
+        goto done;
+    }
+    if (PyObject_GetBuffer(value, &view, PyBUF_SIMPLE) < 0) {
+        goto done;
+    }
+    have_view = 1;
+    res = escape_bytes(NULL, (const unsigned char *)view.buf, view.len);
+done:
+    if (have_view) {
+        PyBuffer_Release(&view);
+    }
+    Py_XDECREF(utf8);
+    return res;
 }

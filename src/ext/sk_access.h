@@ -8,6 +8,9 @@
  * enabled for INFO when the batch is flushed.
  * Never: formats, logs or calls into Python per request beyond one list append (and, for the first
  * record of a batch, one call_soon); costs nothing but a NULL test when the access log is off.
+ * The values in a record are as received (bytes, or str decoded as latin-1): client-controlled
+ * text is escaped when a line is formatted (sk_access_log_escape below, used by skirr.access),
+ * never here.
  *
  * Records (tuples):
  *   response: (scope, status, bytes, seconds, response_headers)
@@ -73,6 +76,14 @@ void sk_access_refusal(struct sk_http1_server *srv, PyObject *client,
 void sk_access_req_clear(sk_access_req_t *rq);
 /* GC support for a request's record. */
 int sk_access_req_traverse(sk_access_req_t *rq, visitproc visit, void *arg);
+/* skirr._native.log_escape(value) -> str (METH_O): the text a log line shows for value, a str
+ * or a bytes-like object, escaped by the rule of src/core/sk_logesc.h (CWE-117: '"' -> \",
+ * '\' -> \\, bytes 0x00-0x1F and 0x7F-0xFF -> \xHH). A str whose code points are all below
+ * U+0100 is read as the latin-1 bytes it was decoded from (the request-target, a header value);
+ * any other str as its UTF-8 bytes (lone surrogates as they are: surrogatepass).
+ * New reference: value itself when it is a str that needs no escaping, else a new ASCII str.
+ * Raises TypeError for another type. */
+PyObject *sk_access_log_escape(PyObject *module, PyObject *value);
 /* --log-level trace: srv->trace(event, client) for the connection on t, when trace is on.
  * Failures are reported as unraisable. */
 void sk_access_trace(struct sk_http1_server *srv, PyObject *client,

@@ -9,6 +9,7 @@
  */
 #include "sk_module.h"
 
+#include "sk_access.h"
 #include "sk_http.h" /* llhttp's HTTP_METHOD_MAP, for the method cache */
 
 static struct PyModuleDef sk_module_def;
@@ -268,6 +269,12 @@ static PyMethodDef sk_functions[] = {
     {"_live", sk_live, METH_NOARGS,
      "_live() -> dict: live Server, connection, Request and ready-awaitable counts (for leak "
      "tests)."},
+    {"log_escape", sk_access_log_escape, METH_O,
+     "log_escape(value: str | bytes) -> str: value as a log line shows it, escaped against log "
+     "injection (CWE-117): '\"' -> \\\", '\\' -> \\\\, bytes 0x00-0x1F and 0x7F-0xFF -> "
+     "\\xHH (upper-case hex); a str below U+0100 is read as latin-1 bytes, any other as UTF-8. "
+     "Returns value itself when it is a str that needs no escaping. Raises TypeError for another "
+     "type."},
     {NULL, NULL, 0, NULL},
 };
 

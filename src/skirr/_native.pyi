@@ -140,3 +140,14 @@ class Server:
 
 def _live() -> dict[str, int]:
     """Live counts {"servers", "connections", "requests", "awaitables"} for leak tests."""
+
+def log_escape(value: str | bytes | bytearray | memoryview) -> str:
+    """``value`` as a log line shows it, escaped against log injection (CWE-117; the rule of
+    ``src/core/sk_logesc.h``): ``"`` -> ``\\"``, ``\\`` -> ``\\\\``, the bytes 0x00-0x1F and
+    0x7F-0xFF -> ``\\xHH`` (upper-case hex), every other byte as it is. A str whose code points
+    are all below U+0100 is read as the latin-1 bytes it was decoded from, any other str as its
+    UTF-8 bytes. Returns ``value`` itself when it is a str that needs no escaping.
+
+    Raises:
+        TypeError: ``value`` is neither str nor bytes-like.
+    """

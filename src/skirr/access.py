@@ -26,6 +26,15 @@ lines (no LogRecord per line); otherwise each line is a LogRecord (attributes ``
 A WebSocket session gets one line, for its handshake's answer (written when it is sent); its end
 is not logged, as uvicorn logs none on its access path (skirr: rule skirr-ws-access-log).
 
+Every value a line shows, in every format, is escaped against log injection (CWE-117; rule
+skirr-log-escape): ``"`` -> ``\\"``, ``\\`` -> ``\\\\``, the bytes 0x00-0x1F and 0x7F-0xFF ->
+``\\xHH``, read from the bytes as received (``_native.log_escape``, ``src/core/sk_logesc.h``). So
+what a client sent shows as printable ASCII, one response is one line, and a quoted field ends at
+the first unescaped ``"``. The JSON values are the same escaped text (a JSON parser gives back
+what the default line shows). gunicorn writes its atoms as they are; skirr escapes every atom.
+Only skirr's own text is not escaped: the refusal reasons (static) and the gunicorn format's
+literal text (the operator's).
+
 Never: raises into the server (a failing format is reported once through ``logging``'s own
 error handling and the line is dropped).
 """
@@ -41,6 +50,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from ._native import log_escape as escape
 from .config import _Formatter
 
 ACCESS_LOGGER = "skirr.access"
@@ -60,9 +70,10 @@ def status_text(status: int) -> str:
 
 
 def _addr(client: Any) -> str:
+    """``host:port`` (``[v6]:port``), escaped, or ``-`` for none (a Unix socket)."""
     if not client:
         return "-"
-    host, port = client[0], client[1]
+    host, port = escape(str(client[0])), escape(str(client[1]))
     if ":" in host:
         host = f"[{host}]"
     return f"{host}:{port}"
@@ -88,24 +99,27 @@ def _plain_handler(logger: logging.Logger) -> logging.StreamHandler | None:  # t
 def _default_line(rec: tuple, prefix: str) -> str | None:
     """The stderr line of a response record in the default format; None when it needs the
     general path (a refusal, a WebSocket handshake: its scope has no method, a scope the app
-    changed, an IPv6 or Unix-socket client)."""
+    changed beyond the types skirr puts there, an IPv6 or Unix-socket client). Every value is
+    escaped (one C scan each, the str itself when nothing needs it: an app or its middleware may
+    have put client text in the scope's method or client)."""
     scope = rec[0]
     if scope is None:
         return None
     try:
         client = scope["client"]
-        path = scope["raw_path"].decode("latin-1")
+        path = escape(scope["raw_path"])  # bytes: escaped and decoded in one pass
         qs = scope["query_string"]
-        method = scope["method"]
-        version = scope["http_version"]
+        method = escape(scope["method"])
+        version = escape(scope["http_version"])
         status = _STATUS_TEXT[rec[1]]
         host, port = client
-        if ":" in host:
+        if ":" in host or type(port) is not int:
             return None
+        host = escape(host)
     except (KeyError, TypeError, ValueError):
         return None
     if qs:
-        path = f"{path}?{qs.decode('latin-1')}"
+        path = f"{path}?{escape(qs)}"
     return f'{prefix}{host}:{port} - "{method} {path} HTTP/{version}" {status}\n'
 
 
@@ -139,35 +153,39 @@ class Entry:
 
     @property
     def request_line(self) -> str:
+        """``METHOD TARGET HTTP/VERSION`` (escaped), or ``-`` when not parsed that far."""
         if self.method is None:
             return "-"
-        return f"{self.method} {self.target} HTTP/{self.http_version}"
+        return escape(f"{self.method} {self.target} HTTP/{self.http_version}")
 
     @property
     def uvicorn_request_line(self) -> str:
         """What uvicorn's line shows between the quotes: ``WebSocket /path?query`` for a
-        WebSocket handshake, else the request line."""
-        return f"WebSocket {self.target}" if self.websocket else self.request_line
+        WebSocket handshake, else the request line (escaped)."""
+        return f"WebSocket {escape(self.target)}" if self.websocket else self.request_line
 
     def request_header(self, name: str) -> str | None:
+        """The first request field ``name`` (escaped), or None."""
         if self.scope is None:
             return None
         key = name.lower().encode("latin-1")
         for k, v in self.scope.get("headers", ()):
             if k == key:
-                return v.decode("latin-1")
+                return escape(v)
         return None
 
     def response_header(self, name: str) -> str | None:
+        """The first response field ``name`` the app sent (escaped), or None."""
         key = name.lower().encode("latin-1")
         for k, v in self.resp_headers or ():
             if bytes(k).lower() == key:
-                return bytes(v).decode("latin-1")
+                return escape(v)
         return None
 
 
 class _Atoms(Mapping[str, str]):
-    """gunicorn's access-log atoms for one entry, computed on lookup (``fmt % atoms``)."""
+    """gunicorn's access-log atoms for one entry, computed on lookup (``fmt % atoms``); every
+    value escaped (gunicorn escapes none)."""
 
     def __init__(self, e: Entry, now: float) -> None:
         self.e = e
@@ -182,12 +200,13 @@ class _Atoms(Mapping[str, str]):
             elif kind == "o":
                 value = e.response_header(name)
             elif kind == "e":
-                value = os.environ.get(name)
+                env = os.environb.get(os.fsencode(name))  # the bytes, not a surrogate escape
+                value = None if env is None else escape(env)
             else:
                 raise KeyError(key)
             return "-" if value is None else value
         if key == "h":
-            return e.client[0] if e.client else "-"
+            return escape(str(e.client[0])) if e.client else "-"
         if key in ("l", "u"):
             return "-"
         if key == "t":
@@ -195,14 +214,14 @@ class _Atoms(Mapping[str, str]):
         if key == "r":
             return e.request_line
         if key == "m":
-            return e.method or "-"
-        if key == "U":
-            return (e.target or "-").split("?", 1)[0]
+            return escape(e.method) if e.method else "-"
+        if key == "U":  # escaping adds no "?": split after it
+            return escape(e.target or "-").split("?", 1)[0]
         if key == "q":
-            t = e.target or ""
+            t = escape(e.target or "")
             return t.split("?", 1)[1] if "?" in t else ""
         if key == "H":
-            return f"HTTP/{e.http_version}" if e.http_version else "-"
+            return escape(f"HTTP/{e.http_version}") if e.http_version else "-"
         if key == "s":
             return str(e.status)
         if key == "B":
@@ -342,15 +361,17 @@ class AccessLog:
 
     @staticmethod
     def json_fields(e: Entry, now: float) -> dict[str, Any]:
-        target = e.target or ""
+        """The JSON object's fields; every text value escaped as in the other formats (printable
+        ASCII, so ``json.dumps`` adds only its own escapes of ``"`` and ``\\``)."""
+        target = escape(e.target or "")
         path, _, query = target.partition("?")
         out: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z",
             "client": _addr(e.client) if e.client else None,
-            "method": e.method,
+            "method": None if e.method is None else escape(e.method),
             "path": path if e.method is not None else None,
             "query": query if e.method is not None else None,
-            "http_version": e.http_version,
+            "http_version": None if e.http_version is None else escape(e.http_version),
             "status": e.status,
             "bytes": e.bytes,
             "duration_ms": None if e.seconds is None else round(e.seconds * 1e3, 3),

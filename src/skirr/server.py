@@ -467,9 +467,10 @@ class Server:
 
 
 def _trace(event: str, client: tuple[str, int] | None) -> None:
-    """--log-level trace: one connection event (accepted, closed and why, idle timeouts)."""
+    """--log-level trace: one connection event (accepted, closed and why, idle timeouts); the
+    client escaped as in the access log (rule skirr-log-escape)."""
     if client:
-        host, port = client
+        host, port = _native.log_escape(str(client[0])), client[1]
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     else:
         where = "unix"

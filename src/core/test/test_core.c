@@ -1,4 +1,5 @@
-/* test_core.c — plain C unit tests of skirr's byte-level core (sk_core, sk_token, sk_http, sk_resp).
+/* test_core.c — plain C unit tests of skirr's byte-level core (sk_core, sk_token, sk_http, sk_resp,
+ * sk_logesc).
  *
  * Owns: the parser's event-log harness (every input parsed whole, byte by byte and split at every
  * offset, each call's input ending exactly at a PROT_NONE guard page), the parser cases, the
@@ -23,6 +24,7 @@
 
 #include "sk_core.h"
 #include "sk_http.h"
+#include "sk_logesc.h"
 #include "sk_resp.h"
 #include "sk_wshs.h"
 #include "sk_test.h"
@@ -2028,6 +2030,64 @@ test_ws_handshake(T *t)
 #undef WS_HEAD
 }
 
+/* ---- log escaping (sk_logesc) ---------------------------------------------------------------- */
+
+/* Every byte alone against the rule written out again here (sk_logesc.h), then mixed inputs. */
+static void
+test_log_escape(T *t)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char out[64], want[8];
+
+    for (int b = 0; b < 256; b++) {
+        unsigned char in = (unsigned char)b;
+        size_t wn;
+        if (b == '"' || b == '\\') {
+            want[0] = '\\';
+            want[1] = (char)b;
+            wn = 2;
+        }
+        else if (b >= 0x20 && b <= 0x7E) {
+            want[0] = (char)b;
+            wn = 1;
+        }
+        else {
+            want[0] = '\\';
+            want[1] = 'x';
+            want[2] = hex[b >> 4];
+            want[3] = hex[b & 15];
+            wn = 4;
+        }
+        size_t n = sk_log_escaped_len(&in, 1);
+        size_t w = sk_log_escape(&in, 1, out);
+        int ok = n == wn && w == wn && memcmp(out, want, wn) == 0;
+        if (!ok)
+            fprintf(stderr, "log escape of byte 0x%02X: got %zu/%zu bytes\n", b, n, w);
+        CHECK(t, ok);
+    }
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"", ""},
+        {"/items?id=3", "/items?id=3"},
+        {"/a\"x", "/a\\\"x"},
+        {"a\\b", "a\\\\b"},
+        {"ua\t1", "ua\\x091"},
+        {"x\x85y\x9b[2J", "x\\x85y\\x9B[2J"},
+        {"caf\xc3\xa9 \xff\xc3", "caf\\xC3\\xA9 \\xFF\\xC3"},
+        {"\r\nINFO: forged", "\\x0D\\x0AINFO: forged"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const unsigned char *in = (const unsigned char *)cases[i].in;
+        size_t n = strlen(cases[i].in), wn = strlen(cases[i].out);
+        size_t len = sk_log_escaped_len(in, n);
+        CHECK(t, len == wn);
+        CHECK(t, len < sizeof(out) && sk_log_escape(in, n, out) == wn &&
+                     memcmp(out, cases[i].out, wn) == 0);
+    }
+    CHECK(t, sk_log_escaped_len(NULL, 0) == 0);
+}
+
 int
 main(void)
 {
@@ -2042,6 +2102,7 @@ main(void)
     }
     test_core(&t);
     test_token(&t);
+    test_log_escape(&t);
     test_resp_ref(&t);
     test_resp_trailers(&t);
     test_parser_basic(&t);
