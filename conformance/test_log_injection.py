@@ -4,11 +4,16 @@ is escaped, so one response is one line with the fields it had.
 
 The rule, per byte (src/core/sk_logesc.h): ``"`` -> ``\\"``, ``\\`` -> ``\\\\``, 0x00-0x1F and
 0x7F-0xFF -> ``\\xHH`` (upper-case hex), every other byte as it is. What a client can get to the
-server (the parser refuses the rest): in the request-target ``"`` and ``\\`` (llhttp refuses the
-controls, DEL and bytes above 0x7E there); in a field value HTAB, ``"``, ``\\`` and obs-text
-0x80-0xFF (C1 controls in a latin-1 reading, such as U+0085 NEL and U+009B CSI; UTF-8, valid or
-not). Each case asserts the exact line; ``escaped`` below is the rule written out again, and
-``unescape`` its inverse, so the properties check that the escaped text gives back the bytes sent.
+server (the parser refuses the rest): in the request-target only ``\\``, in the query (RFC 3986
+allows neither ``\\`` nor ``"``; skirr refuses ``"``, controls, DEL and bytes >= 0x80 anywhere in
+the target and ``\\`` in the path with 400, spec/http_request_line.toml
+RFC9112-3.2-target-grammar, and such a refusal's line shows ``-`` for the request line and none of
+the target's bytes); in a field value HTAB, ``"``, ``\\`` and obs-text 0x80-0xFF (C1 controls in a
+latin-1 reading, such as U+0085 NEL and U+009B CSI; UTF-8, valid or not). ``"`` and raw bytes reach
+the request line's fields when an app or its middleware rewrites the scope (method, raw_path,
+query_string, client), as a method override or a proxy-headers middleware does. Each case asserts
+the exact line; ``escaped`` below is the rule written out again, and ``unescape`` its inverse, so
+the properties check that the escaped text gives back the bytes sent.
 """
 from __future__ import annotations
 
@@ -59,9 +64,18 @@ def unescape(text: str) -> bytes:
 
 async def app(scope, receive, send):
     """200 "ok"; the response field x-out repeats the request's x-echo (so %({x-out}o)s carries
-    client bytes too)."""
+    client bytes too). A request with x-rewrite plays a middleware that puts that field's value
+    (client text) in the scope: the method, raw_path /r/VALUE, query_string q=VALUE and the
+    client's host (a method override, a path rewrite, a proxy-headers middleware of the app's
+    own); so '"' and bytes >= 0x80, which the request-target may not carry, reach the request
+    line's fields."""
     while (await receive()).get("more_body"):
         pass
+    for k, v in scope["headers"]:
+        if k == b"x-rewrite":
+            text = v.decode("latin-1")
+            scope.update(method=text, raw_path=b"/r/" + v, query_string=b"q=" + v,
+                         client=(text, 1))
     echo = [v for k, v in scope["headers"] if k == b"x-echo"]
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/plain"), *((b"x-out", v) for v in echo)]})
@@ -72,13 +86,16 @@ async def app(scope, receive, send):
 # and is logged escaped.
 UA = b'ua "quoted" \\ back'  # the field delimiter and the escape character
 REFERER = b"http://r/\x85\x9b[31mred"  # C1 controls in latin-1: NEL, and CSI + SGR
-REQUEST_ID = b"id-\xff\xc3("  # invalid UTF-8
+REQUEST_ID = b'id-"\\\xff\xc3('  # the quote, the backslash, invalid UTF-8
 TAB = b"a\tb"  # the one C0 control a field value may carry
 UTF8 = "café €".encode()  # valid UTF-8: escaped byte by byte too, as nginx does
-# The request-target's two: '"' and '\', which llhttp lets through (RFC 3986 allows neither). The
-# exact cases that send them on the wire (this, the refusal without Host, the WebSocket target)
-# assume the server answers them; the property asks the server which bytes it accepts.
-TARGET = '/a"x\\y?q="1"&b=\\'
+# The request-target's one: '\', accepted in the query only (skirr's lenient query bytes; in the
+# path it is 400, as '"' is anywhere: test_refused_target). The exact cases that send it on the
+# wire (this, the refusal without Host, the WebSocket target) assume the server accepts it in a
+# query; the property asks the server which bytes it accepts in the path and in the query.
+TARGET = "/a/b?x\\y&b=\\"
+# What the app of the x-rewrite request puts in the scope: the quote, the backslash, a C1 control.
+REWRITE = b'"x\\\x85'
 
 HEADERS = [("Host", "x"), ("User-Agent", UA), ("Referer", REFERER), ("X-Request-ID", REQUEST_ID),
            ("X-Tab", TAB), ("X-Echo", UTF8)]
@@ -125,10 +142,17 @@ def test_escape_property(data):
 # -- every format, over a real socket --------------------------------------------------------------
 
 
+# The x-rewrite request's fields, as logged (REWRITE escaped: \" x \\ \x85); the host's port is 1.
+RW = r'\"x\\\x85'
+RW_LINE = rf'{RW} /r/{RW}?q={RW} HTTP/1.1'
+RW_HEADERS = [("Host", "x"), ("X-Rewrite", REWRITE), ("X-Echo", REWRITE)]
+
+
 @rule("skirr-log-escape")
 def test_default_line(serve, access):
-    """uvicorn's line: the request-target's quote and backslash escaped, as is the LogRecord's
-    request_line attribute; a refusal's request line; a WebSocket handshake's target."""
+    """uvicorn's line: the query's backslash escaped, as is the LogRecord's request_line
+    attribute; the scope fields an app rewrote (a quote, a C1 control) in the request line and
+    client_addr; a refusal's request line; a WebSocket handshake's target."""
     from _ws import ws_app
 
     async def both(scope, receive, send):
@@ -138,25 +162,28 @@ def test_default_line(serve, access):
         c = srv.connect()
         a = addr(c)
         assert c.request(http_request("GET", TARGET, headers=HEADERS)).status == 200
-        lines = access.wait(1)
+        assert c.request(http_request("GET", "/", headers=RW_HEADERS)).status == 200
+        access.wait(2)
         c2 = srv.connect()
         a2 = addr(c2)
-        c2.send(b'GET /no"host\\ HTTP/1.1\r\n\r\n')
+        c2.send(b"GET /no-host?\\x\\ HTTP/1.1\r\n\r\n")
         assert c2.response(allow_incomplete=True).status == 400
-        access.wait(2)
+        access.wait(3)
         c3 = srv.connect()
         a3 = addr(c3)
-        ws_exchange(c3, ws_upgrade('/chat?room="1"\\'), 101)
-        lines = access.wait(3)
+        ws_exchange(c3, ws_upgrade("/chat?room=\\1\\"), 101)
+        lines = access.wait(4)
     assert lines == [
-        f'{a} - "GET /a\\"x\\\\y?q=\\"1\\"&b=\\\\ HTTP/1.1" 200 OK',
-        f'{a2} - "GET /no\\"host\\\\ HTTP/1.1" 400 Bad Request '
+        f'{a} - "GET /a/b?x\\\\y&b=\\\\ HTTP/1.1" 200 OK',
+        rf'{RW}:1 - "{RW_LINE}" 200 OK',
+        f'{a2} - "GET /no-host?\\\\x\\\\ HTTP/1.1" 400 Bad Request '
         f"(refused: HTTP/1.1 request without Host)",
-        f'{a3} - "WebSocket /chat?room=\\"1\\"\\\\" [accepted]',
+        f'{a3} - "WebSocket /chat?room=\\\\1\\\\" [accepted]',
     ]
-    rec = access.records[0]
-    assert (rec.client_addr, rec.request_line) == (a, 'GET /a\\"x\\\\y?q=\\"1\\"&b=\\\\ HTTP/1.1')
-    assert access.records[2].request_line == 'WebSocket /chat?room=\\"1\\"\\\\'
+    recs = access.records
+    assert (recs[0].client_addr, recs[0].request_line) == (a, "GET /a/b?x\\\\y&b=\\\\ HTTP/1.1")
+    assert (recs[1].client_addr, recs[1].request_line) == (f"{RW}:1", RW_LINE)
+    assert recs[3].request_line == "WebSocket /chat?room=\\\\1\\\\"
 
 
 GUNICORN = ('%(h)s "%(r)s" %(m)s "%(U)s" "%(q)s" %(H)s "%(f)s" "%(a)s" "%({x-request-id}i)s" '
@@ -166,32 +193,34 @@ GUNICORN = ('%(h)s "%(r)s" %(m)s "%(U)s" "%(q)s" %(H)s "%(f)s" "%(a)s" "%({x-req
 @rule("skirr-log-escape")
 def test_gunicorn_atoms(serve, access):
     """Every atom that shows client bytes: r U q, f a, a request field, a response field that
-    carries them; gunicorn writes these as they are, skirr escaped."""
+    carries them, and h m r U q of the scope an app rewrote; gunicorn writes these as they are,
+    skirr escaped."""
     with serve(app, access_log_format=GUNICORN) as srv:
         c = srv.connect()
         assert c.request(http_request("GET", TARGET, headers=HEADERS)).status == 200
-        lines = access.wait(1)
+        assert c.request(http_request("GET", "/", headers=RW_HEADERS)).status == 200
+        lines = access.wait(2)
     assert lines == [
-        '127.0.0.1 "GET /a\\"x\\\\y?q=\\"1\\"&b=\\\\ HTTP/1.1" GET "/a\\"x\\\\y" '
-        '"q=\\"1\\"&b=\\\\" HTTP/1.1 "http://r/\\x85\\x9B[31mred" "ua \\"quoted\\" \\\\ back" '
-        '"id-\\xFF\\xC3(" "a\\x09b" "caf\\xC3\\xA9 \\xE2\\x82\\xAC" '
-        '"caf\\xC3\\xA9 \\xE2\\x82\\xAC"'
+        '127.0.0.1 "GET /a/b?x\\\\y&b=\\\\ HTTP/1.1" GET "/a/b" "x\\\\y&b=\\\\" HTTP/1.1 '
+        '"http://r/\\x85\\x9B[31mred" "ua \\"quoted\\" \\\\ back" "id-\\"\\\\\\xFF\\xC3(" '
+        '"a\\x09b" "caf\\xC3\\xA9 \\xE2\\x82\\xAC" "caf\\xC3\\xA9 \\xE2\\x82\\xAC"',
+        rf'{RW} "{RW_LINE}" {RW} "/r/{RW}" "q={RW}" HTTP/1.1 "-" "-" "-" "-" "{RW}" "{RW}"',
     ]
 
 
 @rule("skirr-log-escape")
 def test_websocket_handshake_atoms(serve, access):
-    """A WebSocket handshake's fields: the target, User-Agent, Sec-WebSocket-Protocol (its
-    items reach the app as scope subprotocols, as received) and Origin, escaped."""
+    """A WebSocket handshake's fields: the target's query, User-Agent, Sec-WebSocket-Protocol
+    (its items reach the app as scope subprotocols, as received) and Origin, escaped."""
     from _ws import upgrade, ws_app
 
     fmt = '"%(r)s" %(s)s "%(a)s" "%({sec-websocket-protocol}i)s" "%({origin}i)s"'
     extra = (b'User-Agent: ws\x9b"ua\r\nSec-WebSocket-Protocol: chat, "x\x85\\\r\n'
              b"Origin: http://o\xc3\xa9\r\n")
     with serve(ws_app, access_log_format=fmt) as srv:
-        ws_exchange(srv.connect(), upgrade(target='/chat?"q"', extra=extra), 101)
+        ws_exchange(srv.connect(), upgrade(target="/chat?\\q\\", extra=extra), 101)
         lines = access.wait(1)
-    assert lines == ['"GET /chat?\\"q\\" HTTP/1.1" 101 "ws\\x9B\\"ua" '
+    assert lines == ['"GET /chat?\\\\q\\\\ HTTP/1.1" 101 "ws\\x9B\\"ua" '
                      '"chat, \\"x\\x85\\\\" "http://o\\xC3\\xA9"']
 
 
@@ -207,41 +236,109 @@ def test_environment_atom(serve, access, monkeypatch):
 @rule("skirr-log-escape-json")
 def test_json(serve, access):
     """json: the values are the escaped text the other formats show (what json.loads gives
-    back), the line is ASCII, one line, valid JSON; a refusal's request line too."""
+    back), the line is ASCII, one line, valid JSON; the scope an app rewrote; a refusal's
+    request line too."""
     with serve(app, access_log_format="json") as srv:
         c = srv.connect()
         a = addr(c)
         assert c.request(http_request("GET", TARGET, headers=HEADERS)).status == 200
-        access.wait(1)
+        assert c.request(http_request("GET", "/", headers=RW_HEADERS)).status == 200
+        access.wait(2)
         c2 = srv.connect()
         a2 = addr(c2)
-        c2.send(b'GET /no"host\\?\x5c" HTTP/1.1\r\n\r\n')
+        c2.send(b"GET /no-host?\\x\\ HTTP/1.1\r\n\r\n")
         assert c2.response(allow_incomplete=True).status == 400
-        line, refused = access.wait(2)
-    assert line.isascii() and line.isprintable()
-    got = json.loads(line)
-    del got["time"], got["duration_ms"]
+        line, rewritten, refused = access.wait(3)
+    for x in (line, rewritten, refused):
+        assert x.isascii() and x.isprintable()
+    got, rw = json.loads(line), json.loads(rewritten)
+    for x in (got, rw):
+        del x["time"], x["duration_ms"]
     assert json.loads(refused) | {"time": None} == {
-        "time": None, "client": a2, "method": "GET", "path": '/no\\"host\\\\',
-        "query": '\\\\\\"', "http_version": "1.1", "status": 400, "bytes": 11,
-        "duration_ms": None, "referer": None, "user_agent": None, "request_id": None,
+        "time": None, "client": a2, "method": "GET", "path": "/no-host", "query": r"\\x\\",
+        "http_version": "1.1", "status": 400, "bytes": 11, "duration_ms": None,
+        "referer": None, "user_agent": None, "request_id": None,
         "reason": "HTTP/1.1 request without Host"}
-    assert got == {"client": a, "method": "GET", "path": '/a\\"x\\\\y',
-                   "query": 'q=\\"1\\"&b=\\\\', "http_version": "1.1", "status": 200,
-                   "bytes": 2, "referer": "http://r/\\x85\\x9B[31mred",
-                   "user_agent": 'ua \\"quoted\\" \\\\ back', "request_id": "id-\\xFF\\xC3("}
+    assert got == {"client": a, "method": "GET", "path": "/a/b", "query": r"x\\y&b=\\",
+                   "http_version": "1.1", "status": 200, "bytes": 2,
+                   "referer": "http://r/\\x85\\x9B[31mred",
+                   "user_agent": 'ua \\"quoted\\" \\\\ back', "request_id": r'id-\"\\\xFF\xC3('}
+    assert rw == {"client": f"{RW}:1", "method": RW, "path": f"/r/{RW}", "query": f"q={RW}",
+                  "http_version": "1.1", "status": 200, "bytes": 2, "referer": None,
+                  "user_agent": None, "request_id": None}
     # json.dumps adds its own escapes on top: a JSON reader sees the text, not the raw bytes
     assert '"user_agent":"ua \\\\\\"quoted\\\\\\" \\\\\\\\ back"' in line
+
+
+# -- the refusal: a request-target with '"' never reaches a line -----------------------------------
+
+# Targets refused by the request-target grammar (RFC 9112 §3.2, RFC 3986; spec
+# RFC9112-3.2-target-grammar, -pct-encoded, RFC9112-3.2.1-fragment-400, -target-chars), each with
+# the quote or another byte a log line would have to escape, and the reason skirr logs (llhttp's
+# words for the bytes >= 0x80 it refuses first). Each is refused when the
+# target is complete, before the field lines are read, so the line shows "-" for the request line
+# and none of the target's or the fields' bytes.
+NOT_IN_TARGET = "byte not allowed in the request-target"
+REFUSED_TARGETS = [
+    (b'/a"x', NOT_IN_TARGET),  # the issue's: logged as "GET /a"x HTTP/1.1" before
+    (b'/?q="1"', NOT_IN_TARGET),
+    (b"/a\\x", NOT_IN_TARGET),  # '\' is lenient in the query only
+    (b"/a<b>", NOT_IN_TARGET),
+    (b"/caf\xc3\xa9", "Invalid char in url path"),  # raw UTF-8: llhttp's own refusal
+    (b"/a?\x85\x9b", "Invalid char in url query"),  # C1 controls in a latin-1 reading
+    (b'/a#"', "fragment in the request-target"),
+    (b'/a%"', "invalid percent-encoding in the request-target"),
+]
+REFUSED_FORMATS = {
+    "default": None,
+    "gunicorn": '%(h)s "%(r)s" %(m)s "%(U)s" "%(q)s" %(H)s %(s)s %(b)s "%(f)s" "%(a)s"',
+    "json": "json",
+}
+
+
+@rule("skirr-access-refusals", "skirr-log-escape")
+@pytest.mark.parametrize("fmt", list(REFUSED_FORMATS))
+def test_refused_target(serve, access, fmt):
+    """A request-target carrying '"' (or another byte outside the grammar) is 400 and logged as
+    the refusal it is: "-" for the request line, the reason, no field the client wrote."""
+    with serve(app, access_log_format=REFUSED_FORMATS[fmt]) as srv:
+        clients = []
+        for target, _ in REFUSED_TARGETS:
+            c = srv.connect()
+            clients.append(addr(c))
+            c.send(b"GET " + target + b' HTTP/1.1\r\nHost: x\r\nUser-Agent: u"a\r\n'
+                   b'Referer: http://r/"\r\n\r\n')
+            raw = c.read_until_close()
+            assert raw.startswith(b"HTTP/1.1 400 Bad Request\r\n"), (target, raw)
+            assert raw.endswith(b"\r\n\r\nBad Request")
+            c.close()
+        lines = access.wait(len(REFUSED_TARGETS))
+    for (target, reason), a, line, rec in zip(REFUSED_TARGETS, clients, lines, access.records):
+        if fmt == "default":
+            assert line == f'{a} - "-" 400 Bad Request (refused: {reason})', target
+            assert (rec.client_addr, rec.request_line, rec.status_code) == (a, "-", 400)
+        elif fmt == "gunicorn":
+            assert line == f'127.0.0.1 "-" - "-" "" - 400 11 "-" "-" (refused: {reason})', target
+        else:
+            got = json.loads(line)
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", got.pop("time"))
+            assert got == {"client": a, "method": None, "path": None, "query": None,
+                           "http_version": None, "status": 400, "bytes": 11,
+                           "duration_ms": None, "referer": None, "user_agent": None,
+                           "request_id": None, "reason": reason}, target
 
 
 # -- skirr's own stderr handler (one write per batch, no LogRecord) --------------------------------
 
 # The app of the stderr case: /override plays a middleware that put client text in the scope's
-# method and client (a method override, a proxy-headers middleware of the app's own).
+# method, raw_path, query_string and client (a method override, a path rewrite, a proxy-headers
+# middleware of the app's own).
 STDERR_APP = """
 async def app(scope, receive, send):
     if scope["path"] == "/override":
         scope["method"] = 'PATCH"\\x1b'
+        scope["raw_path"] = b'/over"ride\\\\\\xc3\\xa9'
+        scope["query_string"] = b'q="1"'
         scope["client"] = ('6.6.6.6"\\n', 0)
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": b"ok"})
@@ -253,7 +350,7 @@ async def app(scope, receive, send):
 def test_stderr_fast_path(tmp_path, loop):
     """The default line as skirr's own handler writes it (the batch path that builds lines
     without a LogRecord): the same escaped text, one line per response, for the client's bytes
-    and for what an app put in its scope."""
+    and for what an app put in its scope; a refused target's line (the general path) as "-"."""
     (tmp_path / "logapp.py").write_text(STDERR_APP)
     port = _proc.free_port()
     args = ["logapp:app", "--app-dir", str(tmp_path), "--lifespan", "off", "--loop", loop,
@@ -270,12 +367,21 @@ def test_stderr_fast_path(tmp_path, loop):
                 got += data
             client = "127.0.0.1:%d" % sock.getsockname()[1]
             proc.wait_stderr("/plain?x=1")
+        with _proc.connect(port) as sock:
+            sock.sendall(b'GET /a"x HTTP/1.1\r\nHost: x\r\n\r\n')
+            got = b""
+            while data := sock.recv(65536):
+                got += data
+            assert got.startswith(b"HTTP/1.1 400 Bad Request\r\n"), got
+            refused = "127.0.0.1:%d" % sock.getsockname()[1]
+            proc.wait_stderr("(refused:")
         assert proc.stop() == 0
         lines = [x for x in proc.stderr.splitlines() if x.startswith("INFO:") and ' - "' in x]
     assert lines == [
-        f'INFO:     {client} - "GET /a\\"x\\\\y?q=\\"1\\"&b=\\\\ HTTP/1.1" 200 OK',
-        'INFO:     6.6.6.6\\"\\x0A:0 - "PATCH\\"\\x1B /override HTTP/1.1" 200 OK',
+        f'INFO:     {client} - "GET /a/b?x\\\\y&b=\\\\ HTTP/1.1" 200 OK',
+        r'INFO:     6.6.6.6\"\x0A:0 - "PATCH\"\x1B /over\"ride\\\xC3\xA9?q=\"1\" HTTP/1.1" 200 OK',
         f'INFO:     {client} - "GET /plain?x=1 HTTP/1.1" 200 OK',
+        f'INFO:     {refused} - "-" 400 Bad Request (refused: {NOT_IN_TARGET})',
     ]
 
 
@@ -286,16 +392,18 @@ VALUE_BYTES = bytes(range(0x21, 0x7F)) + bytes(range(0x80, 0x100))
 QUOTED = r'"((?:[^"\\]|\\.)*)"'
 
 
-def accepted_target_bytes(srv) -> bytes:
-    """The bytes of 0x00-0xFF (but '?', the query's start) that the server lets through in a
-    request-target, asked of the server itself (one request each): the property generates
-    targets from these, so it follows the request-target grammar skirr enforces."""
+def accepted_target_bytes(srv, prefix: bytes) -> bytes:
+    """The bytes of 0x00-0xFF that the server lets through after ``prefix`` ("/a" for the path,
+    but '?', the query's start; "/a?b" for the query), asked of the server itself (one request
+    each): the property generates targets from these, so it follows the request-target grammar
+    skirr enforces ('\\' in the query, not in the path)."""
     ok = bytearray()
     for b in range(256):
-        if b == 0x3F:
+        if b == 0x3F and b"?" not in prefix:
             continue
         c = srv.connect()
-        c.send(b"GET /a" + bytes([b]) + b"b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        c.send(b"GET " + prefix + bytes([b])
+               + b"b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         if c.read_until_close().startswith(b"HTTP/1.1 200 "):
             ok.append(b)
         c.close()
@@ -310,17 +418,17 @@ def _value():
     return st.tuples(edge, inner, edge).map(lambda t: t[0] + t[1] + t[2])
 
 
-def _target(alphabet: bytes):
-    def seg(min_size):
+def _target(path: bytes, query: bytes):
+    def seg(alphabet, min_size):
         return st.binary(min_size=min_size, max_size=16).map(
             lambda b: bytes(alphabet[x % len(alphabet)] for x in b))
     # a query is never empty: "/p?" has the query_string b"" and is logged as "/p"
-    return st.tuples(seg(0), st.one_of(st.none(), seg(1))).map(
+    return st.tuples(seg(path, 0), st.one_of(st.none(), seg(query, 1))).map(
         lambda t: b"/" + t[0] + (b"" if t[1] is None else b"?" + t[1]))
 
 
-def _requests(alphabet: bytes):
-    return st.lists(st.tuples(_target(alphabet), _value(), _value(), _value()), min_size=1,
+def _requests(path: bytes, query: bytes):
+    return st.lists(st.tuples(_target(path, query), _value(), _value(), _value()), min_size=1,
                     max_size=6)
 
 
@@ -364,13 +472,14 @@ def test_every_line_parses_back(serve, access, monkeypatch, fmt):
               "gunicorn": {"access_log_format":
                            '"%(r)s" "%(a)s" "%(f)s" "%({x-echo}i)s" "%({x-out}o)s"'}}[fmt]
     with serve(app, **config) as srv:
-        alphabet = accepted_target_bytes(srv)
-        access.wait(255)  # the probes' lines (a refusal is logged too)
+        path, query = accepted_target_bytes(srv, b"/a"), accepted_target_bytes(srv, b"/a?b")
+        assert b"\\" in query  # the one escaped byte a target can carry is generated
+        access.wait(255 + 256)  # the probes' lines (a refusal is logged too)
         del access.records[:]
         c = srv.connect()
 
         @oracle_settings(min(examples(60), 300))
-        @given(_requests(alphabet))
+        @given(_requests(path, query))
         def check(reqs):
             before = len(access.records)
             c.send(b"".join(_raw(*r) for r in reqs))
