@@ -22,11 +22,9 @@ def scrape(port: int) -> dict:
 
     curl = shutil.which("curl")
     assert curl, "curl is not installed (.ci/run installs it)"
-    # curl is the scraper here, not the code under test: without the sanitizer leg's LD_PRELOAD
-    # of libasan (an uninstrumented curl under it hangs in its resolver thread).
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    # (the sanitizer legs preload ASan into Python interpreters only: sanitizers/sitecustomize.py)
     text = subprocess.run([curl, "-sf", f"http://127.0.0.1:{port}/metrics"], check=True,
-                          capture_output=True, text=True, timeout=10, env=env).stdout
+                          capture_output=True, text=True, timeout=10).stdout
     out = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
