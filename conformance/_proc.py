@@ -157,11 +157,13 @@ class Skirr:
         env: variables added to the environment.
         pass_fds: descriptors the process inherits (``--fd``).
         command: what runs instead of ``python -m skirr`` (``gunicorn``, a shell wrapper).
+        preexec_fn: called in the child before it runs (e.g. to lower an ``RLIMIT_*``).
     """
 
     def __init__(self, args: Sequence[str], tmp_path: Path, cwd: Path | None = None, *,
                  env: dict[str, str] | None = None, pass_fds: Sequence[int] = (),
-                 command: Sequence[str] | None = None) -> None:
+                 command: Sequence[str] | None = None,
+                 preexec_fn: Callable[[], None] | None = None) -> None:
         self.args = [*(command or [sys.executable, "-m", "skirr"]), *args]
         self.events_path = tmp_path / "events.log"
         self._out_path = tmp_path / "stdout.txt"
@@ -175,7 +177,7 @@ class Skirr:
         with open(self._out_path, "wb") as out, open(self._err_path, "wb") as err:
             self.proc = subprocess.Popen(
                 self.args, cwd=str(cwd or APPS_DIR), env=env, stdin=subprocess.DEVNULL,
-                stdout=out, stderr=err, pass_fds=tuple(pass_fds),
+                stdout=out, stderr=err, pass_fds=tuple(pass_fds), preexec_fn=preexec_fn,
             )
 
     def __enter__(self) -> Skirr:

@@ -22,11 +22,9 @@ def scrape(port: int) -> dict:
 
     curl = shutil.which("curl")
     assert curl, "curl is not installed (.ci/run installs it)"
-    # curl is the scraper here, not the code under test: without the sanitizer leg's LD_PRELOAD
-    # of libasan (an uninstrumented curl under it hangs in its resolver thread).
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    # (the sanitizer legs preload ASan into Python interpreters only: sanitizers/sitecustomize.py)
     text = subprocess.run([curl, "-sf", f"http://127.0.0.1:{port}/metrics"], check=True,
-                          capture_output=True, text=True, timeout=10, env=env).stdout
+                          capture_output=True, text=True, timeout=10).stdout
     out = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -309,3 +307,130 @@ def test_aggregate_keeps_exited_workers_counters_not_their_gauges():
     assert after["requests"] == {("GET", "2xx"): 16, ("POST", "5xx"): 3}
     assert after["refusals"] == {"431": 6} and after["timeouts"]["request_head"] == 3
     assert (after["count"], after["in_flight"], after["connections"]) == (19, 1, 6)
+
+
+# ----------------------------------------------------------------------------------------------
+# The listener is bounded (issue 35 item 4): its clients share the process's descriptors
+
+
+def _eof_within(sock, timeout: float) -> float:
+    """Seconds until the server closed ``sock`` (it sent nothing before); fails past timeout."""
+    start = time.monotonic()
+    sock.settimeout(timeout)
+    assert sock.recv(1) == b""
+    return time.monotonic() - start
+
+
+@pytest.mark.rule("skirr-metrics-bounded")
+def test_listener_holds_8_connections_each_for_5_s(serve):
+    """At most MAX_CONNECTIONS (8) at once: one more is closed at once, before any byte. Each
+    gets CONNECTION_TIMEOUT (5 s) in all for its request and the answer: an idle one and one
+    trickling a byte a second are both closed then. A scrape is served once a place is free."""
+    import socket
+
+    from skirr.metrics import CONNECTION_TIMEOUT, MAX_CONNECTIONS
+
+    assert (MAX_CONNECTIONS, CONNECTION_TIMEOUT) == (8, 5.0)
+    mport = free_port()
+    with serve(app, metrics_port=mport):
+        opened = time.monotonic()
+        held = [socket.create_connection(("127.0.0.1", mport), timeout=5) for _ in range(8)]
+        time.sleep(0.3)  # all eight accepted
+        extra = socket.create_connection(("127.0.0.1", mport), timeout=5)
+        assert _eof_within(extra, 2) < 1.0
+        extra.close()
+        trickler = held[0]
+        while time.monotonic() - opened < 4.0:
+            trickler.sendall(b"G")  # "GGGG...": never a whole request line
+            time.sleep(1.0)
+        for sock in held:
+            _eof_within(sock, 3)
+            waited = time.monotonic() - opened
+            assert CONNECTION_TIMEOUT - 0.1 <= waited < CONNECTION_TIMEOUT + 1.5, waited
+            sock.close()
+        assert ("skirr_connections", ()) in scrape(mport)
+
+
+@pytest.mark.rule("skirr-metrics-bounded")
+def test_listener_pauses_on_emfile_instead_of_spinning(serve, monkeypatch):
+    """accept() out of descriptors (EMFILE) makes the listener wait ACCEPT_PAUSE (0.1 s) before
+    it tries again (the listening socket stays readable: no busy loop); then it serves."""
+    import errno
+    import socket
+
+    from skirr import metrics
+
+    calls = []
+    real = socket.socket.accept
+
+    def accept(self):
+        if self.getsockname()[1] == mport and len(calls) < 5:
+            calls.append(time.monotonic())
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real(self)
+
+    assert metrics.ACCEPT_PAUSE == 0.1
+    mport = free_port()
+    with serve(app, metrics_port=mport):
+        monkeypatch.setattr(socket.socket, "accept", accept)
+        start = time.monotonic()
+        assert ("skirr_connections", ()) in scrape(mport)
+        monkeypatch.undo()
+    assert len(calls) == 5
+    gaps = [b - a for a, b in zip(calls, calls[1:])]
+    assert all(gap >= 0.09 for gap in gaps), gaps
+    assert time.monotonic() - start >= 0.45
+
+
+def _fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@pytest.mark.rule("skirr-metrics-bounded", "skirr-supervisor-resources")
+def test_flood_of_idle_metrics_connections_under_ulimit_256(tmp_path):
+    """Issue 35 item 4, as found: under `ulimit -n 256`, 300 idle connections to the supervisor's
+    metrics port, then a worker recycle (SIGHUP). The supervisor holds at most 8 of them, the
+    recycle succeeds, both new workers serve, and a scrape counts every request."""
+    import resource
+    import select
+    import socket
+
+    mport, port = free_port(), free_port()
+    proc = _proc.Skirr(
+        ["workers_app:app", "--port", str(port), "--workers", "2", "--metrics-port", str(mport)],
+        tmp_path, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)))
+    with proc:
+        proc.wait_accepting(port)
+        client = _Client(port)
+        client.until_both(4)
+        old = set(client.pids)
+        pid = proc.proc.pid
+        assert resource.prlimit(pid, resource.RLIMIT_NOFILE) == (256, 256)
+        baseline = _fd_count(pid)
+        flood = []
+        try:
+            for _ in range(300):
+                sock = socket.socket()
+                flood.append(sock)
+                sock.setblocking(False)
+                sock.connect_ex(("127.0.0.1", mport))
+                select.select([], [sock], [], 0.2)  # connected, or the backlog is full: on
+            time.sleep(0.5)
+            held = _fd_count(pid) - baseline
+            proc.proc.send_signal(signal.SIGHUP)  # recycle both workers (new pipes, processes)
+            deadline = time.monotonic() + 20
+            while sum(f"Worker [{p}] stopped" in proc.stderr for p in old) < 2:
+                assert proc.proc.poll() is None, proc.stderr
+                assert time.monotonic() < deadline, proc.stderr
+                time.sleep(0.05)
+        finally:
+            for sock in flood:
+                sock.close()
+        assert 0 < held <= 8
+        client.pids.clear()
+        client.until_both(client.sent + 4)
+        assert not client.pids & old
+        assert "Could not start a worker" not in proc.stderr
+        m = _wait_total(mport, client.sent, proc)
+        assert _requests_total(m) == client.sent
+        assert proc.stop() == 0

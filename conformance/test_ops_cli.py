@@ -254,6 +254,9 @@ def test_env_options_and_command_line_wins(tmp_path, loop, monkeypatch):
                             "auto, asyncio, uvloop)\n"),
     ("SKIRR_PROXY_HEADERS", "maybe", "skirr: error: SKIRR_PROXY_HEADERS: expected one of "
                                      "1/true/yes/on/0/false/no/off, got 'maybe'\n"),
+    pytest.param("SKIRR_PROXY_HEADERS_MODE", "both",
+                 "skirr: error: SKIRR_PROXY_HEADERS_MODE: invalid choice 'both' (choose from "
+                 "x-forwarded, forwarded)\n", marks=pytest.mark.rule("RFC7239-8.1-one-family")),
 ])
 def test_bad_env_value_is_usage_error(tmp_path, loop, monkeypatch, var, value, message):
     monkeypatch.setenv(var, value)
@@ -335,3 +338,27 @@ def test_unix_socket_peer(tmp_path, loop, allow, client):
         assert r.status == 200
         assert proc.stop() == 0
     assert json.loads(r.body)["client"] == client
+
+
+@pytest.mark.rule("RFC7239-8.1-one-family")
+@pytest.mark.parametrize("args,env,client,scheme", [
+    ([], {}, ["203.0.113.7", 0], "http"),
+    (["--proxy-headers-mode", "x-forwarded"], {}, ["203.0.113.7", 0], "http"),
+    (["--proxy-headers-mode", "forwarded"], {}, ["198.51.100.9", 0], "https"),
+    ([], {"SKIRR_PROXY_HEADERS_MODE": "forwarded"}, ["198.51.100.9", 0], "https"),
+    (["--proxy-headers-mode", "x-forwarded"], {"SKIRR_PROXY_HEADERS_MODE": "forwarded"},
+     ["203.0.113.7", 0], "http"),
+])
+def test_proxy_headers_mode_flag(tmp_path, loop, args, env, client, scheme):
+    """--proxy-headers-mode (or SKIRR_PROXY_HEADERS_MODE) picks the one family read."""
+    port = _proc.free_port()
+    with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port), *args], tmp_path,
+                     env=env) as proc:
+        proc.wait_accepting(port)
+        r = _proc.request(port, target="/scope", headers=[
+            ("X-Forwarded-For", "203.0.113.7"), ("X-Forwarded-Proto", "http"),
+            ("Forwarded", "for=198.51.100.9;proto=https")])
+        assert r.status == 200
+        assert proc.stop() == 0
+    scope = json.loads(r.body)
+    assert (scope["client"], scope["scheme"]) == (client, scheme)

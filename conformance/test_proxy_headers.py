@@ -1,5 +1,6 @@
 """Proxy headers (issue 13): Forwarded / X-Forwarded-For / X-Forwarded-Proto from trusted peers
-only, over real sockets on both loops; spoofing from an untrusted peer, malformed values."""
+only, over real sockets on both loops; spoofing from an untrusted peer, malformed values; only the
+family of --proxy-headers-mode is read (issue 35)."""
 from __future__ import annotations
 
 import pytest
@@ -7,6 +8,9 @@ import pytest
 from conftest import http_request
 
 PEER = "127.0.0.1"  # every test client connects from here
+
+
+FWD = {"proxy_headers_mode": "forwarded"}
 
 
 def request(srv, echo_app, headers):
@@ -64,12 +68,13 @@ def test_trusted_x_forwarded(serve, echo_app, headers, client, scheme):
     ([("Forwarded", "for=203.0.113.7;proto=https, ")], ("203.0.113.7", 0), "https"),
     ([("Forwarded", ", for=203.0.113.7")], ("203.0.113.7", 0), "http"),
     ([("Forwarded", "for=203.0.113.7;;proto=https")], ("203.0.113.7", 0), "https"),
-    # Forwarded wins over X-Forwarded-* when it parses
+    # in forwarded mode X-Forwarded-* is never read
     ([("Forwarded", "for=203.0.113.7"), ("X-Forwarded-For", "198.51.100.1"),
       ("X-Forwarded-Proto", "https")], ("203.0.113.7", 0), "http"),
 ])
 def test_forwarded(serve, echo_app, headers, client, scheme):
-    with serve(echo_app) as srv:
+    """--proxy-headers-mode forwarded: RFC 7239 Forwarded sets client and scheme."""
+    with serve(echo_app, **FWD) as srv:
         got_client, got_scheme, port = request(srv, echo_app, headers)
     assert got_client == (client or (PEER, port))
     assert got_scheme == scheme
@@ -79,6 +84,51 @@ SPOOF = [("X-Forwarded-For", "203.0.113.7"), ("X-Forwarded-Proto", "https"),
          ("Forwarded", "for=198.51.100.9;proto=https")]
 
 
+@pytest.mark.rule("RFC7239-8.1-one-family")
+@pytest.mark.parametrize("mode,headers,client,scheme", [
+    # x-forwarded (the default): Forwarded is never read, well formed or not, alone or not
+    (None, [("Forwarded", "for=6.6.6.6;proto=https")], None, "http"),
+    ("x-forwarded", [("Forwarded", "for=6.6.6.6;proto=https")], None, "http"),
+    (None, [("Forwarded", 'for="[2001:db8::6]:66";proto=https')], None, "http"),
+    (None, [("Forwarded", "for=6.6.6.6;proto=https"), ("X-Forwarded-For", "203.0.113.7")],
+     ("203.0.113.7", 0), "http"),
+    (None, [("X-Forwarded-For", "203.0.113.7"), ("X-Forwarded-Proto", "http"),
+            ("Forwarded", "for=6.6.6.6;proto=https")], ("203.0.113.7", 0), "http"),
+    (None, [("X-Forwarded-Proto", "https"), ("Forwarded", "for=6.6.6.6;proto=http")],
+     None, "https"),
+    # forwarded: X-Forwarded-For / X-Forwarded-Proto are never read
+    ("forwarded", [("X-Forwarded-For", "6.6.6.6"), ("X-Forwarded-Proto", "https")],
+     None, "http"),
+    ("forwarded", [("X-Forwarded-For", "6.6.6.6"), ("X-Forwarded-Proto", "https"),
+                   ("Forwarded", "for=203.0.113.7")], ("203.0.113.7", 0), "http"),
+    ("forwarded", [("X-Forwarded-Proto", "https"), ("Forwarded", "for=garbage!")],
+     None, "http"),
+])
+def test_one_family_only(serve, echo_app, mode, headers, client, scheme):
+    """RFC 7239 §8.1: a proxy that sets one family passes the other through from the client, so
+    only the family of --proxy-headers-mode is read (issue 35: a client's Forwarded beat the
+    X-Forwarded-For nginx set)."""
+    config = {} if mode is None else {"proxy_headers_mode": mode}
+    with serve(echo_app, **config) as srv:
+        got_client, got_scheme, port = request(srv, echo_app, headers)
+    assert got_client == (client or (PEER, port))
+    assert got_scheme == scheme
+
+
+@pytest.mark.rule("RFC7239-8.1-one-family")
+@pytest.mark.parametrize("mode", ["X-Forwarded", "both", "", "legacy", None, 1])
+def test_mode_config_error(mode):
+    from skirr.config import Config, ConfigError
+
+    async def app(scope, receive, send):
+        pass
+
+    with pytest.raises(ConfigError) as exc:
+        Config(app, proxy_headers_mode=mode)
+    assert str(exc.value) == (
+        f"proxy_headers_mode must be one of x-forwarded, forwarded; got {mode!r}")
+
+
 @pytest.mark.rule("skirr-proxy-untrusted")
 @pytest.mark.parametrize("config", [
     {"forwarded_allow_ips": "10.0.0.1"},
@@ -86,6 +136,9 @@ SPOOF = [("X-Forwarded-For", "203.0.113.7"), ("X-Forwarded-Proto", "https"),
     {"forwarded_allow_ips": "unix:"},
     {"proxy_headers": False},
     {"proxy_headers": False, "forwarded_allow_ips": "*"},
+    {"forwarded_allow_ips": "10.0.0.1", **FWD},
+    {"forwarded_allow_ips": "unix:", **FWD},
+    {"proxy_headers": False, "forwarded_allow_ips": "*", **FWD},
 ])
 def test_untrusted_peer_ignored(serve, echo_app, config):
     with serve(echo_app, **config) as srv:
@@ -155,7 +208,9 @@ MALFORMED = [
 @pytest.mark.rule("skirr-proxy-malformed")
 @pytest.mark.parametrize("headers", MALFORMED, ids=range(len(MALFORMED)))
 def test_malformed_ignored_whole(serve, echo_app, headers):
-    with serve(echo_app) as srv:
+    """Each in the mode that reads it (a Forwarded case in forwarded mode)."""
+    config = FWD if headers[0][0] == "Forwarded" else {}
+    with serve(echo_app, **config) as srv:
         got_client, got_scheme, port = request(srv, echo_app, headers)
         assert srv.errors() == []
     assert got_client == (PEER, port)
@@ -167,6 +222,7 @@ def test_thousand_items(serve, echo_app):
     items = ", ".join(f"10.0.{i // 250}.{i % 250}" for i in range(1000))
     with serve(echo_app, forwarded_allow_ips="127.0.0.1,10.0.0.0/8") as srv:
         got_client, _, _ = request(srv, echo_app, [("X-Forwarded-For", "203.0.113.7, " + items)])
+    with serve(echo_app, forwarded_allow_ips="127.0.0.1,10.0.0.0/8", **FWD) as srv:
         got2, _, _ = request(srv, echo_app, [("Forwarded", ", ".join(
             f"for=10.0.{i // 250}.{i % 250}" for i in range(1000)))])
     assert got_client == ("203.0.113.7", 0)

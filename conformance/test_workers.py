@@ -8,6 +8,8 @@ both loops. Every wait is bounded.
 """
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import re
 import signal
@@ -18,6 +20,8 @@ from collections import Counter
 
 import h11
 import pytest
+
+from skirr.config import ConfigError
 
 try:
     from . import _proc
@@ -319,7 +323,7 @@ def test_kill_9_queued_connections_are_served_by_the_replacement(tmp_path):
         first = min(t for t, pid, _ in load.answers if pid == new_pid)
         # 1 s (issue 12); under AddressSanitizer (make sanitize) a worker's start-up (imports
         # with PYTHONMALLOC=malloc) alone takes most of that, so the bound is looser there
-        limit = 3.0 if "libasan" in os.environ.get("LD_PRELOAD", "") else 1.0
+        limit = 3.0 if "SKIRR_SAN_PRELOAD" in os.environ else 1.0
         assert first - killed_at < limit, f"replacement first served after {first - killed_at} s"
         # Only requests in flight on the stopped worker when it was killed may fail: at most
         # one per load thread.
@@ -404,6 +408,160 @@ def test_max_requests_starts_the_replacement_first(tmp_path):
         assert stderr.index(f"stopping worker [{old}]") < stderr.index(f"Worker [{old}] stopped")
         assert len({pid for _, pid, _ in load.answers}) >= 3
         assert proc.stop() == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Resources (issue 35 item 4): the supervisor survives every resource error
+
+
+def _lowest_free_fd(pid):
+    used = {int(n) for n in os.listdir(f"/proc/{pid}/fd")}
+    return next(fd for fd in range(len(used) + 1) if fd not in used)
+
+
+@pytest.mark.rule("skirr-supervisor-resources")
+def test_emfile_at_a_recycle_is_one_line_and_a_retry(tmp_path):
+    """The running supervisor's RLIMIT_NOFILE lowered to its lowest free descriptor (so pipe()
+    fails with EMFILE), then SIGHUP: each try is one line, backed off; the old worker keeps
+    serving; once the limit is back the recycle completes and the supervisor stops cleanly."""
+    import resource
+
+    proc, port = _serve(tmp_path, "--workers", "2")
+    with proc:
+        proc.wait_accepting(port)
+        old = _serving_pids(port, 2)
+        pid = proc.proc.pid
+        limits = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (_lowest_free_fd(pid), limits[1]))
+        proc.proc.send_signal(signal.SIGHUP)
+        line = "ERROR:    Could not start a worker for slot 0: [Errno 24] Too many open files: " \
+            "retrying in %s s\n"
+        _wait_for(lambda: line % "0.2" in proc.stderr, 5, "two tries", proc)
+        assert proc.stderr.count(line % "0.1") == 1
+        assert _serving_pids(port, 2) == old  # both serving meanwhile
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
+        _wait_for(lambda: all(f"Worker [{p}] stopped (exit status 0)" in proc.stderr
+                              for p in old), 20, "the recycle done", proc)
+        assert not _serving_pids(port, 2) & old
+        assert proc.proc.poll() is None
+        assert proc.stop() == 0
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def records():
+    handler = _Records()
+    log = logging.getLogger("skirr.error")
+    log.addHandler(handler)
+    level = log.level
+    log.setLevel(logging.INFO)
+    try:
+        yield handler.lines
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
+def _fds():
+    return sorted(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.rule("skirr-supervisor-resources")
+@pytest.mark.parametrize("where", ["pipe", "fork", "register"])
+@pytest.mark.parametrize("err", [errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN],
+                         ids=errno.errorcode.get)
+def test_spawn_resource_error_backs_off(monkeypatch, records, where, err):
+    """Each resource a worker start takes (its pipe, its process, its selector entry) refused
+    with each errno: one line, nothing left open or running, the next try backed off (0.1 s,
+    then 0.2 s), for a replacement too (SIGHUP, --limit-max-requests)."""
+    import selectors
+
+    from skirr import supervisor as sv
+    from skirr.config import Config
+
+    sup = sv.Supervisor(Config(APP, workers=2, port=0))
+    sup._sel = selectors.DefaultSelector()
+    sup._starting = False
+    sock = socket.socket()
+    slot = sv._Slot(0, sock, own=False)
+    sup.slots.append(slot)
+    refused = OSError(err, os.strerror(err))
+    done = []
+
+    class Proc:
+        pid = 4242
+
+        def kill(self):
+            done.append("kill")
+
+        def wait(self):
+            done.append("wait")
+
+    def refuse(*args, **kwargs):
+        raise refused
+
+    class Selector:
+        register = staticmethod(refuse)
+
+    try:
+        before = _fds()
+        with monkeypatch.context() as m:
+            if where == "pipe":
+                m.setattr(sv.os, "pipe", refuse)
+            elif where == "fork":
+                m.setattr(sv.subprocess, "Popen", refuse)
+            else:
+                m.setattr(sv.subprocess, "Popen", lambda *a, **k: Proc())
+                m.setattr(sup, "_sel", Selector())
+            now = time.monotonic()
+            assert sup._spawn(slot) is None
+            assert now + 0.1 <= slot.restart_at <= time.monotonic() + 0.1
+            assert not slot.restart_successor
+            assert sup._spawn(slot, successor=True) is None
+            assert slot.restart_successor
+        assert _fds() == before
+        assert sup.workers == [] and slot.current is None and slot.successor is None
+        assert done == (["kill", "wait"] * 2 if where == "register" else [])
+        text = f"[Errno {err}] {os.strerror(err)}"
+        assert records == [f"Could not start a worker for slot 0: {text}: retrying in 0.1 s",
+                           f"Could not start a worker for slot 0: {text}: retrying in 0.2 s"]
+    finally:
+        sup._sel.close()
+        sock.close()
+
+
+@pytest.mark.rule("skirr-supervisor-resources")
+@pytest.mark.parametrize("refused", [
+    OSError(errno.EMFILE, "Too many open files"),
+    ConfigError("could not bind to 127.0.0.1:1: Cannot assign requested address"),
+], ids=["EMFILE", "ConfigError"])
+def test_sigttin_without_a_socket_is_one_line(monkeypatch, records, refused):
+    from skirr import supervisor as sv
+    from skirr.config import Config
+
+    sup = sv.Supervisor(Config(APP, workers=1, port=0))
+    sock = socket.socket()
+    sup.slots.append(sv._Slot(0, sock, own=True))
+    sup._port = 1
+
+    def bind(*args, **kwargs):
+        raise refused
+
+    monkeypatch.setattr(sv, "bind_tcp", bind)
+    try:
+        sup._handle_signal(signal.SIGTTIN)
+    finally:
+        sock.close()
+    assert len(sup.slots) == 1
+    assert records == [f"SIGTTIN: could not add a worker: {refused}"]
 
 
 # ----------------------------------------------------------------------------------------------

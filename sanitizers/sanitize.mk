@@ -7,7 +7,9 @@
 # The instrumented extension is compiled here directly (not through setup.py, whose in-tree build
 # directory would reuse the normal build's objects) into $(SAN_SITE)/skirr/, next to a copy of the
 # Python package; the suite runs with PYTHONPATH=$(SAN_SITE) so it imports that copy, with the
-# ASan runtime preloaded (python itself is not instrumented). See sanitizers/README.md.
+# ASan runtime preloaded into every Python interpreter and into no other program
+# (sanitizers/sitecustomize.py, copied there too; python itself is not instrumented). See
+# sanitizers/README.md.
 
 SAN_CC ?= gcc
 # The C unit tests and fuzz replays: clang when present (its UBSan also reports NULL + 0).
@@ -92,6 +94,7 @@ sanitize-build: $(SAN_PREREQ)
 	suffix=$$($(SAN_PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'); \
 	rm -rf $(SAN_SITE)/skirr; mkdir -p $(SAN_SITE)/skirr; \
 	cp src/skirr/*.py $(SAN_SITE)/skirr/; cp src/skirr/*.pyi src/skirr/py.typed $(SAN_SITE)/skirr/ 2>/dev/null || true; \
+	cp sanitizers/sitecustomize.py $(SAN_SITE)/; \
 	echo "$(SAN_CC) -shared -fPIC $(SAN_FLAGS) src/core/*.c src/ext/*.c -> $(SAN_SITE)/skirr/_native$$suffix"; \
 	$(SAN_CC) -shared -fPIC $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core -Isrc/ext -I$$pyinc $$cflags $(SAN_CORE) $(SAN_EXT) $$objs -lz \
 	  -o $(SAN_SITE)/skirr/_native$$suffix
@@ -99,15 +102,18 @@ sanitize-build: $(SAN_PREREQ)
 # The whole conformance suite (every case runs on asyncio and uvloop) against that build.
 # PYTHONMALLOC=malloc: every object allocation goes through ASan's malloc (pymalloc's arenas
 # would hide overflows inside them). Any report, from pytest or from a server subprocess, lands
-# in $(SAN_DIR)/logs/ and fails the target.
+# in $(SAN_DIR)/logs/ and fails the target. SKIRR_SAN_PRELOAD names the runtime for
+# $(SAN_SITE)/sitecustomize.py, which keeps LD_PRELOAD out of every program but Python's (a
+# report must be about skirr's code, not about make or nginx run by a test).
 sanitize-suite: sanitize-build
 	@set -e; mkdir -p $(SAN_DIR)/logs; rm -f $(SAN_DIR)/logs/*; \
 	asan=$$($(SAN_CC) -print-file-name=libasan.so); \
 	[ -f "$$asan" ] || { echo "sanitize: no libasan.so from $(SAN_CC)" >&2; exit 1; }; \
 	echo "LD_PRELOAD=$$asan PYTHONMALLOC=malloc PYTHONPATH=$(SAN_SITE) $(SAN_PY) -m pytest $(SAN_TESTS)"; \
-	export LD_PRELOAD=$$asan PYTHONMALLOC=malloc PYTHONPATH=$(abspath $(SAN_SITE)) $(SAN_ENV) \
+	export LD_PRELOAD=$$asan SKIRR_SAN_PRELOAD=$$asan PYTHONMALLOC=malloc \
+	  PYTHONPATH=$(abspath $(SAN_SITE)) $(SAN_ENV) \
 	  SKIRR_HYPOTHESIS_EXAMPLES=$${SKIRR_HYPOTHESIS_EXAMPLES:-200}; \
-	$(SAN_PY) -c 'import skirr._native as n, sys; f = n.__file__; print("sanitize: using", f); sys.exit(0 if "$(SAN_SITE)" in f else 1)'; \
+	$(SAN_PY) -c 'import skirr._native as n, os, sys; f = n.__file__; print("sanitize: using", f); sys.exit(0 if "$(SAN_SITE)" in f and "LD_PRELOAD" not in os.environ else 1)'; \
 	rc=0; $(SAN_PY) -m pytest $(SAN_TESTS) $(SAN_PYTEST_ARGS) || rc=$$?; \
 	unset LD_PRELOAD; \
 	if ls $(SAN_DIR)/logs/* >/dev/null 2>&1; then \

@@ -62,8 +62,8 @@ async def http(scope, receive, send):
     await read_body(receive)
     path = scope["path"]
     if path.endswith("/scope"):
-        fields = ("type", "http_version", "method", "path", "raw_path", "root_path", "server",
-                  "client", "state")
+        fields = ("type", "http_version", "scheme", "method", "path", "raw_path", "root_path",
+                  "server", "client", "state")
         shown = {k: scope.get(k) for k in fields}
         shown["raw_path"] = shown["raw_path"].decode("latin-1") if shown["raw_path"] else None
         log("request " + json.dumps(shown.get("state"), sort_keys=True))

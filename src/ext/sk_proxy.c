@@ -578,19 +578,21 @@ sk_proxy_apply(const sk_proxy_t *px, const sk_parser_t *p, const struct sockaddr
     if (!px->enabled || !trusted_peer(px, peer, unix_peer)) {
         return 0;
     }
-    fwd_elem_t e;
-    node_t n;
-    if (fwd_client(px, p, &e)) {
-        *https = e.https;
-        if (e.node.kind == 1) {
-            PyObject *c = node_client(&e.node);
-            if (c == NULL) {
-                return -1;
+    if (px->forwarded) {
+        fwd_elem_t e;
+        if (fwd_client(px, p, &e)) {
+            *https = e.https;
+            if (e.node.kind == 1) {
+                PyObject *c = node_client(&e.node);
+                if (c == NULL) {
+                    return -1;
+                }
+                *client = c;
             }
-            *client = c;
         }
         return 0;
     }
+    node_t n;
     *https = xfp_https(p);
     if (xff_client(px, p, &n)) {
         PyObject *c = node_client(&n);

@@ -7,12 +7,15 @@
  * is ignored whole), or raises into the application.
  *
  * The rule (as uvicorn's ProxyHeadersMiddleware, plus RFC 7239): only when the connection's peer
- * is trusted. `Forwarded` is used when present and well-formed, else the X-Forwarded-* pair. The
- * client is the nearest hop that is not itself trusted, walking the list from the right (the
- * leftmost when every hop is trusted); its port is the one the header gives, else 0. The scheme is
- * `X-Forwarded-Proto`'s last item, or the `proto=` of the chosen `Forwarded` element, when it is
- * `http` or `https` (any case); anything else leaves the scheme alone. Several field lines of one
- * name are one comma-separated list (RFC 9110 §5.3).
+ * is trusted, and only the one header family the operator chose (--proxy-headers-mode): the
+ * X-Forwarded-For / X-Forwarded-Proto pair (`x-forwarded`, the default, as uvicorn) or RFC 7239
+ * `Forwarded` (`forwarded`). The other family is never read: a proxy that sets one family passes
+ * the other through from the client, so believing it would let any client choose its address and
+ * scheme (RFC 7239 §8.1). The client is the nearest hop that is not itself trusted, walking the
+ * list from the right (the leftmost when every hop is trusted); its port is the one the header
+ * gives, else 0. The scheme is `X-Forwarded-Proto`'s last item, or the `proto=` of the chosen
+ * `Forwarded` element, when it is `http` or `https` (any case); anything else leaves the scheme
+ * alone. Several field lines of one name are one comma-separated list (RFC 9110 §5.3).
  */
 #ifndef SK_PROXY_H
 #define SK_PROXY_H
@@ -32,6 +35,9 @@ typedef struct {
     uint8_t enabled;   /* --proxy-headers */
     uint8_t all;       /* `*`: every peer is trusted */
     uint8_t unix_peer; /* `unix:`: Unix-domain peers are trusted */
+    /* --proxy-headers-mode: 1 = `forwarded` (RFC 7239 Forwarded only), 0 = `x-forwarded` (the
+     * X-Forwarded-For / X-Forwarded-Proto pair only) */
+    uint8_t forwarded;
     size_t nnets;
     sk_net_t *nets; /* PyMem_Malloc'ed, owned */
 } sk_proxy_t;

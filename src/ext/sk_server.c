@@ -343,11 +343,13 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                              "ws_ping_timeout",
                              "ws_per_message_deflate",
                              "write_batch_delay",
+                             "proxy_headers_mode",
                              NULL};
     PyObject *app, *loop, *unix_path = Py_None, *root_path = NULL, *state = Py_None;
     PyObject *logger = Py_None;
     PyObject *access_log = Py_None, *access_flush = Py_None, *allow_ips = NULL;
     PyObject *server_header = NULL, *extra_headers = NULL, *trace = Py_None;
+    PyObject *proxy_mode = NULL;
     int proxy_headers = 0, date_header = 1, metrics = 0, ws = 1, ws_pmd = 1;
     PyObject *ws_max_size_o = NULL, *max_body_o = NULL; /* ints: u64_arg() */
     unsigned long long ws_max_size = 16 * 1024 * 1024;
@@ -361,13 +363,13 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
     ServerObject *s = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OOi|$OUOdOnnnOddnndOOpUpSSOppOnddpd", kwlist, &app, &loop, &listen_fd,
+            args, kwds, "OOi|$OUOdOnnnOddnndOOpUpSSOppOnddpdU", kwlist, &app, &loop, &listen_fd,
             &unix_path, &root_path, &state, &keep_alive, &max_body_o, &max_line, &max_fields,
             &max_section, &logger, &head_timeout, &write_timeout, &limit_concurrency,
             &limit_connections, &body_timeout, &access_log, &access_flush, &proxy_headers,
             &allow_ips, &date_header, &server_header, &extra_headers, &trace, &metrics, &ws,
             &ws_max_size_o, &ws_max_queue, &ws_ping_interval, &ws_ping_timeout, &ws_pmd,
-            &batch_delay)) {
+            &batch_delay, &proxy_mode)) {
         return NULL;
     }
     if (u64_arg(max_body_o, "limit_request_body", &max_body) < 0 ||
@@ -437,6 +439,18 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         goto error;
     }
     h->proxy.enabled = (uint8_t)proxy_headers;
+    if (proxy_mode != NULL) {
+        /* --proxy-headers-mode: the one header family read (sk_proxy.h, RFC 7239 §8.1) */
+        if (PyUnicode_CompareWithASCIIString(proxy_mode, "forwarded") == 0) {
+            h->proxy.forwarded = 1;
+        }
+        else if (PyUnicode_CompareWithASCIIString(proxy_mode, "x-forwarded") != 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "proxy_headers_mode must be 'x-forwarded' or 'forwarded'; got %R",
+                         proxy_mode);
+            goto error;
+        }
+    }
     if (allow_ips != NULL) {
         Py_ssize_t n;
         const char *spec = PyUnicode_AsUTF8AndSize(allow_ips, &n);
@@ -622,6 +636,7 @@ static PyType_Slot server_slots[] = {
              "timeout_request_head=10.0, timeout_write=30.0, limit_concurrency=0, "
              "limit_connections=0, timeout_request_body=60.0, access_log=None, "
              "access_flush=None, proxy_headers=False, forwarded_allow_ips='127.0.0.1', "
+             "proxy_headers_mode='x-forwarded', "
              "date_header=True, server_header=None, headers=None, trace=None, "
              "metrics=False, ws=True, ws_max_size=16777216, ws_max_queue=32, "
              "ws_ping_interval=20.0, ws_ping_timeout=20.0, ws_per_message_deflate=True)\n\n"

@@ -46,8 +46,11 @@ class Server:
             refusal (shapes in src/ext/sk_access.h), or None: no records.
         access_flush: zero-argument callable scheduled with ``loop.call_soon`` when a record
             goes into an empty ``access_log``.
-        proxy_headers: read Forwarded / X-Forwarded-For / X-Forwarded-Proto from trusted peers
-            into scope ``client`` and ``scheme`` (src/ext/sk_proxy.h).
+        proxy_headers: read the proxy headers of ``proxy_headers_mode`` from trusted peers into
+            scope ``client`` and ``scheme`` (src/ext/sk_proxy.h).
+        proxy_headers_mode: ``"x-forwarded"`` (X-Forwarded-For / X-Forwarded-Proto only) or
+            ``"forwarded"`` (RFC 7239 Forwarded only); the other family is never read (RFC 7239
+            §8.1). ValueError for anything else.
         forwarded_allow_ips: the trusted peers: comma-separated IPs, CIDR networks, ``*``,
             ``unix:``. ValueError for anything else.
         date_header: send ``date`` when the app sends none.
@@ -108,6 +111,7 @@ class Server:
         ws_ping_timeout: float = 20.0,
         ws_per_message_deflate: bool = True,
         write_batch_delay: float = 0.001,
+        proxy_headers_mode: str = "x-forwarded",
     ) -> None: ...
     def metrics(self) -> dict[str, Any] | None:
         """The counters (None when made without ``metrics``): ``requests`` {(method, "2xx"): n},

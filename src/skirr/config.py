@@ -27,6 +27,9 @@ LOG_LEVELS = {
 LOOPS = ("auto", "asyncio", "uvloop")
 LIFESPANS = ("auto", "on", "off")
 WS_MODES = ("auto", "none")  # uvicorn's --ws, the values skirr has
+# --proxy-headers-mode: the one proxy-header family believed (RFC 7239 §8.1): X-Forwarded-For /
+# X-Forwarded-Proto (uvicorn's, the default) or RFC 7239 Forwarded (hypercorn's "modern" mode).
+PROXY_HEADERS_MODES = ("x-forwarded", "forwarded")
 
 # Unlimited, as in uvicorn: the server never buffers a whole request body (the application reads
 # it piece by piece through ``receive``), so the limit protects applications that buffer; set it
@@ -217,8 +220,13 @@ class Config:
         access_log_format: ``None`` (uvicorn's line), ``"json"`` or a gunicorn format string
             (atoms ``%(h)s %(r)s %(s)s %(b)s %(D)s %({name}i)s %({name}o)s`` ...; see
             ``skirr.access``).
-        proxy_headers: take the client address and scheme from ``Forwarded`` /
-            ``X-Forwarded-For`` / ``X-Forwarded-Proto`` sent by a trusted peer (default on).
+        proxy_headers: take the client address and scheme from the proxy headers of
+            ``proxy_headers_mode`` sent by a trusted peer (default on).
+        proxy_headers_mode: which header family the trusted proxy sets, the only one read:
+            ``"x-forwarded"`` (``X-Forwarded-For`` / ``X-Forwarded-Proto``, the default, as
+            uvicorn) or ``"forwarded"`` (RFC 7239 ``Forwarded``). The other family comes from
+            the client through a proxy that does not set it, so it is never believed (RFC 7239
+            §8.1); configure the proxy to overwrite or clear it (docs/deployment.md).
         forwarded_allow_ips: the trusted peers: comma-separated IPs, CIDR networks, ``*``, and
             ``unix:`` for Unix-socket peers (a list is joined); ``None`` = the
             ``FORWARDED_ALLOW_IPS`` environment variable, else ``"127.0.0.1"``.
@@ -303,6 +311,7 @@ class Config:
     access_log: bool = True
     access_log_format: str | None = None
     proxy_headers: bool = True
+    proxy_headers_mode: str = "x-forwarded"
     forwarded_allow_ips: str | list[str] | None = None
     server_header: bool = True
     date_header: bool = True
@@ -333,6 +342,7 @@ class Config:
         _check_choice("loop", self.loop, LOOPS)
         _check_choice("lifespan", self.lifespan, LIFESPANS)
         _check_choice("ws", self.ws, WS_MODES)
+        _check_choice("proxy_headers_mode", self.proxy_headers_mode, PROXY_HEADERS_MODES)
         _check_number("ws_max_size", self.ws_max_size, integer=True, positive=True)
         _check_number("ws_max_queue", self.ws_max_queue, integer=True, positive=True)
         _check_number("ws_ping_interval", self.ws_ping_interval, integer=False)

@@ -32,6 +32,7 @@ from .config import (
     LOG_LEVELS,
     LOOPS,
     MAX_BACKLOG,
+    PROXY_HEADERS_MODES,
     WS_MODES,
     AppImportError,
     Config,
@@ -254,8 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(atoms h l u t r m U q H s B b f a T D M L p, %%({header}i)s, %%({header}o)s, "
         "%%({var}e)s) (default: uvicorn's line)")
     add("--proxy-headers", action=bool_flag, default=True,
-        help="take the client address and scheme from Forwarded / X-Forwarded-For / "
-        "X-Forwarded-Proto sent by a trusted peer (see --forwarded-allow-ips) (default: on)")
+        help="take the client address and scheme from the proxy headers of "
+        "--proxy-headers-mode sent by a trusted peer (see --forwarded-allow-ips) (default: on)")
+    add("--proxy-headers-mode", choices=PROXY_HEADERS_MODES, default="x-forwarded",
+        help="the header family your proxy sets, the only one read: X-Forwarded-For / "
+        "X-Forwarded-Proto ('x-forwarded') or RFC 7239 Forwarded ('forwarded'); make the proxy "
+        "overwrite or clear the other (default: x-forwarded)")
     add("--forwarded-allow-ips", default=None, metavar="LIST",
         help="trusted peers for --proxy-headers: comma-separated IPs, CIDR networks, '*', "
         "'unix:' for Unix-socket peers (default: $FORWARDED_ALLOW_IPS or 127.0.0.1)")
@@ -473,6 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             access_log=args.access_log,
             access_log_format=args.access_log_format,
             proxy_headers=args.proxy_headers,
+            proxy_headers_mode=args.proxy_headers_mode,
             forwarded_allow_ips=args.forwarded_allow_ips,
             server_header=args.server_header,
             date_header=args.date_header,

@@ -1,8 +1,13 @@
 """``--metrics-port``: Prometheus exposition of the native counters (issue 13).
 
 Owns: a ``prometheus_client`` collector reading ``_native.Server.metrics()`` at each scrape, and
-its own HTTP listener (``prometheus_client.start_http_server``, a thread) on ``host`` and
-``metrics_port``, so the application's routes are untouched. Metrics:
+its own HTTP listener on ``host`` and ``metrics_port`` (a thread; the exposition is
+``prometheus_client.make_wsgi_app``'s), so the application's routes are untouched. The listener
+is bounded, since its clients share the process's descriptors with the application (or the
+supervisor): at most ``MAX_CONNECTIONS`` connections at once (one more is accepted and closed at
+once), each given ``CONNECTION_TIMEOUT`` seconds in all to send its request and take the answer
+(a connection idle or trickling past it is closed); running out of descriptors (EMFILE ...) while
+accepting pauses the listener for ``ACCEPT_PAUSE`` s instead of spinning. Metrics:
 
 - ``skirr_requests_total{method, status}``: responses by method (GET ... OPTIONS, ``other``) and
   status class (``2xx`` ...), a 500 skirr sent for a failed application included; a WebSocket
@@ -29,10 +34,20 @@ Needs ``pip install 'skirr[metrics]'`` (prometheus-client).
 """
 from __future__ import annotations
 
+import errno
+import io
 import json
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+MAX_CONNECTIONS = 8  # metrics connections open at once (Prometheus scrapes one at a time)
+CONNECTION_TIMEOUT = 5.0  # seconds a metrics connection gets for its request and the answer
+ACCEPT_PAUSE = 0.1  # seconds the listener waits after accept() ran out of a resource
+# accept() errors that mean "no resource now" (the listening socket stays readable)
+_RESOURCE_ERRNOS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM))
 
 _GAUGES = ("connections", "in_flight")
 _SCALARS = ("bytes_in", "bytes_out", "count", "sum")
@@ -137,7 +152,7 @@ class MetricsExporter:
         from .config import ConfigError
 
         try:
-            from prometheus_client import CollectorRegistry, start_http_server
+            from prometheus_client import CollectorRegistry, make_wsgi_app
         except ImportError:
             raise ConfigError(
                 "--metrics-port needs prometheus-client (pip install 'skirr[metrics]')"
@@ -145,13 +160,15 @@ class MetricsExporter:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Collector(self.snapshot))  # type: ignore[arg-type]
         try:
-            self._server, self._thread = start_http_server(self.port, addr=self.host,
-                                                           registry=registry)
+            self._server = _listener(self.host, self.port, make_wsgi_app(registry))
         except OSError as exc:
             raise ConfigError(
                 f"could not bind the metrics listener to {self.host}:{self.port}: "
                 f"{exc.strerror or exc}"
             ) from None
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="skirr-metrics", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
         if self._server is not None:
@@ -159,6 +176,89 @@ class MetricsExporter:
             self._server.server_close()
             self._thread.join(5)
             self._server = None
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The reading side of one metrics connection: each ``recv`` may wait only for what is
+    left of the connection's deadline (``TimeoutError`` past it), so a client trickling its
+    request byte by byte is closed on time too."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the metrics connection's time is up")
+        self._sock.settimeout(left)  # also bounds the answer's sendall()
+        return self._sock.recv_into(buffer)
+
+
+def _listener(host: str, port: int, app: Callable[..., Any]) -> Any:
+    """The bound metrics listener (a ``wsgiref`` server, one thread per connection, bounded as
+    the module says), not yet serving.
+
+    Raises:
+        OSError: the address cannot be resolved or bound.
+    """
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
+
+    class Handler(WSGIRequestHandler):
+        timeout = CONNECTION_TIMEOUT  # the socket's timeout from the start (reads and writes)
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile.close()  # the makefile() reader holds the socket open until closed
+            self.rfile = io.BufferedReader(
+                _DeadlineReader(self.connection, time.monotonic() + CONNECTION_TIMEOUT))
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # no line per scrape (prometheus-client's handler logs none either)
+
+    class Listener(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+        def __init__(self, address: tuple[Any, ...], family: int) -> None:
+            self.address_family = family
+            self._free = threading.BoundedSemaphore(MAX_CONNECTIONS)
+            super().__init__(address, Handler)
+            self.set_app(app)
+
+        def get_request(self) -> tuple[socket.socket, Any]:
+            try:
+                return super().get_request()  # type: ignore[no-any-return]
+            except OSError as exc:
+                if exc.errno in _RESOURCE_ERRNOS:
+                    time.sleep(ACCEPT_PAUSE)  # the listener stays readable: no busy loop
+                raise
+
+        def verify_request(self, request: Any, client_address: Any) -> bool:
+            return self._free.acquire(blocking=False)  # False: closed at once
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request(request, client_address)
+            except BaseException:  # no thread (RuntimeError): the slot is free again
+                self._free.release()
+                raise
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                self._free.release()
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            pass  # a client that timed out or went away; the connection is closed
+
+    info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, _, _, _, sockaddr = info[0]
+    return Listener((sockaddr[0], port), family)
 
 
 class _Collector:

@@ -306,6 +306,7 @@ class Server:
             access_log=access.pending if access else None,
             access_flush=access.flush if access else None,
             proxy_headers=config.proxy_headers,
+            proxy_headers_mode=config.proxy_headers_mode,
             forwarded_allow_ips=config.allow_ips,
             date_header=config.date_header,
             server_header=server_line,

@@ -21,6 +21,14 @@ error, a failed lifespan startup) its error was printed once and the supervisor 
 restart loop. Later, a worker that dies before accepting is restarted after a back-off that
 doubles from 0.1 s up to 10 s; one that dies while serving is restarted at once.
 
+Resources. Starting a worker needs a pipe, a process and a selector entry; when the system
+refuses one (EMFILE, ENFILE, ENOMEM, EAGAIN ... from ``pipe``, ``fork``, ``epoll_ctl``), the
+supervisor logs one line ("Could not start a worker for slot N: [Errno 24] Too many open files:
+retrying in 0.1 s") and tries again after a back-off that doubles from 0.1 s up to 10 s, whatever
+the start was for (a first start, a restart, a rolling restart's or --limit-max-requests'
+replacement, SIGTTIN); a new slot SIGTTIN cannot bind is one line too. No resource error ends the
+supervisor: the workers it has keep serving meanwhile.
+
 Heartbeat. Each worker's event loop writes a byte to its pipe every fifth of
 ``timeout_worker_healthcheck``; a worker silent for that long (a blocked loop) is killed (SIGKILL)
 and replaced, with an error line naming it.
@@ -66,7 +74,7 @@ import time
 from typing import Any
 
 from . import _worker
-from .config import SHUTDOWN_MARGIN, Config, configure_logging
+from .config import SHUTDOWN_MARGIN, Config, ConfigError, configure_logging
 from .server import bind_socket, bind_tcp
 
 logger = logging.getLogger("skirr.error")
@@ -99,6 +107,8 @@ class _Slot:
     successor: _Worker | None = None  # started to replace current; current stops once it serves
     failures: int = 0  # consecutive failed startups
     restart_at: float | None = None
+    restart_successor: bool = False  # the start due at restart_at replaces a serving worker
+    spawn_errors: int = 0  # consecutive starts the system refused a resource for
 
 
 @dataclasses.dataclass(eq=False)
@@ -264,7 +274,11 @@ class Supervisor:
         for slot in self.slots:
             if slot.restart_at is not None and now >= slot.restart_at:
                 slot.restart_at = None
-                self._spawn(slot)
+                if slot.current is None and slot.successor is None:
+                    self._spawn(slot)
+                elif slot.restart_successor and slot.current is not None \
+                        and slot.successor is None:
+                    self._spawn(slot, successor=True)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._pending.append(signum)  # the wake-up fd makes select() return
@@ -279,40 +293,74 @@ class Supervisor:
 
     # -- workers
 
-    def _spawn(self, slot: _Slot, successor: bool = False) -> _Worker:
+    def _spawn(self, slot: _Slot, successor: bool = False) -> _Worker | None:
+        """Starts a worker for ``slot`` (``successor``: to replace its serving one). None when
+        the system refused a resource: one line is logged and the start is retried after a
+        back-off (see Resources)."""
         config = self.config
-        if slot.own and not slot.listening:
-            if not self._starting:
-                # Listening here, in slot order, keeps the group's order known (see _route).
-                slot.sock.listen(config.backlog)
-                self._joined(slot)
-            elif any(s.own and not s.listening and s.current is not None for s in self.slots):
-                self._group = None  # two first workers listen themselves, in either order
-        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-        fields.update(workers=1, reload=False)
-        read_end, write_end = os.pipe()
-        os.set_blocking(read_end, False)
-        spec = {"config": fields, "fds": [slot.sock.fileno()], "pipe": write_end}
-        env = dict(os.environ)
-        env[_worker.ENV] = json.dumps(spec)
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "skirr._worker"],
-                pass_fds=(write_end, slot.sock.fileno()),
-                env=env,
-                stdin=subprocess.DEVNULL,
-            )
-        finally:
-            os.close(write_end)
-        worker = _Worker(slot, proc, read_end, last_beat=time.monotonic())
-        self.workers.append(worker)
-        assert self._sel is not None
-        self._sel.register(read_end, selectors.EVENT_READ, worker)
+            if slot.own and not slot.listening:
+                if not self._starting:
+                    # Listening here, in slot order, keeps the group's order known (see _route).
+                    slot.sock.listen(config.backlog)
+                    self._joined(slot)
+                elif any(s.own and not s.listening and s.current is not None
+                         for s in self.slots):
+                    self._group = None  # two first workers listen themselves, in either order
+            worker = self._start_process(slot)
+        except OSError as exc:
+            slot.spawn_errors += 1
+            delay = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (slot.spawn_errors - 1))
+            logger.error("Could not start a worker for slot %d: %s: retrying in %g s",
+                         slot.index, exc, delay)
+            slot.restart_at = time.monotonic() + delay
+            slot.restart_successor = successor
+            return None
+        slot.spawn_errors = 0
+        slot.restart_at = None  # a start still pending would duplicate this one
         if successor:
             slot.successor = worker
         else:
             slot.current = worker
-        logger.info("Started worker [%d] (slot %d)", proc.pid, slot.index)
+        logger.info("Started worker [%d] (slot %d)", worker.pid, slot.index)
+        return worker
+
+    def _start_process(self, slot: _Slot) -> _Worker:
+        """The worker process of ``slot`` with its heartbeat pipe, registered for reading.
+
+        Raises:
+            OSError: a pipe, the process or the selector entry was refused (nothing is left
+                open or running then).
+        """
+        fields = {f.name: getattr(self.config, f.name) for f in dataclasses.fields(self.config)}
+        fields.update(workers=1, reload=False)
+        read_end, write_end = os.pipe()
+        try:
+            os.set_blocking(read_end, False)
+            spec = {"config": fields, "fds": [slot.sock.fileno()], "pipe": write_end}
+            env = dict(os.environ)
+            env[_worker.ENV] = json.dumps(spec)
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "skirr._worker"],
+                    pass_fds=(write_end, slot.sock.fileno()),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                )
+            finally:
+                os.close(write_end)
+            worker = _Worker(slot, proc, read_end, last_beat=time.monotonic())
+            assert self._sel is not None
+            try:
+                self._sel.register(read_end, selectors.EVENT_READ, worker)
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+        except BaseException:
+            os.close(read_end)
+            raise
+        self.workers.append(worker)
         return worker
 
     def _read(self, worker: _Worker, final: bool = False) -> bool:
@@ -443,6 +491,7 @@ class Supervisor:
         logger.warning("Worker [%d] (slot %d) failed to start (%s): restarting in %g s",
                        worker.pid, slot.index, _status(returncode), delay)
         slot.restart_at = time.monotonic() + delay
+        slot.restart_successor = False
 
     def _check_heartbeats(self, now: float) -> None:
         timeout = self.config.timeout_worker_healthcheck
@@ -483,7 +532,11 @@ class Supervisor:
             self._roll = [s for s in self.slots if s is not self._rolling]
             self._advance_roll()
         elif signum == signal.SIGTTIN:
-            self._add_slot()
+            try:
+                self._add_slot()
+            except (OSError, ConfigError) as exc:  # the new slot's socket (EMFILE ...)
+                logger.error("SIGTTIN: could not add a worker: %s", exc)
+                return
             logger.info("SIGTTIN: %d worker(s)", len(self.slots))
             self._spawn(self.slots[-1])
         elif signum == signal.SIGTTOU:
