@@ -812,8 +812,8 @@ test_parser_target(T *t)
           "ERROR 400\nEOF mid=0 idle=0\n");
     PCASE(t, "absolute-form bad pct-encoding", NULL, "GET http://a/%zz HTTP/1.1\r\nHost: a\r\n\r\n",
           "ERROR 400\nEOF mid=0 idle=0\n");
-    PCASE(t, "absolute-form: '#' in the authority", NULL, "GET http://a#f HTTP/1.1\r\nHost: a\r\n\r\n",
-          "ERROR 400\nEOF mid=0 idle=0\n");
+    PCASE(t, "absolute-form: '#' in the authority", NULL,
+          "GET http://a#f HTTP/1.1\r\nHost: a\r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
     PCASE(t, "absolute-form: '#' in the authority, other scheme", NULL,
           "GET ftp://a#f/x HTTP/1.1\r\nHost: a\r\n\r\n", "ERROR 400\nEOF mid=0 idle=0\n");
     PCASE(t, "absolute-form lenient query bytes", NULL,
@@ -2012,7 +2012,7 @@ test_ws_handshake(T *t)
                       &why) == 400);
     /* RFC 9110 §7.8: the switch follows the request message, so a handshake carries no content
      * (Content-Length: 0 is none); the check comes before the version's (no 426 for it) */
-#define WS_BODY(framing, ver)                                                                  \
+#define WS_BODY(framing, ver)                                                                \
     "GET /chat HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" framing \
     "\r\nSec-WebSocket-Key: " KEY "\r\nSec-WebSocket-Version: " ver "\r\n\r\n"
     CHECK(t, ws_check(t, WS_BODY("Content-Length: 0", "13"), &why) == 0);
