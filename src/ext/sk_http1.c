@@ -31,7 +31,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1192,15 +1194,46 @@ msg_offset(PyObject *msg, PyObject *key, const char *what, uint64_t *out)
     return 1;
 }
 
+/* File systems whose files' stat size is not their length (procfs and debugfs report 0 for a file
+ * with content, sysfs 4096 for a few bytes): what a file response sends from them would be empty
+ * or cut short. statfs(2) f_type values, <linux/magic.h>. */
+static const unsigned long PSEUDO_FS[] = {
+    PROC_SUPER_MAGIC, SYSFS_MAGIC,     DEBUGFS_MAGIC,      TRACEFS_MAGIC,       SECURITYFS_MAGIC,
+    SELINUX_MAGIC,    SMACK_MAGIC,     CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, BPF_FS_MAGIC,
+    PSTOREFS_MAGIC,   EFIVARFS_MAGIC,  BINFMTFS_MAGIC,
+};
+
+static int
+on_pseudo_fs(int fd)
+{
+    /* 1 if the file open on `fd` lives on one of PSEUDO_FS, else 0 (also when fstatfs fails:
+     * the size check and sendfile(2) still judge it). */
+    struct statfs fs;
+    if (fstatfs(fd, &fs) < 0) {
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(PSEUDO_FS) / sizeof(PSEUDO_FS[0]); i++) {
+        if ((unsigned long)fs.f_type == PSEUDO_FS[i]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int
 file_from_message(RequestObject *r, PyObject *msg, int by_path, int *fd, uint64_t *off,
                   uint64_t *count)
 {
     /* Opens what a pathsend (by_path) or zerocopysend message names: *fd a new descriptor of
-     * ours (O_CLOEXEC) on a regular file, *off and *count the range to send (bytes; zerocopysend
-     * without `offset` starts at the file's position and moves it past the range, as
-     * os.sendfile(offset=None) would). 0, or -1 with an exception: TypeError/ValueError for a
-     * malformed message, RuntimeError naming the file for one that cannot be sent. */
+     * ours (O_CLOEXEC, blocking) on a regular file, *off and *count the range to send (bytes;
+     * zerocopysend without `offset` starts at the file's position and moves it past the range,
+     * as os.sendfile(offset=None) would). 0, or -1 with an exception: TypeError/ValueError for a
+     * malformed message, RuntimeError naming the file for one that cannot be sent.
+     * Nothing here can block the loop on what the app names: the path must be absolute (ASGI
+     * extensions, Path Send: never resolved against the working directory), it is opened with
+     * O_NONBLOCK (a FIFO with no writer, a tty or a device would otherwise block open(2)) and
+     * O_NOCTTY, and the descriptor is judged by fstat(2) before anything reads it: only a
+     * regular file, not on a pseudo file system (PSEUDO_FS), open for reading, is sent. */
     sk_state *st = r->st;
     PyObject *v = NULL, *path_b = NULL;
     const char *type = by_path ? "http.response.pathsend" : "http.response.zerocopysend";
@@ -1219,7 +1252,11 @@ file_from_message(RequestObject *r, PyObject *msg, int by_path, int *fd, uint64_
         if (!PyUnicode_FSConverter(v, &path_b)) {
             goto error;
         }
-        *fd = open(PyBytes_AS_STRING(path_b), O_RDONLY | O_CLOEXEC);
+        if (PyBytes_AS_STRING(path_b)[0] != '/') {
+            PyErr_Format(PyExc_RuntimeError, "%s: %R is not an absolute path", type, v);
+            goto error;
+        }
+        *fd = open(PyBytes_AS_STRING(path_b), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
         if (*fd < 0) {
             PyErr_Format(PyExc_RuntimeError, "%s: cannot open %R: %s", type, v, strerror(errno));
             goto error;
@@ -1244,6 +1281,24 @@ file_from_message(RequestObject *r, PyObject *msg, int by_path, int *fd, uint64_
     }
     if (fstat(*fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
         PyErr_Format(PyExc_RuntimeError, "%s: %R is not a regular file", type, v);
+        goto error;
+    }
+    if (on_pseudo_fs(*fd)) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s: %R is on a pseudo file system (procfs, sysfs, ...) whose size is not "
+                     "its length: read it and send http.response.body",
+                     type, v);
+        goto error;
+    }
+    int fl = fcntl(*fd, F_GETFL);
+    if (fl < 0 || (fl & O_ACCMODE) == O_WRONLY || (fl & O_PATH)) {
+        PyErr_Format(PyExc_RuntimeError, "%s: %R is not open for reading", type, v);
+        goto error;
+    }
+    if (by_path && fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        /* our own descriptor on a regular file: blocking again, as sendfile(2) expects (a
+         * zerocopysend descriptor shares its flags with the app's: left as the app set them) */
+        PyErr_Format(PyExc_RuntimeError, "%s: %R: %s", type, v, strerror(errno));
         goto error;
     }
     if (!have_off) {
@@ -1435,11 +1490,11 @@ done:
 static PyObject *
 send_early_hint(RequestObject *r, PyObject *msg)
 {
-    /* New reference: the completion awaitable of http.response.early_hint; NULL with an
-     * exception. Each sends "103 Early Hints" with one link field per `links` item (RFC 8297),
-     * at once, before the final response; to an HTTP/1.0 client nothing (RFC 8297 §2, RFC 9110
-     * §15.2: no 1xx to HTTP/1.0; the extension is not offered there). After http.response.start:
-     * RuntimeError. */
+    /* New reference: the completion awaitable of http.response.early_hint (a future while the
+     * unsent output is at or over SK_OUTPUT_HIGH_WATER); NULL with an exception. Each sends
+     * "103 Early Hints" with one link field per `links` item (RFC 8297), at once, before the
+     * final response; to an HTTP/1.0 client nothing (RFC 8297 §2, RFC 9110 §15.2: no 1xx to
+     * HTTP/1.0; the extension is not offered there). After http.response.start: RuntimeError. */
     sk_header_t stack_hdrs[8];
     sk_header_t *hdrs = stack_hdrs;
     PyObject *links = NULL, *seq = NULL, *res = NULL;
@@ -1503,6 +1558,12 @@ send_early_hint(RequestObject *r, PyObject *msg)
     if (sk_transport_write(c->t) < 0 || r->conn == NULL) {
         raise_disconnected(r);
         goto error;
+    }
+    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER || sk_transport_file_pending(c->t)) {
+        /* backpressure, as for a body with more_body: a client that reads nothing must not
+         * let an app queue hints without bound (writable() resolves it) */
+        res = add_waiter(r, &r->drain_waiters);
+        goto done;
     }
     res = ready(r, NULL);
     goto done;

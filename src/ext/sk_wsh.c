@@ -1150,7 +1150,12 @@ ws_send(PyObject *op, PyObject *msg)
         PyErr_Format(PyExc_RuntimeError, "Unexpected ASGI message type %R", type);
     }
     Py_DECREF(type);
-    if (ok == 0) {
+    if (ok == 0 && w->state == WS_RESPONSE && w->t != NULL &&
+        sk_transport_out_len(w->t) >= SK_OUTPUT_HIGH_WATER) {
+        /* a denial body with more_body: backpressure, as websocket.send and an HTTP body */
+        res = sk_asgi_add_waiter(st, w->srv->loop, &w->drain_waiters);
+    }
+    else if (ok == 0) {
         res = Py_NewRef(st->send_done);
     }
     return res;
