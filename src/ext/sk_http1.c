@@ -1198,9 +1198,9 @@ msg_offset(PyObject *msg, PyObject *key, const char *what, uint64_t *out)
  * with content, sysfs 4096 for a few bytes): what a file response sends from them would be empty
  * or cut short. statfs(2) f_type values, <linux/magic.h>. */
 static const unsigned long PSEUDO_FS[] = {
-    PROC_SUPER_MAGIC, SYSFS_MAGIC,     DEBUGFS_MAGIC,      TRACEFS_MAGIC,       SECURITYFS_MAGIC,
-    SELINUX_MAGIC,    SMACK_MAGIC,     CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, BPF_FS_MAGIC,
-    PSTOREFS_MAGIC,   EFIVARFS_MAGIC,  BINFMTFS_MAGIC,
+    PROC_SUPER_MAGIC, SYSFS_MAGIC,    DEBUGFS_MAGIC,      TRACEFS_MAGIC,       SECURITYFS_MAGIC,
+    SELINUX_MAGIC,    SMACK_MAGIC,    CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, BPF_FS_MAGIC,
+    PSTOREFS_MAGIC,   EFIVARFS_MAGIC, BINFMTFS_MAGIC,
 };
 
 static int
