@@ -9,6 +9,18 @@ conformance/test_robustness_round4_apps.py). Events go one a line to $SKIRR_TEST
     hang_startup     lifespan startup never answers (events startup, startup-cancelled).
     hang_shutdown    lifespan startup completes, shutdown never answers (events startup,
                      shutdown, shutdown-cancelled); HTTP: "ok".
+    stubborn         lifespan supported; an HTTP request, or a WebSocket session after accept,
+                     never ends and ignores every cancellation (events request or session, then
+                     one http-cancelled / websocket-cancelled per cancellation). HTTP /spawn:
+                     "ok", after starting a task of its own that ignores every cancellation
+                     (events spawned, other-cancelled ...).
+    stubborn_shutdown  lifespan shutdown never answers and ignores cancellation (events
+                     startup, shutdown, shutdown-cancelled ...); HTTP: "ok".
+    stubborn_startup   lifespan startup never answers and ignores cancellation (events
+                     startup, startup-cancelled ...).
+    exits_after_startup  lifespan startup completes, then the lifespan task raises
+                     SystemExit(4) 0.2 s later (events startup, exit); HTTP: "ok".
+    fails_after_startup  the same raising RuntimeError("after-startup").
     exits_factory    a factory raising SystemExit(3) (--factory).
     interrupt_factory  a factory raising KeyboardInterrupt (--factory).
 """
@@ -82,6 +94,74 @@ async def hang_shutdown(scope, receive, send):
     except asyncio.CancelledError:
         log("shutdown-cancelled")
         raise
+
+
+async def ignore_cancellation(what):
+    """Sleeps forever; each cancellation is logged (cancelled-WHAT) and ignored."""
+    while True:
+        try:
+            await asyncio.sleep(1000)
+        except asyncio.CancelledError:
+            log(f"{what}-cancelled")
+
+
+SPAWNED = set()  # the /spawn tasks (a reference, as asyncio asks)
+
+
+async def stubborn(scope, receive, send):
+    if scope["type"] == "lifespan":
+        await app(scope, receive, send)
+        return
+    if scope["path"] == "/spawn":
+        SPAWNED.add(asyncio.get_running_loop().create_task(ignore_cancellation("other")))
+        log("spawned")
+        await ok(send)
+        return
+    if scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        log("session")
+    else:
+        log("request")
+    await ignore_cancellation(scope["type"])
+
+
+async def stubborn_shutdown(scope, receive, send):
+    if scope["type"] == "http":
+        await ok(send)
+        return
+    await receive()
+    log("startup")
+    await send({"type": "lifespan.startup.complete"})
+    await receive()
+    log("shutdown")
+    await ignore_cancellation("shutdown")
+
+
+async def stubborn_startup(scope, receive, send):
+    assert scope["type"] == "lifespan"
+    await receive()
+    log("startup")
+    await ignore_cancellation("startup")
+
+
+def raising_after_startup(exc):
+    async def app(scope, receive, send):
+        if scope["type"] == "http":
+            await ok(send)
+            return
+        await receive()
+        log("startup")
+        await send({"type": "lifespan.startup.complete"})
+        await asyncio.sleep(0.2)
+        log("exit")
+        raise exc
+
+    return app
+
+
+exits_after_startup = raising_after_startup(SystemExit(4))
+fails_after_startup = raising_after_startup(RuntimeError("after-startup"))
 
 
 def exits_factory():
