@@ -683,3 +683,23 @@ def test_request_shutdown_while_cancelled_tasks_are_waited_for_returns_1_at_once
         "the shutdown request: cancelling it, not serving",
         "Forced exit: 1 application task(s) still running after their cancellation "
         "(1 lifespan)"]
+
+
+@pytest.mark.rule("skirr-stop-bounded-cancel-ignored")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_async_generator_whose_clean_up_never_ends_is_abandoned_1_s_later(tmp_path, loop):
+    """An async generator of the app left open, whose finally never ends: the loop's
+    shutdown_asyncgens() (asyncio.run: unbounded) gets 1 s, then one ERROR line and exit 1."""
+    port = _proc.free_port()
+    args = ["robust4:endless_agen", "--loop", loop, "--port", str(port), "--no-access-log"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(port)
+        r = _proc.request(port, "GET", "/")
+        assert (r.status, r.body) == (200, b"ok")
+        status, took, stderr = _stopped(proc)
+    assert status == 1, stderr
+    assert 1.0 <= took < 2.5, f"exited {took:.2f} s after the signal:\n{stderr}"
+    assert stderr.endswith(
+        SHUTDOWN_DONE + "ERROR:    Async generator(s) did not close within 1 s: exiting\n"), stderr
+    assert "Task was destroyed" not in stderr, stderr
+    assert proc.events[:3] == ["startup", "shutdown", "agen-closing"], proc.events

@@ -21,6 +21,9 @@ conformance/test_robustness_round4_apps.py). Events go one a line to $SKIRR_TEST
     exits_after_startup  lifespan startup completes, then the lifespan task raises
                      SystemExit(4) 0.2 s later (events startup, exit); HTTP: "ok".
     fails_after_startup  the same raising RuntimeError("after-startup").
+    endless_agen     lifespan supported; HTTP: "ok" after taking one item of an async generator
+                     that it keeps, whose clean-up (finally) never ends and ignores cancellation
+                     (events agen-closing, agen-cancelled ...).
     exits_factory    a factory raising SystemExit(3) (--factory).
     interrupt_factory  a factory raising KeyboardInterrupt (--factory).
 """
@@ -162,6 +165,28 @@ def raising_after_startup(exc):
 
 exits_after_startup = raising_after_startup(SystemExit(4))
 fails_after_startup = raising_after_startup(RuntimeError("after-startup"))
+
+
+async def _endless_clean_up():
+    try:
+        while True:
+            yield b"x"
+    finally:
+        log("agen-closing")
+        await ignore_cancellation("agen")
+
+
+KEPT = []  # the generators /endless_agen took an item of (closed only by the loop's shutdown)
+
+
+async def endless_agen(scope, receive, send):
+    if scope["type"] == "lifespan":
+        await app(scope, receive, send)
+        return
+    gen = _endless_clean_up()
+    KEPT.append(gen)
+    await gen.__anext__()
+    await ok(send)
 
 
 def exits_factory():

@@ -86,6 +86,7 @@ class Server:
         self._requests = 0
         self._requests_served = 0
         self._owns_loop = False  # run() made the loop: serve() leaves the signal handlers to it
+        self._abandoned: set[asyncio.Task[Any]] = set()  # tasks _reap() gave up on
         self._given = list(sockets) if sockets is not None else None
         # Hooks for skirr's own worker processes and gunicorn's worker class (skirr._worker,
         # skirr.workers): the signals handled, a call with the running loop before anything else,
@@ -149,23 +150,31 @@ class Server:
             tasks = asyncio.all_tasks(loop)
             if tasks:
                 loop.run_until_complete(self._reap(tasks))
-            loop.run_until_complete(loop.shutdown_asyncgens())
+            # An async generator whose clean-up never ends is bounded the same way (asyncio's
+            # shutdown_asyncgens gathers their aclose() without a bound).
+            loop.run_until_complete(self._reap(set(), loop.shutdown_asyncgens()))
             loop.run_until_complete(loop.shutdown_default_executor())
         finally:
             if threading.current_thread() is threading.main_thread():
                 for signum in self._signals:  # serve() left them installed (no default death)
                     loop.remove_signal_handler(signum)
 
-    async def _reap(self, tasks: set[asyncio.Task[Any]]) -> None:
+    async def _reap(self, tasks: set[asyncio.Task[Any]],
+                    closing: Awaitable[None] | None = None) -> None:
         """Cancels ``tasks`` (those not already cancelled: a second cancel would interrupt their
         clean-up) and waits up to CANCEL_GRACE seconds, or until a signal (or
         :meth:`request_shutdown`), for them to end. Those still running are logged and
         abandoned: the exit status becomes 1, and the loop neither waits for them nor reports
-        them as destroyed while pending."""
+        them as destroyed while pending. With ``closing`` (``loop.shutdown_asyncgens()``), it
+        is that awaitable that gets the CANCEL_GRACE seconds, and the tasks it started that are
+        abandoned then (the async generators' ``aclose()``)."""
         loop = asyncio.get_running_loop()
+        before = asyncio.all_tasks(loop)
         for task in tasks:
             if not task.done() and not task.cancelling():
                 task.cancel()
+        if closing is not None:
+            tasks = {asyncio.ensure_future(closing)}
         # A request from the end of serve() on forces the exit (a fresh event: a force that came
         # before is spent, the cancelled tasks still get their grace).
         self._stop = asyncio.Event()
@@ -178,21 +187,30 @@ class Server:
         pending = [task for task in tasks if not task.done()]
         if not pending:
             return
-        if self._force.is_set():
+        if closing is not None:
+            pending = list(asyncio.all_tasks(loop) - before)  # it, and the aclose() it awaits
+            if self._force.is_set():
+                logger.warning("Forced exit: async generator(s) still closing")
+            else:
+                logger.error("Async generator(s) did not close within %g s: exiting",
+                             CANCEL_GRACE)
+        elif self._force.is_set():
             logger.warning("Forced exit: %d application task(s) still running after their "
                            "cancellation (%s)", len(pending), _task_kinds(pending))
         else:
             logger.error("%d application task(s) ignored cancellation for %g s (%s): exiting",
                          len(pending), CANCEL_GRACE, _task_kinds(pending))
         self.exit_code = 1
-        abandoned = set(pending)
+        abandoned = self._abandoned
+        if not abandoned:
 
-        def quiet(lp: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-            if context.get("task") in abandoned:
-                return  # "Task was destroyed but it is pending!": said above, once
-            lp.default_exception_handler(context)
+            def quiet(lp: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+                if context.get("task") in abandoned:
+                    return  # "Task was destroyed but it is pending!": said above, once
+                lp.default_exception_handler(context)
 
-        loop.set_exception_handler(quiet)
+            loop.set_exception_handler(quiet)
+        abandoned.update(pending)
 
     def metrics(self) -> dict[str, Any] | None:
         """The native counters of ``--metrics-port`` summed over this server's listeners (the
