@@ -137,7 +137,8 @@ def test_shutdown_failed_ends_run_with_1(loop_name):
 @rule("skirr-lifespan-shutdown-bounded")
 def test_shutdown_that_never_answers_is_cancelled_after_the_bound(loop_name):
     """A lifespan shutdown that never answers is given what is left of timeout_graceful_shutdown
-    plus 5 s (the supervisor's kill margin): then it is logged, cancelled, and run() returns 1."""
+    plus 4 s (the supervisor's 5 s kill margin less the 1 s a cancelled task gets to end): then
+    it is logged, cancelled, and run() returns 1."""
     entered = Recorder()
 
     async def app(scope, receive, send):
@@ -158,10 +159,10 @@ def test_shutdown_that_never_answers_is_cancelled_after_the_bound(loop_name):
     run.server.request_shutdown()
     assert run.join() == 1
     elapsed = time.monotonic() - t0
-    assert 5.0 <= elapsed <= 8.0, f"run() returned {elapsed:.2f} s after the shutdown request"
+    assert 4.0 <= elapsed <= 7.0, f"run() returned {elapsed:.2f} s after the shutdown request"
     assert entered.items == ["shutdown", "cancelled"]
     assert any("Application shutdown did not complete within 0.5 s (--timeout-graceful-shutdown "
-               "plus 5 s): cancelling it" in t for t in run.handler.texts()), run.handler.texts()
+               "plus 4 s): cancelling it" in t for t in run.handler.texts()), run.handler.texts()
 
 
 async def _raising(scope, receive, send):

@@ -20,6 +20,7 @@ loop. Every wait is bounded.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import signal
 import socket
@@ -461,3 +462,244 @@ def test_second_signal_during_a_hanging_lifespan_exits_at_once(tmp_path, loop, p
     assert took < 2.0, f"exited {took:.2f} s after the second signal:\n{stderr}"
     assert stderr.endswith(f"WARNING:  Forced exit: cancelling application {phase}\n"), stderr
     assert proc.events[-1] == f"{phase}-cancelled"
+
+
+# ---------------------------------------------------------------------------------------------
+# Every stop is bounded, also when the application ignores its cancellation (the tasks left get
+# 1 s), and a lifespan task failing after startup says why the exit status is 1.
+
+GRACE_LINE = "ERROR:    1 application task(s) ignored cancellation for 1 s (1 {kind}): exiting\n"
+DRAIN_TIMEOUT = ("WARNING:  Graceful shutdown timed out after 1 s: closing 1 connection(s), "
+                 "1 request(s) in flight\n")
+SHUTDOWN_DONE = ("INFO:     Waiting for application shutdown.\n"
+                 "INFO:     Application shutdown complete.\n")
+
+
+def _stubborn_unit(proc: _proc.Skirr, port: int, what: str) -> socket.socket:
+    """Starts a request (what="http") or a WebSocket session that ignores cancellation."""
+    proc.wait_accepting(port)
+    client = _proc.connect(port)
+    if what == "http":
+        client.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        _wait_event(proc, "request")
+    else:
+        client.sendall(upgrade(target="/ws"))
+        assert client.recv(4096).startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+        _wait_event(proc, "session")
+    return client
+
+
+def _stopped(proc: _proc.Skirr, signum: int = signal.SIGTERM) -> tuple[int, float, str]:
+    t0 = time.monotonic()
+    proc.proc.send_signal(signum)
+    status = proc.wait()
+    return status, time.monotonic() - t0, proc.stderr
+
+
+@pytest.mark.rule("skirr-stop-bounded-cancel-ignored")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+@pytest.mark.parametrize("what", ["http", "websocket"])
+def test_request_ignoring_cancellation_ends_the_process_1_s_later(tmp_path, loop, what):
+    """A request, or a WebSocket session after accept, that catches and ignores every
+    cancellation: SIGTERM drains for --timeout-graceful-shutdown (1 s), cancels it, lifespan
+    shutdown completes, 1 s later one ERROR line names it and the process exits 1 (asyncio.run
+    and the issue: alive for ever, a second signal a bare 143)."""
+    port = _proc.free_port()
+    args = ["robust4:stubborn", "--loop", loop, "--port", str(port),
+            "--timeout-graceful-shutdown", "1", "--no-access-log"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        with _stubborn_unit(proc, port, what):
+            status, took, stderr = _stopped(proc)
+    assert status == 1, stderr
+    assert 2.0 <= took < 4.0, f"exited {took:.2f} s after the signal:\n{stderr}"
+    assert stderr.endswith(
+        "INFO:     Shutting down\n" + DRAIN_TIMEOUT + SHUTDOWN_DONE
+        + GRACE_LINE.format(kind=what)), stderr
+    assert "Task was destroyed" not in stderr, stderr
+    assert proc.events.count(f"{what}-cancelled") == 1, proc.events
+    assert proc.events[-1] in ("shutdown", f"{what}-cancelled"), proc.events
+
+
+@pytest.mark.rule("skirr-stop-bounded-cancel-ignored")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+@pytest.mark.parametrize("phase", ["startup", "shutdown"])
+def test_lifespan_ignoring_cancellation_ends_the_process_1_s_later(tmp_path, loop, phase):
+    """Lifespan startup (stopped during it) or shutdown that never answers and ignores its
+    cancellation: after its bound (startup: --timeout-graceful-shutdown, 1 s; shutdown: that
+    plus 4 s) it is cancelled with its line, 1 s later one ERROR line names the lifespan task,
+    exit 1: within the supervisor's kill bound of graceful + 5 s."""
+    port = _proc.free_port()
+    args = [f"robust4:stubborn_{phase}", "--loop", loop, "--port", str(port),
+            "--timeout-graceful-shutdown", "1"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        if phase == "startup":
+            _wait_event(proc, "startup")
+        else:
+            proc.wait_accepting(port)
+        status, took, stderr = _stopped(proc)
+    assert status == 1, stderr
+    if phase == "startup":
+        assert 2.0 <= took < 4.0, f"exited {took:.2f} s after the signal:\n{stderr}"
+        assert stderr == ("INFO:     Waiting for application startup.\n" + STARTUP_LINE
+                          + GRACE_LINE.format(kind="lifespan")), stderr
+    else:
+        assert 5.5 <= took < 6.0 + 1.5, f"exited {took:.2f} s after the signal:\n{stderr}"
+        assert stderr.endswith(
+            "INFO:     Waiting for application shutdown.\n"
+            "ERROR:    Application shutdown did not complete within 1 s "
+            "(--timeout-graceful-shutdown plus 4 s): cancelling it\n"
+            + GRACE_LINE.format(kind="lifespan")), stderr
+    assert proc.events == ["startup", *(["shutdown"] if phase == "shutdown" else []),
+                           f"{phase}-cancelled"], proc.events
+
+
+@pytest.mark.rule("skirr-stop-bounded-cancel-ignored")
+@pytest.mark.parametrize("signum, loop", [(signal.SIGTERM, "asyncio"), (signal.SIGINT, "uvloop"),
+                                          (signal.SIGINT, "asyncio"), (signal.SIGTERM, "uvloop")])
+def test_a_signal_while_cancelled_tasks_are_waited_for_exits_at_once(tmp_path, signum, loop):
+    """While skirr waits the 1 s for a cancelled request that ignores it, a second SIGTERM or
+    SIGINT ends the wait at once: one WARNING 'Forced exit' line, exit 1 (the issue: 143 with
+    nothing said, or 1 with asyncio's 'Task was destroyed but it is pending!')."""
+    port = _proc.free_port()
+    args = ["robust4:stubborn", "--loop", loop, "--port", str(port),
+            "--timeout-graceful-shutdown", "1", "--no-access-log"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        with _stubborn_unit(proc, port, "http"):
+            proc.proc.send_signal(signal.SIGTERM)
+            proc.wait_stderr("INFO:     Application shutdown complete.\n")
+            time.sleep(0.2)  # into the 1 s wait (a signal before it is a forced exit too)
+            status, took, stderr = _stopped(proc, signum)
+    assert status == 1, stderr
+    assert took < 0.9, f"exited {took:.2f} s after the second signal:\n{stderr}"
+    assert stderr.endswith(SHUTDOWN_DONE + "WARNING:  Forced exit: 1 application task(s) still "
+                           "running after their cancellation (1 http)\n"), stderr
+    assert "Task was destroyed" not in stderr, stderr
+
+
+@pytest.mark.rule("skirr-stop-bounded-cancel-ignored")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_supervisor_worker_ignoring_cancellation_ends_itself_before_the_kill(tmp_path, loop):
+    """--workers 2, a request ignoring its cancellation in one worker: SIGTERM to the supervisor;
+    that worker logs the line and ends itself with status 1 about 2 s later (drain 1 s + 1 s),
+    well before the supervisor's kill (graceful + 5 s); the other worker exits 0, the
+    supervisor 1."""
+    port = _proc.free_port()
+    args = ["robust4:stubborn", "--loop", loop, "--port", str(port), "--workers", "2",
+            "--timeout-graceful-shutdown", "1", "--no-access-log"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        _wait_until(lambda: proc.stderr.count("skirr running on") == 2, "both workers serve")
+        with _stubborn_unit(proc, port, "http"):
+            status, took, stderr = _stopped(proc)
+    assert status == 1, stderr
+    assert 2.0 <= took < 4.0, f"exited {took:.2f} s after the signal:\n{stderr}"
+    assert stderr.count(GRACE_LINE.format(kind="http")) == 1, stderr
+    assert re.search(r"INFO:     Worker \[\d+\] stopped \(exit status 1\)\n", stderr), stderr
+    assert re.search(r"INFO:     Worker \[\d+\] stopped \(exit status 0\)\n", stderr), stderr
+    assert "killing" not in stderr.lower() and "SIGKILL" not in stderr, stderr
+
+
+@pytest.mark.rule("skirr-lifespan-failed-after-startup")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+@pytest.mark.parametrize("app, line", [
+    ("exits_after_startup", "ERROR:    the application raised SystemExit(4) in the 'lifespan' "
+                            "protocol after startup completed\n"),
+    ("fails_after_startup", "ERROR:    Exception in 'lifespan' protocol\n"),
+])
+def test_lifespan_failing_after_startup_says_why_the_exit_status_is_1(tmp_path, loop, app, line):
+    """The lifespan task raises SystemExit(4) (or RuntimeError) after lifespan.startup.complete:
+    logged as after startup (not 'during startup'), requests are still served, and SIGTERM exits
+    1 with lifespan shutdown skipped and one line saying so."""
+    port = _proc.free_port()
+    args = [f"robust4:{app}", "--loop", loop, "--port", str(port), "--no-access-log"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(port)
+        proc.wait_event("exit")
+        proc.wait_stderr(line)
+        r = _proc.request(port, "GET", "/")
+        assert (r.status, r.body) == (200, b"ok")
+        status, took, stderr = _stopped(proc)
+    assert status == 1, stderr
+    assert took < 2.0, f"exited {took:.2f} s after the signal:\n{stderr}"
+    assert stderr.count(line) == 1, stderr
+    assert "during startup" not in stderr, stderr
+    assert stderr.endswith(
+        "INFO:     Shutting down\n"
+        "ERROR:    Application shutdown skipped: the 'lifespan' task failed after startup "
+        "(exit status 1)\n"), stderr
+    assert proc.events == ["startup", "exit"]
+
+
+@pytest.mark.rule("skirr-stop-bounded-cancel-ignored")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_task_of_the_app_ignoring_cancellation_ends_the_process_1_s_later(tmp_path, loop):
+    """A task the application created itself (not a request's) that ignores cancellation: the
+    stop is clean up to lifespan shutdown, then the task is cancelled (as asyncio.run does) and
+    1 s later one ERROR line names it ('other') and the process exits 1."""
+    port = _proc.free_port()
+    args = ["robust4:stubborn", "--loop", loop, "--port", str(port),
+            "--timeout-graceful-shutdown", "1", "--no-access-log"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(port)
+        r = _proc.request(port, "GET", "/spawn")
+        assert (r.status, r.body) == (200, b"ok")
+        status, took, stderr = _stopped(proc)
+    assert status == 1, stderr
+    assert 1.0 <= took < 2.5, f"exited {took:.2f} s after the signal:\n{stderr}"
+    assert stderr.endswith("INFO:     Shutting down\n" + SHUTDOWN_DONE
+                           + GRACE_LINE.format(kind="other")), stderr
+    assert proc.events == ["startup", "spawned", "shutdown", "other-cancelled"], proc.events
+
+
+@pytest.mark.rule("skirr-stop-bounded-cancel-ignored")
+def test_request_shutdown_while_cancelled_tasks_are_waited_for_returns_1_at_once(loop_name):
+    """In process (Server.run() in a thread: no signal handlers): a lifespan startup ignoring
+    its cancellation, request_shutdown() (startup bound 0.3 s, cancelled), then a second
+    request_shutdown() during the 1 s wait: run() returns 1 at once with the Forced exit line."""
+    from test_asgi_lifespan import Unstarted
+
+    entered = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        entered.put("startup")
+        while True:
+            try:
+                await asyncio.sleep(1000)
+            except asyncio.CancelledError:
+                entered.put("cancelled")
+
+    run = Unstarted(app, loop_name, lifespan="on", timeout_graceful_shutdown=0.3)
+    entered.wait(1)
+    run.server.request_shutdown()
+    entered.wait(2)  # cancelled: the 1 s wait began
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    run.server.request_shutdown()
+    assert run.join() == 1
+    took = time.monotonic() - t0
+    assert took < 0.7, f"run() returned {took:.2f} s after the second request"
+    assert run.handler.texts(logging.WARNING) == [
+        "Application startup did not complete within 0.3 s (--timeout-graceful-shutdown) of "
+        "the shutdown request: cancelling it, not serving",
+        "Forced exit: 1 application task(s) still running after their cancellation "
+        "(1 lifespan)"]
+
+
+@pytest.mark.rule("skirr-stop-bounded-cancel-ignored")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_async_generator_whose_clean_up_never_ends_is_abandoned_1_s_later(tmp_path, loop):
+    """An async generator of the app left open, whose finally never ends: the loop's
+    shutdown_asyncgens() (asyncio.run: unbounded) gets 1 s, then one ERROR line and exit 1."""
+    port = _proc.free_port()
+    args = ["robust4:endless_agen", "--loop", loop, "--port", str(port), "--no-access-log"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(port)
+        r = _proc.request(port, "GET", "/")
+        assert (r.status, r.body) == (200, b"ok")
+        status, took, stderr = _stopped(proc)
+    assert status == 1, stderr
+    assert 1.0 <= took < 2.5, f"exited {took:.2f} s after the signal:\n{stderr}"
+    assert stderr.endswith(
+        SHUTDOWN_DONE + "ERROR:    Async generator(s) did not close within 1 s: exiting\n"), stderr
+    assert "Task was destroyed" not in stderr, stderr
+    assert proc.events[:3] == ["startup", "shutdown", "agen-closing"], proc.events

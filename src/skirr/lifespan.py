@@ -80,6 +80,9 @@ class Lifespan:
         if not self._supported or self._task is None:
             return
         if self._task.done():
+            if self.failed:  # it failed after startup (logged then): say why the status is 1
+                logger.error("Application shutdown skipped: the 'lifespan' task failed after "
+                             "startup (exit status 1)")
             return
         logger.info("Waiting for application shutdown.")
         self._phase = _SHUTDOWN
@@ -124,8 +127,9 @@ class Lifespan:
             else:
                 # SystemExit, KeyboardInterrupt, ...: the app's, not the server's: one line, and
                 # the run ends through the normal failed path (exit 1), never the app's code.
-                logger.error("the application raised %r in the 'lifespan' protocol during %s",
-                             exc, self._phase)
+                when = (f"after {self._phase} completed" if self._phase in self._done_phases
+                        else f"during {self._phase}")
+                logger.error("the application raised %r in the 'lifespan' protocol %s", exc, when)
                 self.failed = True
         else:
             if self._phase not in self._done_phases:

@@ -10,7 +10,10 @@ socket is bound but not listening during startup, so a failed startup never acce
 Shutdown (SIGINT, SIGTERM or ``request_shutdown()``):
 stop accepting, close the listening socket, ``native.shutdown()``, wait (polling every 50 ms, up to
 ``timeout_graceful_shutdown``) until no connection and no request is left, ``native.close()``,
-lifespan shutdown. A second signal forces exit: no more waiting, no lifespan shutdown, status 1.
+lifespan shutdown, then (``run()``, which owns the loop) the tasks left are cancelled and get
+CANCEL_GRACE seconds to end: one that ignores its cancellation is logged and abandoned, status 1.
+A second signal forces exit: no more waiting, no lifespan shutdown, status 1; the signal handlers
+stay installed until the loop's last task has ended or been abandoned (never the default death).
 ``limit_max_requests`` starts the same graceful shutdown once the reactor's ``total_requests``
 reaches the limit (plus its jitter), checked every 50 ms by a watcher task that exists only when
 the limit is set.
@@ -44,6 +47,10 @@ _POLL_INTERVAL = 0.05  # seconds between checks while draining
 # answered) instead of being closed as idle.
 _ACCEPT_GRACE = 0.05
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Seconds the tasks left when serving ends (cancelled requests, WebSocket sessions, the lifespan
+# task, tasks the application spawned) get to end after their cancellation; one still running
+# then ignored it and is abandoned (rule skirr-stop-bounded-cancel-ignored).
+CANCEL_GRACE = 1.0
 
 
 class Server:
@@ -60,7 +67,8 @@ class Server:
         started: a ``threading.Event`` set once the server accepts connections.
         draining: True once shutdown started (``health_check_path`` answers 503).
         exit_code: ``None`` while running; then 0 after a clean shutdown, 1 after a failed lifespan
-            startup or shutdown, a forced exit, or an error raised by :meth:`run`.
+            startup or shutdown, a forced exit, an application task that ignored its cancellation,
+            or an error raised by :meth:`run`.
     """
 
     def __init__(self, config: Config, *, sockets: list[socket.socket] | None = None) -> None:
@@ -73,6 +81,12 @@ class Server:
         self._stop: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
         self._stop_requested = False
+        # Shutdown requests (signals, request_shutdown) seen, and how many there were when serve()
+        # ended: one after that forces the end of the wait for cancelled tasks (_reap).
+        self._requests = 0
+        self._requests_served = 0
+        self._owns_loop = False  # run() made the loop: serve() leaves the signal handlers to it
+        self._abandoned: set[asyncio.Task[Any]] = set()  # tasks _reap() gave up on
         self._given = list(sockets) if sockets is not None else None
         # Hooks for skirr's own worker processes and gunicorn's worker class (skirr._worker,
         # skirr.workers): the signals handled, a call with the running loop before anything else,
@@ -97,7 +111,10 @@ class Server:
         """Serves until shutdown, on a new event loop of the configured kind; blocks.
 
         Usable from any thread; signal handlers (SIGINT, SIGTERM) are installed only in the main
-        thread, so elsewhere stop it with :meth:`request_shutdown`.
+        thread, so elsewhere stop it with :meth:`request_shutdown`. Once :meth:`serve` ended,
+        the loop's tasks left are cancelled and get CANCEL_GRACE (1 s) to end before the loop
+        closes; one that ignores its cancellation is abandoned, logged, and the status is 1
+        (rule skirr-stop-bounded-cancel-ignored).
 
         Returns:
             ``exit_code``.
@@ -108,15 +125,92 @@ class Server:
                 with that exception as ``__cause__``), or ``loop="uvloop"`` without uvloop.
         """
         try:
-            loop_factory = self.config.loop_factory()
-            with asyncio.Runner(loop_factory=loop_factory) as runner:
-                runner.run(self.serve())
+            loop = self.config.loop_factory()()
+            self._owns_loop = True
+            try:
+                loop.run_until_complete(self.serve())
+            finally:
+                try:
+                    self._close_loop(loop)
+                finally:
+                    loop.close()
         except BaseException:
             if self.exit_code is None:
                 self.exit_code = 1
             raise
         assert self.exit_code is not None
         return self.exit_code
+
+    def _close_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """What ``asyncio.Runner`` does on its way out (cancel what is left, finish async
+        generators, shut the default executor down), except that the tasks left get CANCEL_GRACE
+        seconds to end (rule skirr-stop-bounded-cancel-ignored): an application task that ignores
+        its cancellation is logged and abandoned (exit status 1) instead of waited for forever."""
+        try:
+            tasks = asyncio.all_tasks(loop)
+            if tasks:
+                loop.run_until_complete(self._reap(tasks))
+            # An async generator whose clean-up never ends is bounded the same way (asyncio's
+            # shutdown_asyncgens gathers their aclose() without a bound).
+            loop.run_until_complete(self._reap(set(), loop.shutdown_asyncgens()))
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                for signum in self._signals:  # serve() left them installed (no default death)
+                    loop.remove_signal_handler(signum)
+
+    async def _reap(self, tasks: set[asyncio.Task[Any]],
+                    closing: Awaitable[None] | None = None) -> None:
+        """Cancels ``tasks`` (those not already cancelled: a second cancel would interrupt their
+        clean-up) and waits up to CANCEL_GRACE seconds, or until a signal (or
+        :meth:`request_shutdown`), for them to end. Those still running are logged and
+        abandoned: the exit status becomes 1, and the loop neither waits for them nor reports
+        them as destroyed while pending. With ``closing`` (``loop.shutdown_asyncgens()``), it
+        is that awaitable that gets the CANCEL_GRACE seconds, and the tasks it started that are
+        abandoned then (the async generators' ``aclose()``)."""
+        loop = asyncio.get_running_loop()
+        before = asyncio.all_tasks(loop)
+        for task in tasks:
+            if not task.done() and not task.cancelling():
+                task.cancel()
+        if closing is not None:
+            tasks = {asyncio.ensure_future(closing)}
+        # A request from the end of serve() on forces the exit (a fresh event: a force that came
+        # before is spent, the cancelled tasks still get their grace).
+        self._stop = asyncio.Event()
+        self._stop.set()
+        self._force = asyncio.Event()
+        if self._requests > self._requests_served:
+            self._force.set()
+        self._install_signal_handlers(loop)  # none when serve() failed before installing them
+        await self._unless_forced(asyncio.wait(tasks, timeout=CANCEL_GRACE))
+        pending = [task for task in tasks if not task.done()]
+        if not pending:
+            return
+        if closing is not None:
+            pending = list(asyncio.all_tasks(loop) - before)  # it, and the aclose() it awaits
+            if self._force.is_set():
+                logger.warning("Forced exit: async generator(s) still closing")
+            else:
+                logger.error("Async generator(s) did not close within %g s: exiting",
+                             CANCEL_GRACE)
+        elif self._force.is_set():
+            logger.warning("Forced exit: %d application task(s) still running after their "
+                           "cancellation (%s)", len(pending), _task_kinds(pending))
+        else:
+            logger.error("%d application task(s) ignored cancellation for %g s (%s): exiting",
+                         len(pending), CANCEL_GRACE, _task_kinds(pending))
+        self.exit_code = 1
+        abandoned = self._abandoned
+        if not abandoned:
+
+            def quiet(lp: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+                if context.get("task") in abandoned:
+                    return  # "Task was destroyed but it is pending!": said above, once
+                lp.default_exception_handler(context)
+
+            loop.set_exception_handler(quiet)
+        abandoned.update(pending)
 
     def metrics(self) -> dict[str, Any] | None:
         """The native counters of ``--metrics-port`` summed over this server's listeners (the
@@ -257,8 +351,9 @@ class Server:
                 lifespan.cancel()
             self.exit_code = 1 if (lifespan.failed or not shutdown_done) else 0
         finally:
+            self._requests_served = self._requests
             if watcher is not None:
-                watcher.cancel()  # asyncio.Runner finishes it on the way out
+                watcher.cancel()  # run() (or the loop's owner) finishes it on the way out
             for native in natives:
                 native.close()
             if self._natives:  # the final counts, without keeping the native servers alive
@@ -273,8 +368,9 @@ class Server:
             if owned and config.uds:
                 with contextlib.suppress(OSError):
                     os.unlink(config.uds)
-            for signum in handlers:
-                loop.remove_signal_handler(signum)
+            if not self._owns_loop:  # else run() keeps them until the loop's last task ended
+                for signum in handlers:
+                    loop.remove_signal_handler(signum)
             if self.exit_code is None:
                 self.exit_code = 1
 
@@ -400,7 +496,8 @@ class Server:
     async def _lifespan_shutdown(self, lifespan: Lifespan, stop_at: float) -> bool:
         """Runs lifespan shutdown within what is left of ``drain_delay`` plus
         ``timeout_graceful_shutdown`` since ``stop_at`` (loop time, seconds), plus SHUTDOWN_MARGIN
-        seconds: the bound the supervisor gives a worker before it kills it. True when it ended
+        less CANCEL_GRACE seconds: with the CANCEL_GRACE its cancelled task may then take, within
+        the bound the supervisor gives a worker before it kills it. True when it ended
         in time (completed or failed: ``lifespan.failed`` tells), False when it was still running
         (logged; the caller cancels it and the exit status is 1). No bound when
         ``timeout_graceful_shutdown`` is None."""
@@ -410,12 +507,13 @@ class Server:
             return True
         loop = asyncio.get_running_loop()
         left = max(0.0, stop_at + self.config.drain_delay + graceful - loop.time())
+        margin = SHUTDOWN_MARGIN - CANCEL_GRACE
         try:
-            await asyncio.wait_for(lifespan.shutdown(), left + SHUTDOWN_MARGIN)
+            await asyncio.wait_for(lifespan.shutdown(), left + margin)
         except asyncio.TimeoutError:
             logger.error(
                 "Application shutdown did not complete within %g s (--timeout-graceful-shutdown "
-                "plus %g s): cancelling it", graceful, SHUTDOWN_MARGIN)
+                "plus %g s): cancelling it", graceful, margin)
             return False
         return True
 
@@ -451,6 +549,7 @@ class Server:
 
     def _on_shutdown_request(self) -> None:
         assert self._stop is not None and self._force is not None
+        self._requests += 1
         if self._stop.is_set():
             self._force.set()
         else:
@@ -465,6 +564,26 @@ class Server:
         if sock.family == socket.AF_INET6:
             host = f"[{host}]"
         return f"http://{host}:{port}"
+
+
+def _task_kinds(tasks: list[asyncio.Task[Any]]) -> str:
+    """What ``tasks`` run, counted: "1 http, 1 lifespan" (``http`` a request's application,
+    ``websocket`` a WebSocket session's, ``lifespan`` the lifespan task, ``other`` a task the
+    application created itself)."""
+    counts: dict[str, int] = {}
+    for task in tasks:
+        coro = task.get_coro()
+        name = f"{type(coro).__module__}.{type(coro).__name__}"
+        if name == "skirr._native.Request":
+            kind = "http"
+        elif name == "skirr._native.WebSocket":
+            kind = "websocket"
+        elif getattr(coro, "__qualname__", None) == "Lifespan._main":
+            kind = "lifespan"
+        else:
+            kind = "other"
+        counts[kind] = counts.get(kind, 0) + 1
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
 
 
 def _trace(event: str, client: tuple[str, int] | None) -> None:
