@@ -671,6 +671,22 @@ add_waiter(RequestObject *r, PyObject **list)
     return sk_asgi_add_waiter(r->st, r->srv->loop, list);
 }
 
+static PyObject *
+sent_or_wait(RequestObject *r)
+{
+    /* New reference: what a send() that wrote and may be repeated returns (a body chunk with
+     * more_body, an early hint): a waiter while the unsent output is at or over
+     * SK_OUTPUT_HIGH_WATER or a file range is being sent (one at a time; the transport's
+     * writable() entry resolves it), else a completed awaitable; NULL with an exception. Rule
+     * skirr-flow-every-send-waits: a client that reads nothing cannot make the app queue
+     * without bound. */
+    sk_transport_t *t = r->conn->t;
+    if (sk_transport_out_len(t) >= SK_OUTPUT_HIGH_WATER || sk_transport_file_pending(t)) {
+        return add_waiter(r, &r->drain_waiters); /* each sender waits: one list for all */
+    }
+    return ready(r, NULL);
+}
+
 /* Every waiter of a request that will get no more events: receive() gets http.disconnect (or
  * what is left of the body), send() waiting for drain completes (the response is complete) or
  * raises ClientDisconnected (it is not). */
@@ -1044,12 +1060,7 @@ response_queued(RequestObject *r, http1_conn_t *c, int more)
         release_waiters(r); /* receive() sees http.disconnect; senders waiting for drain go on */
         return ready(r, NULL);
     }
-    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER || sk_transport_file_pending(c->t)) {
-        /* Backpressure: complete only when the unsent output is below the high-water mark and
-         * a file range is sent (one at a time): the transport's writable() entry resolves it. */
-        return add_waiter(r, &r->drain_waiters); /* each sender waits: one list for all */
-    }
-    return ready(r, NULL);
+    return sent_or_wait(r);
 }
 
 static int
@@ -1559,13 +1570,7 @@ send_early_hint(RequestObject *r, PyObject *msg)
         raise_disconnected(r);
         goto error;
     }
-    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER || sk_transport_file_pending(c->t)) {
-        /* backpressure, as for a body with more_body: a client that reads nothing must not
-         * let an app queue hints without bound (writable() resolves it) */
-        res = add_waiter(r, &r->drain_waiters);
-        goto done;
-    }
-    res = ready(r, NULL);
+    res = sent_or_wait(r);
     goto done;
 error:
     res = NULL;
