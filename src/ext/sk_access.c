@@ -2,7 +2,7 @@
 #include "sk_access.h"
 
 #include "sk_asgi.h"
-#include "sk_http1.h"
+#include "sk_serve.h"
 #include "sk_logesc.h"
 #include "sk_metrics.h"
 
@@ -16,11 +16,11 @@ sk_access_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static PyObject *peer_client(sk_http1_server_t *srv, PyObject *client,
+static PyObject *peer_client(sk_serve_t *srv, PyObject *client,
                              const struct sockaddr_storage *peer);
 
 static void
-push(sk_http1_server_t *srv, PyObject *rec)
+push(sk_serve_t *srv, PyObject *rec)
 {
     /* Appends rec (stolen; NULL = failed with an exception) and schedules the flush when the
      * list was empty or holds a multiple of SK_ACCESS_BATCH records. Failures are reported as
@@ -50,7 +50,7 @@ error:
 }
 
 static void
-record_response(sk_http1_server_t *srv, int status, uint64_t bytes, sk_access_req_t *rq)
+record_response(sk_serve_t *srv, int status, uint64_t bytes, sk_access_req_t *rq)
 {
     /* Records a finished response (see sk_access.h; rq->scope is not NULL) once: rq->scope is
      * dropped. A failure to record is reported as unraisable. */
@@ -79,7 +79,7 @@ record_response(sk_http1_server_t *srv, int status, uint64_t bytes, sk_access_re
 }
 
 void
-sk_access_exchange_begin(sk_http1_server_t *srv, sk_access_req_t *rq, PyObject *scope, int method)
+sk_access_exchange_begin(sk_serve_t *srv, sk_access_req_t *rq, PyObject *scope, int method)
 {
     if (srv->access.pending == NULL && srv->metrics == NULL) {
         return;
@@ -94,7 +94,7 @@ sk_access_exchange_begin(sk_http1_server_t *srv, sk_access_req_t *rq, PyObject *
 }
 
 void
-sk_access_exchange_end(sk_http1_server_t *srv, sk_access_req_t *rq, int status, uint64_t bytes)
+sk_access_exchange_end(sk_serve_t *srv, sk_access_req_t *rq, int status, uint64_t bytes)
 {
     if (srv->metrics != NULL) {
         sk_metrics_response(srv->metrics, rq->method, status, bytes, sk_access_now() - rq->t_start);
@@ -105,7 +105,7 @@ sk_access_exchange_end(sk_http1_server_t *srv, sk_access_req_t *rq, int status, 
 }
 
 void
-sk_access_refusal(sk_http1_server_t *srv, PyObject *client, const struct sockaddr_storage *peer,
+sk_access_refusal(sk_serve_t *srv, PyObject *client, const struct sockaddr_storage *peer,
                   const sk_parser_t *p, int status, uint64_t bytes, const char *reason)
 {
     PyObject *method = NULL, *target = NULL, *version = NULL;
@@ -141,7 +141,7 @@ done:
 }
 
 static PyObject *
-peer_client(sk_http1_server_t *srv, PyObject *client, const struct sockaddr_storage *peer)
+peer_client(sk_serve_t *srv, PyObject *client, const struct sockaddr_storage *peer)
 {
     /* New reference: client if given, else the peer's (host, port), None for a Unix socket. */
     if (client != NULL) {
@@ -154,7 +154,7 @@ peer_client(sk_http1_server_t *srv, PyObject *client, const struct sockaddr_stor
 }
 
 void
-sk_access_trace(sk_http1_server_t *srv, PyObject *client, const struct sockaddr_storage *peer,
+sk_access_trace(sk_serve_t *srv, PyObject *client, const struct sockaddr_storage *peer,
                 const char *event)
 {
     PyObject *cl = peer_client(srv, client, peer);

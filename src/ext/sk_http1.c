@@ -24,6 +24,7 @@
 #include "sk_asgi.h"
 #include "sk_resp.h"
 #include "sk_token.h"
+#include "sk_wsh.h"
 #include "sk_wshs.h"
 
 #include <assert.h>
@@ -71,7 +72,7 @@ typedef struct RequestObject RequestObject;
 /* One connection's HTTP/1.1 state. Freed by release() when the reactor reaps the transport. */
 typedef struct {
     sk_transport_t *t;      /* borrowed: outlives this (release() runs before it is freed) */
-    sk_http1_server_t *srv; /* borrowed: owned by the Server, which outlives every connection */
+    sk_serve_t *srv; /* borrowed: owned by the Server, which outlives every connection */
     sk_parser_t parser;
     RequestObject *current; /* strong: the request being received/answered, NULL between */
     PyObject *client;       /* strong: scope "client", made once per connection (None for UDS) */
@@ -85,7 +86,7 @@ typedef struct {
 struct RequestObject {
     PyObject_HEAD sk_state *st;
     PyObject *owner;        /* strong: the Server, keeping srv alive */
-    sk_http1_server_t *srv; /* borrowed from owner */
+    sk_serve_t *srv; /* borrowed from owner */
     http1_conn_t *conn;     /* NULL once detached (connection closed or moved on) */
     PyObject *task;         /* strong while running: the asyncio.Task whose coroutine is this */
     PyObject *coro;         /* strong while running: what the app call returned, driven by this */
@@ -158,28 +159,6 @@ set_app(RequestObject *r, enum app_state to)
     assert(r->srv->active_requests >= 0);
     r->srv->unstarted += (to == APP_STARTED) - (from == APP_STARTED);
     assert(r->srv->unstarted >= 0);
-}
-
-static const char *
-server_date(sk_http1_server_t *srv)
-{
-    /* IMF-fixdate for now, formatted once per second. Borrowed: valid until the next second.
-     * NULL with --no-date-header. */
-    if (!srv->date_header) {
-        return NULL; /* --no-date-header */
-    }
-    int64_t now = (int64_t)time(NULL);
-    if (now != srv->date_sec) {
-        srv->date_sec = now;
-        sk_format_date(now, srv->date);
-    }
-    return srv->date;
-}
-
-const char *
-sk_http1_date(sk_http1_server_t *srv)
-{
-    return server_date(srv);
 }
 
 /* ---- reading and writing -------------------------------------------------------------------- */
@@ -285,7 +264,7 @@ refuse_why(http1_conn_t *c, int status, const char *why)
     if (!started) {
         /* The output may still hold earlier pipelined responses: the refusal goes after them. */
         int head = (c->parser.method == HTTP_HEAD); /* valid on SK_EV_ERROR too */
-        if (sk_resp_error_opts(sk_transport_out(c->t), status, head, server_date(c->srv),
+        if (sk_resp_error_opts(sk_transport_out(c->t), status, head, sk_serve_date(c->srv),
                                &c->srv->resp_opts) < 0) {
             sk_transport_close(c->t, SK_CLOSE_NOW);
             return;
@@ -308,7 +287,7 @@ refuse(http1_conn_t *c, int status)
 static int
 server_closes_after(http1_conn_t *c, RequestObject *r)
 {
-    const sk_http1_server_t *srv = c->srv;
+    const sk_serve_t *srv = c->srv;
     if (srv->shutting_down || c->closed ||
         (srv->max_requests != 0 && srv->total_requests >= srv->max_requests)) {
         return 1;
@@ -339,7 +318,7 @@ abort_response(http1_conn_t *c, RequestObject *r)
 static void
 answer_500(http1_conn_t *c, RequestObject *r)
 {
-    if (sk_resp_error_opts(sk_transport_out(c->t), 500, r->is_head, server_date(c->srv),
+    if (sk_resp_error_opts(sk_transport_out(c->t), 500, r->is_head, sk_serve_date(c->srv),
                            &c->srv->resp_opts) < 0) {
         sk_transport_close(c->t, SK_CLOSE_NOW);
         return;
@@ -403,7 +382,7 @@ ext_as_made(sk_state *st, PyObject *ext, uint8_t http_minor, int alone)
 }
 
 static PyObject *
-ext_scope(sk_http1_server_t *srv, uint8_t http_minor)
+ext_scope(sk_serve_t *srv, uint8_t http_minor)
 {
     /* New reference: scope["extensions"], each extension's value {}. The oldest dict of a
      * finished request (ext_recycle) when the ring alone holds it and it is as made
@@ -443,7 +422,7 @@ ext_scope(sk_http1_server_t *srv, uint8_t http_minor)
 }
 
 static void
-ext_recycle(sk_http1_server_t *srv, PyObject *ext, uint8_t http_minor)
+ext_recycle(sk_serve_t *srv, PyObject *ext, uint8_t http_minor)
 {
     /* Takes ext (a strong reference, or NULL) from a request that is being freed. Released now
      * when it no longer reads as made (an app wrote into it), else put last in the ring, after
@@ -469,7 +448,7 @@ ext_recycle(sk_http1_server_t *srv, PyObject *ext, uint8_t http_minor)
 }
 
 void
-sk_http1_ext_clear(sk_http1_server_t *srv)
+sk_http1_ext_clear(sk_serve_t *srv)
 {
     /* Releases every dict the rings hold (the owner's tp_clear). */
     for (int v = 0; v < 2; v++) {
@@ -484,7 +463,7 @@ build_scope(http1_conn_t *c, PyObject **ext_out)
 {
     /* New reference: the request's scope dict; NULL with an exception. With ext_out, it also
      * receives a new reference to scope["extensions"] (for ext_recycle). */
-    sk_http1_server_t *srv = c->srv;
+    sk_serve_t *srv = c->srv;
     sk_state *st = srv->st;
     sk_parser_t *p = &c->parser;
     PyObject *scope = NULL, *v = NULL, *ext = NULL;
@@ -1076,7 +1055,7 @@ body_by_ref(RequestObject *r, http1_conn_t *c, PyObject *body)
     char after[SK_RESP_AFTER_MAX];
     size_t alen = 0;
     size_t len = (size_t)PyBytes_GET_SIZE(body);
-    int rc = sk_resp_body_ref(&r->resp, sk_transport_out(c->t), len, 0, server_date(r->srv), after,
+    int rc = sk_resp_body_ref(&r->resp, sk_transport_out(c->t), len, 0, sk_serve_date(r->srv), after,
                               &alen);
     if (rc < 0) {
         return rc;
@@ -1137,7 +1116,7 @@ send_body(RequestObject *r, PyObject *msg)
     }
     else {
         rc = sk_resp_body(&r->resp, sk_transport_out(c->t), have_view ? view.buf : "",
-                          have_view ? (size_t)view.len : 0, more, server_date(r->srv));
+                          have_view ? (size_t)view.len : 0, more, sk_serve_date(r->srv));
     }
     if (rc < 0) {
         body_refused(r, c, rc);
@@ -1390,7 +1369,7 @@ send_file(RequestObject *r, PyObject *msg, int by_path)
     if (!r->resp.head_written) {
         r->resp.req.force_close = server_closes_after(c, r); /* announced: RFC 9112 §9.6 */
     }
-    int rc = sk_resp_body_ref(&r->resp, sk_transport_out(c->t), count, more, server_date(r->srv),
+    int rc = sk_resp_body_ref(&r->resp, sk_transport_out(c->t), count, more, sk_serve_date(r->srv),
                               after, &alen);
     if (rc < 0) {
         body_refused(r, c, rc);
@@ -1925,7 +1904,7 @@ request_new(http1_conn_t *c)
 {
     /* New reference: the request for the head just parsed, with its scope; NULL with an
      * exception. The app is not called yet (request_run). */
-    sk_http1_server_t *srv = c->srv;
+    sk_serve_t *srv = c->srv;
     sk_state *st = srv->st;
     sk_parser_t *p = &c->parser;
     RequestObject *r = (RequestObject *)st->request_type->tp_alloc(st->request_type, 0);
@@ -1995,7 +1974,7 @@ request_run(RequestObject *r)
     /* Starts the request's Task (the app itself is called in its first step: call_app). 0, or
      * -1 with an exception set (the caller answers 500). */
     sk_state *st = r->st;
-    sk_http1_server_t *srv = r->srv;
+    sk_serve_t *srv = r->srv;
     PyObject *task = NULL;
     /* A fresh copy of the server's context, never the caller's: this may run inside the previous
      * request's send() (a pipelined request started at once), whose context must not leak. */
@@ -2113,7 +2092,7 @@ conn_request_done(http1_conn_t *c, int keep_alive)
 {
     /* The current response completed (keep_alive: it allows the connection to persist). Decides
      * whether the connection persists and starts the next pipelined request if one is buffered. */
-    sk_http1_server_t *srv = c->srv;
+    sk_serve_t *srv = c->srv;
     RequestObject *r = c->current;
     if (r == NULL) {
         return;
@@ -2212,7 +2191,7 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
             break;
         }
         if (ev.type == SK_EV_HEAD) {
-            sk_http1_server_t *srv = c->srv;
+            sk_serve_t *srv = c->srv;
             int kind = sk_transport_deadline_kind(c->t);
             if (kind == DL_HEAD || kind == DL_KEEPALIVE || kind == DL_SHUTDOWN) {
                 sk_transport_clear_deadline(c->t);
@@ -2469,7 +2448,7 @@ const sk_handler_ops_t sk_http1_ops = {
 void *
 sk_http1_open(void *owner, sk_transport_t *t)
 {
-    sk_http1_server_t *srv = owner;
+    sk_serve_t *srv = owner;
     http1_conn_t *c = PyMem_Calloc(1, sizeof(http1_conn_t));
     if (c == NULL) {
         return NULL;

@@ -14,7 +14,7 @@
 #include <string.h>
 
 typedef struct {
-    PyObject_HEAD sk_http1_server_t http; /* what the HTTP/1.1 handler serves with */
+    PyObject_HEAD sk_serve_t http; /* what the HTTP/1.1 handler serves with */
     sk_reactor_t *reactor;
     PyObject *on_ready;    /* bound _on_ready, given to loop.add_reader */
     PyObject *run_pending; /* bound _run_pending, given to loop.call_soon */
@@ -55,7 +55,7 @@ server_start(PyObject *op, PyObject *Py_UNUSED(arg))
 {
     /* New reference to None, or NULL with an exception. */
     ServerObject *s = (ServerObject *)op;
-    sk_http1_server_t *h = &s->http;
+    sk_serve_t *h = &s->http;
     PyObject *factory = NULL, *asyncio = NULL, *res = NULL;
     if (s->started || s->closed) {
         PyErr_SetString(PyExc_RuntimeError, "server already started or closed");
@@ -266,7 +266,7 @@ valid_lines(const char *s, Py_ssize_t n)
 }
 
 static int
-server_opts(sk_http1_server_t *h, PyObject *server, PyObject *extra)
+server_opts(sk_serve_t *h, PyObject *server, PyObject *extra)
 {
     /* The server's own response fields (sk_resp_opts_t) from the `server_header` and `headers`
      * bytes (None = the defaults): complete field lines, validated by the caller (skirr.Config);
@@ -401,7 +401,7 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     if (s == NULL) {
         return NULL;
     }
-    sk_http1_server_t *h = &s->http;
+    sk_serve_t *h = &s->http;
     s->listen_fd = listen_fd;
     h->st = sk_get_state_by_type(tp);
     if (h->st == NULL) {
@@ -515,7 +515,7 @@ static int
 server_traverse(PyObject *op, visitproc visit, void *arg)
 {
     ServerObject *s = (ServerObject *)op;
-    sk_http1_server_t *h = &s->http;
+    sk_serve_t *h = &s->http;
     Py_VISIT(Py_TYPE(op));
     Py_VISIT(h->app);
     Py_VISIT(h->loop);
@@ -548,7 +548,7 @@ static int
 server_clear(PyObject *op)
 {
     ServerObject *s = (ServerObject *)op;
-    sk_http1_server_t *h = &s->http;
+    sk_serve_t *h = &s->http;
     server_close_all(s);
     sk_reactor_free(s->reactor); /* before the references it borrows go */
     s->reactor = NULL;

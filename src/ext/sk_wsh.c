@@ -22,7 +22,7 @@
 
 #include "sk_asgi.h"
 #include "sk_access.h"
-#include "sk_http1.h"
+#include "sk_serve.h"
 #include "sk_resp.h"
 #include "sk_token.h"
 #include "sk_ws.h"
@@ -48,7 +48,7 @@ enum ws_state { WS_HANDSHAKE = 0, WS_RESPONSE, WS_OPEN, WS_CLOSING, WS_DONE };
 typedef struct {
     PyObject_HEAD sk_state *st;
     PyObject *owner;           /* strong: the Server, keeping srv alive */
-    sk_http1_server_t *srv;    /* borrowed from owner */
+    sk_serve_t *srv;    /* borrowed from owner */
     sk_transport_t *t;         /* borrowed; NULL once the transport closed */
     PyObject *scope;           /* strong until the app is called */
     PyObject *task;            /* strong while the app runs */
@@ -760,7 +760,7 @@ send_accept(WebSocketObject *w, PyObject *msg)
     sk_resp_t resp = {0};
     int r = sk_resp_start(&resp, &info, 101, hdrs + (5 - k), n - (5 - k));
     if (r == 0) {
-        r = sk_resp_body(&resp, sk_transport_out(w->t), "", 0, 0, sk_http1_date(w->srv));
+        r = sk_resp_body(&resp, sk_transport_out(w->t), "", 0, 0, sk_serve_date(w->srv));
     }
     if (r == 0 && ext_len > 0) {
         /* RFC 7692 §6: from now on RSV1 marks a compressed message */
@@ -868,7 +868,7 @@ send_denial(WebSocketObject *w, PyObject *msg, int start)
         goto done;
     }
     int r = sk_resp_body(&w->resp, sk_transport_out(w->t), obj ? view.buf : "",
-                         obj ? (size_t)view.len : 0, more, sk_http1_date(w->srv));
+                         obj ? (size_t)view.len : 0, more, sk_serve_date(w->srv));
     if (r < 0) {
         if (w->resp.head_written) {
             set_state(w, WS_DONE);
@@ -902,7 +902,7 @@ answer_status(WebSocketObject *w, int status)
     /* Answers the handshake with a refusal (403: the app closed before accepting; 500: it failed
      * or returned without answering) and closes after it. */
     if (w->t != NULL && sk_transport_is_open(w->t)) {
-        if (sk_resp_error_opts(sk_transport_out(w->t), status, 0, sk_http1_date(w->srv),
+        if (sk_resp_error_opts(sk_transport_out(w->t), status, 0, sk_serve_date(w->srv),
                                &w->srv->resp_opts) < 0) {
             sk_transport_close(w->t, SK_CLOSE_NOW);
         }
@@ -1402,7 +1402,7 @@ ws_run(WebSocketObject *w)
 {
     /* Calls app(scope, receive, send) in a fresh copy of the server's context and runs what it
      * returned as a Task of the loop. 0, or -1 with an exception (the app's own included). */
-    sk_http1_server_t *srv = w->srv;
+    sk_serve_t *srv = w->srv;
     sk_state *st = w->st;
     PyObject *ctx = NULL, *receive = NULL, *send = NULL, *coro = NULL, *task = NULL;
     PyObject *cb = NULL, *res = NULL, *scope = w->scope;
@@ -1531,7 +1531,7 @@ done:
 }
 
 static int
-answer_426(sk_transport_t *t, sk_http1_server_t *srv)
+answer_426(sk_transport_t *t, sk_serve_t *srv)
 {
     /* RFC 6455 §4.4: 426 naming the version skirr speaks; closes after it. 0 or -1. */
     sk_header_t h[1];
@@ -1541,7 +1541,7 @@ answer_426(sk_transport_t *t, sk_http1_server_t *srv)
     static const char body[] = "Upgrade Required"; /* as skirr's other refusals: the phrase */
     int r = sk_resp_start(&resp, &info, 426, h, 1);
     if (r == 0) {
-        r = sk_resp_body(&resp, sk_transport_out(t), body, sizeof(body) - 1, 0, sk_http1_date(srv));
+        r = sk_resp_body(&resp, sk_transport_out(t), body, sizeof(body) - 1, 0, sk_serve_date(srv));
     }
     sk_resp_free(&resp);
     sk_transport_close(t, r == 0 ? SK_CLOSE_AFTER_WRITE : SK_CLOSE_NOW);
@@ -1549,7 +1549,7 @@ answer_426(sk_transport_t *t, sk_http1_server_t *srv)
 }
 
 int
-sk_wsh_start(sk_transport_t *t, sk_http1_server_t *srv, const sk_parser_t *p, int status,
+sk_wsh_start(sk_transport_t *t, sk_serve_t *srv, const sk_parser_t *p, int status,
              PyObject *scope, const char *key, size_t key_len)
 {
     sk_state *st = srv->st;

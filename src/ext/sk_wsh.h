@@ -19,19 +19,7 @@
 #include "sk_transport.h"
 #include "sk_http.h"
 
-/* The WebSocket options (uvicorn's names), filled by the Server from its arguments. */
-typedef struct {
-    uint8_t enabled;      /* --ws auto: 1; --ws none: 0 (an upgrade is served as plain HTTP) */
-    uint64_t max_size;    /* --ws-max-size: bytes of payload per received message; 0 = none */
-    Py_ssize_t max_queue; /* --ws-max-queue: received messages held for the app before reading
-                             * stops (flow control) */
-    double ping_interval; /* --ws-ping-interval: seconds between server pings; 0 = none */
-    uint8_t per_message_deflate; /* --ws-per-message-deflate: accept a permessage-deflate offer
-                                  * (RFC 7692, sk_wspmd.h) */
-    double ping_timeout; /* --ws-ping-timeout: seconds a ping waits for its pong; 0 = forever */
-} sk_ws_config_t;
-
-struct sk_http1_server;
+struct sk_serve;
 
 /* Takes over transport t after the request head just parsed by p, a WebSocket handshake:
  * status 0 (valid: `scope` is the request's http scope, borrowed, made into the websocket scope;
@@ -40,7 +28,7 @@ struct sk_http1_server;
  * has switched to this handler (the bytes after the head are its input) and the application's
  * Task has started. 0, or -1 with an exception set (nothing switched: the caller refuses with
  * 500). */
-int sk_wsh_start(sk_transport_t *t, struct sk_http1_server *srv, const sk_parser_t *p, int status,
+int sk_wsh_start(sk_transport_t *t, struct sk_serve *srv, const sk_parser_t *p, int status,
                  PyObject *scope, const char *key, size_t key_len);
 
 #endif

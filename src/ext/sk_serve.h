@@ -1,0 +1,105 @@
+/* sk_serve.h — what a server serves with: the application, the event loop, the options and the
+ * counters every wire handler (HTTP/1.1, WebSocket; HTTP/2 streams next) and every ASGI session
+ * reads. Its owner (the Server object, sk_server.c) fills one sk_serve_t and embeds it; every
+ * connection, request and WebSocket session reads it through a borrowed pointer, and each ASGI
+ * Task holds a strong reference to the owner, so it outlives them all.
+ * Includes no handler's header: handlers include this one, so none reads another's settings.
+ */
+#ifndef SK_SERVE_H
+#define SK_SERVE_H
+
+#include "sk_module.h"
+#include "sk_transport.h"
+#include "sk_http.h"
+#include "sk_access.h"
+#include "sk_metrics.h"
+#include "sk_proxy.h"
+#include "sk_resp.h"
+
+/* The WebSocket options (uvicorn's names), filled by the Server from its arguments. */
+typedef struct {
+    uint8_t enabled;      /* --ws auto: 1; --ws none: 0 (an upgrade is served as plain HTTP) */
+    uint64_t max_size;    /* --ws-max-size: bytes of payload per received message; 0 = none */
+    Py_ssize_t max_queue; /* --ws-max-queue: received messages held for the app before reading
+                             * stops (flow control) */
+    double ping_interval; /* --ws-ping-interval: seconds between server pings; 0 = none */
+    uint8_t per_message_deflate; /* --ws-per-message-deflate: accept a permessage-deflate offer
+                                  * (RFC 7692, sk_wspmd.h) */
+    double ping_timeout; /* --ws-ping-timeout: seconds a ping waits for its pong; 0 = forever */
+} sk_ws_config_t;
+
+/* Applications started eagerly (3.12+) per reactor callback or run_pending pass: one per ready
+ * descriptor, so every request a callback reads starts in it; the rest (pipelined requests past
+ * it) start from the loop's ready queue. 16 (when a callback read at most 16) made three of four
+ * requests at c64 wait a loop iteration and pay asyncio's Task registration (bench/LEVERS.md). */
+#define SK_MAX_EAGER SK_MAX_EVENTS
+
+/* Finished requests' scope["extensions"] dicts (strong references), oldest first. Holds more than
+ * an access-log batch (SK_ACCESS_BATCH, 64) plus a reactor callback's worth of responses: the
+ * log's records hold their scopes until written, and the oldest must be free by the time it is
+ * the next candidate. Full: the oldest is released. */
+#define SK_EXT_RING 128
+typedef struct {
+    PyObject *item[SK_EXT_RING];
+    unsigned head; /* index of the oldest */
+    unsigned n;    /* how many are held */
+} sk_ext_ring_t;
+
+/* What every wire handler and ASGI session serves with: configuration, the application and
+ * counters. The
+ * PyObject fields are strong references owned by `owner` (its traverse/clear visit them). */
+typedef struct sk_serve {
+    sk_state *st;
+    PyObject *owner;        /* the Server object embedding this struct (borrowed) */
+    sk_reactor_t *reactor;  /* the owner's reactor (borrowed): sk_reactor_flush ends a batch */
+    PyObject *app;          /* the ASGI 3 application */
+    PyObject *loop;         /* the running event loop */
+    PyObject *logger;       /* logging.Logger for application errors, or None */
+    PyObject *state;        /* lifespan state (a dict or anything with copy()) or None */
+    PyObject *root_path;    /* str: ASGI root_path */
+    PyObject *root_path_b;  /* bytes: root_path in UTF-8 (raw_path's prefix) */
+    PyObject *unix_path;    /* str for a Unix-domain socket, else None */
+    PyObject *context;      /* contextvars.Context: each app task starts from a fresh copy */
+    PyObject *call_soon_kw; /* ("context",): keyword names for loop.call_soon / create_task */
+    PyObject *task_type;    /* asyncio.Task when the loop has no task factory, else NULL */
+    PyObject *task_kw;      /* ("loop", "context", "name") (3.11) or, eager, ("loop", "eager_start",
+                             * "context") (3.12+) */
+    /* finished requests' scope["extensions"] for HTTP/1.0, 1.1, oldest first: the next request
+     * takes the oldest once nothing else holds it and it is as made (sk_http1.c ext_scope,
+     * ext_recycle) */
+    sk_ext_ring_t ext_ring[2];
+    int eager;           /* 3.12+ and task_type: apps start eagerly */
+    int eager_budget;    /* eager starts left in this reactor callback (the owner resets it) */
+    sk_limits_t limits;  /* request limits (sk_http.h) */
+    double keep_alive;   /* seconds: --timeout-keep-alive */
+    double head_timeout; /* seconds: --timeout-request-head */
+    double body_timeout; /* seconds: --timeout-request-body; 0 = none */
+    Py_ssize_t limit_concurrency; /* requests in flight before 503; 0 = unlimited */
+    uint8_t shutting_down;        /* graceful shutdown: responses say close, none follow */
+    Py_ssize_t active_requests;   /* app calls in flight (started, not ended) */
+    Py_ssize_t unstarted;         /* request Tasks made whose first step has not run: while
+                                   * any has, a final response waits for the batch
+                                   * (sk_transport_write_later) */
+    uint64_t total_requests;      /* requests started since the server was made */
+    uint64_t ext_reused;          /* scope["extensions"] dicts handed out again (ext_scope) */
+    uint64_t max_requests;        /* --limit-max-requests: from this total on, responses say
+                                   * close (the server is about to stop); 0 = no limit */
+    int64_t date_sec;             /* the second `date` was formatted for */
+    char date[SK_DATE_LEN + 1];   /* IMF-fixdate, cached per second */
+    uint8_t date_header;          /* --date-header: send `date` when the app does not */
+    sk_resp_opts_t resp_opts;     /* --server-header, --header (points into resp_fields) */
+    PyObject *resp_fields;        /* bytes holding resp_opts' server then extra lines, or NULL */
+    sk_access_t access;           /* the access log (sk_access.h) */
+    sk_proxy_t proxy;             /* --proxy-headers, --forwarded-allow-ips (sk_proxy.h) */
+    PyObject *trace;              /* callable(event, client) for --log-level trace, or NULL:
+                                   * connection events are not reported */
+    sk_metrics_t *metrics;        /* --metrics-port counters (PyMem, owned), or NULL: off */
+    sk_ws_config_t ws;            /* --ws and the --ws-* options */
+} sk_serve_t;
+
+/* The IMF-fixdate for now (RFC 9110 §5.6.7), formatted once per second: borrowed, valid until
+ * the next second; NULL with --no-date-header. For the responses of every handler the server
+ * runs. */
+const char *sk_serve_date(sk_serve_t *srv);
+
+#endif
