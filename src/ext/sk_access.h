@@ -65,14 +65,12 @@ void sk_access_exchange_begin(struct sk_serve *srv, sk_access_req_t *rq, PyObjec
 /* Ends it, once, with what the client saw: status and content bytes to the metrics' responses
  * and the access log's response record (the tuple above; rq->scope is dropped; a failure to
  * record is reported as unraisable), each only while on. */
-void sk_access_exchange_end(struct sk_serve *srv, sk_access_req_t *rq, int status,
-                            uint64_t bytes);
+void sk_access_exchange_end(struct sk_serve *srv, sk_access_req_t *rq, int status, uint64_t bytes);
 /* Records a refusal: skirr's own response of `bytes` bytes of content (0: none was sent), with
  * the request line when the head was read whole (valid or not). p may be NULL; client is
  * borrowed (may be NULL: taken from peer). */
-void sk_access_refusal(struct sk_serve *srv, PyObject *client,
-                       const struct sockaddr_storage *peer, const sk_parser_t *p, int status,
-                       uint64_t bytes, const char *reason);
+void sk_access_refusal(struct sk_serve *srv, PyObject *client, const struct sockaddr_storage *peer,
+                       const sk_parser_t *p, int status, uint64_t bytes, const char *reason);
 void sk_access_req_clear(sk_access_req_t *rq);
 /* GC support for a request's record. */
 int sk_access_req_traverse(sk_access_req_t *rq, visitproc visit, void *arg);
@@ -86,7 +84,7 @@ int sk_access_req_traverse(sk_access_req_t *rq, visitproc visit, void *arg);
 PyObject *sk_access_log_escape(PyObject *module, PyObject *value);
 /* --log-level trace: srv->trace(event, client) for the connection on t, when trace is on.
  * Failures are reported as unraisable. */
-void sk_access_trace(struct sk_serve *srv, PyObject *client,
-                     const struct sockaddr_storage *peer, const char *event);
+void sk_access_trace(struct sk_serve *srv, PyObject *client, const struct sockaddr_storage *peer,
+                     const char *event);
 
 #endif

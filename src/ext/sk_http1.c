@@ -71,8 +71,8 @@ typedef struct RequestObject RequestObject;
 
 /* One connection's HTTP/1.1 state. Freed by release() when the reactor reaps the transport. */
 typedef struct {
-    sk_transport_t *t;      /* borrowed: outlives this (release() runs before it is freed) */
-    sk_serve_t *srv; /* borrowed: owned by the Server, which outlives every connection */
+    sk_transport_t *t; /* borrowed: outlives this (release() runs before it is freed) */
+    sk_serve_t *srv;   /* borrowed: owned by the Server, which outlives every connection */
     sk_parser_t parser;
     RequestObject *current; /* strong: the request being received/answered, NULL between */
     PyObject *client;       /* strong: scope "client", made once per connection (None for UDS) */
@@ -85,11 +85,11 @@ typedef struct {
 
 struct RequestObject {
     PyObject_HEAD sk_state *st;
-    PyObject *owner;        /* strong: the Server, keeping srv alive */
-    sk_serve_t *srv; /* borrowed from owner */
-    http1_conn_t *conn;     /* NULL once detached (connection closed or moved on) */
-    PyObject *task;         /* strong while running: the asyncio.Task whose coroutine is this */
-    PyObject *coro;         /* strong while running: what the app call returned, driven by this */
+    PyObject *owner;    /* strong: the Server, keeping srv alive */
+    sk_serve_t *srv;    /* borrowed from owner */
+    http1_conn_t *conn; /* NULL once detached (connection closed or moved on) */
+    PyObject *task;     /* strong while running: the asyncio.Task whose coroutine is this */
+    PyObject *coro;     /* strong while running: what the app call returned, driven by this */
     PyObject *receive_waiters; /* list of futures waiting in receive(), first served first */
     PyObject *drain_waiters;   /* list of futures waiting in send() for output to drain */
     PyObject *body;            /* list of bytes not yet delivered by receive() */
@@ -1055,8 +1055,8 @@ body_by_ref(RequestObject *r, http1_conn_t *c, PyObject *body)
     char after[SK_RESP_AFTER_MAX];
     size_t alen = 0;
     size_t len = (size_t)PyBytes_GET_SIZE(body);
-    int rc = sk_resp_body_ref(&r->resp, sk_transport_out(c->t), len, 0, sk_serve_date(r->srv), after,
-                              &alen);
+    int rc = sk_resp_body_ref(&r->resp, sk_transport_out(c->t), len, 0, sk_serve_date(r->srv),
+                              after, &alen);
     if (rc < 0) {
         return rc;
     }

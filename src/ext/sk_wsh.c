@@ -48,7 +48,7 @@ enum ws_state { WS_HANDSHAKE = 0, WS_RESPONSE, WS_OPEN, WS_CLOSING, WS_DONE };
 typedef struct {
     PyObject_HEAD sk_state *st;
     PyObject *owner;           /* strong: the Server, keeping srv alive */
-    sk_serve_t *srv;    /* borrowed from owner */
+    sk_serve_t *srv;           /* borrowed from owner */
     sk_transport_t *t;         /* borrowed; NULL once the transport closed */
     PyObject *scope;           /* strong until the app is called */
     PyObject *task;            /* strong while the app runs */
@@ -1549,8 +1549,8 @@ answer_426(sk_transport_t *t, sk_serve_t *srv)
 }
 
 int
-sk_wsh_start(sk_transport_t *t, sk_serve_t *srv, const sk_parser_t *p, int status,
-             PyObject *scope, const char *key, size_t key_len)
+sk_wsh_start(sk_transport_t *t, sk_serve_t *srv, const sk_parser_t *p, int status, PyObject *scope,
+             const char *key, size_t key_len)
 {
     sk_state *st = srv->st;
     if (status == 426) {
