@@ -250,6 +250,57 @@ def test_json_format(serve, access):
                        "reason": "Invalid header token"}
 
 
+def _iso(t: str) -> float:
+    """Seconds since the epoch of a JSON line's "time" (``YYYY-MM-DDTHH:MM:SS.mmmZ``)."""
+    import calendar
+
+    whole, ms = t[:-1].split(".")
+    return calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + int(ms) / 1000
+
+
+@pytest.mark.rule("skirr-access-time-is-the-response")
+def test_json_time_is_each_responses_own(serve, access):
+    """Six responses 50 ms apart, all in one batch (written together after the last): six
+    distinct times, increasing, each within its own request's window (issue 36 item 2)."""
+    with serve(app, access_log_format="json") as srv:
+        c = srv.connect()
+        windows = []
+        for i in range(6):
+            t0 = time.time()
+            assert c.request(http_request("GET", f"/n{i}", headers=[("Host", "x")])).status == 200
+            windows.append((t0, time.time()))
+            time.sleep(0.05)
+        lines = access.wait(6)
+    got = [json.loads(x) for x in lines]
+    assert [g["path"] for g in got] == [f"/n{i}" for i in range(6)]
+    times = [_iso(g["time"]) for g in got]
+    assert times == sorted(times) and len(set(times)) == 6, times
+    for t, (lo, hi) in zip(times, windows):
+        assert lo - 0.001 <= t <= hi + 0.001, (t, lo, hi)
+
+
+@pytest.mark.rule("skirr-access-time-is-the-response")
+def test_gunicorn_time_is_the_refusals_own(serve, access):
+    """%(t)s of a refusal and of a response a second later: each its own second."""
+    with serve(app, access_log_format="%(s)s %(t)s") as srv:
+        c = srv.connect()
+        c.send(b"GET / HTTP/1.1\r\n\r\n")  # no Host: 400
+        assert c.response(allow_incomplete=True).status == 400
+        t_refused = time.time()
+        time.sleep(1.1)
+        c2 = srv.connect()
+        assert c2.request(http_request("GET", "/", headers=[("Host", "x")])).status == 200
+        t_ok = time.time()
+        lines = access.wait(2)
+    fmt = "[%d/%b/%Y:%H:%M:%S %z]"
+    got = [(x.split(" ", 1)[0], time.mktime(time.strptime(x.split(" ", 1)[1].split(" (refused")[0], fmt)))
+           for x in lines]
+    assert [g[0] for g in got] == ["400", "200"]
+    assert int(t_refused) - 1 <= got[0][1] <= t_refused
+    assert int(t_ok) - 1 <= got[1][1] <= t_ok
+    assert got[1][1] > got[0][1]
+
+
 @pytest.mark.rule("skirr-access-refusals")
 @pytest.mark.parametrize("data,status,sent", [
     (b"GET / HTTP/1.1\r\n\r\n", 400, 11),  # "Bad Request"

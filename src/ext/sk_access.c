@@ -2,7 +2,6 @@
 #include "sk_access.h"
 
 #include "sk_asgi.h"
-#include "sk_serve.h"
 #include "sk_logesc.h"
 #include "sk_metrics.h"
 
@@ -16,16 +15,23 @@ sk_access_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static PyObject *peer_client(sk_serve_t *srv, PyObject *client,
-                             const struct sockaddr_storage *peer);
+static double
+wall_now(void)
+{
+    /* Seconds since the epoch (CLOCK_REALTIME): the time a record's line shows. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static PyObject *peer_client(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer);
 
 static void
-push(sk_serve_t *srv, PyObject *rec)
+push(sk_access_t *a, PyObject *rec)
 {
     /* Appends rec (stolen; NULL = failed with an exception) and schedules the flush when the
      * list was empty or holds a multiple of SK_ACCESS_BATCH records. Failures are reported as
      * unraisable: the request is never affected. */
-    sk_access_t *a = &srv->access;
     if (rec == NULL) {
         goto error;
     }
@@ -34,9 +40,8 @@ push(sk_serve_t *srv, PyObject *rec)
     }
     Py_ssize_t n = PyList_GET_SIZE(a->pending);
     if (n == 1 || n % SK_ACCESS_BATCH == 0) { /* the first of a batch, or a full batch */
-        PyObject *args[3] = {srv->loop, a->flush, srv->context};
-        PyObject *h =
-            PyObject_VectorcallMethod(srv->st->s_call_soon, args, 2 | 0, srv->call_soon_kw);
+        PyObject *args[3] = {a->loop, a->flush, *a->context};
+        PyObject *h = PyObject_VectorcallMethod(a->st->s_call_soon, args, 2 | 0, a->call_soon_kw);
         if (h == NULL) {
             goto error;
         }
@@ -50,19 +55,21 @@ error:
 }
 
 static void
-record_response(sk_serve_t *srv, int status, uint64_t bytes, sk_access_req_t *rq)
+record_response(sk_access_t *a, int status, uint64_t bytes, sk_access_req_t *rq)
 {
     /* Records a finished response (see sk_access.h; rq->scope is not NULL) once: rq->scope is
      * dropped. A failure to record is reported as unraisable. */
     double secs = sk_access_now() - rq->t_start;
-    PyObject *rec = PyTuple_New(5);
+    PyObject *rec = PyTuple_New(6);
     PyObject *st = PyLong_FromLong(status);
     PyObject *nb = PyLong_FromUnsignedLongLong((unsigned long long)bytes);
     PyObject *sec = PyFloat_FromDouble(secs);
-    if (rec == NULL || st == NULL || nb == NULL || sec == NULL) {
+    PyObject *wall = PyFloat_FromDouble(wall_now());
+    if (rec == NULL || st == NULL || nb == NULL || sec == NULL || wall == NULL) {
         Py_XDECREF(st);
         Py_XDECREF(nb);
         Py_XDECREF(sec);
+        Py_XDECREF(wall);
         Py_CLEAR(rec);
     }
     else {
@@ -73,43 +80,44 @@ record_response(sk_serve_t *srv, int status, uint64_t bytes, sk_access_req_t *rq
         PyTuple_SET_ITEM(rec, 3, sec);
         PyTuple_SET_ITEM(rec, 4, rq->resp_headers ? rq->resp_headers : Py_NewRef(Py_None));
         rq->resp_headers = NULL;
+        PyTuple_SET_ITEM(rec, 5, wall);
     }
-    push(srv, rec); /* NULL: reported there */
+    push(a, rec); /* NULL: reported there */
     sk_access_req_clear(rq);
 }
 
 void
-sk_access_exchange_begin(sk_serve_t *srv, sk_access_req_t *rq, PyObject *scope, int method)
+sk_access_exchange_begin(sk_access_t *a, sk_access_req_t *rq, PyObject *scope, int method)
 {
-    if (srv->access.pending == NULL && srv->metrics == NULL) {
+    if (a->pending == NULL && a->metrics == NULL) {
         return;
     }
     rq->t_start = sk_access_now();
-    if (srv->access.pending != NULL) {
+    if (a->pending != NULL) {
         Py_XSETREF(rq->scope, Py_NewRef(scope));
     }
-    if (srv->metrics != NULL) {
+    if (a->metrics != NULL) {
         rq->method = (uint8_t)sk_metrics_method(method);
     }
 }
 
 void
-sk_access_exchange_end(sk_serve_t *srv, sk_access_req_t *rq, int status, uint64_t bytes)
+sk_access_exchange_end(sk_access_t *a, sk_access_req_t *rq, int status, uint64_t bytes)
 {
-    if (srv->metrics != NULL) {
-        sk_metrics_response(srv->metrics, rq->method, status, bytes, sk_access_now() - rq->t_start);
+    if (a->metrics != NULL) {
+        sk_metrics_response(a->metrics, rq->method, status, bytes, sk_access_now() - rq->t_start);
     }
     if (rq->scope != NULL) {
-        record_response(srv, status, bytes, rq);
+        record_response(a, status, bytes, rq);
     }
 }
 
 void
-sk_access_refusal(sk_serve_t *srv, PyObject *client, const struct sockaddr_storage *peer,
+sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer,
                   const sk_parser_t *p, int status, uint64_t bytes, const char *reason)
 {
     PyObject *method = NULL, *target = NULL, *version = NULL;
-    PyObject *cl = peer_client(srv, client, peer);
+    PyObject *cl = peer_client(a, client, peer);
     if (cl == NULL) {
         goto error;
     }
@@ -128,11 +136,11 @@ sk_access_refusal(sk_serve_t *srv, PyObject *client, const struct sockaddr_stora
     if (method == NULL || target == NULL || version == NULL) {
         goto error;
     }
-    push(srv, Py_BuildValue("(OiOOOOsK)", Py_None, status, cl, method, target, version, reason,
-                            (unsigned long long)bytes));
+    push(a, Py_BuildValue("(OiOOOOsKd)", Py_None, status, cl, method, target, version, reason,
+                          (unsigned long long)bytes, wall_now()));
     goto done;
 error:
-    PyErr_WriteUnraisable(srv->access.pending);
+    PyErr_WriteUnraisable(a->pending);
 done:
     Py_XDECREF(cl);
     Py_XDECREF(method);
@@ -141,29 +149,29 @@ done:
 }
 
 static PyObject *
-peer_client(sk_serve_t *srv, PyObject *client, const struct sockaddr_storage *peer)
+peer_client(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer)
 {
     /* New reference: client if given, else the peer's (host, port), None for a Unix socket. */
     if (client != NULL) {
         return Py_NewRef(client);
     }
-    if (srv->unix_path != Py_None || peer == NULL) {
+    if (a->unix_path != Py_None || peer == NULL) {
         return Py_NewRef(Py_None);
     }
     return sk_asgi_address(peer);
 }
 
 void
-sk_access_trace(sk_serve_t *srv, PyObject *client, const struct sockaddr_storage *peer,
+sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer,
                 const char *event)
 {
-    PyObject *cl = peer_client(srv, client, peer);
+    PyObject *cl = peer_client(a, client, peer);
     PyObject *res = NULL;
     if (cl != NULL) {
-        res = PyObject_CallFunction(srv->trace, "sO", event, cl);
+        res = PyObject_CallFunction(a->trace, "sO", event, cl);
     }
     if (res == NULL) {
-        PyErr_WriteUnraisable(srv->trace);
+        PyErr_WriteUnraisable(a->trace);
     }
     Py_XDECREF(res);
     Py_XDECREF(cl);

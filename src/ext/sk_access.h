@@ -13,19 +13,21 @@
  * never here.
  *
  * Records (tuples):
- *   response: (scope, status, bytes, seconds, response_headers)
+ *   response: (scope, status, bytes, seconds, response_headers, time)
  *       scope is the request's scope dict (the one the app got), status the response status,
  *       bytes the content bytes sent, seconds the time from the request head to the response's
  *       end (float), response_headers what the app sent (the object as given) or None.
  *       For a WebSocket handshake the scope is the websocket scope (no "method": the request
  *       was a GET), status the answer (101 accepted, 403, 500, or a denial response's status),
  *       seconds from the request head to the answer, response_headers the app's headers of its
- *       websocket.accept or denial response (a tuple of pairs) or None.
- *   refusal:  (None, status, client, method, target, http_version, reason, bytes)
+ *       websocket.accept or denial response (a tuple of pairs) or None, time when the
+ *       record was made (the response's end; seconds since the epoch, float): a line shows it,
+ *       never the time its batch is written.
+ *   refusal:  (None, status, client, method, target, http_version, reason, bytes, time)
  *       a request skirr answered itself (400, 408, 413, 414, 426, 431, 500, 501, 503, 505; 400 and
  *       426 for a refused WebSocket handshake too): client is
  *       (host, port) or None, method/target are str or None when not parsed that far,
- *       http_version "1.0"/"1.1" or None, reason a short English explanation.
+ *       http_version "1.0"/"1.1" or None, reason a short English explanation, time as above.
  */
 #ifndef SK_ACCESS_H
 #define SK_ACCESS_H
@@ -39,9 +41,20 @@
  * side writes a full batch at once, a partial one after at most 50 ms). */
 #define SK_ACCESS_BATCH 64
 
+/* The access log and what its records and their flush read from the server that embeds it. The
+ * owner (sk_serve.h's sk_serve_t, filled by the Server) sets every field once, before the first
+ * connection; the borrowed ones point at objects the owner keeps alive for its whole life. */
 typedef struct {
     PyObject *pending; /* list the records go to, or NULL: the access log is off (strong) */
     PyObject *flush;   /* zero-argument callable scheduled with loop.call_soon (strong) */
+    sk_state *st;
+    PyObject *loop;             /* the running event loop (borrowed) */
+    PyObject *const *context;   /* where the owner keeps the contextvars.Context the flush is
+                                  * scheduled in (read at each use: the owner may replace it) */
+    PyObject *call_soon_kw;     /* ("context",) (borrowed) */
+    PyObject *unix_path;        /* str for a Unix-domain socket, else None (borrowed) */
+    PyObject *trace;            /* callable(event, client) for --log-level trace, or NULL */
+    struct sk_metrics *metrics; /* --metrics-port counters (sk_metrics.h), or NULL: off */
 } sk_access_t;
 
 /* Per request: when its head was parsed (monotonic seconds) and the response headers the app
@@ -53,23 +66,20 @@ typedef struct {
     PyObject *resp_headers; /* strong, or NULL */
 } sk_access_req_t;
 
-struct sk_serve;
-
 /* Monotonic seconds. */
 double sk_access_now(void);
 /* Starts what the access log and the metrics keep of an exchange, each only while on (an HTTP
  * request, or a WebSocket handshake, sk_wsh.c): the start time, the scope (borrowed; the one the
  * app gets) and method, the request's llhttp method. */
-void sk_access_exchange_begin(struct sk_serve *srv, sk_access_req_t *rq, PyObject *scope,
-                              int method);
+void sk_access_exchange_begin(sk_access_t *a, sk_access_req_t *rq, PyObject *scope, int method);
 /* Ends it, once, with what the client saw: status and content bytes to the metrics' responses
  * and the access log's response record (the tuple above; rq->scope is dropped; a failure to
  * record is reported as unraisable), each only while on. */
-void sk_access_exchange_end(struct sk_serve *srv, sk_access_req_t *rq, int status, uint64_t bytes);
+void sk_access_exchange_end(sk_access_t *a, sk_access_req_t *rq, int status, uint64_t bytes);
 /* Records a refusal: skirr's own response of `bytes` bytes of content (0: none was sent), with
  * the request line when the head was read whole (valid or not). p may be NULL; client is
  * borrowed (may be NULL: taken from peer). */
-void sk_access_refusal(struct sk_serve *srv, PyObject *client, const struct sockaddr_storage *peer,
+void sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer,
                        const sk_parser_t *p, int status, uint64_t bytes, const char *reason);
 void sk_access_req_clear(sk_access_req_t *rq);
 /* GC support for a request's record. */
@@ -82,9 +92,10 @@ int sk_access_req_traverse(sk_access_req_t *rq, visitproc visit, void *arg);
  * New reference: value itself when it is a str that needs no escaping, else a new ASCII str.
  * Raises TypeError for another type. */
 PyObject *sk_access_log_escape(PyObject *module, PyObject *value);
-/* --log-level trace: srv->trace(event, client) for the connection on t, when trace is on.
+/* --log-level trace: a->trace(event, client) for the connection, when trace is on (a->trace not
+ * NULL).
  * Failures are reported as unraisable. */
-void sk_access_trace(struct sk_serve *srv, PyObject *client, const struct sockaddr_storage *peer,
+void sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer,
                      const char *event);
 
 #endif

@@ -136,7 +136,7 @@ set_tx(RequestObject *r, enum tx_state to)
         /* content bytes: the app's, or those of skirr's 500 (answer_500), as for a refusal */
         uint64_t sent = r->resp.head_written ? r->resp.body_sent
                                              : sk_resp_error_content_length(500, r->is_head);
-        sk_access_exchange_end(r->srv, &r->acc, status, sent);
+        sk_access_exchange_end(&r->srv->access, &r->acc, status, sent);
     }
 }
 
@@ -240,12 +240,12 @@ note_refusal(http1_conn_t *c, int status, const char *why)
             int sent = c->current == NULL || !c->current->resp.head_written;
             uint64_t bytes =
                 sent ? sk_resp_error_content_length(status, p->method == HTTP_HEAD) : 0;
-            sk_access_refusal(c->srv, c->client, peer, p, status, bytes, reason);
+            sk_access_refusal(&c->srv->access, c->client, peer, p, status, bytes, reason);
         }
         if (c->srv->trace != NULL) {
             char event[160];
             snprintf(event, sizeof(event), "HTTP request refused: %d (%s)", status, reason);
-            sk_access_trace(c->srv, c->client, peer, event);
+            sk_access_trace(&c->srv->access, c->client, peer, event);
         }
     }
 }
@@ -1934,7 +1934,7 @@ request_new(http1_conn_t *c)
         Py_DECREF(r);
         return NULL;
     }
-    sk_access_exchange_begin(srv, &r->acc, r->scope, p->method);
+    sk_access_exchange_begin(&srv->access, &r->acc, r->scope, p->method);
     return r;
 }
 
@@ -2317,7 +2317,7 @@ h1_deadline(void *h, int kind)
     if (kind == DL_SHUTDOWN) {
         if (c->srv->trace != NULL) {
             socklen_t plen;
-            sk_access_trace(c->srv, NULL, sk_transport_peer(c->t, &plen),
+            sk_access_trace(&c->srv->access, NULL, sk_transport_peer(c->t, &plen),
                             "HTTP connection idle: closed for the shutdown");
         }
         sk_transport_close(c->t, SK_CLOSE_NOW);
@@ -2348,7 +2348,7 @@ h1_deadline(void *h, int kind)
     }
     if (c->srv->trace != NULL) {
         socklen_t plen;
-        sk_access_trace(c->srv, NULL, sk_transport_peer(c->t, &plen),
+        sk_access_trace(&c->srv->access, NULL, sk_transport_peer(c->t, &plen),
                         kind == DL_KEEPALIVE ? "HTTP connection idle: --timeout-keep-alive"
                                              : "HTTP connection idle: --timeout-request-head");
     }
@@ -2398,7 +2398,7 @@ h1_closed(void *h, int reason)
         };
         int known = reason > 0 && reason <= SK_CLOSED_FILE_ERROR;
         socklen_t plen;
-        sk_access_trace(c->srv, NULL, sk_transport_peer(c->t, &plen),
+        sk_access_trace(&c->srv->access, NULL, sk_transport_peer(c->t, &plen),
                         known ? why[reason] : "HTTP connection closed");
     }
     if (reason == SK_CLOSED_FILE_SHORT || reason == SK_CLOSED_FILE_ERROR) {
@@ -2459,7 +2459,7 @@ sk_http1_open(void *owner, sk_transport_t *t)
     sk_transport_set_deadline(t, DL_HEAD, srv->head_timeout);
     if (srv->trace != NULL) {
         socklen_t plen;
-        sk_access_trace(srv, NULL, sk_transport_peer(t, &plen), "HTTP connection made");
+        sk_access_trace(&srv->access, NULL, sk_transport_peer(t, &plen), "HTTP connection made");
     }
     return c;
 }

@@ -27,7 +27,7 @@ enum sk_timeout_kind {
     SK_TIMEOUTS
 };
 
-typedef struct {
+typedef struct sk_metrics {
     uint64_t requests[SK_M_METHODS][SK_M_CLASSES];
     uint64_t refusals[SK_M_REFUSALS];
     uint64_t timeouts[SK_TIMEOUTS];

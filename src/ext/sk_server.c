@@ -484,6 +484,14 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         h->context == NULL) {
         goto error;
     }
+    /* what the access log's records and flush read (borrowed: h keeps each alive) */
+    h->access.st = h->st;
+    h->access.loop = h->loop;
+    h->access.context = &h->context; /* start() replaces it: read where it is */
+    h->access.call_soon_kw = h->call_soon_kw;
+    h->access.unix_path = h->unix_path;
+    h->access.trace = h->trace;
+    h->access.metrics = h->metrics;
     sk_reactor_config_t cfg = {
         .st = h->st,
         .loop = h->loop,
@@ -568,6 +576,8 @@ server_clear(PyObject *op)
     sk_proxy_free(&h->proxy);
     PyMem_Free(h->metrics);
     h->metrics = NULL;
+    h->access.metrics = NULL; /* the borrowed copies (set in init) */
+    h->access.trace = NULL;
     Py_CLEAR(h->call_soon_kw);
     Py_CLEAR(h->task_type);
     Py_CLEAR(h->task_kw);

@@ -94,7 +94,7 @@ record_answer(WebSocketObject *w, int status, uint64_t bytes)
         return;
     }
     w->answered = 1;
-    sk_access_exchange_end(w->srv, &w->acc, status, bytes);
+    sk_access_exchange_end(&w->srv->access, &w->acc, status, bytes);
 }
 
 static void
@@ -1567,7 +1567,7 @@ sk_wsh_start(sk_transport_t *t, sk_serve_t *srv, const sk_parser_t *p, int statu
     w->t = t;
     w->scope = Py_NewRef(scope);
     /* the same dict: the record shows the websocket scope; the handshake was a GET */
-    sk_access_exchange_begin(srv, &w->acc, scope, HTTP_GET);
+    sk_access_exchange_begin(&srv->access, &w->acc, scope, HTTP_GET);
     sk_ws_limits_t limits = {.max_message = srv->ws.max_size, .allow_rsv1 = 0};
     sk_ws_parser_init(&w->parser, &limits);
     sk_ws_accept(key, key_len, w->accept);

@@ -126,12 +126,12 @@ def _default_line(rec: tuple, prefix: str) -> str | None:
 class Entry:
     """One exchange, as the record gives it; everything derived lazily."""
 
-    __slots__ = ("scope", "status", "bytes", "seconds", "resp_headers", "client", "method",
-                 "target", "http_version", "reason", "websocket")
+    __slots__ = ("scope", "status", "bytes", "seconds", "resp_headers", "time", "client",
+                 "method", "target", "http_version", "reason", "websocket")
 
     def __init__(self, rec: tuple) -> None:
         if rec[0] is not None:
-            self.scope, self.status, self.bytes, self.seconds, self.resp_headers = rec
+            self.scope, self.status, self.bytes, self.seconds, self.resp_headers, self.time = rec
             scope = self.scope
             self.client = scope.get("client")
             # a WebSocket handshake's answer: its scope has no method; the request was a GET
@@ -145,7 +145,7 @@ class Entry:
             self.reason = None
         else:
             (_, self.status, self.client, self.method, self.target, self.http_version,
-             self.reason, self.bytes) = rec
+             self.reason, self.bytes, self.time) = rec
             self.scope = None
             self.seconds = None
             self.resp_headers = None
@@ -256,7 +256,7 @@ def check_format(fmt: str | None) -> None:
         return
     sample = Entry(({"client": ("127.0.0.1", 1), "method": "GET", "path": "/", "root_path": "",
                      "query_string": b"", "http_version": "1.1", "headers": []},
-                    200, 0, 0.0, None))
+                    200, 0, 0.0, None, time.time()))
     try:
         fmt % _Atoms(sample, time.time())
     except (KeyError, ValueError, TypeError) as exc:
@@ -308,7 +308,6 @@ class AccessLog:
         logger = self.logger
         if not logger.isEnabledFor(logging.INFO):
             return
-        now = time.time()
         handler = _plain_handler(logger)
         if handler is not None:
             # skirr's own stderr handler and nothing else would see the records: write the batch
@@ -316,10 +315,10 @@ class AccessLog:
             if self.fmt is None:
                 prefix = handler.formatter.level_prefix(logging.INFO, "INFO")  # type: ignore
                 fast = _default_line
-                text = "".join([fast(rec, prefix) or f"{prefix}{self.line(Entry(rec), now)}\n"
+                text = "".join([fast(rec, prefix) or f"{prefix}{self.line(Entry(rec))}\n"
                                 for rec in batch])
             else:
-                text = "".join([f"{self.line(Entry(rec), now)}\n" for rec in batch])
+                text = "".join([f"{self.line(Entry(rec))}\n" for rec in batch])
             handler.acquire()
             try:
                 stream = handler.stream
@@ -335,7 +334,7 @@ class AccessLog:
         bare = self.fmt is not None
         for rec in batch:
             e = Entry(rec)
-            line = self.line(e, now)
+            line = self.line(e)
             record = logger.makeRecord(name, logging.INFO, "skirr.access", 0, line, None, None,
                                        extra={"client_addr": _addr(e.client),
                                               "request_line": e.uvicorn_request_line,
@@ -343,8 +342,9 @@ class AccessLog:
                                               "skirr_bare": bare})
             logger.handle(record)
 
-    def line(self, e: Entry, now: float) -> str:
-        """The log line (without level prefix) for one entry."""
+    def line(self, e: Entry) -> str:
+        """The log line (without level prefix) for one entry; its time is the entry's own (when
+        the response ended or the refusal was sent), never when the batch is written."""
         fmt = self.fmt
         if fmt is None:
             if e.websocket:  # uvicorn's words: [accepted], or the status alone
@@ -352,19 +352,20 @@ class AccessLog:
                 return f'{_addr(e.client)} - "{e.uvicorn_request_line}" {outcome}'
             line = f'{_addr(e.client)} - "{e.request_line}" {status_text(e.status)}'
         elif fmt == "json":
-            return json.dumps(self.json_fields(e, now), separators=(",", ":"))
+            return json.dumps(self.json_fields(e), separators=(",", ":"))
         else:
-            line = fmt % _Atoms(e, now)
+            line = fmt % _Atoms(e, e.time)
         if e.reason is not None:
             line += f" (refused: {e.reason})"
         return line
 
     @staticmethod
-    def json_fields(e: Entry, now: float) -> dict[str, Any]:
+    def json_fields(e: Entry) -> dict[str, Any]:
         """The JSON object's fields; every text value escaped as in the other formats (printable
         ASCII, so ``json.dumps`` adds only its own escapes of ``"`` and ``\\``)."""
         target = escape(e.target or "")
         path, _, query = target.partition("?")
+        now = e.time
         out: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z",
             "client": _addr(e.client) if e.client else None,
