@@ -9,7 +9,7 @@
  * Never: formats, logs or calls into Python per request beyond one list append (and, for the first
  * record of a batch, one call_soon); costs nothing but a NULL test when the access log is off.
  * The values in a record are as received (bytes, or str decoded as latin-1): client-controlled
- * text is escaped when a line is formatted (sk_access_log_escape below, used by skirr.access),
+ * text is escaped when a line is formatted (sk_access_log_escape, declared in sk_module.h, used by skirr.access),
  * never here.
  *
  * Records (tuples):
@@ -84,14 +84,6 @@ void sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr_s
 void sk_access_req_clear(sk_access_req_t *rq);
 /* GC support for a request's record. */
 int sk_access_req_traverse(sk_access_req_t *rq, visitproc visit, void *arg);
-/* skirr._native.log_escape(value) -> str (METH_O): the text a log line shows for value, a str
- * or a bytes-like object, escaped by the rule of src/core/sk_logesc.h (CWE-117: '"' -> \",
- * '\' -> \\, bytes 0x00-0x1F and 0x7F-0xFF -> \xHH). A str whose code points are all below
- * U+0100 is read as the latin-1 bytes it was decoded from (the request-target, a header value);
- * any other str as its UTF-8 bytes (lone surrogates as they are: surrogatepass).
- * New reference: value itself when it is a str that needs no escaping, else a new ASCII str.
- * Raises TypeError for another type. */
-PyObject *sk_access_log_escape(PyObject *module, PyObject *value);
 /* --log-level trace: a->trace(event, client) for the connection, when trace is on (a->trace not
  * NULL).
  * Failures are reported as unraisable. */

@@ -9,7 +9,6 @@
  */
 #include "sk_module.h"
 
-#include "sk_access.h"
 #include "sk_http.h" /* llhttp's HTTP_METHOD_MAP, for the method cache */
 
 static struct PyModuleDef sk_module_def;

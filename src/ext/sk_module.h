@@ -70,6 +70,17 @@ sk_state *sk_get_state_by_type(PyTypeObject *tp);
  * New reference, or NULL with an exception. */
 PyObject *sk_ready_new(sk_state *st, PyObject *value, int yield_first);
 
+/* The module's functions, defined in their files (declared here so sk_module.c includes no
+ * header above this one). sk_access.c: */
+/* skirr._native.log_escape(value) -> str (METH_O): the text a log line shows for value, a str
+ * or a bytes-like object, escaped by the rule of src/core/sk_logesc.h (CWE-117: '"' -> \",
+ * '\' -> \\, bytes 0x00-0x1F and 0x7F-0xFF -> \xHH). A str whose code points are all below
+ * U+0100 is read as the latin-1 bytes it was decoded from (the request-target, a header value);
+ * any other str as its UTF-8 bytes (lone surrogates as they are: surrogatepass).
+ * New reference: value itself when it is a str that needs no escaping, else a new ASCII str.
+ * Raises TypeError for another type. */
+PyObject *sk_access_log_escape(PyObject *module, PyObject *value);
+
 /* The types' specs, made into heap types by sk_module.c's exec slot. */
 extern PyType_Spec sk_server_spec;    /* sk_server.c */
 extern PyType_Spec sk_request_spec;   /* sk_http1.c */
