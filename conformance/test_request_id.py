@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from _ws import WS_CLOSE_1000, ws_app, ws_upgrade
 from conftest import http_request
 from test_access_log import AccessCapture
 
@@ -64,3 +65,67 @@ def test_access_log_shows_it(serve, echo_app):
     finally:
         logging.getLogger("skirr.access").removeHandler(cap)
     assert lines == ["GET / HTTP/1.1 rid-9"]
+
+
+def ws_answer(srv, target: str, headers: bytes = b"") -> tuple[bytes, dict[bytes, list[bytes]]]:
+    """The status line and fields of the answer to a handshake for target (a 101 is closed
+    by the client's Close 1000 after it)."""
+    c = srv.connect()
+    c.send(ws_upgrade(target)[:-2] + headers + b"\r\n")
+    head = c.read_until(b"\r\n\r\n")
+    if head.startswith(b"HTTP/1.1 101 "):
+        c.send(WS_CLOSE_1000)
+    c.close()
+    lines = head.split(b"\r\n")
+    fields: dict[bytes, list[bytes]] = {}
+    for line in lines[1:]:
+        if line:
+            n, v = line.split(b":", 1)
+            fields.setdefault(n.strip().lower(), []).append(v.strip())
+    return lines[0], fields
+
+
+@pytest.mark.rule("skirr-request-id")
+def test_websocket_handshake_gets_one(serve):
+    """The 101 and a denial response carry the id; the websocket scope has it; the access line
+    (JSON) shows it; an incoming valid id is kept (issue 36 item 5)."""
+    scopes = []
+
+    async def app(scope, receive, send):
+        scopes.append([(n, v) for n, v in scope["headers"] if n == b"x-request-id"])
+        await ws_app(scope, receive, send)
+
+    cap = AccessCapture()
+    logging.getLogger("skirr.access").addHandler(cap)
+    try:
+        with serve(app, request_id=True, access_log_format="%(s)s %({x-request-id}i)s") as srv:
+            made_line, made = ws_answer(srv, "/chat")
+            kept_line, kept = ws_answer(srv, "/chat", b"X-Request-ID: ws-rid-1\r\n")
+            denial_line, denial = ws_answer(srv, "/denial", b"X-Request-ID: ws-rid-2\r\n")
+            lines = cap.wait(3)
+    finally:
+        logging.getLogger("skirr.access").removeHandler(cap)
+    assert made_line == kept_line == b"HTTP/1.1 101 Switching Protocols"
+    assert denial_line == b"HTTP/1.1 401 Unauthorized"
+    rid = made[b"x-request-id"][0]
+    assert re.fullmatch(rb"[0-9a-f]{32}", rid)
+    assert made[b"x-out"] == [b"o1"]  # the app's own accept headers still there
+    assert kept[b"x-request-id"] == [b"ws-rid-1"]
+    assert denial[b"x-request-id"] == [b"ws-rid-2"]
+    assert denial[b"www-authenticate"] == [b"Bearer"]
+    assert scopes == [[(b"x-request-id", rid)], [(b"x-request-id", b"ws-rid-1")],
+                      [(b"x-request-id", b"ws-rid-2")]]
+    assert sorted(lines) == sorted([f"101 {rid.decode()}", "101 ws-rid-1", "401 ws-rid-2"])
+
+
+@pytest.mark.rule("skirr-request-id")
+def test_websocket_app_own_id_wins(serve):
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept", "headers": [(b"X-Request-ID", b"mine")]})
+        await receive()
+
+    with serve(app, request_id=True) as srv:
+        line, fields = ws_answer(srv, "/")
+    assert line == b"HTTP/1.1 101 Switching Protocols"
+    assert fields[b"x-request-id"] == [b"mine"]
