@@ -66,8 +66,10 @@ $(VENV)/.skirr-build: $(VENV)/.skirr-venv $(SK_SOURCES) pyproject.toml setup.py 
 	SKIRR_WERROR=1 $(VPY) -m pip install -q --no-deps --force-reinstall .
 	@touch $@
 
+# examples/app.py on 127.0.0.1:$(PORT) (`make run PORT=8001` when 8000 is taken).
+PORT ?= 8000
 run: $(VENV)/.skirr-build
-	$(VPY) -m skirr app:app --app-dir examples --host 127.0.0.1 --port 8000
+	$(VPY) -m skirr app:app --app-dir examples --host 127.0.0.1 --port $(PORT)
 
 # The suite runs in TEST_JOBS pytest-xdist workers (most of its time is spent waiting on sockets,
 # timers and child processes, not on the CPU); TEST_JOBS=0 runs it in this process alone.
