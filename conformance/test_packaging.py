@@ -16,15 +16,18 @@ import fcntl
 import hashlib
 import importlib.metadata
 import inspect
+import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tarfile
 import textwrap
 import tomllib
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -52,19 +55,44 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
+def readme_offline_commands() -> tuple[list[str], list[str]]:
+    """The README's two offline commands (Installing, **Offline.**), as argv: the `pip download`
+    that fills the wheel directory, the `pip install --no-index` of the sdist."""
+    text = _readme().split("**Offline.**", 1)[1].split("\n\n**", 1)[0]
+    download = [shlex.split(x, comments=True) for x in text.splitlines()
+                if x.strip().startswith("pip download ")]
+    install = [shlex.split(x, comments=True) for x in text.splitlines()
+               if x.strip().startswith("pip install --no-index ")]
+    assert len(download) == 1 and len(install) == 1, text
+    return download[0], install[0]
+
+
+def readme_argv(argv: list[str], python: str, house: Path, sdist: Path | None = None) -> list[str]:
+    """A README pip command for `python`, its `wheels` directory as house, its sdist as sdist."""
+    assert argv[0] == "pip" and argv.count("wheels") == 1, argv
+    out = [python, "-m", "pip", *(str(house) if a == "wheels" else a for a in argv[1:])]
+    if sdist is not None:
+        name = f"skirr-{skirr.__version__}.tar.gz"
+        assert out.count(name) == 1, argv
+        out[out.index(name)] = str(sdist)
+    return out
+
+
 @pytest.fixture(scope="session")
 def wheelhouse() -> Path:
-    """setuptools and wheel as wheels, and no pip: all an offline build of the sdist gets (its
-    build asks for setuptools alone; scripts/skirr_build_backend.py)."""
+    """The README's wheel directory, filled by its `pip download` command: setuptools as a wheel,
+    and no pip and no wheel (the sdist's build asks for setuptools alone;
+    scripts/skirr_build_backend.py)."""
     house = ROOT / "build" / "test-wheelhouse"
     house.mkdir(parents=True, exist_ok=True)
+    download, _ = readme_offline_commands()
     with _locked(house / ".lock"):  # the conformance legs side by side, the xdist workers
-        for stale in house.glob("pip-*.whl"):  # an older run's: it would hide a pip requirement
-            stale.unlink()
-        names = {p.name.split("-")[0].lower() for p in house.glob("*.whl")}
-        if not {"setuptools", "wheel"} <= names:
-            release.wheelhouse(house, sys.executable, release.BUILD_REQUIRES)
-        assert not list(house.glob("pip-*.whl")), "the offline wheel directory must not hold pip"
+        for stale in house.glob("*.whl"):  # an older run's pip or wheel would hide a requirement
+            if not stale.name.startswith("setuptools-"):
+                stale.unlink()
+        if not list(house.glob("setuptools-*.whl")):
+            release.run(readme_argv(download, sys.executable, house), env=release.user_env())
+        assert [p.name.split("-")[0] for p in house.glob("*.whl")] == ["setuptools"]
     return house
 
 
@@ -100,12 +128,15 @@ def sdist(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def offline_install(sdist, wheelhouse, tmp_path_factory) -> tuple[str, str]:
-    """A fresh venv with skirr installed from the sdist by ``pip install -v --no-index``, once per
-    run; returns (its python, pip's verbose output, which holds the compiler command lines)."""
+    """A fresh venv with skirr installed from the sdist by the README's offline ``pip install``
+    (with -v), its wheel directory the README's too; once per run; returns (its python, pip's
+    verbose output, which holds the compiler command lines)."""
     def build(where: Path) -> list[str]:
         vpy = release.fresh_venv(sys.executable, where / "venv")
-        out = release.run([vpy, "-m", "pip", "install", "-v", "--no-index", "--find-links",
-                           wheelhouse, sdist], env=release.offline_env())
+        _, install = readme_offline_commands()
+        argv = readme_argv(install, vpy, wheelhouse, sdist)
+        argv.insert(argv.index("install") + 1, "-v")  # the compiler's command lines, below
+        out = release.run(argv, env=release.offline_env())
         return [str(vpy), out]
     vpy, out = _once(tmp_path_factory, "offline", build)
     return vpy, out
@@ -113,13 +144,14 @@ def offline_install(sdist, wheelhouse, tmp_path_factory) -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def wheel(sdist, wheelhouse, tmp_path_factory) -> Path:
-    """The wheel of this interpreter, built from the sdist with no network, once per run."""
+    """The wheel of this interpreter, built from the sdist with no network and repaired to its
+    manylinux tag as ``make dist`` repairs it, once per run."""
     def build(out: Path) -> str:
         release.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index",
-                     "--find-links", wheelhouse, "--wheel-dir", out, sdist],
+                     "--find-links", wheelhouse, "--wheel-dir", out / "raw", sdist],
                     env=release.offline_env())
-        (path,) = out.glob("skirr-*.whl")
-        return str(path)
+        (raw,) = (out / "raw").glob("skirr-*.whl")
+        return str(release.repair_wheel(raw, out, sys.executable))
     return Path(_once(tmp_path_factory, "wheel", build))
 
 
@@ -196,8 +228,17 @@ def test_repository_holds_no_llhttp_source():
 
 @pytest.mark.rule("skirr-packaging-sdist-offline", "skirr-packaging-no-werror-for-users")
 @pytest.mark.timeout(BUILD_TIMEOUT)
-def test_sdist_installs_with_no_network(offline_install):
+def test_sdist_installs_with_no_network(offline_install, wheelhouse):
     vpy, out = offline_install
+    # The README's sentence: the sdist's build requirements, exactly pyproject.toml's, are all
+    # its wheel directory holds (no pip, no wheel).
+    download, _ = readme_offline_commands()
+    values = {"--only-binary", "--dest", "-d", "--platform", "--python-version"}
+    reqs = [a for i, a in enumerate(download[2:], 2)
+            if not a.startswith("-") and download[i - 1] not in values]
+    build_system = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    assert reqs == build_system["requires"] == release.BUILD_REQUIRES == ["setuptools>=77"]
+    assert [p.name.split("-")[0] for p in wheelhouse.glob("*.whl")] == ["setuptools"]
     # The bundled copy was used (no download, no pkg-config), and it was compiled.
     assert "downloading llhttp" not in out
     assert re.search(r"vendor/llhttp/lib/llhttp\.c", out), "bundled llhttp.c was not compiled"
@@ -233,10 +274,42 @@ def test_make_builds_with_werror():
 @pytest.mark.timeout(BUILD_TIMEOUT)
 def test_wheel_passes_twine_and_auditwheel(sdist, wheel):
     tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    assert re.fullmatch(
-        rf"skirr-{re.escape(skirr.__version__)}-{tag}-{tag}-linux_(x86_64|aarch64)\.whl", wheel.name)
+    assert re.fullmatch(rf"skirr-{re.escape(skirr.__version__)}-{tag}-{tag}-"
+                        r"manylinux_2_\d+_(x86_64|aarch64)(\.manylinux\w+)*\.whl", wheel.name)
     verdicts = release.check_dist(sdist, [wheel])
     assert re.fullmatch(r"manylinux_2_\d+_(x86_64|aarch64)", verdicts[wheel.name]), verdicts
+    assert verdicts[wheel.name] in release.platform_tags(wheel)
+
+
+@pytest.mark.rule("skirr-packaging-wheel-repaired")
+@pytest.mark.timeout(BUILD_TIMEOUT)
+def test_repaired_wheel_carries_what_it_links(wheel):
+    """Every library an extension of the repaired wheel links is one its manylinux policy lets
+    it take from the system, or is in the wheel (auditwheel's skirr.libs/)."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    import auditwheel
+
+    policies = json.loads((Path(auditwheel.__file__).parent / "policy" /
+                           "manylinux-policy.json").read_text())
+    (tag,) = [t for t in release.platform_tags(wheel) if t.startswith("manylinux_2_")]
+    (policy,) = [p for p in policies if p["name"] == re.match(r"manylinux_2_\d+", tag).group(0)]
+    allowed = set(policy["lib_whitelist"])
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        shipped = {Path(n).name for n in names if ".libs/" in n}
+        sos = [n for n in names if re.search(r"\.so(\.|$)", n) and ".libs/" not in n]
+        assert sos == [f"skirr/_native.cpython-{sys.version_info[0]}{sys.version_info[1]}-"
+                       f"{'x86_64' if 'x86_64' in tag else 'aarch64'}-linux-gnu.so"], sos
+        needed = set()
+        for so in sos:
+            elf = ELFFile(io.BytesIO(zf.read(so)))
+            for section in elf.iter_sections():
+                if isinstance(section, DynamicSection):
+                    needed |= {t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"}
+    assert "libz.so.1" in needed and "libc.so.6" in needed, needed  # permessage-deflate's zlib
+    assert needed - allowed <= shipped, (needed - allowed, shipped)
 
 
 EXTRAS = {
