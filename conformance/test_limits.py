@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import Recorder, http_request
+from _ws import WS_CLOSE_1000, upgrade
 
 
 def blocking_app(release: threading.Event, started: Recorder):
@@ -75,6 +76,49 @@ def test_limit_concurrency_on_a_persistent_connection(serve):
         a.expect_eof()
         release.set()
         assert b.response().body == b"/slow"
+
+
+def websocket_app(started: Recorder):
+    """A WebSocket session stays open until the client closes it; HTTP answers at once."""
+
+    async def app(scope, receive, send):
+        if scope["type"] == "websocket":
+            assert (await receive())["type"] == "websocket.connect"
+            started.put("ws")
+            await send({"type": "websocket.accept"})
+            while (await receive())["type"] != "websocket.disconnect":
+                pass
+            started.put("ws-end")
+            return
+        await receive()
+        started.put(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope["path"].encode()})
+
+    return app
+
+
+@pytest.mark.rule("skirr-limit-concurrency-websocket")
+def test_open_websocket_counts_towards_limit_concurrency(serve):
+    """limit_concurrency=1: an open WebSocket session holds the place, so a request and a second
+    handshake get 503 with connection: close (the app sees neither); once the session closed, a
+    request is served."""
+    started = Recorder()
+    with serve(websocket_app(started), limit_concurrency=1) as srv:
+        ws = srv.connect()
+        ws.send(upgrade(target="/chat"))
+        assert ws.read_until(b"\r\n\r\n").startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+        assert started.wait(1) == ["ws"]
+        for data in (http_request("GET", "/during"), upgrade(target="/second")):
+            c = srv.connect()
+            r = c.request(data)
+            assert (r.status, r.get(b"connection")) == (503, b"close")
+            c.expect_eof()
+        ws.send(WS_CLOSE_1000)
+        ws.read_until_close()
+        assert started.wait(2) == ["ws", "ws-end"]
+        assert srv.get("/after").status == 200
+        assert started.wait(3) == ["ws", "ws-end", "/after"]
 
 
 # -- limit_max_requests --------------------------------------------------------------------------

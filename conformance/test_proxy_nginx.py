@@ -47,13 +47,16 @@ http {{
 
 
 def documented_blocks() -> dict[str, tuple[str, list[str]]]:
-    """The nginx blocks of docs/deployment.md, as they are written there: {mode: (the map blocks,
-    the location's proxy_set_header / proxy_http_version lines)}. The first block is the
-    default mode's (x-forwarded), the one with a Forwarded header the forwarded mode's."""
+    """The nginx blocks of docs/deployment.md, as they are written there: {mode: (the
+    document's map blocks, the location's proxy_set_header / proxy_http_version lines)}. The
+    first block is the default mode's (x-forwarded), the one with a Forwarded header the
+    forwarded mode's."""
     text = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
     blocks = {}
-    for body in re.findall(r"^```nginx\n(.*?)^```", text, re.M | re.S):
-        maps = "\n".join(re.findall(r"^map .*?^\}", body, re.M | re.S))
+    bodies = re.findall(r"^```nginx\n(.*?)^```", text, re.M | re.S)
+    # every map of the document (one http {}): the second block uses the first's $connection_upgrade
+    maps = "\n".join(re.findall(r"^map .*?^\}", "".join(bodies), re.M | re.S))
+    for body in bodies:
         location = re.search(r"location / \{(.*?)\n    \}", body, re.S).group(1)
         lines = [re.sub(r";\s*#.*$", ";", x.strip()) for x in location.splitlines()
                  if re.match(r"\s*proxy_(set_header|http_version)\b", x)]

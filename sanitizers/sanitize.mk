@@ -50,7 +50,7 @@ sanitize: sanitize-c sanitize-suite
 # HTTP (not the process-management, packaging and reverse-proxy cases, which run Python and
 # external programs: they run under `make sanitize`).
 SAN_SMOKE_IGNORE := test_packaging test_workers test_sockets test_gunicorn test_reload test_nginx \
-  test_proxy_nginx test_cli test_ops_cli test_lifespan test_lifetime test_oracle_h11
+  test_proxy_nginx test_deployment_doc test_cli test_ops_cli test_lifespan test_lifetime test_oracle_h11
 sanitize-smoke: sanitize-c
 	@$(MAKE) --no-print-directory sanitize-suite \
 	  SAN_PYTEST_ARGS="-q $(SAN_SMOKE_XDIST) $(foreach t,$(SAN_SMOKE_IGNORE),--ignore=conformance/$(t).py)"

