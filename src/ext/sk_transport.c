@@ -2,14 +2,17 @@
  *
  * Owns: the epoll set (registered with the running loop through loop.add_reader, so asyncio and
  * uvloop only wake it), accepting (accept4, --limit-connections and EMFILE pauses), reading (one
- * recv per readiness; connections edge-triggered, in the order their input arrived: rearm), the
- * input and output buffers, the epoll mask they
- * imply (64 KiB marks: flow control), writing and EPOLLOUT, the one-second timer (timerfd in the
- * same set) that checks every transport's deadlines, linger after a server-side close, closing,
- * and freeing closed transports once no frame holds them (reap).
- * Never: knows what protocol a connection speaks (only the sk_handler_ops_t table), builds Python
- * objects (it holds a bytes object queued by reference, and releases it), or frees a transport or
- * a handler while a stack frame may still use it.
+ * read of the stream layer per readiness; connections edge-triggered, in the order their input
+ * arrived: rearm; input the layer holds: read_soon), the input and output buffers, the epoll mask
+ * they imply (64 KiB marks: flow control, and the readiness the layer asks for), writing and
+ * EPOLLOUT (batching, by-reference ranges, file ranges: sendfile or pread when the layer cannot),
+ * the one-second timer (timerfd in the same set) that checks every transport's deadlines, linger
+ * after a server-side close, closing, and freeing closed transports once no frame holds them
+ * (reap).
+ * Never: moves a byte on the socket but through its stream layer (sk_stream_ops_t), knows what
+ * protocol a connection speaks (only the sk_handler_ops_t table), builds Python objects (it holds
+ * a bytes object queued by reference, and releases it), or frees a transport or a handler while a
+ * stack frame may still use it.
  *
  * States of a transport (one enum, changed only by set_state()):
  *   OPEN -> CLOSING (output being sent before a half-close) -> LINGERING (half-closed, reading and
@@ -25,19 +28,21 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
-#define READ_SIZE (64 * 1024)        /* one recv() into the reactor's shared read buffer */
+#define READ_SIZE (64 * 1024)        /* one layer read into the reactor's shared read buffer */
 #define MAX_ACCEPTS 16               /* accept4() calls per listening-socket readiness */
 #define INPUT_HIGH_WATER (64 * 1024) /* stop reading while this much input is unconsumed */
 #define PAUSE_LOG_INTERVAL 5.0       /* seconds between two "accepting paused" warnings */
 #define LINGER_SECONDS 2.0           /* after a server-side close: read and discard this long */
 #define SENDFILE_MAX (1024 * 1024)   /* bytes asked of one sendfile() call */
+#define PREAD_MAX \
+    (64 * 1024) /* bytes of a file range read at once when the layer cannot
+                                      * sendfile (into the output buffer, then written) */
 /* Connections are edge-triggered, so that epoll reports them in the order their input arrived.
  * Level-triggered, epoll puts every descriptor it reports back at the end of its ready list,
  * where it stays until an epoll_wait finds it drained: the next iteration's. A connection read
@@ -58,8 +63,16 @@ enum tp_state {
     TP_CLOSED,    /* fd closed, handler told; waiting to be reaped */
 };
 
+/* Readiness the stream layer asked for (sk_stream.h, rule 1), besides the transport's own. */
+enum {
+    IO_WRITE_WANTS_READ = 1, /* a write, sendfile or shutdown waits for EPOLLIN */
+    IO_READ_WANTS_WRITE = 2, /* a read waits for EPOLLOUT */
+    IO_SHUTDOWN = 4,         /* the layer's shutdown is to be called again (EPOLLOUT) */
+};
+
 struct sk_transport {
-    int fd;
+    sk_stream_t s; /* the socket (s.fd, -1 once closed) and the layer's state */
+    const sk_stream_ops_t *sops;
     enum tp_state state;
     sk_reactor_t *reactor; /* borrowed: the reactor closes every transport before it goes */
     const sk_handler_ops_t *ops;
@@ -84,6 +97,11 @@ struct sk_transport {
     uint8_t on_flush;    /* on the reactor's flush list: its output leaves with the batch */
     uint8_t peer_eof;    /* the peer's FIN arrived: no more reading, no EPOLLRDHUP */
     uint8_t told;        /* the handler's closed() ran: its calls have no effect any more */
+    uint8_t io_want;     /* IO_*: readiness the layer asked for (0 for the plain layer) */
+    uint8_t repoll;      /* update_events must re-poll (EPOLL_CTL_MOD) even with the same mask */
+    uint8_t read_soon;   /* on the pending list to read the layer's held input (rule 2b) */
+    uint8_t no_sendfile; /* the layer answered SK_STREAM_NO_SENDFILE: file ranges go by pread */
+    uint8_t reset;       /* SO_LINGER 0 is set: the close resets (the layer sends nothing) */
     int deadline_kind;   /* the handler's deadline, 0 = none */
     double deadline;     /* monotonic seconds */
     double tp_deadline; /* monotonic seconds: write progress (output pending) or linger; 0 = none */
@@ -127,6 +145,7 @@ monotonic(void)
 }
 
 static int tp_flush(sk_transport_t *t);
+static void layer_held(sk_transport_t *t);
 static void flush_batch(sk_reactor_t *r);
 static void schedule_pending(sk_reactor_t *r);
 static void tp_closed(sk_transport_t *t, int reason);
@@ -143,33 +162,56 @@ set_state(sk_transport_t *t, enum tp_state to)
     t->state = to;
 }
 
+/* The transport reads: while open, not paused by the handler and under both marks, or while
+ * lingering. */
+static inline int
+reading_wanted(const sk_transport_t *t)
+{
+    if (t->state == TP_LINGERING) {
+        return 1;
+    }
+    return t->state == TP_OPEN && !t->read_paused && sk_buf_len(&t->in) < INPUT_HIGH_WATER &&
+           pending_out(t) < SK_OUTPUT_HIGH_WATER;
+}
+
+/* The transport writes: output waits and is not held back (nor left to a call's or the batch's
+ * end). */
+static inline int
+writing_wanted(const sk_transport_t *t)
+{
+    return pending_out(t) > 0 && !t->held && !t->dispatching && !t->on_flush;
+}
+
 static void
 update_events(sk_transport_t *t)
 {
-    /* Re-derives the epoll mask: read while open, not paused by the handler and under both marks
-     * (or while lingering); EPOLLOUT while output waits and is not held back. */
+    /* Re-derives the epoll mask: EPOLLIN while reading, EPOLLOUT while writing, and what the
+     * stream layer asked for (io_want). */
     if (t->state == TP_CLOSED) {
         return;
     }
     uint32_t want = CONN_EPOLL | (t->peer_eof ? 0 : EPOLLRDHUP); /* told once is enough */
-    if (t->state == TP_LINGERING) {
-        want |= EPOLLIN;
+    int reading = reading_wanted(t);
+    if (reading) {
+        want |= EPOLLIN | EPOLLPRI;
     }
-    else if (t->state == TP_OPEN && !t->read_paused && sk_buf_len(&t->in) < INPUT_HIGH_WATER &&
-             pending_out(t) < SK_OUTPUT_HIGH_WATER) {
-        want |= EPOLLIN;
-    }
-    if (want & EPOLLIN) {
-        want |= EPOLLPRI;
-    }
-    if (pending_out(t) > 0 && !t->held && !t->dispatching && !t->on_flush) {
+    if (writing_wanted(t)) {
         want |= EPOLLOUT;
     }
-    if (want != t->epoll_events) {
+    if (t->io_want != 0) {
+        want |= (t->io_want & IO_WRITE_WANTS_READ ? EPOLLIN : 0) |
+                (t->io_want & (IO_READ_WANTS_WRITE | IO_SHUTDOWN) ? EPOLLOUT : 0);
+    }
+    if (want != t->epoll_events || t->repoll) {
+        /* A MOD re-polls too: the readiness the layer now waits for may be there already. */
         struct epoll_event ev = {.events = want, .data.ptr = t};
-        if (epoll_ctl(t->reactor->epfd, EPOLL_CTL_MOD, t->fd, &ev) == 0) {
+        if (epoll_ctl(t->reactor->epfd, EPOLL_CTL_MOD, t->s.fd, &ev) == 0) {
             t->epoll_events = want;
+            t->repoll = 0;
         }
+    }
+    if (reading && t->sops->pending != NULL) {
+        layer_held(t); /* reading (again): input the layer holds raises no edge (rule 2b) */
     }
 }
 
@@ -311,6 +353,16 @@ tell_closed(sk_transport_t *t, int reason)
     }
 }
 
+/* The connection's close will reset it (RST): its end must not look complete. The layer sends
+ * nothing more (its close entry is told). */
+static void
+tp_reset(sk_transport_t *t)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    (void)setsockopt(t->s.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    t->reset = 1;
+}
+
 /* Closes the socket and tells the handler; the transport is freed by reap(). */
 static void
 tp_closed(sk_transport_t *t, int reason)
@@ -323,9 +375,12 @@ tp_closed(sk_transport_t *t, int reason)
     t->held = 0;
     unlink_pending(t); /* a reaped transport must not stay on the pending list */
     flush_unlink(t);   /* nor on the flush list */
-    (void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, t->fd, NULL);
-    close(t->fd);
-    t->fd = -1;
+    (void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, t->s.fd, NULL);
+    if (t->sops->close != NULL) {
+        t->sops->close(&t->s, t->reset); /* the layer's state goes before the socket */
+    }
+    close(t->s.fd);
+    t->s.fd = -1;
     range_drop(t); /* a range not sent: its descriptor or bytes go with the connection */
     if (t->all_prev) {
         t->all_prev->all_next = t->all_next;
@@ -346,7 +401,7 @@ tp_closed(sk_transport_t *t, int reason)
     tell_closed(t, reason); /* last: the handler may call back (no effect any more) */
 }
 
-/* The peer sent its FIN (recv() returned 0, or EPOLLRDHUP while not reading) and nothing says
+/* The peer sent its FIN (a read returned 0, or EPOLLRDHUP while not reading) and nothing says
  * the connection is reset. The handler is told at once (the request in flight sees the client
  * as gone: ASGI's http.disconnect), but what it already wrote, held or not, is still sent
  * before the close: a response completed before a half-close is not thrown away (RFC 9112 §9.6
@@ -373,7 +428,7 @@ tp_peer_eof(sk_transport_t *t)
 static void
 tp_free(sk_transport_t *t)
 {
-    assert(t->state == TP_CLOSED && t->fd == -1 && !t->on_pending && !t->on_flush);
+    assert(t->state == TP_CLOSED && t->s.fd == -1 && !t->on_pending && !t->on_flush);
     t->ops->release(t->h);
     if (t->retired_ops != NULL) {
         t->retired_ops->release(t->retired_h);
@@ -401,7 +456,19 @@ reap(sk_reactor_t *r)
 static void
 tp_linger(sk_transport_t *t)
 {
-    if (shutdown(t->fd, SHUT_WR) < 0) {
+    int rc = t->sops->shutdown(&t->s);
+    if (rc == SK_STREAM_WANT_READ || rc == SK_STREAM_WANT_WRITE) {
+        /* The layer has more to exchange before its end (a close_notify the kernel did not
+         * take): still closing, called again from tp_flush once the socket is ready, within the
+         * write-progress deadline. */
+        t->io_want |= IO_SHUTDOWN | (rc == SK_STREAM_WANT_READ ? IO_WRITE_WANTS_READ : 0);
+        t->repoll = 1;
+        t->tp_deadline = monotonic() + t->reactor->cfg.write_timeout;
+        update_events(t);
+        return;
+    }
+    t->io_want &= (uint8_t) ~(IO_SHUTDOWN | IO_WRITE_WANTS_READ);
+    if (rc < 0) {
         tp_closed(t, SK_CLOSED_PEER);
         return;
     }
@@ -456,84 +523,116 @@ range_done(sk_transport_t *t)
     t->tail = swap;
 }
 
-/* One sendfile() of the queued range: > 0 bytes sent, 0 the kernel takes no more for now, -1 the
- * peer is gone, -2 the file failed (SK_CLOSED_FILE_SHORT or _ERROR in *reason). */
+/* Answers a write-side would-block of the layer: 0 (SK_STREAM_WANT_WRITE: EPOLLOUT, as the
+ * unsent output asks anyway; SK_STREAM_WANT_READ: EPOLLIN too, rule 1), or -1 for an error. */
+static int
+write_blocked(sk_transport_t *t, ssize_t rc)
+{
+    if (rc == SK_STREAM_WANT_WRITE) {
+        return 0;
+    }
+    if (rc == SK_STREAM_WANT_READ) {
+        t->io_want |= IO_WRITE_WANTS_READ;
+        t->repoll = 1;
+        return 0;
+    }
+    return -1;
+}
+
+/* Reads the next part of the queued file range into the (empty) output buffer, for a layer that
+ * cannot sendfile: the loop in tp_flush then writes it as any output. 1 read, -2 the file failed
+ * or memory ran out (the reason in *reason). */
+static int
+file_read(sk_transport_t *t, int *reason)
+{
+    size_t want = t->range_left > PREAD_MAX ? PREAD_MAX : (size_t)t->range_left;
+    ssize_t n;
+    if (sk_buf_reserve(&t->out, want) < 0) {
+        *reason = SK_CLOSED_NO_MEMORY;
+        return -2;
+    }
+    do {
+        n = pread(t->file_fd, t->out.data + t->out.end, want, (off_t)t->range_off);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+        *reason = n == 0 ? SK_CLOSED_FILE_SHORT : SK_CLOSED_FILE_ERROR; /* as sendfile's */
+        return -2;
+    }
+    t->out.end += (size_t)n;
+    t->range_off += (uint64_t)n;
+    t->range_left -= (uint64_t)n;
+    return 1;
+}
+
+/* One sendfile of the queued range through the layer: 1 bytes sent, 2 bytes read into the output
+ * buffer instead (the layer cannot sendfile: file_read), 0 the kernel takes no more for now, -1
+ * the peer is gone, -2 the file failed (SK_CLOSED_FILE_SHORT or _ERROR in *reason). */
 static int
 file_send(sk_transport_t *t, int *reason)
 {
-    for (;;) {
-        off_t off = (off_t)t->range_off;
-        size_t want = t->range_left > SENDFILE_MAX ? SENDFILE_MAX : (size_t)t->range_left;
-        ssize_t n = sendfile(t->fd, t->file_fd, &off, want);
-        if (n > 0) {
-            t->range_off += (uint64_t)n;
-            t->range_left -= (uint64_t)n;
-            return 1;
-        }
-        if (n == 0) {
-            *reason = SK_CLOSED_FILE_SHORT; /* end of file before the count */
-            return -2;
-        }
-        if (errno == EINTR) {
-            continue;
-        }
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            return 0;
-        }
-        if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN || errno == ETIMEDOUT) {
-            return -1;
-        }
-        *reason = SK_CLOSED_FILE_ERROR; /* EIO, EINVAL, ...: the file's side */
+    size_t want = t->range_left > SENDFILE_MAX ? SENDFILE_MAX : (size_t)t->range_left;
+    ssize_t n = t->no_sendfile || t->sops->sendfile == NULL
+                    ? SK_STREAM_NO_SENDFILE
+                    : t->sops->sendfile(&t->s, t->file_fd, &t->range_off, want);
+    if (n > 0) {
+        t->range_left -= (uint64_t)n;
+        return 1;
+    }
+    if (n == 0) {
+        *reason = SK_CLOSED_FILE_SHORT; /* end of file before the count */
         return -2;
     }
+    if (n == SK_STREAM_NO_SENDFILE) {
+        t->no_sendfile = 1;
+        return file_read(t, reason) > 0 ? 2 : -2;
+    }
+    if (n != SK_STREAM_ERROR) {
+        return write_blocked(t, n);
+    }
+    if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN || errno == ETIMEDOUT) {
+        return -1;
+    }
+    *reason = SK_CLOSED_FILE_ERROR; /* EIO, EINVAL, ...: the file's side */
+    return -2;
 }
 
-/* One sendmsg() of the buffer and the queued bytes range behind it (the range alone once the
- * buffer is sent): > 0 bytes sent, 0 the kernel takes no more for now, -1 the peer is gone. */
+/* One write of the buffer and the queued bytes range behind it (the range alone once the buffer
+ * is sent) through the layer, never copying the range: > 0 bytes sent, 0 the kernel takes no
+ * more for now, -1 the peer is gone. */
 static ssize_t
 bytes_send(sk_transport_t *t)
 {
-    struct iovec iov[2];
-    struct msghdr msg = {.msg_iov = iov};
+    struct iovec iov[SK_STREAM_IOV_MAX];
+    int cnt = 0;
     size_t head = sk_buf_len(&t->out);
     if (head > 0) {
-        iov[msg.msg_iovlen++] = (struct iovec){(void *)sk_buf_head(&t->out), head};
+        iov[cnt++] = (struct iovec){(void *)sk_buf_head(&t->out), head};
     }
-    iov[msg.msg_iovlen++] =
-        (struct iovec){PyBytes_AS_STRING(t->ref) + t->range_off, (size_t)t->range_left};
-    for (;;) {
-        ssize_t n = sendmsg(t->fd, &msg, MSG_NOSIGNAL);
-        if (n > 0) {
-            size_t from_head = (size_t)n < head ? (size_t)n : head;
-            sk_buf_consume(&t->out, from_head);
-            t->range_off += (uint64_t)n - from_head;
-            t->range_left -= (uint64_t)n - from_head;
-            return n;
-        }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    iov[cnt++] = (struct iovec){PyBytes_AS_STRING(t->ref) + t->range_off, (size_t)t->range_left};
+    ssize_t n = t->sops->writev(&t->s, iov, cnt, 0);
+    if (n > 0) {
+        size_t from_head = (size_t)n < head ? (size_t)n : head;
+        sk_buf_consume(&t->out, from_head);
+        t->range_off += (uint64_t)n - from_head;
+        t->range_left -= (uint64_t)n - from_head;
+        return n;
     }
+    return write_blocked(t, n);
 }
 
-/* One send() of the buffer (flags: MSG_MORE when a file range follows), retried on EINTR, the
- * bytes sent consumed: > 0 bytes sent, 0 the kernel takes no more for now, -1 the peer is gone
- * (errno says why). */
+/* One write of the buffer through the layer (more: a file range follows), the bytes sent
+ * consumed: > 0 bytes sent, 0 the kernel takes no more for now, -1 the peer is gone (errno says
+ * why). */
 static ssize_t
-buf_send(sk_transport_t *t, int flags)
+buf_send(sk_transport_t *t, int more)
 {
-    for (;;) {
-        ssize_t n = send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL | flags);
-        if (n > 0) {
-            sk_buf_consume(&t->out, (size_t)n);
-            return n;
-        }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -1;
+    struct iovec iov = {sk_buf_head(&t->out), sk_buf_len(&t->out)};
+    ssize_t n = t->sops->writev(&t->s, &iov, 1, more);
+    if (n > 0) {
+        sk_buf_consume(&t->out, (size_t)n);
+        return n;
     }
+    return write_blocked(t, n);
 }
 
 /* Sends the output (the buffer, then a queued range, then what follows it) until the kernel
@@ -561,7 +660,7 @@ tp_flush(sk_transport_t *t)
         }
         if (sk_buf_len(&t->out) > 0) {
             /* a file range follows: the head joins its first segment (MSG_MORE) */
-            ssize_t n = buf_send(t, t->range_left > 0 ? MSG_MORE : 0);
+            ssize_t n = buf_send(t, t->range_left > 0);
             if (n > 0) {
                 progress = 1;
                 continue;
@@ -583,7 +682,7 @@ tp_flush(sk_transport_t *t)
         int reason = 0;
         int rc = file_send(t, &reason);
         if (rc > 0) {
-            progress = 1;
+            progress |= rc == 1; /* a part read into the buffer is no write progress yet */
             continue;
         }
         if (rc == 0) {
@@ -591,8 +690,7 @@ tp_flush(sk_transport_t *t)
         }
         if (rc == -2) {
             /* The message cannot be completed: a reset, so it never looks complete. */
-            struct linger lg = {.l_onoff = 1, .l_linger = 0};
-            (void)setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+            tp_reset(t);
         }
         tp_closed(t, rc == -2 ? reason : SK_CLOSED_PEER);
         return -1;
@@ -726,7 +824,7 @@ rearm(sk_transport_t *t)
 {
     if (t->state != TP_CLOSED && (t->epoll_events & (EPOLLIN | EPOLLRDHUP))) {
         struct epoll_event ev = {.events = t->epoll_events, .data.ptr = t};
-        (void)epoll_ctl(t->reactor->epfd, EPOLL_CTL_MOD, t->fd, &ev);
+        (void)epoll_ctl(t->reactor->epfd, EPOLL_CTL_MOD, t->s.fd, &ev);
     }
 }
 
@@ -759,54 +857,87 @@ consume_read(sk_transport_t *t, size_t n)
     update_events(t);
 }
 
-static void
+/* One read of the stream layer, for a readiness (`events`) or for input the layer holds (0).
+ * Returns 1 when it read something or closed, 0 when nothing came (would-block, or not reading:
+ * then a hang-up in `events` is handled). */
+static int
 tp_readable(sk_transport_t *t, uint32_t events)
 {
     sk_reactor_t *r = t->reactor;
-    if (!(t->epoll_events & EPOLLIN)) {
+    if (!(t->epoll_events & EPOLLIN) || (t->io_want != 0 && !reading_wanted(t))) {
+        /* not reading (EPOLLIN may be in the mask for a layer's write: rule 1) */
         if (events & (EPOLLHUP | EPOLLERR)) {
             tp_closed(t, SK_CLOSED_PEER);
         }
         else if (events & EPOLLRDHUP) {
             tp_peer_eof(t);
         }
-        return;
+        return 0;
     }
     /* A short read leaves nothing behind (TCP returns once its queue is empty, and what arrives
      * later raises a new edge), except where the kernel stops early: at an urgent mark (TCP, and
-     * AF_UNIX since Linux 5.15: the event carries EPOLLPRI), and on AF_UNIX after a message
-     * carrying descriptors or another sender's credentials (MSG_CTRUNC: skirr takes no control
-     * data, so the kernel closes the descriptors and says so). */
+     * AF_UNIX since Linux 5.15: the event carries EPOLLPRI), and where the layer says so (cut:
+     * the plain layer's AF_UNIX read after a message carrying descriptors or credentials). */
     int cut = 0;
-    ssize_t n;
-    if (t->peer.ss_family == AF_UNIX) { /* recvmsg(): its MSG_CTRUNC tells such a read */
-        struct iovec iov = {r->readbuf, READ_SIZE};
-        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-        do {
-            n = recvmsg(t->fd, &msg, 0);
-        } while (n < 0 && errno == EINTR);
-        cut = n > 0 && (msg.msg_flags & MSG_CTRUNC);
-    }
-    else {
-        do {
-            n = recv(t->fd, r->readbuf, READ_SIZE, 0);
-        } while (n < 0 && errno == EINTR); /* no edge would bring it back */
-    }
+    ssize_t n = t->sops->read(&t->s, r->readbuf, READ_SIZE, &cut);
     if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            tp_closed(t, SK_CLOSED_PEER);
+        if (n == SK_STREAM_WANT_WRITE) {
+            t->io_want |= IO_READ_WANTS_WRITE; /* rule 1: EPOLLOUT, then this read again */
+            t->repoll = 1;
+            update_events(t);
         }
-        return;
+        else if (n != SK_STREAM_WANT_READ) {
+            tp_closed(t, SK_CLOSED_PEER);
+            return 1;
+        }
+        return 0;
     }
     if (n == 0) {
         tp_peer_eof(t);
-        return;
+        return 1;
     }
     /* what this read may have left in the socket raises no new edge */
     int again = (size_t)n == READ_SIZE || cut || (events & (EPOLLRDHUP | EPOLLHUP | EPOLLPRI));
     consume_read(t, (size_t)n);
     if (again) {
         rearm(t); /* whatever state the read left: lingering discards the rest too */
+    }
+    if (t->sops->pending != NULL) {
+        layer_held(t); /* and what it may have left in the layer (rule 2b) */
+    }
+    return 1;
+}
+
+/* Puts a transport on the pending list (once): run_pending reads or feeds it on the next loop
+ * iteration. */
+static void
+pending_link(sk_transport_t *t)
+{
+    sk_reactor_t *r = t->reactor;
+    if (t->on_pending) {
+        return;
+    }
+    t->on_pending = 1;
+    t->pending_next = NULL;
+    if (r->pending_tail) {
+        r->pending_tail->pending_next = t;
+    }
+    else {
+        r->pending_head = t;
+    }
+    r->pending_tail = t;
+    schedule_pending(r);
+}
+
+/* Rule 2b of sk_stream.h: while the transport reads and the layer holds input (already off the
+ * socket, so no edge will report it), it is read on the next loop iteration. Only for a layer
+ * with a pending entry. */
+static void
+layer_held(sk_transport_t *t)
+{
+    if (t->state == TP_OPEN && !t->read_soon && reading_wanted(t) && t->sops->pending(&t->s) > 0) {
+        t->read_soon = 1;
+        pending_link(t);
     }
 }
 
@@ -1009,20 +1140,9 @@ sk_transport_feed(sk_transport_t *t)
 void
 sk_transport_feed_soon(sk_transport_t *t)
 {
-    sk_reactor_t *r = t->reactor;
-    if (t->on_pending || t->state != TP_OPEN) {
-        return;
+    if (t->state == TP_OPEN) {
+        pending_link(t);
     }
-    t->on_pending = 1;
-    t->pending_next = NULL;
-    if (r->pending_tail) {
-        r->pending_tail->pending_next = t;
-    }
-    else {
-        r->pending_head = t;
-    }
-    r->pending_tail = t;
-    schedule_pending(r);
 }
 
 /* Queues run_pending on the loop (once until it runs). */
@@ -1094,18 +1214,17 @@ sk_transport_abort(sk_transport_t *t, int reset)
         return;
     }
     if (reset) {
-        struct linger lg = {.l_onoff = 1, .l_linger = 0};
-        (void)setsockopt(t->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        tp_reset(t);
         sk_buf_consume(&t->out, sk_buf_len(&t->out));
     }
-    else if (t->ref != NULL) {
+    else if (t->ref != NULL && t->range_left > 0) {
         /* Best effort: what was already produced goes out, a queued body with it, as it would
          * have from the buffer; the message stays incomplete. */
         (void)bytes_send(t);
     }
     else if (sk_buf_len(&t->out) > 0) {
         /* Best effort: what was already produced goes out; the message stays incomplete. */
-        (void)send(t->fd, sk_buf_head(&t->out), sk_buf_len(&t->out), MSG_NOSIGNAL);
+        (void)buf_send(t, 0);
     }
     range_drop(t); /* dropped in tp_closed too; here before anything could follow it */
     tp_closed(t, SK_CLOSED_BY_HANDLER);
@@ -1140,10 +1259,57 @@ sk_transport_local(const sk_transport_t *t, struct sockaddr_storage *ss)
 {
     socklen_t sl = sizeof(*ss);
     memset(ss, 0, sizeof(*ss));
-    return t->fd >= 0 ? getsockname(t->fd, (struct sockaddr *)ss, &sl) : -1;
+    return t->s.fd >= 0 ? getsockname(t->s.fd, (struct sockaddr *)ss, &sl) : -1;
 }
 
 /* ---- the reactor ---------------------------------------------------------------------------- */
+
+/* Makes the transport of a socket just accepted: its stream layer's state (cfg.stream, plain by
+ * default), its epoll registration, its handler (cfg.open). The transport, or NULL with `fd`
+ * closed and nothing left behind. */
+static sk_transport_t *
+tp_new(sk_reactor_t *r, int fd, const struct sockaddr_storage *addr, socklen_t alen)
+{
+    int layer_open = 0, registered = 0;
+    sk_transport_t *t = PyMem_Calloc(1, sizeof(sk_transport_t));
+    if (t == NULL) {
+        goto error;
+    }
+    t->s.fd = fd;
+    t->s.family = addr->ss_family;
+    t->sops = r->cfg.stream != NULL ? r->cfg.stream : &sk_stream_plain;
+    t->file_fd = -1;
+    t->reactor = r;
+    memcpy(&t->peer, addr, alen);
+    t->peer_len = alen;
+    if (t->sops->open != NULL && t->sops->open(&t->s, r->cfg.stream_arg) < 0) {
+        goto error;
+    }
+    layer_open = 1;
+    struct epoll_event ev = {.events = CONN_EPOLL | EPOLLIN | EPOLLPRI | EPOLLRDHUP, .data.ptr = t};
+    if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        goto error;
+    }
+    registered = 1;
+    t->epoll_events = ev.events;
+    t->ops = r->cfg.ops;
+    t->h = r->cfg.open(r->cfg.owner, t);
+    if (t->h == NULL) {
+        goto error;
+    }
+    return t;
+
+error:
+    if (registered) {
+        (void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
+    }
+    if (layer_open && t->sops->close != NULL) {
+        t->sops->close(&t->s, 0);
+    }
+    close(fd);
+    PyMem_Free(t);
+    return NULL;
+}
 
 static void
 reactor_accept(sk_reactor_t *r)
@@ -1170,30 +1336,8 @@ reactor_accept(sk_reactor_t *r)
             int one = 1;
             (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         }
-        sk_transport_t *t = PyMem_Calloc(1, sizeof(sk_transport_t));
+        sk_transport_t *t = tp_new(r, fd, &addr, alen);
         if (t == NULL) {
-            close(fd);
-            return;
-        }
-        t->fd = fd;
-        t->file_fd = -1;
-        t->reactor = r;
-        memcpy(&t->peer, &addr, alen);
-        t->peer_len = alen;
-        struct epoll_event ev = {.events = CONN_EPOLL | EPOLLIN | EPOLLPRI | EPOLLRDHUP,
-                                 .data.ptr = t};
-        if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-            close(fd);
-            PyMem_Free(t);
-            return;
-        }
-        t->epoll_events = ev.events;
-        t->ops = r->cfg.ops;
-        t->h = r->cfg.open(r->cfg.owner, t);
-        if (t->h == NULL) {
-            (void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
-            close(fd);
-            PyMem_Free(t);
             return;
         }
         r->cfg.st->live_conns++;
@@ -1306,6 +1450,27 @@ sk_reactor_stop_accepting(sk_reactor_t *r)
     }
 }
 
+/* Rule 1 of sk_stream.h: a readiness the layer waited for on the other side becomes the event
+ * of the side that waits. EPOLLIN for a blocked write (or shutdown) runs the write side, EPOLLOUT
+ * for a blocked read runs the read side; each wait is answered once (asked again if it blocks
+ * again). Returns the events to handle. */
+static uint32_t
+crossed(sk_transport_t *t, uint32_t e)
+{
+    uint32_t out = e;
+    if ((t->io_want & IO_WRITE_WANTS_READ) && (e & (EPOLLIN | EPOLLHUP | EPOLLRDHUP))) {
+        t->io_want &= (uint8_t)~IO_WRITE_WANTS_READ;
+        if (writing_wanted(t) || (t->io_want & IO_SHUTDOWN)) {
+            out |= EPOLLOUT;
+        }
+    }
+    if ((t->io_want & IO_READ_WANTS_WRITE) && (e & (EPOLLOUT | EPOLLHUP))) {
+        t->io_want &= (uint8_t)~IO_READ_WANTS_WRITE;
+        out |= EPOLLIN;
+    }
+    return out;
+}
+
 void
 sk_reactor_on_ready(sk_reactor_t *r)
 {
@@ -1335,6 +1500,9 @@ sk_reactor_on_ready(sk_reactor_t *r)
             tp_closed(t, SK_CLOSED_PEER);
             continue;
         }
+        if (t->io_want != 0) {
+            e = crossed(t, e);
+        }
         if ((e & EPOLLOUT) && (t->state == TP_OPEN || t->state == TP_CLOSING)) {
             if (tp_flush(t) < 0 || t->state == TP_CLOSED) {
                 continue;
@@ -1363,7 +1531,11 @@ sk_reactor_run_pending(sk_reactor_t *r)
         }
         t->pending_next = NULL;
         t->on_pending = 0;
-        feed_buffered(t);
+        int read = t->read_soon && reading_wanted(t); /* the layer holds input (rule 2b) */
+        t->read_soon = 0;
+        if (!read || !tp_readable(t, 0)) {
+            feed_buffered(t); /* a read fed the buffered input with the new */
+        }
     }
     r->batching = 0;
     flush_batch(r); /* and what waited for this iteration (sk_transport_write_later) */
