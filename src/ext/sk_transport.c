@@ -40,9 +40,9 @@
 #define PAUSE_LOG_INTERVAL 5.0       /* seconds between two "accepting paused" warnings */
 #define LINGER_SECONDS 2.0           /* after a server-side close: read and discard this long */
 #define SENDFILE_MAX (1024 * 1024)   /* bytes asked of one sendfile() call */
-#define PREAD_MAX \
-    (64 * 1024) /* bytes of a file range read at once when the layer cannot
-                                      * sendfile (into the output buffer, then written) */
+/* Bytes of a file range read at once (pread into the output buffer, then written) when the layer
+ * cannot sendfile. */
+#define PREAD_MAX (64 * 1024)
 /* Connections are edge-triggered, so that epoll reports them in the order their input arrived.
  * Level-triggered, epoll puts every descriptor it reports back at the end of its ready list,
  * where it stays until an epoll_wait finds it drained: the next iteration's. A connection read
