@@ -23,9 +23,10 @@
  *    from the write side (EAGAIN). A TLS layer may answer the other one: a read that must first
  *    send (a handshake flight, a KeyUpdate reply) says WANT_WRITE; a write that must first
  *    receive (the handshake not finished) says WANT_READ. The transport then waits for that
- *    readiness (EPOLLOUT for a read, EPOLLIN for a write, even while its reading is paused) and
- *    calls the same entry again. -1 (SK_STREAM_ERROR) with errno set is a failure, never "try
- *    again": EINTR is retried inside the layer, EAGAIN is never returned as an error.
+ *    readiness (EPOLLOUT for a read, EPOLLIN for a write, even while its reading is paused),
+ *    and not for the blocked side's own, and calls the same entry again once it comes (a
+ *    hang-up counts). -1 (SK_STREAM_ERROR) with errno set is a failure, never "try again":
+ *    EINTR is retried inside the layer, EAGAIN is never returned as an error.
  *
  * 2. Edge-triggered epoll: the transport's socket is registered with EPOLLET, so epoll reports a
  *    socket once per arrival of bytes, not while bytes wait. Two cases need more than a read

@@ -192,15 +192,18 @@ update_events(sk_transport_t *t)
     }
     uint32_t want = CONN_EPOLL | (t->peer_eof ? 0 : EPOLLRDHUP); /* told once is enough */
     int reading = reading_wanted(t);
-    if (reading) {
-        want |= EPOLLIN | EPOLLPRI;
+    if (t->io_want == 0) {
+        want |= (reading ? EPOLLIN | EPOLLPRI : 0) | (writing_wanted(t) ? EPOLLOUT : 0);
     }
-    if (writing_wanted(t)) {
-        want |= EPOLLOUT;
-    }
-    if (t->io_want != 0) {
-        want |= (t->io_want & IO_WRITE_WANTS_READ ? EPOLLIN : 0) |
-                (t->io_want & (IO_READ_WANTS_WRITE | IO_SHUTDOWN) ? EPOLLOUT : 0);
+    else {
+        /* Rule 1: a side the layer blocked waits for the readiness it named, not its own (which
+         * the re-poll of every MOD would otherwise report again and again). */
+        if (reading) {
+            want |= t->io_want & IO_READ_WANTS_WRITE ? EPOLLOUT : EPOLLIN | EPOLLPRI;
+        }
+        if (writing_wanted(t) || (t->io_want & IO_SHUTDOWN)) {
+            want |= t->io_want & IO_WRITE_WANTS_READ ? EPOLLIN : EPOLLOUT;
+        }
     }
     if (want != t->epoll_events || t->repoll) {
         /* A MOD re-polls too: the readiness the layer now waits for may be there already. */
@@ -864,7 +867,8 @@ static int
 tp_readable(sk_transport_t *t, uint32_t events)
 {
     sk_reactor_t *r = t->reactor;
-    if (!(t->epoll_events & EPOLLIN) || (t->io_want != 0 && !reading_wanted(t))) {
+    if (!(t->epoll_events & EPOLLIN) ||
+        (t->io_want != 0 && (!reading_wanted(t) || (t->io_want & IO_READ_WANTS_WRITE)))) {
         /* not reading (EPOLLIN may be in the mask for a layer's write: rule 1) */
         if (events & (EPOLLHUP | EPOLLERR)) {
             tp_closed(t, SK_CLOSED_PEER);
@@ -935,7 +939,8 @@ pending_link(sk_transport_t *t)
 static void
 layer_held(sk_transport_t *t)
 {
-    if (t->state == TP_OPEN && !t->read_soon && reading_wanted(t) && t->sops->pending(&t->s) > 0) {
+    if (t->state == TP_OPEN && !t->read_soon && !(t->io_want & IO_READ_WANTS_WRITE) &&
+        reading_wanted(t) && t->sops->pending(&t->s) > 0) {
         t->read_soon = 1;
         pending_link(t);
     }
@@ -1450,23 +1455,35 @@ sk_reactor_stop_accepting(sk_reactor_t *r)
     }
 }
 
-/* Rule 1 of sk_stream.h: a readiness the layer waited for on the other side becomes the event
- * of the side that waits. EPOLLIN for a blocked write (or shutdown) runs the write side, EPOLLOUT
- * for a blocked read runs the read side; each wait is answered once (asked again if it blocks
- * again). Returns the events to handle. */
+/* Rule 1 of sk_stream.h: with the layer waiting on the other readiness (io_want), the events
+ * become those of the side each readiness serves: EPOLLIN (or a hang-up) for a write or shutdown
+ * waiting to read runs the write side (as EPOLLOUT), EPOLLOUT (or a hang-up) for a read waiting
+ * to write runs the read side (as EPOLLIN); a side that waits gets nothing of its own readiness.
+ * Each wait is answered once (asked again if the layer blocks again), and the mask follows.
+ * Returns the events to handle. */
 static uint32_t
 crossed(sk_transport_t *t, uint32_t e)
 {
-    uint32_t out = e;
-    if ((t->io_want & IO_WRITE_WANTS_READ) && (e & (EPOLLIN | EPOLLHUP | EPOLLRDHUP))) {
-        t->io_want &= (uint8_t)~IO_WRITE_WANTS_READ;
-        if (writing_wanted(t) || (t->io_want & IO_SHUTDOWN)) {
-            out |= EPOLLOUT;
-        }
+    uint8_t w = t->io_want;
+    uint32_t out = e & ~(uint32_t)(EPOLLIN | EPOLLPRI | EPOLLOUT); /* hang-ups stay */
+    if (!(w & IO_READ_WANTS_WRITE)) {
+        out |= e & (EPOLLIN | EPOLLPRI);
     }
-    if ((t->io_want & IO_READ_WANTS_WRITE) && (e & (EPOLLOUT | EPOLLHUP))) {
+    else if (e & (EPOLLOUT | EPOLLHUP)) {
         t->io_want &= (uint8_t)~IO_READ_WANTS_WRITE;
         out |= EPOLLIN;
+    }
+    if (!(w & IO_WRITE_WANTS_READ)) {
+        if (writing_wanted(t) || (w & IO_SHUTDOWN)) {
+            out |= e & EPOLLOUT;
+        }
+    }
+    else if (e & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) {
+        t->io_want &= (uint8_t)~IO_WRITE_WANTS_READ;
+        out |= EPOLLOUT;
+    }
+    if (t->io_want != w) {
+        update_events(t);
     }
     return out;
 }

@@ -175,7 +175,9 @@ size_t sk_transport_in_len(const sk_transport_t *t);
 int sk_transport_is_open(const sk_transport_t *t);
 
 /* Queues `count` bytes of the file `fd` from `offset` (bytes) after the output appended so far;
- * they are sent with sendfile(2) once that output is sent, never read into memory. What the
+ * they are sent with the stream layer's sendfile (the plain layer: sendfile(2), never read into
+ * memory) once that output is sent, or, under a layer that cannot (TLS without kernel TLS), read
+ * with pread(2) into the output buffer 64 KiB at a time and written as any output. What the
  * handler appends to sk_transport_out() from now on follows the range. The range counts in
  * sk_transport_out_len(), so the high-water mark, writable(), the write-progress deadline and
  * closing apply to it as to any output. `fd` (a regular file, opened by the caller) is owned
@@ -188,8 +190,8 @@ int sk_transport_is_open(const sk_transport_t *t);
  * runs out. */
 int sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count);
 /* Queues the bytes of `bytes` (an exact bytes object, so immutable; a new reference is taken)
- * after the output appended so far, by reference: sent together with that output in one
- * sendmsg(2), never copied into the buffer. As a file range (sk_transport_sendfile) otherwise:
+ * after the output appended so far, by reference: sent together with that output in one write
+ * of the stream layer (the plain layer: one sendmsg(2)), never copied into the buffer. As a file range (sk_transport_sendfile) otherwise:
  * what the handler appends from now on follows it, it counts in sk_transport_out_len(), and the
  * high-water mark, writable() (called when it is sent), the write-progress deadline and closing
  * apply to it; an abort sends what it can of it with the buffer, as of any output. The reference
@@ -209,7 +211,7 @@ int sk_transport_write(sk_transport_t *t);
 /* As sk_transport_write, but inside a data_received() call too: for output that no later
  * output can join (a chunk of a response still in progress, ASGI `more_body`), which would
  * otherwise wait for the call's end and, inside a reactor callback, for the batch (on 3.12+ an
- * app's eager first step runs inside the call). There, only a send(2) of the buffer is made: what
+ * app's eager first step runs inside the call). There, only a write of the buffer is made: what
  * the kernel does not take, and any error, are left to the call's end, which sends the rest or
  * closes (and tells the handler) as usual. Held output and a queued range wait, as with
  * sk_transport_write. 0, or -1 when the peer is already gone (outside a data_received() call:
