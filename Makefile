@@ -80,7 +80,8 @@ test: build test-c
 	$(VPY) -m pytest conformance -q $(PYTEST_JOBS)
 
 # The sans-I/O core's plain-C unit tests (no Python): test_core (HTTP, over llhttp, compiled
-# without -Werror) and test_ws (the WebSocket frame codec).
+# without -Werror) and test_ws (the WebSocket frame codec); and test_stream, the plain stream layer
+# (src/ext/sk_stream.c, plain C) over socketpairs.
 test-c:
 	@set -e; mkdir -p $(LLHTTP_OBJ_DIR); \
 	cflags="$$($(LLHTTP_FETCH) --cflags)"; \
@@ -99,8 +100,11 @@ test-c:
 	  $$objs $$libs -o build/test_core; \
 	echo "$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core $(WS_CORE_SOURCES) src/core/test/test_ws.c -o build/test_ws"; \
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core $(WS_CORE_SOURCES) src/core/test/test_ws.c -o build/test_ws; \
+	echo "$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/core/sk_core.c src/ext/sk_stream.c src/ext/test/test_stream.c -o build/test_stream"; \
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/core/sk_core.c src/ext/sk_stream.c src/ext/test/test_stream.c -o build/test_stream; \
 	build/test_core; \
-	build/test_ws
+	build/test_ws; \
+	build/test_stream
 
 # The interpreters of the matrix: the newest installed 3.11, 3.12 and 3.13 (pyenv), one per line.
 MATRIX_PYS ?= $(shell $(PY) scripts/release.py pythons)

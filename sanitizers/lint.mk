@@ -15,7 +15,7 @@ LINT_PY ?= python3
 LINT_LLHTTP ?= python3 scripts/fetch_llhttp.py
 # clang-tidy processes side by side (one file each; xargs fails the target if any of them fails).
 LINT_JOBS ?= 2
-LINT_C := $(wildcard src/core/*.c src/core/test/*.c src/ext/*.c fuzz/*.c) bench/ws_load.c
+LINT_C := $(wildcard src/core/*.c src/core/test/*.c src/ext/*.c src/ext/test/*.c fuzz/*.c) bench/ws_load.c
 LINT_H := $(wildcard src/core/*.h src/core/test/*.h src/ext/*.h fuzz/*.h)
 
 .PHONY: lint lint-layers lint-tidy lint-format format

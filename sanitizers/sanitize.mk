@@ -68,6 +68,9 @@ sanitize-c: $(SAN_PREREQ)
 	$(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core $$cflags $(SAN_CORE) src/core/test/test_core.c $$objs -o $(SAN_DIR)/test_core; \
 	echo "$(SAN_TEST_CC) $(SAN_FLAGS) ... src/core/test/test_ws.c -> $(SAN_DIR)/test_ws"; \
 	$(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core $$cflags $(SAN_CORE) src/core/test/test_ws.c $$objs -o $(SAN_DIR)/test_ws; \
+	echo "$(SAN_TEST_CC) $(SAN_FLAGS) ... src/ext/test/test_stream.c -> $(SAN_DIR)/test_stream"; \
+	$(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core -Isrc/ext src/core/sk_core.c src/ext/sk_stream.c \
+	  src/ext/test/test_stream.c -o $(SAN_DIR)/test_stream; \
 	for h in $(SAN_FUZZ_HARNESSES); do \
 	  $(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core $$cflags $(SAN_CORE) fuzz/fuzz_$$h.c fuzz/replay.c $$objs \
 	    -o $(SAN_DIR)/replay_$$h; \
@@ -76,6 +79,8 @@ sanitize-c: $(SAN_PREREQ)
 	  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/test_core; \
 	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
 	  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/test_ws; \
+	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
+	  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/test_stream; \
 	for h in $(SAN_FUZZ_HARNESSES); do \
 	  ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
 	    UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/replay_$$h fuzz/corpus/$$h fuzz/regressions/$$h; \
