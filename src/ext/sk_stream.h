@@ -31,10 +31,11 @@
  * 2. Edge-triggered epoll: the transport's socket is registered with EPOLLET, so epoll reports a
  *    socket once per arrival of bytes, not while bytes wait. Two cases need more than a read
  *    returning:
- *    (a) bytes left in the SOCKET that no new edge will report (the plain layer: a read stopped
- *        at an urgent mark, or an AF_UNIX read cut at a message carrying descriptors): read
- *        sets *cut = 1 and the transport re-polls the socket (EPOLL_CTL_MOD). A full read
- *        (`cap` bytes) is assumed to leave bytes too, whatever *cut says.
+ *    (a) bytes left in the SOCKET that no new edge will report (the plain layer: an AF_UNIX
+ *        read cut at a message carrying descriptors): read sets *cut = 1 and the transport
+ *        re-polls the socket (EPOLL_CTL_MOD). A full read (`cap` bytes), and a read whose event
+ *        carried EPOLLPRI (an urgent mark) or a hang-up, are assumed to leave bytes too: the
+ *        transport knows those without the layer.
  *    (b) bytes held in the LAYER: input the layer has taken off the socket but not yet handed up
  *        (a TLS layer that decrypted a record larger than the caller's buffer, or read several
  *        records at once). The socket is then empty and epoll will never report it again for
@@ -75,7 +76,8 @@
  * The handshake runs inside read (and write, should the server write first): they answer
  * SK_STREAM_WANT_READ/_WANT_WRITE as libssl's SSL_ERROR_WANT_READ/_WRITE say until it is done, so
  * the handler's first data_received() comes after it with plaintext; the handler's deadline (the
- * header-read timeout set at open) bounds a slow handshake like a slow request head. read returns
+ * HTTP/1.1 handler sets its request-head timeout at open) bounds a slow handshake like a slow
+ * request head, since the handshake's own unsent bytes stay in the layer (rule 3). read returns
  * plaintext and implements `pending` (SSL_pending, plus any decrypted bytes the layer keeps), so
  * edge-triggered epoll never strands a record already read; writev encrypts (partial-write mode,
  * moving buffer accepted: rule 3) and returns the plaintext bytes whose records the kernel took.
