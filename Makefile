@@ -30,6 +30,13 @@ DEV_ID := $(TEST_DEPS) $(RELEASE_DEPS)
 # `make run` alone (every goal is run) builds skirr without installing TEST_DEPS and RELEASE_DEPS.
 SERVE_ONLY := $(if $(MAKECMDGOALS),$(if $(filter-out run,$(MAKECMDGOALS)),,1))
 
+SK_SOURCES := $(wildcard src/core/*.c src/core/*.h src/ext/*.c src/ext/*.h src/skirr/*.py src/skirr/*.pyi)
+CORE_SOURCES := $(wildcard src/core/*.c)
+# The WebSocket frame codec's tests need only it and the buffer (no llhttp).
+WS_CORE_SOURCES := src/core/sk_core.c src/core/sk_ws.c
+LLHTTP_FETCH := $(PY) scripts/fetch_llhttp.py
+LLHTTP_OBJ_DIR := build/test-c/llhttp
+
 .PHONY: venv build run test test-c test-matrix check-deprecated dist release-check conformance \
   fuzz sanitize bench clean FORCE
 
