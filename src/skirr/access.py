@@ -51,7 +51,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ._native import log_escape as escape
-from .config import _Formatter
+from ._logformat import _Formatter
 
 ACCESS_LOGGER = "skirr.access"
 JSON_KEYS = ("time", "client", "method", "path", "query", "http_version", "status", "bytes",

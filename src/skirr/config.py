@@ -12,10 +12,12 @@ import logging
 import os
 import resource
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
-TRACE = 5  # the "trace" log level, below DEBUG (as uvicorn names it)
+from ._logformat import TRACE, _Formatter
+
 LOG_LEVELS = {
     "critical": logging.CRITICAL,
     "error": logging.ERROR,
@@ -83,9 +85,6 @@ def default_limit_connections() -> int:
         return 0
     return max(1, soft - max(CONNECTION_FD_RESERVE_MIN, soft // 8))
 
-logging.addLevelName(TRACE, "TRACE")
-
-
 class ConfigError(ValueError):
     """A setting or the application cannot be used; ``str()`` is one line meant for the user.
     A ``ValueError``, so a bad value given to :class:`Config` raises what Python code expects."""
@@ -101,6 +100,16 @@ class AppImportError(AppLoadError):
 
     def __init__(self, module_name: str, exc: BaseException) -> None:
         super().__init__(f'error while importing module "{module_name}": {_describe(exc)}')
+
+
+def report_error(exc: ConfigError) -> None:
+    """Prints ``skirr: error: <exc>`` on stderr, after the application's traceback when its own
+    module raised while being imported (``AppImportError``). The one way the command line, the
+    server and a worker report a ``ConfigError`` that ends them."""
+    if isinstance(exc, AppImportError) and exc.__cause__ is not None:
+        # The application's own code failed: its traceback is the useful part.
+        traceback.print_exception(exc.__cause__)
+    print(f"skirr: error: {exc}", file=sys.stderr)
 
 
 def _describe(exc: BaseException) -> str:
@@ -680,35 +689,6 @@ def import_from_string(spec: str, app_dir: str = ".") -> Any:
                 f'attribute "{attr}" not found in module "{module_name}"'
             ) from None
     return obj
-
-
-# ANSI colours of the level names with --use-colors (uvicorn's choice of colours).
-_LEVEL_COLORS = {TRACE: "34", logging.DEBUG: "36", logging.INFO: "32", logging.WARNING: "33",
-                 logging.ERROR: "31", logging.CRITICAL: "91"}
-
-
-class _Formatter(logging.Formatter):
-    """``INFO:     message``: the level name and a colon, padded to 10 columns (as uvicorn), the
-    name coloured when ``use_colors``."""
-
-    def __init__(self, fmt: str = "%(message)s", use_colors: bool = False) -> None:
-        super().__init__(fmt)
-        self.use_colors = use_colors
-
-    def level_prefix(self, levelno: int, levelname: str) -> str:
-        """``"INFO:     "``: the prefix of a line at this level (10 columns before colouring)."""
-        pad = " " * max(1, 10 - len(levelname) - 1)
-        name = levelname
-        color = _LEVEL_COLORS.get(levelno)
-        if self.use_colors and color:
-            name = f"\x1b[{color}m{levelname}\x1b[0m"
-        return f"{name}:{pad}"
-
-    def format(self, record: logging.LogRecord) -> str:
-        message = super().format(record)
-        if getattr(record, "skirr_bare", False):
-            return message  # an access line in a custom or JSON format: the whole line
-        return self.level_prefix(record.levelno, record.levelname) + message
 
 
 def load_log_config(log_config: str | dict[str, Any]) -> None:
