@@ -273,18 +273,18 @@ def _snap(n: int, in_flight: int) -> dict:
 def test_pipe_messages_survive_any_split():
     """The worker's S frames (its counters) read back whole however the pipe cuts them, beside
     the one-byte messages, even when the payload holds the bytes R, H and M."""
-    from skirr import _worker
+    from skirr import _pipe
     from skirr.metrics import decode, encode
 
     snap = _snap(7, 1)
     snap["refusals"] = {"RHM": 1}  # the one-byte messages' bytes inside a payload
-    stream = _worker.READY + _worker.frame(encode(snap)) + _worker.HEARTBEAT + _worker.RETIRE
+    stream = _pipe.READY + _pipe.frame(encode(snap)) + _pipe.HEARTBEAT + _pipe.RETIRE
     for cut in range(1, len(stream)):
         inbox = bytearray()
         got = []
         for part in (stream[:cut], stream[cut:]):
             inbox += part
-            got += _worker.parse(inbox)
+            got += _pipe.parse(inbox)
         assert [kind for kind, _ in got] == [b"R", b"S", b"H", b"M"], cut
         assert decode(got[1][1]) == snap
         assert inbox == b""

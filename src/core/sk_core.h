@@ -23,7 +23,7 @@
  *    an out-parameter, as CPython's PyDict_GetItemRef does: 1 found (*out set), 0 nothing there
  *    (*out set to NULL or 0), negative SK_E* on failure (*out as for 0). "Nothing" is never
  *    a failure and never a sentinel in the value itself (no NULL, "" or -1 meaning "absent").
- *    Examples: sk_list_next() in sk_token.h, reason_phrase() in sk_resp.c.
+ *    Examples: sk_list_next() in sk_token.h, sk_resp_reason_phrase() in sk_resp.h.
  *  - A predicate (sk_is_*, *_has_*, *_ieq, sk_parser_idle) returns 1 or 0 and cannot fail.
  *  - sk_strerror() always returns text ("unknown error" for a code not in the table).
  *  - The request parser is event-shaped: sk_parser_execute() returns bytes consumed and one event;

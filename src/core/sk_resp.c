@@ -57,10 +57,8 @@ const char SK_CONTINUE_RESPONSE[] = SK_CONTINUE_RESPONSE_LITERAL;
     (CONTENT_LENGTH_FIELD_MAX + LIT_LEN(FIELD_CONN_KEEP_ALIVE) + LIT_LEN(FIELD_SERVER) + \
      LIT_LEN(CRLF))
 
-/* The reason phrase RFC 9110 §15 (or the IANA status code registry) gives for status.
- * 1: *reason is that static string. 0: the code has none registered (*reason is NULL). */
-static int
-reason_phrase(int status, const char **reason)
+int
+sk_resp_reason_phrase(int status, const char **reason)
 {
     switch (status) {
     case 100: *reason = "Continue"; return 1;
@@ -335,7 +333,7 @@ sk_resp_start(sk_resp_t *r, const sk_req_info_t *req, int status, const sk_heade
     r->req = *req;
     no_framing_fields = status < 200 || status == 204 || status == 205;
 
-    if (reason_phrase(status, &reason) == 0)
+    if (sk_resp_reason_phrase(status, &reason) == 0)
         reason = ""; /* RFC 9112 §4: reason-phrase is optional; SP stays */
     rc = append_status_line(h, status, reason);
     if (rc < 0)
@@ -685,7 +683,7 @@ sk_resp_interim(sk_buf_t *out, int status, const sk_header_t *fields, size_t nfi
         if (rc < 0)
             return rc;
     }
-    if (reason_phrase(status, &reason) == 0)
+    if (sk_resp_reason_phrase(status, &reason) == 0)
         reason = "";
     rc = append_status_line(out, status, reason);
     for (size_t i = 0; rc == 0 && i < nfields; i++)
@@ -712,7 +710,7 @@ sk_resp_error_content_length(int status, int head_request)
         return 0;
     if (status < 100 || status > 599)
         status = 500;
-    if (reason_phrase(status, &reason) == 0)
+    if (sk_resp_reason_phrase(status, &reason) == 0)
         reason = "Error";
     return strlen(reason);
 }
@@ -728,7 +726,7 @@ sk_resp_error_opts(sk_buf_t *out, int status, int head_request, const char *date
 
     if (status < 100 || status > 599)
         status = 500;
-    if (reason_phrase(status, &reason) == 0)
+    if (sk_resp_reason_phrase(status, &reason) == 0)
         reason = "Error";
     reason_len = strlen(reason);
 

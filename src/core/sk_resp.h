@@ -126,6 +126,14 @@ int sk_resp_trailer_forbidden(const char *name, size_t name_len);
  * SK_EHDRVALUE, SK_ENOMEM (nothing appended on error). */
 int sk_resp_interim(sk_buf_t *out, int status, const sk_header_t *fields, size_t nfields);
 
+/* The reason phrase of status: RFC 9110 §15's, or the IANA HTTP Status Code Registry's for a
+ * code RFC 9110 does not define (102, 103, 207, 208, 226, 423-425, 428, 429, 431, 451, 506-508,
+ * 510, 511; never 306 or 418, which RFC 9110 lists as unused). The one table of phrases in skirr: status
+ * lines (sk_resp_start, sk_resp_error), refusal bodies and, through skirr._native.reason_phrases,
+ * the access log's lines all read it (rule skirr-status-one-phrase). 1: *reason is that static,
+ * NUL-terminated ASCII string (never freed). 0: the code has none (*reason is NULL). */
+int sk_resp_reason_phrase(int status, const char **reason);
+
 /* Appends a complete refusal response with "connection: close", a short text/plain body naming
  * the status, and date/server fields. status: 400, 408, 413, 414, 431, 500, 501, 503 or 505
  * (others get the generic reason phrase). head_request: 1 to omit the body (Content-Length kept).

@@ -10,6 +10,7 @@
 #include "sk_module.h"
 
 #include "sk_http.h" /* llhttp's HTTP_METHOD_MAP, for the method cache */
+#include "sk_resp.h" /* the reason phrases, for reason_phrases() */
 
 static struct PyModuleDef sk_module_def;
 
@@ -264,6 +265,37 @@ sk_live(PyObject *module, PyObject *Py_UNUSED(arg))
                          st->live_ready - (st->send_done != NULL));
 }
 
+static PyObject *
+sk_reason_phrases(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg))
+{
+    /* New reference: {status: reason phrase} for each status 100..599 the core's one table
+     * (sk_resp_reason_phrase in sk_resp.h) names, the phrases of skirr's status lines and
+     * refusal bodies; skirr.access writes them in its lines. */
+    PyObject *res = PyDict_New();
+    PyObject *key = NULL, *val = NULL;
+    if (res == NULL) {
+        goto done;
+    }
+    for (int status = 100; status <= 599; status++) {
+        const char *reason;
+        if (sk_resp_reason_phrase(status, &reason) == 0) {
+            continue;
+        }
+        key = PyLong_FromLong(status);
+        val = key != NULL ? PyUnicode_FromString(reason) : NULL;
+        if (val == NULL || PyDict_SetItem(res, key, val) < 0) {
+            Py_CLEAR(res);
+            goto done;
+        }
+        Py_CLEAR(key);
+        Py_CLEAR(val);
+    }
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(val);
+    return res;
+}
+
 static PyMethodDef sk_functions[] = {
     {"_live", sk_live, METH_NOARGS,
      "_live() -> dict: live Server, connection, Request and ready-awaitable counts (for leak "
@@ -274,6 +306,9 @@ static PyMethodDef sk_functions[] = {
      "\\xHH (upper-case hex); a str below U+0100 is read as latin-1 bytes, any other as UTF-8. "
      "Returns value itself when it is a str that needs no escaping. Raises TypeError for another "
      "type."},
+    {"reason_phrases", sk_reason_phrases, METH_NOARGS,
+     "reason_phrases() -> dict[int, str]: the reason phrase of each status skirr's status lines "
+     "name (RFC 9110 section 15, else the IANA registry's), from the C core's one table."},
     {NULL, NULL, 0, NULL},
 };
 

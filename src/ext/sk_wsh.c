@@ -1538,10 +1538,13 @@ answer_426(sk_transport_t *t, sk_serve_t *srv)
     SET_HDR(&h[0], "sec-websocket-version", "13", 2);
     sk_req_info_t info = {.http_minor = 1, .force_close = 1, .opts = &srv->resp_opts};
     sk_resp_t resp = {0};
-    static const char body[] = "Upgrade Required"; /* as skirr's other refusals: the phrase */
+    const char *body; /* as skirr's other refusals: the reason phrase, from the one table */
+    if (sk_resp_reason_phrase(426, &body) == 0) {
+        body = "Error";
+    }
     int r = sk_resp_start(&resp, &info, 426, h, 1);
     if (r == 0) {
-        r = sk_resp_body(&resp, sk_transport_out(t), body, sizeof(body) - 1, 0, sk_serve_date(srv));
+        r = sk_resp_body(&resp, sk_transport_out(t), body, strlen(body), 0, sk_serve_date(srv));
     }
     sk_resp_free(&resp);
     sk_transport_close(t, r == 0 ? SK_CLOSE_AFTER_WRITE : SK_CLOSE_NOW);

@@ -155,3 +155,9 @@ def log_escape(value: str | bytes | bytearray | memoryview) -> str:
     Raises:
         TypeError: ``value`` is neither str nor bytes-like.
     """
+
+def reason_phrases() -> dict[int, str]:
+    """``{status: reason phrase}`` for every status 100..599 the C core's one table names
+    (``sk_resp_reason_phrase`` in ``src/core/sk_resp.h``: RFC 9110 §15's phrases, else the IANA
+    registry's): the phrases skirr's status lines and refusal bodies carry. A new dict each call.
+    """

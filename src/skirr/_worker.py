@@ -1,15 +1,9 @@
 """One worker process of skirr's supervisor (``skirr.supervisor``): ``python -m skirr._worker``.
 
 Owns: rebuilding the ``Config`` and the inherited listening socket(s) from ``$SKIRR_WORKER``
-(JSON: ``config`` fields, ``fds``, ``pipe``), serving them with ``skirr.Server``, and the pipe to
-the supervisor: messages written from the event loop, so a blocked loop writes nothing. Each is
-one byte, except S:
-
-    R   accepting (the worker's startup is done)
-    H   heartbeat, every fifth of ``timeout_worker_healthcheck``
-    M   ``--limit-max-requests`` reached: start my replacement, then stop me with SIGTERM
-    S   ``--metrics-port``: S, a 4-byte big-endian length, then the worker's counters
-        (``skirr.metrics.encode``); after every heartbeat, and once more when the worker exits
+(JSON: ``config`` fields, ``fds``, ``pipe``), serving them with ``skirr.Server``, and the write end
+of the pipe to the supervisor: messages (``skirr._pipe``: R accepting, H heartbeat, M retire me,
+S counters) written from the event loop, so a blocked loop writes nothing.
 
 Bytes the pipe cannot take at once wait in the worker (in order) for the next heartbeat, so a
 message is never cut; past 64 KiB of them nothing more is queued (a pipe that full says "alive"
@@ -27,45 +21,15 @@ import os
 import select
 import signal
 import socket
-import struct
 import sys
 import time
 from typing import Any
 
-from .config import Config, ConfigError
+from ._pipe import ENV, HEARTBEAT, READY, RETIRE, frame
+from .config import Config, ConfigError, report_error
 
-ENV = "SKIRR_WORKER"
-READY, HEARTBEAT, RETIRE, SNAPSHOT = b"R", b"H", b"M", b"S"
-_LENGTH = struct.Struct(">I")
 _QUEUE_MAX = 65536  # bytes waiting for the pipe past which nothing more is queued
 _EXIT_WAIT = 2.0  # seconds the last bytes get when the worker exits
-
-
-def frame(payload: bytes) -> bytes:
-    """An S message carrying ``payload``."""
-    return SNAPSHOT + _LENGTH.pack(len(payload)) + payload
-
-
-def parse(buffer: bytearray) -> list[tuple[bytes, bytes]]:
-    """Takes the whole messages off the front of ``buffer`` (the supervisor's read side):
-    ``(kind, payload)`` pairs, payload empty but for S. An incomplete S stays in ``buffer``;
-    an unknown byte is dropped."""
-    out = []
-    while buffer:
-        kind = bytes(buffer[:1])
-        if kind != SNAPSHOT:
-            del buffer[:1]
-            out.append((kind, b""))
-            continue
-        if len(buffer) < 1 + _LENGTH.size:
-            break
-        (n,) = _LENGTH.unpack_from(buffer, 1)
-        end = 1 + _LENGTH.size + n
-        if len(buffer) < end:
-            break
-        out.append((kind, bytes(buffer[1 + _LENGTH.size:end])))
-        del buffer[:end]
-    return out
 
 
 class _Pipe:
@@ -127,7 +91,6 @@ def main() -> int:
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(signum, signal.SIG_IGN)
     spec = json.loads(os.environ.pop(ENV))
-    from .main import report_error
     from .server import Server
 
     config = Config(**spec["config"])

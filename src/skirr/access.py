@@ -41,7 +41,6 @@ error handling and the line is dropped).
 from __future__ import annotations
 
 import asyncio
-import http
 import json
 import logging
 import os
@@ -51,7 +50,8 @@ from typing import Any
 from urllib.parse import quote
 
 from ._native import log_escape as escape
-from .config import _Formatter
+from ._native import reason_phrases
+from ._logformat import _Formatter
 
 ACCESS_LOGGER = "skirr.access"
 JSON_KEYS = ("time", "client", "method", "path", "query", "http_version", "status", "bytes",
@@ -59,12 +59,16 @@ JSON_KEYS = ("time", "client", "method", "path", "query", "http_version", "statu
 
 FLUSH_DELAY = 0.05  # seconds: an access line waits at most this long to be written with others
 BATCH = 64  # records: a full batch is written at once (SK_ACCESS_BATCH in src/ext/sk_access.h)
-_PHRASES = {s.value: s.phrase for s in http.HTTPStatus}
-_STATUS_TEXT = {s.value: f"{s.value} {s.phrase}" for s in http.HTTPStatus}
+# The phrases of the status lines skirr writes (one table, in the C core: RFC 9110's, never
+# http.HTTPStatus's, whose phrases differ by Python version: 413 "Request Entity Too Large"
+# before 3.13). Rule skirr-status-one-phrase.
+_PHRASES = reason_phrases()
+_STATUS_TEXT = {status: f"{status} {phrase}" for status, phrase in _PHRASES.items()}
 
 
 def status_text(status: int) -> str:
-    """``"200 OK"``: the status and its reason phrase (the number alone when unknown)."""
+    """``"200 OK"``: the status and the reason phrase its status line had (the number alone for
+    a status the table has no phrase for)."""
     phrase = _PHRASES.get(status)
     return f"{status} {phrase}" if phrase else str(status)
 

@@ -8,14 +8,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import inspect
 import logging
 import os
 import resource
+import stat
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
-TRACE = 5  # the "trace" log level, below DEBUG (as uvicorn names it)
+from ._logformat import TRACE, _Formatter
+
 LOG_LEVELS = {
     "critical": logging.CRITICAL,
     "error": logging.ERROR,
@@ -83,9 +87,6 @@ def default_limit_connections() -> int:
         return 0
     return max(1, soft - max(CONNECTION_FD_RESERVE_MIN, soft // 8))
 
-logging.addLevelName(TRACE, "TRACE")
-
-
 class ConfigError(ValueError):
     """A setting or the application cannot be used; ``str()`` is one line meant for the user.
     A ``ValueError``, so a bad value given to :class:`Config` raises what Python code expects."""
@@ -101,6 +102,60 @@ class AppImportError(AppLoadError):
 
     def __init__(self, module_name: str, exc: BaseException) -> None:
         super().__init__(f'error while importing module "{module_name}": {_describe(exc)}')
+
+
+def report_error(exc: ConfigError) -> None:
+    """Prints ``skirr: error: <exc>`` on stderr, after the application's traceback when its own
+    module raised while being imported (``AppImportError``). The one way the command line, the
+    server and a worker report a ``ConfigError`` that ends them."""
+    if isinstance(exc, AppImportError) and exc.__cause__ is not None:
+        # The application's own code failed: its traceback is the useful part.
+        traceback.print_exception(exc.__cause__)
+    print(f"skirr: error: {exc}", file=sys.stderr)
+
+
+# uvicorn's words, so an operator's filter or grep for them keeps working.
+FACTORY_DETECTED = ("ASGI app factory detected. Using it, but please consider setting the "
+                    "--factory flag explicitly.")
+
+
+def _is_factory(app: Callable[..., Any]) -> bool:
+    """True when ``app``'s signature accepts a call with no argument and refuses one with an ASGI
+    application's three positional arguments (``scope``, ``receive``, ``send``); False when it
+    accepts three (an application, however many of its parameters have defaults) or has no
+    signature ``inspect`` can read.
+
+    uvicorn calls ``app()`` and takes a ``TypeError`` for "not a factory"; skirr reads the
+    signature instead, so an application is never called with no arguments (one whose parameters
+    all have defaults would return a coroutine uvicorn then serves), and a factory that raises
+    ``TypeError`` itself is reported as the factory's error rather than served as the
+    application (a 500 for every request).
+    """
+    try:
+        sig = inspect.signature(app)
+    except (TypeError, ValueError):
+        return False
+    try:
+        sig.bind(None, None, None)
+    except TypeError:
+        pass
+    else:
+        return False
+    try:
+        sig.bind()
+    except TypeError:
+        return False
+    return True
+
+
+def _check_path(option: str, path: str, kind: str) -> None:
+    """Raises ``ConfigError("<option> <path>: No such file")`` when nothing is at ``path``,
+    ``"... not a <kind>"`` when something of another kind is (``kind``: "file" or
+    "directory", symbolic links followed)."""
+    if not os.path.exists(path):
+        raise ConfigError(f"{option} {path}: No such {kind}")
+    if not (os.path.isdir(path) if kind == "directory" else os.path.isfile(path)):
+        raise ConfigError(f"{option} {path}: not a {kind}")
 
 
 def _describe(exc: BaseException) -> str:
@@ -331,8 +386,8 @@ class Config:
     def __post_init__(self) -> None:
         if self.env_file is not None:
             load_env_file(self.env_file)
-        if isinstance(self.log_config, str) and not os.path.isfile(self.log_config):
-            raise ConfigError(f"--log-config {self.log_config}: No such file")
+        if isinstance(self.log_config, str):
+            _check_path("--log-config", self.log_config, "file")
         if self.log_config is not None and not isinstance(self.log_config, (str, dict)):
             raise ConfigError(f"log_config must be a file path or a dict; got {self.log_config!r}")
         if isinstance(self.app, str):
@@ -435,6 +490,32 @@ class Config:
                 "workers and reload need the application as a 'module:attr' string (each worker "
                 "process imports it)"
             )
+        self._check_paths()
+
+    def _check_paths(self) -> None:
+        """Every path-valued setting names what it must, so a mistake is a usage error found
+        before anything binds (rule skirr-cli-path-options): ``app_dir`` (for a ``module:attr``
+        app) and each of ``reload_dirs`` a directory, ``uds`` in an existing directory and not
+        an existing file of another kind (``log_config`` and ``env_file`` are checked first)."""
+        if isinstance(self.app, str):
+            if not isinstance(self.app_dir, str):
+                raise ConfigError(f"app_dir must be a string; got {self.app_dir!r}")
+            _check_path("--app-dir", self.app_dir, "directory")
+        for d in self.reload_dirs:
+            _check_path("--reload-dir", d, "directory")
+        if self.uds is not None:
+            if not isinstance(self.uds, str) or not self.uds:
+                raise ConfigError(f"uds must be a non-empty path; got {self.uds!r}")
+            parent = os.path.dirname(os.path.abspath(self.uds))
+            if not os.path.isdir(parent):
+                raise ConfigError(f"--uds {self.uds}: {parent} is not a directory")
+            try:
+                mode = os.lstat(self.uds).st_mode
+            except OSError:
+                pass  # absent (bound then), or unreadable: bind reports it
+            else:
+                if not stat.S_ISSOCK(mode):
+                    raise ConfigError(f"--uds {self.uds}: exists and is not a socket")
 
     @property
     def supervised(self) -> bool:
@@ -470,7 +551,10 @@ class Config:
 
     def load_app(self) -> Callable[..., Any]:
         """Returns the ASGI application: ``app`` itself, or imported from ``"module:attr"`` (with
-        ``app_dir`` first on ``sys.path``), called first when ``factory`` is set.
+        ``app_dir`` first on ``sys.path``), called first when ``factory`` is set, or when it is
+        not set but ``app`` is a factory (``_is_factory``: it can be called with no argument and
+        not with an ASGI app's three), as uvicorn does: then the warning ``FACTORY_DETECTED`` is
+        logged on ``skirr.error`` first (rule skirr-cli-factory-detected).
 
         Raises:
             AppLoadError: bad ``module:attr`` format, module not found, attribute missing, ``app``
@@ -484,7 +568,9 @@ class Config:
             app = import_from_string(app, self.app_dir)
         if not callable(app):
             raise AppLoadError(f"{self._name} is not callable")
-        if self.factory:
+        if not self.factory and _is_factory(app):
+            logging.getLogger("skirr.error").warning(FACTORY_DETECTED)
+        if self.factory or _is_factory(app):
             try:
                 app = app()
             except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the app's, not ours
@@ -528,8 +614,7 @@ def load_env_file(path: str) -> None:
     Raises:
         ConfigError: the file does not exist or python-dotenv is not installed.
     """
-    if not os.path.isfile(path):
-        raise ConfigError(f"--env-file {path}: No such file")
+    _check_path("--env-file", path, "file")
     try:
         import dotenv
     except ImportError:
@@ -680,35 +765,6 @@ def import_from_string(spec: str, app_dir: str = ".") -> Any:
                 f'attribute "{attr}" not found in module "{module_name}"'
             ) from None
     return obj
-
-
-# ANSI colours of the level names with --use-colors (uvicorn's choice of colours).
-_LEVEL_COLORS = {TRACE: "34", logging.DEBUG: "36", logging.INFO: "32", logging.WARNING: "33",
-                 logging.ERROR: "31", logging.CRITICAL: "91"}
-
-
-class _Formatter(logging.Formatter):
-    """``INFO:     message``: the level name and a colon, padded to 10 columns (as uvicorn), the
-    name coloured when ``use_colors``."""
-
-    def __init__(self, fmt: str = "%(message)s", use_colors: bool = False) -> None:
-        super().__init__(fmt)
-        self.use_colors = use_colors
-
-    def level_prefix(self, levelno: int, levelname: str) -> str:
-        """``"INFO:     "``: the prefix of a line at this level (10 columns before colouring)."""
-        pad = " " * max(1, 10 - len(levelname) - 1)
-        name = levelname
-        color = _LEVEL_COLORS.get(levelno)
-        if self.use_colors and color:
-            name = f"\x1b[{color}m{levelname}\x1b[0m"
-        return f"{name}:{pad}"
-
-    def format(self, record: logging.LogRecord) -> str:
-        message = super().format(record)
-        if getattr(record, "skirr_bare", False):
-            return message  # an access line in a custom or JSON format: the whole line
-        return self.level_prefix(record.levelno, record.levelname) + message
 
 
 def load_log_config(log_config: str | dict[str, Any]) -> None:

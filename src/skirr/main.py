@@ -12,7 +12,6 @@ import dataclasses
 import os
 import platform
 import sys
-import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -38,6 +37,7 @@ from .config import (
     Config,
     ConfigError,
     load_env_file,
+    report_error,
 )
 
 ENV_PREFIX = "SKIRR_"  # SKIRR_<OPTION>: --limit-concurrency -> SKIRR_LIMIT_CONCURRENCY
@@ -518,15 +518,6 @@ def _reload_patterns(includes: list[str], excludes: list[str]) -> tuple[list[str
     inc = [p for p in DEFAULT_RELOAD_INCLUDES if p not in excludes] + includes
     exc = [p for p in DEFAULT_RELOAD_EXCLUDES if p not in includes] + excludes
     return inc, exc
-
-
-def report_error(exc: ConfigError) -> None:
-    """Prints ``skirr: error: <exc>`` on stderr, after the application's traceback when its own
-    module raised while being imported (``AppImportError``)."""
-    if isinstance(exc, AppImportError) and exc.__cause__ is not None:
-        # The application's own code failed: its traceback is the useful part.
-        traceback.print_exception(exc.__cause__)
-    print(f"skirr: error: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -73,9 +73,9 @@ import sys
 import time
 from typing import Any
 
-from . import _worker
+from . import _pipe
+from ._listen import bind_socket, bind_tcp
 from .config import SHUTDOWN_MARGIN, Config, ConfigError, configure_logging
-from .server import bind_socket, bind_tcp
 
 logger = logging.getLogger("skirr.error")
 
@@ -339,7 +339,7 @@ class Supervisor:
             os.set_blocking(read_end, False)
             spec = {"config": fields, "fds": [slot.sock.fileno()], "pipe": write_end}
             env = dict(os.environ)
-            env[_worker.ENV] = json.dumps(spec)
+            env[_pipe.ENV] = json.dumps(spec)
             try:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "skirr._worker"],
@@ -378,14 +378,14 @@ class Supervisor:
             return False
         worker.last_beat = time.monotonic()
         worker.inbox += data
-        for kind, payload in _worker.parse(worker.inbox):
-            if final and kind != _worker.SNAPSHOT:
+        for kind, payload in _pipe.parse(worker.inbox):
+            if final and kind != _pipe.SNAPSHOT:
                 continue
-            if kind == _worker.READY and not worker.ready:
+            if kind == _pipe.READY and not worker.ready:
                 self._ready(worker)
-            elif kind == _worker.RETIRE:
+            elif kind == _pipe.RETIRE:
                 self._retire(worker)
-            elif kind == _worker.SNAPSHOT and self._metrics is not None:
+            elif kind == _pipe.SNAPSHOT and self._metrics is not None:
                 from .metrics import decode
 
                 try:

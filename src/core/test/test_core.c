@@ -1588,6 +1588,16 @@ test_resp_error(T *t)
     sk_buf_consume(&out, sk_buf_len(&out));
     CHECK(t, sk_resp_error(&out, 499, 0, DATE) == 0);
     CHECK(t, starts_with(&out, "HTTP/1.1 499 Error\r\n") && ends_with(&out, "\r\n\r\nError"));
+    /* the one table: RFC 9110's phrases (413, 422 as RFC 9110 renamed them), none for 418 */
+    {
+        const char *reason = "unset";
+        CHECK(t,
+              sk_resp_reason_phrase(413, &reason) == 1 && strcmp(reason, "Content Too Large") == 0);
+        CHECK(t, sk_resp_reason_phrase(422, &reason) == 1 &&
+                     strcmp(reason, "Unprocessable Content") == 0);
+        CHECK(t, sk_resp_reason_phrase(418, &reason) == 0 && reason == NULL);
+        CHECK(t, sk_resp_reason_phrase(99, &reason) == 0 && reason == NULL);
+    }
     /* the server's own fields (--no-server-header, --header, --no-date-header) */
     {
         static const char lines[] = "server: edge\r\nx-a: 1\r\n";
