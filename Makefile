@@ -11,7 +11,7 @@ VPY := $(VENV)/bin/python
 # Test and example dependencies (the package itself needs none; uvloop is its optional extra).
 # mypy checks the typed API; build, setuptools, twine and auditwheel make and check dist/.
 TEST_DEPS := pytest pytest-timeout pytest-xdist h11 hypothesis uvloop fastapi starlette pydantic gunicorn watchfiles websockets \
-  python-dotenv PyYAML prometheus-client mypy build 'setuptools>=77' wheel twine auditwheel
+  python-dotenv PyYAML prometheus-client uvicorn==0.54.0 mypy build 'setuptools>=77' wheel twine auditwheel
 # Identifies the venv: the interpreter's path and version plus TEST_DEPS.
 PY_EXE := $(shell $(PY) -c 'import sys; print(sys.executable, sys.version.split()[0])' 2>/dev/null)
 PY_ID := $(PY_EXE) $(TEST_DEPS)
