@@ -360,3 +360,45 @@ def test_log_config_naming_a_missing_formatter_module(tmp_path, loop):
     assert err == (f"skirr: error: --log-config {cfg}: Unable to configure formatter 'default': "
                    "Cannot resolve 'notinstalled.logging.DefaultFormatter': No module named "
                    "'notinstalled'\n")
+
+
+@pytest.mark.rule("skirr-disconnect-cause-not-logged")
+@pytest.mark.parametrize("finish", [_reraise, _cause, _group],
+                         ids=["same", "cause", "group"])
+def test_websocket_send_after_close_wrapped(serve, finish):
+    """The same for a WebSocket session: send() after the client closed raises
+    ClientDisconnected, which the app re-raises or wraps; one debug line, nothing at error."""
+    from websockets.sync.client import connect
+
+    import skirr
+
+    seen = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept"})
+        seen.put(await receive())
+        try:
+            await send({"type": "websocket.send", "text": "late"})
+        except OSError as exc:
+            seen.put(exc)
+            finish(exc)
+
+    with serve(app, log_level="debug") as srv:
+        with connect(f"ws://127.0.0.1:{srv.port}/", open_timeout=10, close_timeout=10) as ws:
+            ws.close(1001)
+        event, exc = seen.wait(2, timeout=10)[:2]
+        assert event == {"type": "websocket.disconnect", "code": 1001, "reason": ""}
+        assert isinstance(exc, skirr.ClientDisconnected), repr(exc)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not [
+                r for r in srv._error_log.records if r.getMessage().startswith("Client disc")]:
+            time.sleep(0.02)
+    assert srv.errors() == [], [record_text(r) for r in srv.errors()]
+    what = {_reraise: "ClientDisconnected('client disconnected')",
+            _cause: "RuntimeError('stream aborted')",
+            _group: "ExceptionGroup('unhandled errors in a TaskGroup', "
+                    "[ClientDisconnected('client disconnected')])"}[finish]
+    debug = [r for r in srv._error_log.records if r.getMessage().startswith("Client disc")]
+    assert [(r.levelno, r.getMessage()) for r in debug] == [
+        (logging.DEBUG, f"Client disconnected: the application ended with {what}")]
