@@ -65,13 +65,14 @@ class DefaultFormatter(logging.Formatter):
     ``color_message`` replaces its message when colouring. A record marked ``skirr_bare`` (an
     access line in a custom or JSON ``--access-log-format``) is its message alone.
 
+    fmt, datefmt, style: as ``logging.Formatter``'s (no fmt: ``%(message)s``, as uvicorn's).
     use_colors: True/False, or None for "when the stream is a terminal" (stderr here, stdout for
     :class:`AccessFormatter`: the streams uvicorn's handlers write to).
     """
 
     _stream_name = "stderr"
 
-    def __init__(self, fmt: str | None = DEFAULT_FMT, datefmt: str | None = None,
+    def __init__(self, fmt: str | None = None, datefmt: str | None = None,
                  style: Literal["%", "{", "$"] = "%", use_colors: bool | None = None) -> None:
         if use_colors in (True, False):
             self.use_colors = bool(use_colors)
@@ -115,10 +116,6 @@ class AccessFormatter(DefaultFormatter):
     number. A record without these fields (not an access record) gets ``-`` for each."""
 
     _stream_name = "stdout"
-
-    def __init__(self, fmt: str | None = ACCESS_FMT, datefmt: str | None = None,
-                 style: Literal["%", "{", "$"] = "%", use_colors: bool | None = None) -> None:
-        super().__init__(fmt=fmt, datefmt=datefmt, style=style, use_colors=use_colors)
 
     def _fill(self, rec: logging.LogRecord) -> None:
         d = rec.__dict__
