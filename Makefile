@@ -9,6 +9,7 @@ VENV ?= .venv
 CC ?= cc
 VPY := $(VENV)/bin/python
 # Test and example dependencies (the package itself needs none; uvloop is its optional extra).
+# uvicorn is the oracle of conformance/test_logging.py (its LOGGING_CONFIG, formatters and output).
 # mypy checks the typed API; build, setuptools, twine and auditwheel make and check dist/.
 TEST_DEPS := pytest pytest-timeout pytest-xdist h11 hypothesis uvloop fastapi starlette pydantic gunicorn watchfiles websockets \
   python-dotenv PyYAML prometheus-client uvicorn==0.54.0 mypy build 'setuptools>=77' wheel twine auditwheel
