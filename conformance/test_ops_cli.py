@@ -1,5 +1,5 @@
-"""Operating skirr from the command line (issue 13): the access log and trace lines on stderr
-through skirr's own handler, --log-config, colours, the environment, --metrics-port."""
+"""Operating skirr from the command line (issue 13): the access log on stdout and trace lines on
+stderr through skirr's own handlers (as uvicorn's default configuration, issue 36), --log-config, colours, the environment, --metrics-port."""
 from __future__ import annotations
 
 import json
@@ -27,12 +27,12 @@ def get(port: int, target: str = "/", raw: bytes | None = None) -> tuple[int, st
         return _proc.read_response(sock, conn).status, here
 
 
-def access_lines(stderr: str) -> list[str]:
-    return [x for x in stderr.splitlines() if '"' in x and (" - " in x or x.startswith("{"))]
+def access_lines(text: str) -> list[str]:
+    return [x for x in text.splitlines() if '"' in x and (" - " in x or x.startswith("{"))]
 
 
 @pytest.mark.rule("skirr-access-default-line", "skirr-access-refusals")
-def test_default_line_on_stderr(tmp_path, loop):
+def test_default_line_on_stdout(tmp_path, loop):
     port = _proc.free_port()
     with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port)], tmp_path) as proc:
         proc.wait_accepting(port)
@@ -42,7 +42,8 @@ def test_default_line_on_stderr(tmp_path, loop):
                           b"".join(b"X-%d: v\r\n" % i for i in range(101)) + b"\r\n")
         assert status == 431
         assert proc.stop() == 0
-        lines = access_lines(proc.stderr)
+        lines = access_lines(proc.stdout)
+        assert access_lines(proc.stderr) == []
     assert lines == [
         f'INFO:     {me} - "GET /items?id=3 HTTP/1.1" 200 OK',
         f'INFO:     {me2} - "-" 431 Request Header Fields Too Large (refused: too many header '
@@ -51,7 +52,7 @@ def test_default_line_on_stderr(tmp_path, loop):
 
 
 @pytest.mark.rule("skirr-access-format")
-def test_json_lines_on_stderr_are_bare(tmp_path, loop):
+def test_json_lines_on_stdout_are_bare(tmp_path, loop):
     port = _proc.free_port()
     with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port),
                       "--access-log-format", "json"], tmp_path) as proc:
@@ -59,8 +60,8 @@ def test_json_lines_on_stderr_are_bare(tmp_path, loop):
         status, me = get(port, "/j?x=1")
         assert status == 200
         assert proc.stop() == 0
-        lines = [x for x in proc.stderr.splitlines() if x.startswith("{")]
-    assert len(lines) == 1
+        lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    assert len(lines) == 1 and proc.stdout == lines[0] + "\n"
     rec = json.loads(lines[0])
     assert (rec["client"], rec["method"], rec["path"], rec["query"], rec["status"]) == (
         me, "GET", "/j", "x=1", 200)
@@ -74,7 +75,7 @@ def test_no_access_log_flag(tmp_path, loop):
         proc.wait_accepting(port)
         assert get(port)[0] == 200
         assert proc.stop() == 0
-        assert access_lines(proc.stderr) == []
+        assert proc.stdout == "" and access_lines(proc.stderr) == []
 
 
 @pytest.mark.rule("skirr-log-trace")
@@ -173,7 +174,8 @@ def test_log_config(tmp_path, loop, kind):
         status, me = get(port, "/cfg")
         assert status == 200
         assert proc.stop() == 0
-        assert access_lines(proc.stderr) == []  # the access logger no longer propagates
+        # the access logger no longer propagates, and has no handler of skirr's
+        assert access_lines(proc.stderr) == [] and proc.stdout == ""
         assert "skirr running on" in proc.stderr  # skirr.error still has skirr's own handler
     assert out.read_text() == f'skirr.access|INFO|{me} - "GET /cfg HTTP/1.1" 200 OK\n'
 
@@ -190,7 +192,7 @@ def test_bad_log_config(tmp_path, loop, content, name, message):
     port = _proc.free_port()
     with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port), "--log-config",
                       str(cfg)], tmp_path) as proc:
-        assert proc.proc.wait(_proc.STOP_TIMEOUT) == 1
+        assert proc.proc.wait(_proc.STOP_TIMEOUT) == 2  # a usage error (issue 36)
         err = proc.stderr
     assert err.startswith(f"skirr: error: --log-config {cfg}: ") and err.count("\n") == 1
 
@@ -211,12 +213,13 @@ def test_use_colors(tmp_path, loop, flag, colored):
         proc.wait_accepting(port)
         status, me = get(port)
         assert proc.stop() == 0
-        err = proc.stderr
-    if colored:
+        err, out = proc.stderr, proc.stdout
+    if colored:  # uvicorn's colours: the level name, the request line bold, the status by class
         assert "\x1b[32mINFO\x1b[0m:     skirr running on" in err
-        assert f'\x1b[32mINFO\x1b[0m:     {me} - "GET / HTTP/1.1" 200 OK' in err
+        assert out == (f'\x1b[32mINFO\x1b[0m:     {me} - "\x1b[1mGET / HTTP/1.1\x1b[0m" '
+                       '\x1b[32m200 OK\x1b[0m\n')
     else:
-        assert "\x1b[" not in err and f'INFO:     {me} - "GET / HTTP/1.1" 200 OK' in err
+        assert "\x1b[" not in err + out and out == f'INFO:     {me} - "GET / HTTP/1.1" 200 OK\n'
 
 
 @pytest.mark.rule("skirr-env-options")
@@ -230,7 +233,7 @@ def test_env_file(tmp_path, loop):
         r = _proc.request(port)
         assert r.status == 200 and r.header(b"x-from-env") == b"1"
         assert proc.stop() == 0
-        assert access_lines(proc.stderr) == []
+        assert proc.stdout == "" and access_lines(proc.stderr) == []
 
 
 @pytest.mark.rule("skirr-env-options")
@@ -244,7 +247,7 @@ def test_env_options_and_command_line_wins(tmp_path, loop, monkeypatch):
         r = _proc.request(port)
         assert r.status == 200 and r.header(b"server") is None
         assert proc.stop() == 0
-        assert len(access_lines(proc.stderr)) == 1  # --access-log beat SKIRR_ACCESS_LOG=off
+        assert len(access_lines(proc.stdout)) == 1  # --access-log beat SKIRR_ACCESS_LOG=off
 
 
 @pytest.mark.rule("skirr-env-options")

@@ -374,7 +374,8 @@ def test_stop_during_startup_that_never_completes_ends_after_the_graceful_timeou
         stderr = proc.stderr
     assert status == 1, stderr
     assert 1.0 <= took < 3.0, f"exited {took:.2f} s after the signal:\n{stderr}"
-    assert stderr == "INFO:     Waiting for application startup.\n" + STARTUP_LINE
+    assert stderr == (f"INFO:     Started server process [{proc.proc.pid}]\n"
+                      "INFO:     Waiting for application startup.\n" + STARTUP_LINE)
     assert proc.events == ["startup", "startup-cancelled"]
     assert not _proc.accepts(port)
 
@@ -457,10 +458,11 @@ def test_second_signal_during_a_hanging_lifespan_exits_at_once(tmp_path, loop, p
         proc.proc.send_signal(signal.SIGTERM)
         status = proc.wait()
         took = time.monotonic() - t0
-        stderr = proc.stderr
+        stderr = _stderr(proc)
     assert status == 1, stderr
     assert took < 2.0, f"exited {took:.2f} s after the second signal:\n{stderr}"
-    assert stderr.endswith(f"WARNING:  Forced exit: cancelling application {phase}\n"), stderr
+    assert stderr.endswith(f"WARNING:  Forced exit: cancelling application {phase}\n"
+                           + (FINISHED if phase == "shutdown" else "")), stderr
     assert proc.events[-1] == f"{phase}-cancelled"
 
 
@@ -471,8 +473,10 @@ def test_second_signal_during_a_hanging_lifespan_exits_at_once(tmp_path, loop, p
 GRACE_LINE = "ERROR:    1 application task(s) ignored cancellation for 1 s (1 {kind}): exiting\n"
 DRAIN_TIMEOUT = ("WARNING:  Graceful shutdown timed out after 1 s: closing 1 connection(s), "
                  "1 request(s) in flight\n")
+# A server process's last line, uvicorn's (its PID written "PID" by _stopped and _stderr).
+FINISHED = "INFO:     Finished server process [PID]\n"
 SHUTDOWN_DONE = ("INFO:     Waiting for application shutdown.\n"
-                 "INFO:     Application shutdown complete.\n")
+                 "INFO:     Application shutdown complete.\n" + FINISHED)
 
 
 def _stubborn_unit(proc: _proc.Skirr, port: int, what: str) -> socket.socket:
@@ -493,7 +497,12 @@ def _stopped(proc: _proc.Skirr, signum: int = signal.SIGTERM) -> tuple[int, floa
     t0 = time.monotonic()
     proc.proc.send_signal(signum)
     status = proc.wait()
-    return status, time.monotonic() - t0, proc.stderr
+    return status, time.monotonic() - t0, _stderr(proc)
+
+
+def _stderr(proc: _proc.Skirr) -> str:
+    """The server's stderr with its process id written ``PID``."""
+    return proc.stderr.replace(f"[{proc.proc.pid}]", "[PID]")
 
 
 @pytest.mark.rule("skirr-stop-bounded-cancel-ignored")
@@ -540,7 +549,8 @@ def test_lifespan_ignoring_cancellation_ends_the_process_1_s_later(tmp_path, loo
     assert status == 1, stderr
     if phase == "startup":
         assert 2.0 <= took < 4.0, f"exited {took:.2f} s after the signal:\n{stderr}"
-        assert stderr == ("INFO:     Waiting for application startup.\n" + STARTUP_LINE
+        assert stderr == ("INFO:     Started server process [PID]\n"
+                          "INFO:     Waiting for application startup.\n" + STARTUP_LINE
                           + GRACE_LINE.format(kind="lifespan")), stderr
     else:
         assert 5.5 <= took < 6.0 + 1.5, f"exited {took:.2f} s after the signal:\n{stderr}"
@@ -548,7 +558,7 @@ def test_lifespan_ignoring_cancellation_ends_the_process_1_s_later(tmp_path, loo
             "INFO:     Waiting for application shutdown.\n"
             "ERROR:    Application shutdown did not complete within 1 s "
             "(--timeout-graceful-shutdown plus 4 s): cancelling it\n"
-            + GRACE_LINE.format(kind="lifespan")), stderr
+            + FINISHED + GRACE_LINE.format(kind="lifespan")), stderr
     assert proc.events == ["startup", *(["shutdown"] if phase == "shutdown" else []),
                            f"{phase}-cancelled"], proc.events
 
@@ -625,7 +635,7 @@ def test_lifespan_failing_after_startup_says_why_the_exit_status_is_1(tmp_path, 
     assert stderr.endswith(
         "INFO:     Shutting down\n"
         "ERROR:    Application shutdown skipped: the 'lifespan' task failed after startup "
-        "(exit status 1)\n"), stderr
+        "(exit status 1)\n" + FINISHED), stderr
     assert proc.events == ["startup", "exit"]
 
 

@@ -38,6 +38,70 @@ done:
     Py_XDECREF(res);
 }
 
+/* The most exceptions from_disconnect() looks at: a chain can loop (__cause__ is assignable). */
+#define CHAIN_MAX 64
+
+static int
+from_disconnect(sk_state *st, PyObject *exc)
+{
+    /* 1 when exc (borrowed) is, or is caused by, a ClientDisconnected: a depth-first walk over
+     * __cause__, __context__ and an exception group's members, at most CHAIN_MAX exceptions;
+     * 0 otherwise. Never leaves an exception set. */
+    PyObject *stack[CHAIN_MAX]; /* owned references, stack[0..n) */
+    int n = 0, seen = 0, found = 0;
+    stack[n++] = Py_NewRef(exc);
+    while (n > 0 && !found && seen < CHAIN_MAX) {
+        PyObject *e = stack[--n];
+        seen++;
+        if (PyErr_GivenExceptionMatches(e, st->ClientDisconnected)) {
+            found = 1;
+        }
+        else if (PyExceptionInstance_Check(e)) {
+            PyObject *next[2] = {PyException_GetCause(e), PyException_GetContext(e)}; /* new */
+            for (int i = 0; i < 2; i++) {
+                if (next[i] != NULL && n < CHAIN_MAX) {
+                    stack[n++] = next[i];
+                }
+                else {
+                    Py_XDECREF(next[i]);
+                }
+            }
+            if (PyErr_GivenExceptionMatches(e, PyExc_BaseExceptionGroup)) {
+                PyObject *members = PyObject_GetAttrString(e, "exceptions"); /* new */
+                if (members != NULL && PyTuple_Check(members)) {
+                    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(members) && n < CHAIN_MAX; i++) {
+                        stack[n++] = Py_NewRef(PyTuple_GET_ITEM(members, i));
+                    }
+                }
+                Py_XDECREF(members);
+                PyErr_Clear();
+            }
+        }
+        Py_DECREF(e);
+    }
+    while (n > 0) {
+        Py_DECREF(stack[--n]);
+    }
+    return found;
+}
+
+void
+sk_asgi_log_app_exception(sk_state *st, PyObject *logger, PyObject *exc, int client_left)
+{
+    if (!client_left || !from_disconnect(st, exc)) {
+        sk_asgi_log_error(st, logger, "Exception in ASGI application", exc);
+    }
+    else if (logger != Py_None) {
+        PyObject *res = PyObject_CallMethod(logger, "debug", "sO",
+                                            "Client disconnected: the application ended with %r",
+                                            exc); /* new */
+        if (res == NULL) {
+            PyErr_WriteUnraisable(logger);
+        }
+        Py_XDECREF(res);
+    }
+}
+
 PyObject *
 sk_asgi_address(const struct sockaddr_storage *ss)
 {

@@ -21,6 +21,16 @@
  * Nothing when logger is None. */
 void sk_asgi_log_error(sk_state *st, PyObject *logger, const char *msg, PyObject *exc);
 
+/* Reports what an application raised (exc, borrowed, not NULL) when its call ended. When
+ * client_left (skirr raised ClientDisconnected into this exchange because the client went away)
+ * and exc is, or is caused by, a ClientDisconnected (through __cause__, __context__ and the
+ * members of an exception group, at any depth: Starlette's ClientDisconnect, a wrapper's own
+ * error), it is the client's departure: logger.debug("Client disconnected: the application
+ * ended with %r", exc). Anything else is an application failure: sk_asgi_log_error(st, logger,
+ * "Exception in ASGI application", exc). Never raises (a failure to log is unraisable). Source:
+ * ASGI www spec 2.4 "Disconnected Client - send exception"; issue 36 item 1. */
+void sk_asgi_log_app_exception(sk_state *st, PyObject *logger, PyObject *exc, int client_left);
+
 /* New reference: (host, port) for an IPv4/IPv6 address, None for any other family; NULL with an
  * exception. */
 PyObject *sk_asgi_address(const struct sockaddr_storage *ss);

@@ -1645,11 +1645,7 @@ request_finish(RequestObject *r, PyObject *exc, int cancelled)
     set_app(r, APP_DONE);
     Py_CLEAR(r->task);
     if (exc != NULL) {
-        int quiet =
-            r->raised_disconnect && PyErr_GivenExceptionMatches(exc, r->st->ClientDisconnected);
-        if (!quiet) {
-            sk_asgi_log_error(r->st, r->srv->logger, "Exception in ASGI application", exc);
-        }
+        sk_asgi_log_app_exception(r->st, r->srv->logger, exc, r->raised_disconnect);
     }
     else if (!cancelled && r->tx == TX_OPEN) {
         sk_asgi_log_error(r->st, r->srv->logger,

@@ -1208,9 +1208,8 @@ ws_app_done(PyObject *op, PyObject *task)
         Py_CLEAR(w->app_exc);
     }
     int failed = exc != NULL;
-    if (exc != NULL &&
-        !(w->raised_disconnect && PyErr_GivenExceptionMatches(exc, st->ClientDisconnected))) {
-        sk_asgi_log_error(st, w->srv->logger, "Exception in ASGI application", exc);
+    if (exc != NULL) {
+        sk_asgi_log_app_exception(st, w->srv->logger, exc, w->raised_disconnect);
     }
     else if (exc == NULL && cancelled == Py_False && w->state == WS_HANDSHAKE) {
         sk_asgi_log_error(st, w->srv->logger, "ASGI callable returned without sending handshake.",

@@ -51,7 +51,7 @@ from urllib.parse import quote
 
 from ._native import log_escape as escape
 from ._native import reason_phrases
-from ._logformat import _Formatter
+from skirr.logging import ACCESS_FMT, AccessFormatter
 
 ACCESS_LOGGER = "skirr.access"
 JSON_KEYS = ("time", "client", "method", "path", "query", "http_version", "status", "bytes",
@@ -84,18 +84,16 @@ def _addr(client: Any) -> str:
 
 
 def _plain_handler(logger: logging.Logger) -> logging.StreamHandler | None:  # type: ignore[type-arg]
-    """skirr's default stderr handler when it is the only thing ``logger``'s records reach
-    (no handler or filter of the user's on the way), else None."""
-    if logger.handlers or logger.filters or not logger.propagate:
+    """skirr's default stdout handler (``skirr.logging.install_default_handlers``) when it is the
+    only thing ``logger``'s records reach (no handler or filter of the user's on the way) and its
+    lines need no colours, else None."""
+    if logger.filters or logger.propagate or len(logger.handlers) != 1:
         return None
-    parent = logger.parent
-    if parent is None or parent.name != "skirr" or parent.filters or parent.propagate:
-        return None
-    if len(parent.handlers) != 1:
-        return None
-    h = parent.handlers[0]
+    h = logger.handlers[0]
+    f = h.formatter
     if (not getattr(h, "skirr_default", False) or h.filters or h.level > logging.INFO
-            or type(h.formatter) is not _Formatter or not isinstance(h, logging.StreamHandler)):
+            or type(f) is not AccessFormatter or f._fmt != ACCESS_FMT or f.use_colors
+            or not isinstance(h, logging.StreamHandler)):
         return None
     return h
 
@@ -317,7 +315,7 @@ class AccessLog:
             # skirr's own stderr handler and nothing else would see the records: write the batch
             # as the handler would format it, in one write (no LogRecord per line).
             if self.fmt is None:
-                prefix = handler.formatter.level_prefix(logging.INFO, "INFO")  # type: ignore
+                prefix = handler.formatter.level_prefix(logging.INFO, "INFO") + " "  # type: ignore
                 fast = _default_line
                 text = "".join([fast(rec, prefix) or f"{prefix}{self.line(Entry(rec))}\n"
                                 for rec in batch])
@@ -343,18 +341,26 @@ class AccessLog:
                                        extra={"client_addr": _addr(e.client),
                                               "request_line": e.uvicorn_request_line,
                                               "status_code": e.status,
+                                              "skirr_status": self.outcome(e),
                                               "skirr_bare": bare})
             logger.handle(record)
+
+    @staticmethod
+    def outcome(e: Entry) -> str:
+        """What the default line shows after the request line (an ``AccessFormatter``'s
+        ``status_code``): ``200 OK``; ``[accepted]`` or the status alone for a WebSocket
+        handshake (uvicorn's words); a refusal's reason appended."""
+        if e.websocket:
+            return "[accepted]" if e.status == 101 else str(e.status)
+        text = status_text(e.status)
+        return text if e.reason is None else f"{text} (refused: {e.reason})"
 
     def line(self, e: Entry) -> str:
         """The log line (without level prefix) for one entry; its time is the entry's own (when
         the response ended or the refusal was sent), never when the batch is written."""
         fmt = self.fmt
         if fmt is None:
-            if e.websocket:  # uvicorn's words: [accepted], or the status alone
-                outcome = "[accepted]" if e.status == 101 else str(e.status)
-                return f'{_addr(e.client)} - "{e.uvicorn_request_line}" {outcome}'
-            line = f'{_addr(e.client)} - "{e.request_line}" {status_text(e.status)}'
+            return f'{_addr(e.client)} - "{e.uvicorn_request_line}" {self.outcome(e)}'
         elif fmt == "json":
             return json.dumps(self.json_fields(e), separators=(",", ":"))
         else:

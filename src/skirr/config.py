@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from ._logformat import TRACE, _Formatter
+from ._logformat import TRACE
 
 LOG_LEVELS = {
     "critical": logging.CRITICAL,
@@ -94,6 +94,11 @@ class ConfigError(ValueError):
 
 class AppLoadError(ConfigError):
     """The ``module:attr`` application could not be imported or is not an ASGI callable."""
+
+
+class LogConfigError(ConfigError):
+    """``log_config`` cannot be read or ``logging`` rejects it (a usage error: it is applied
+    before anything is bound or imported)."""
 
 
 class AppImportError(AppLoadError):
@@ -773,7 +778,7 @@ def load_log_config(log_config: str | dict[str, Any]) -> None:
     ``disable_existing_loggers`` False unless the configuration says otherwise (as uvicorn).
 
     Raises:
-        ConfigError: the file cannot be read or parsed, PyYAML is missing for a YAML file, or
+        LogConfigError: the file cannot be read or parsed, PyYAML is missing for a YAML file, or
             ``logging`` rejects the configuration.
     """
     import logging.config
@@ -791,7 +796,7 @@ def load_log_config(log_config: str | dict[str, Any]) -> None:
             try:
                 import yaml
             except ImportError:
-                raise ConfigError(
+                raise LogConfigError(
                     f"--log-config {log_config}: YAML needs PyYAML (pip install 'skirr[standard]')"
                 ) from None
             with open(log_config) as f:
@@ -800,34 +805,32 @@ def load_log_config(log_config: str | dict[str, Any]) -> None:
             if not os.path.exists(log_config):
                 raise FileNotFoundError(2, "No such file or directory")
             logging.config.fileConfig(log_config, disable_existing_loggers=False)
-    except ConfigError:
+    except LogConfigError:
         raise
     except Exception as exc:  # OSError, JSON/YAML/INI syntax, ValueError from logging.config
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ConfigError(f"--log-config {log_config}: {detail}") from None
+        # with its causes: "Unable to configure formatter 'default': No module named 'uvicorn'"
+        from skirr.logging import describe_config_error
+
+        raise LogConfigError(f"--log-config {log_config}: {describe_config_error(exc)}") from None
 
 
 def configure_logging(
     level: int, log_config: str | dict[str, Any] | None = None, use_colors: bool | None = None
 ) -> None:
     """Applies ``log_config`` (see :func:`load_log_config`), then sets the ``skirr`` logger's
-    level (unless the configuration set it) and adds a stderr handler unless ``skirr`` has one
-    already (the embedding program's or the configuration's handlers are left alone).
+    level (unless the configuration set it) and, unless ``skirr`` has a handler already (the
+    embedding program's or the configuration's are left alone), uvicorn's default handlers:
+    ``skirr.access`` on stdout, the rest on stderr (``skirr.logging.install_default_handlers``).
 
     Loggers: ``skirr.error`` (server and application errors; connection events at TRACE),
-    ``skirr.access`` (the access log). use_colors: colour the level names; ``None`` = when
-    stderr is a terminal.
+    ``skirr.access`` (the access log). use_colors: colour the level names (and the access
+    lines' status and request line); ``None`` = when the stream is a terminal.
     """
     if log_config is not None:
         load_log_config(log_config)
     root = logging.getLogger("skirr")
     if log_config is None or root.level == logging.NOTSET:
         root.setLevel(level)
-    if not root.handlers:
-        if use_colors is None:
-            use_colors = sys.stderr.isatty()
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_Formatter("%(message)s", use_colors=use_colors))
-        handler.skirr_default = True  # type: ignore[attr-defined]  # see access._plain_handler
-        root.addHandler(handler)
-        root.propagate = False
+    from skirr.logging import install_default_handlers
+
+    install_default_handlers(use_colors)

@@ -46,6 +46,7 @@ class Lifespan:
         self._sent_any = False
         self._cancelling = False  # cancel() ran: the forced exit, nothing more is answered
         self._done_phases: set[str] = set()
+        self._failure_told = False  # a lifespan.*.failed message with text was logged
 
     async def startup(self) -> bool:
         """Sends ``lifespan.startup`` and waits for the answer.
@@ -118,6 +119,10 @@ class Lifespan:
                 # else the app raised CancelledError itself: its failure, like any exception
             if self._cancelling:
                 return  # a forced exit: whatever the cancelled app raised is not its failure
+            if self._failure_told and isinstance(exc, Exception):
+                # It answered lifespan.*.failed with its message (Starlette's is the traceback)
+                # and then raised what it reported: one traceback, not two (as uvicorn).
+                return
             if not self._sent_any and self._phase == _STARTUP and self.mode == "auto":
                 logger.info("ASGI 'lifespan' protocol appears unsupported.")
                 self._supported = False
@@ -178,6 +183,7 @@ class Lifespan:
             text = message.get("message", "")
             if text:
                 logger.error("%s", text)
+                self._failure_told = True
             if self._phase == _SHUTDOWN:
                 logger.error("Application shutdown failed.")
         self._answered.set()

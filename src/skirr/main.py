@@ -36,6 +36,7 @@ from .config import (
     AppImportError,
     Config,
     ConfigError,
+    LogConfigError,
     load_env_file,
     report_error,
 )
@@ -505,6 +506,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return Supervisor(config).run()
         return Server(config).run()
+    except LogConfigError as exc:  # a usage error, found before anything is bound
+        print(f"skirr: error: {exc}", file=sys.stderr)
+        return 2
     except ConfigError as exc:
         report_error(exc)
         return 1

@@ -283,6 +283,7 @@ class Server:
 
                 app = RequestIdMiddleware(app)
             lifespan = Lifespan(app, config.lifespan)
+            logger.info("Started server process [%d]", os.getpid())  # uvicorn's words
             stop_at: float | None = None  # loop time the stop began (the shutdown's budget)
             started = await self._unless_forced(self._lifespan_startup(lifespan))
             if not started:
@@ -341,6 +342,7 @@ class Server:
             if self._force.is_set():
                 lifespan.cancel()
                 self.exit_code = 1
+                logger.info("Finished server process [%d]", os.getpid())
                 return
             shutdown_done = await self._unless_forced(
                 self._lifespan_shutdown(lifespan, loop.time() if stop_at is None else stop_at))
@@ -349,6 +351,7 @@ class Server:
                     logger.warning("Forced exit: cancelling application shutdown")
                 lifespan.cancel()
             self.exit_code = 1 if (lifespan.failed or not shutdown_done) else 0
+            logger.info("Finished server process [%d]", os.getpid())
         finally:
             self._requests_served = self._requests
             if watcher is not None:
