@@ -1041,8 +1041,8 @@ send_file(RequestObject *r, PyObject *msg, int by_path)
 {
     /* New reference: the completion awaitable of http.response.pathsend (by_path: the whole
      * file, the final body) or http.response.zerocopysend (a range, `more_body` allowed); NULL
-     * with an exception. The bytes go from the file to the socket with sendfile(2) (the
-     * transport's file range): never through memory, under the same backpressure, write timeout
+     * with an exception. The wire takes the descriptor (sk_wire_ops_t.file): HTTP/1.1 sends the
+     * range with sendfile(2), never through memory, under the same backpressure, write timeout
      * and close rules as any body. A file that cannot be sent fails the response (500 before the
      * head, else an abort) and raises RuntimeError, which the app's log shows. */
     const char *type = by_path ? "http.response.pathsend" : "http.response.zerocopysend";
@@ -1320,7 +1320,7 @@ done:
 
 /* ---- the app task --------------------------------------------------------------------------- */
 
-/* The Request object is the coroutine its asyncio.Task runs: it drives what the app call returned
+/* The exchange (a Request object) is the coroutine its asyncio.Task runs: it drives what the app call returned
  * (a coroutine through am_send, or any awaitable's __await__ iterator) and, the moment that ends,
  * finishes the exchange in the same step: no done callback, no extra loop iteration. The app's
  * own coroutine still runs inside the request's Task (asyncio.current_task() is that Task). */
