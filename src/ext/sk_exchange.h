@@ -79,7 +79,11 @@ enum {
  * sk_exchange_gone() (a write found the peer gone) and then return SK_WIRE_GONE where allowed.
  * `fields` arrays and the strings in them are borrowed for the call: a wire copies what it keeps.
  * Status codes, framing, persistence and what goes out when are the wire's: the exchange only
- * says what the app sent, in order, each piece validated as ASGI. */
+ * says what the app sent, in order, each piece validated as ASGI. The order of calls: any
+ * interim, then start; body / body_ref / file pieces, each followed by push while more is 1;
+ * after the final piece end, or, when start announced trailers, trailers pieces (push while
+ * more) and then end. Instead of that: error then end while nothing reached the output, or
+ * abort once something did. progress, resume and stepped at any time while attached. */
 typedef struct sk_wire_ops {
     /* http.response.start: the final response head (status 200..599, the app's fields). The wire
      * validates and records it; it may hold it back until the first body entry, so head and body
@@ -118,8 +122,8 @@ typedef struct sk_wire_ops {
      * Returns 0, or SK_WIRE_GONE (what was queued may be lost). */
     int (*end)(void *w);
     /* Nothing of the response reached the output (progress() has no SK_WIRE_HEAD_OUT): the
-     * wire queues its own complete `status` response (500) in its place, to end with end(),
-     * after which the connection is not reused. Returns 0, or SK_WIRE_GONE (out of memory: the
+     * wire queues its own complete `status` response (500) in its place, to end with end()
+     * (HTTP/1.1 then closes the connection). Returns 0, or SK_WIRE_GONE (out of memory: the
      * wire closed). */
     int (*error)(void *w, int status);
     /* The response cannot be completed and part of it is out: the wire ends the exchange so the
