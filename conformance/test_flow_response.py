@@ -248,7 +248,7 @@ def test_cancel_task_waiting_on_drain(serve):
 
 # -- a large final body sent from the app's bytes object (no copy) --------------------------------
 
-BY_REF_MIN = 16 * KIB  # BODY_BY_REF_MIN in sk_http1.c
+BY_REF_MIN = 16 * KIB  # SK_BODY_BY_REF_MIN in sk_exchange.h
 
 
 def patterned(size: int, salt: int = 0) -> bytes:

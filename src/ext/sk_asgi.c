@@ -180,11 +180,11 @@ done:
 }
 
 PyObject *
-sk_asgi_headers(const sk_parser_t *p, const char *authority, size_t authority_len)
+sk_asgi_headers(const sk_fields_t *p, int has_host, const char *authority, size_t authority_len)
 {
     /* New reference (see sk_asgi.h). */
-    int add_host = (authority != NULL && p->host_count == 0); /* HTTP/1.0 may send no Host */
-    PyObject *list = PyList_New(p->nfields + add_host);
+    int add_host = (authority != NULL && !has_host); /* HTTP/1.0 may send no Host */
+    PyObject *list = PyList_New(p->n + add_host);
     if (list == NULL) {
         return NULL;
     }
@@ -194,12 +194,12 @@ sk_asgi_headers(const sk_parser_t *p, const char *authority, size_t authority_le
         if (pair == NULL) {
             goto error;
         }
-        PyList_SET_ITEM(list, p->nfields, pair);
+        PyList_SET_ITEM(list, p->n, pair);
     }
-    for (uint32_t i = 0; i < p->nfields; i++) {
-        const sk_field_t *f = &p->fields[i];
-        const char *src = sk_parser_ptr(p, f->name);
-        const char *vp = sk_parser_ptr(p, f->value);
+    for (uint32_t i = 0; i < p->n; i++) {
+        const sk_field_t *f = &p->v[i];
+        const char *src = p->base + f->name.off;
+        const char *vp = p->base + f->value.off;
         size_t vlen = f->value.len;
         if (authority != NULL && f->name.len == sizeof("host") - 1 &&
             strncasecmp(src, "host", sizeof("host") - 1) == 0) {

@@ -39,11 +39,21 @@ PyObject *sk_asgi_address(const struct sockaddr_storage *ss);
  * invalid sequences (as urllib.parse.unquote does); NULL with an exception. */
 PyObject *sk_asgi_path(PyObject *root_path, const char *p, size_t n);
 
-/* New reference: [(lower-cased name, value), ...] in received order and with duplicates, from the
- * parsed head. With an absolute-form request-target (authority != NULL) each Host field's value
- * is replaced by that authority (RFC 9112 §3.2.2), and a (b"host", authority) pair is added last
- * when the request had no Host field (HTTP/1.0). NULL with an exception. */
-PyObject *sk_asgi_headers(const sk_parser_t *p, const char *authority, size_t authority_len);
+/* A request's header fields, whatever wire parsed them: n name/value spans (sk_field_t,
+ * sk_http.h) into one block of bytes at base. Borrowed from the wire. */
+typedef struct {
+    const char *base;
+    const sk_field_t *v;
+    uint32_t n;
+} sk_fields_t;
+
+/* New reference: [(lower-cased name, value), ...] in received order and with duplicates, from
+ * the head's fields. With an authority from the target (authority != NULL: absolute-form) each
+ * Host field's value is replaced by it (RFC 9112 §3.2.2), and a (b"host", authority) pair is
+ * added last when the request had no Host field (has_host 0: HTTP/1.0). NULL with an
+ * exception. */
+PyObject *sk_asgi_headers(const sk_fields_t *f, int has_host, const char *authority,
+                          size_t authority_len);
 
 /* msg[key] for a dict or any mapping. 1 (new reference in *out), 0 (absent), -1 (exception). */
 int sk_asgi_msg_get(PyObject *msg, PyObject *key, PyObject **out);

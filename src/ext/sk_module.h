@@ -6,7 +6,8 @@
  *
  * Files of the extension, each including only the headers below it:
  *   sk_server.c     the Server type: configuration, the reactor's Python callbacks, counters
- *   sk_http1.c/.h   the HTTP/1.1 protocol handler and the ASGI `http` Request (receive, send, task)
+ *   sk_http1.c/.h   the HTTP/1.1 protocol handler: the wire under an ASGI `http` exchange
+ *   sk_exchange.c/.h  the ASGI `http` exchange (scope, receive, send, task) over a wire table
  *   sk_wsh.c/.h     the WebSocket protocol handler and the ASGI `websocket` session
  *   sk_wspmd.c/.h   permessage-deflate (RFC 7692) for it: negotiation and zlib streams
  *   sk_asgi.c/.h    ASGI pieces any protocol's scope and messages use (paths, headers, addresses)
@@ -58,7 +59,7 @@ typedef struct {
     PyObject *s_text, *s_bytes, *s_code, *s_reason, *s_subprotocol, *s_subprotocols;
     /* Live-object counters for the leak and lifetime checks (skirr._native._live()). */
     Py_ssize_t live_servers, live_conns, live_requests, live_ready;
-    /* Request Tasks named so far on 3.11 ("skirr-request-N", sk_http1.c task_name). */
+    /* Request Tasks named so far on 3.11 ("skirr-request-N", sk_exchange.c task_name). */
     unsigned long long task_names;
 } sk_state;
 
@@ -83,7 +84,7 @@ PyObject *sk_access_log_escape(PyObject *module, PyObject *value);
 
 /* The types' specs, made into heap types by sk_module.c's exec slot. */
 extern PyType_Spec sk_server_spec;    /* sk_server.c */
-extern PyType_Spec sk_request_spec;   /* sk_http1.c */
+extern PyType_Spec sk_request_spec;   /* sk_exchange.c */
 extern PyType_Spec sk_websocket_spec; /* sk_wsh.c */
 
 #endif

@@ -337,18 +337,18 @@ prev_item(const char *v, size_t *end, const char **item, size_t *ilen)
 }
 
 static int
-xff_client(const sk_proxy_t *px, const sk_parser_t *p, node_t *chosen)
+xff_client(const sk_proxy_t *px, const sk_fields_t *p, node_t *chosen)
 {
     /* 1 with the client in *chosen, 0 when there is no usable X-Forwarded-For (absent, or any
      * item malformed). */
     int found = 0, any = 0;
     node_t leftmost = {.kind = -1};
-    for (uint32_t i = p->nfields; i-- > 0;) {
-        const sk_field_t *f = &p->fields[i];
-        if (!ieq(sk_parser_ptr(p, f->name), f->name.len, "x-forwarded-for")) {
+    for (uint32_t i = p->n; i-- > 0;) {
+        const sk_field_t *f = &p->v[i];
+        if (!ieq((p->base + f->name.off), f->name.len, "x-forwarded-for")) {
             continue;
         }
-        const char *v = sk_parser_ptr(p, f->value);
+        const char *v = (p->base + f->value.off);
         size_t end = f->value.len, ilen;
         const char *item;
         while (prev_item(v, &end, &item, &ilen)) {
@@ -383,15 +383,15 @@ proto_https(const char *s, size_t len)
 }
 
 static int
-xfp_https(const sk_parser_t *p)
+xfp_https(const sk_fields_t *p)
 {
     /* The last X-Forwarded-Proto item: 1 https, 0 http, -1 absent or anything else. */
-    for (uint32_t i = p->nfields; i-- > 0;) {
-        const sk_field_t *f = &p->fields[i];
-        if (!ieq(sk_parser_ptr(p, f->name), f->name.len, "x-forwarded-proto")) {
+    for (uint32_t i = p->n; i-- > 0;) {
+        const sk_field_t *f = &p->v[i];
+        if (!ieq((p->base + f->name.off), f->name.len, "x-forwarded-proto")) {
             continue;
         }
-        const char *v = sk_parser_ptr(p, f->value);
+        const char *v = (p->base + f->value.off);
         size_t end = f->value.len, ilen;
         const char *item;
         if (prev_item(v, &end, &item, &ilen)) {
@@ -458,7 +458,7 @@ fwd_value(const char *v, size_t len, size_t pos, char *out, size_t *olen)
 }
 
 static int
-fwd_client(const sk_proxy_t *px, const sk_parser_t *p, fwd_elem_t *chosen)
+fwd_client(const sk_proxy_t *px, const sk_fields_t *p, fwd_elem_t *chosen)
 {
     /* 1 with the chosen element, 0 when there is no usable Forwarded (absent, or malformed
      * anywhere: ignored whole; a proto= other than http, https, ws or wss, or a parameter given
@@ -467,12 +467,12 @@ fwd_client(const sk_proxy_t *px, const sk_parser_t *p, fwd_elem_t *chosen)
      * trusted address is the nearest untrusted hop; the first element when every hop is trusted. */
     int any = 0, found = 0;
     fwd_elem_t first = {.node = {.kind = -1}, .https = -1};
-    for (uint32_t i = 0; i < p->nfields; i++) {
-        const sk_field_t *f = &p->fields[i];
-        if (!ieq(sk_parser_ptr(p, f->name), f->name.len, "forwarded")) {
+    for (uint32_t i = 0; i < p->n; i++) {
+        const sk_field_t *f = &p->v[i];
+        if (!ieq((p->base + f->name.off), f->name.len, "forwarded")) {
             continue;
         }
-        const char *v = sk_parser_ptr(p, f->value);
+        const char *v = (p->base + f->value.off);
         size_t len = f->value.len, pos = 0;
         for (;;) { /* one element per turn */
             fwd_elem_t e = {.node = {.kind = -1}, .https = -1};
@@ -571,7 +571,7 @@ node_client(const node_t *n)
 }
 
 int
-sk_proxy_apply(const sk_proxy_t *px, const sk_parser_t *p, const struct sockaddr_storage *peer,
+sk_proxy_apply(const sk_proxy_t *px, const sk_fields_t *p, const struct sockaddr_storage *peer,
                int unix_peer, PyObject **client, int *https)
 {
     *https = -1;

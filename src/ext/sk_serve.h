@@ -65,7 +65,7 @@ typedef struct sk_serve {
     PyObject *task_kw;      /* ("loop", "context", "name") (3.11) or, eager, ("loop", "eager_start",
                              * "context") (3.12+) */
     /* finished requests' scope["extensions"] for HTTP/1.0, 1.1, oldest first: the next request
-     * takes the oldest once nothing else holds it and it is as made (sk_http1.c ext_scope,
+     * takes the oldest once nothing else holds it and it is as made (sk_exchange.c ext_scope,
      * ext_recycle) */
     sk_ext_ring_t ext_ring[2];
     int eager;           /* 3.12+ and task_type: apps start eagerly */

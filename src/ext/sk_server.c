@@ -8,6 +8,7 @@
  * graceful-shutdown steps Python calls (stop_accepting, shutdown, close).
  * Never: touches a socket itself, parses HTTP or talks ASGI.
  */
+#include "sk_exchange.h"
 #include "sk_http1.h"
 #include "sk_transport.h"
 
@@ -581,7 +582,7 @@ server_clear(PyObject *op)
     Py_CLEAR(h->call_soon_kw);
     Py_CLEAR(h->task_type);
     Py_CLEAR(h->task_kw);
-    sk_http1_ext_clear(h);
+    sk_exchange_ext_clear(h);
     Py_CLEAR(s->on_ready);
     Py_CLEAR(s->run_pending);
     return 0;
