@@ -423,7 +423,7 @@ static const struct {
 };
 
 static int
-handshake_fields_refused(const sk_header_t *hdrs, size_t n, const char *type, int in_101)
+wire_fields_refused(const sk_header_t *hdrs, size_t n, int in_101, const char *type)
 {
     /* hdrs[0..n): the app's fields for `type` (the 101 when in_101, else the denial response).
      * -1 with RuntimeError naming the first one the handshake owns (HANDSHAKE_FIELDS); else 0. */
@@ -447,12 +447,6 @@ handshake_fields_refused(const sk_header_t *hdrs, size_t n, const char *type, in
 #define SET_HDR(h, n, v, vl) (*(h) = (sk_header_t){(n), sizeof(n) - 1, (v), (vl)})
 
 /* ---- the session's table -------------------------------------------------------------------- */
-
-static int
-wire_fields_refused(const sk_header_t *hdrs, size_t n, int accepting, const char *what)
-{
-    return handshake_fields_refused(hdrs, n, what, accepting);
-}
 
 static int
 over_mark(ws1_t *w)

@@ -526,8 +526,8 @@ done:
 static PyObject *
 send_data(WebSocketObject *w, PyObject *msg)
 {
-    /* websocket.send: one message of text or bytes (the wire's send()). New reference to the completion
-     * awaitable (a future while the output is over its mark), or NULL. */
+    /* websocket.send: one message of text or bytes (the wire's send()). New reference to the
+     * completion awaitable (a future while the output is over its mark), or NULL. */
     sk_state *st = w->st;
     PyObject *bytes = NULL, *text = NULL, *res = NULL;
     const char *d = NULL;
