@@ -423,13 +423,13 @@ static const struct {
 };
 
 static int
-wire_fields_refused(const sk_header_t *hdrs, size_t n, int in_101, const char *type)
+wire_fields_refused(const sk_header_t *hdrs, size_t n, int accepting, const char *type)
 {
-    /* hdrs[0..n): the app's fields for `type` (the 101 when in_101, else the denial response).
+    /* hdrs[0..n): the app's fields for `type` (the 101 when accepting, else the denial response).
      * -1 with RuntimeError naming the first one the handshake owns (HANDSHAKE_FIELDS); else 0. */
     for (size_t i = 0; i < n; i++) {
         for (size_t k = 0; k < sizeof(HANDSHAKE_FIELDS) / sizeof(HANDSHAKE_FIELDS[0]); k++) {
-            if ((in_101 || !HANDSHAKE_FIELDS[k].in_101_only) &&
+            if ((accepting || !HANDSHAKE_FIELDS[k].in_101_only) &&
                 sk_token_ieq(hdrs[i].name, hdrs[i].name_len, HANDSHAKE_FIELDS[k].name,
                              HANDSHAKE_FIELDS[k].len)) {
                 PyErr_Format(PyExc_RuntimeError,

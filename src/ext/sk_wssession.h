@@ -61,8 +61,9 @@ typedef struct sk_wss_wire_ops {
     void (*refuse)(void *wire, int status);
     /* Starts a denial response (websocket.http.response.start): `status` 200..599 (the session
      * checked), hdrs[0..n) the app's fields, checked with fields_refused(). Nothing is written
-     * yet (the head goes with the first body). Only while the handshake is unanswered. 0 or -1
-     * (an exception from the serializer's rules). */
+     * yet (the head goes with the first body). Only while the handshake is unanswered. 0, 1
+     * (output written before, e.g. an earlier response, is still over the mark), or -1 (an
+     * exception from the serializer's rules). */
     int (*deny_start)(void *wire, int status, const sk_header_t *hdrs, size_t n);
     /* A chunk of the denial response's content (websocket.http.response.body), `len` bytes;
      * `more` = 0 ends it and the connection with it. When the response ends, ends unfinished
@@ -81,17 +82,17 @@ typedef struct sk_wss_wire_ops {
      * app's return): a Close with `code` (1000..4999, valid to send: the session checked) and
      * `reason` (`reason_len` <= 123 bytes of UTF-8), then the wire waits for the peer's Close
      * (or its own timeout) and calls sk_wss_closing() now and sk_wss_closed() at the end. A
-     * protocol error of the peer's held behind messages (see receiving()) is sent instead. Only
-     * once accepted. 0, or -1 (MemoryError: nothing sent). */
+     * protocol error of the peer's held behind messages (see receiving()) is sent instead (then
+     * only sk_wss_closed()). Only once accepted. 0, or -1 (MemoryError: nothing sent). */
     int (*close)(void *wire, int code, const char *reason, size_t reason_len);
     /* Fails the connection from the server's side (the app raised once accepted: `code` 1011;
      * or a close() that could not be sent: 1000): a Close with `code` and no close handshake
      * (the connection ends after the write; sk_wss_closed() is called). A held protocol error
      * of the peer's is sent instead. */
     void (*fail)(void *wire, int code);
-    /* The app came back to receive() (or its Task ended): a protocol error of the peer's that
-     * the wire holds until the app has taken every message before it (sk_wss_backlog()) is
-     * sent now if the backlog is empty, ending the connection. */
+    /* The app came back to receive(): a protocol error of the peer's that the wire holds until
+     * the app has taken every message before it (sk_wss_backlog()) is sent now if the backlog
+     * is empty, ending the connection (sk_wss_closed()). */
     void (*receiving)(void *wire);
     /* Flow control: `paused` = 1 stops reading from the peer (no more sk_wss_message()), 0
      * resumes (input already buffered is offered again soon). Called on change only. */
