@@ -1,6 +1,6 @@
 /* sk_access.h — the access log's native half: what the HTTP/1.1 handler records per finished
- * exchange and per refusal, and the WebSocket handler (sk_wsh.c) per handshake answer, handed
- * to Python in batches.
+ * exchange and per refusal, and the WebSocket session (sk_wssession.c) per handshake answer,
+ * handed to Python in batches.
  *
  * Owns: the record tuples, the pending list they are appended to (owned by the Python side) and
  * scheduling its flush (loop.call_soon) for the first record of a batch and for each full one. The line is
@@ -69,7 +69,7 @@ typedef struct {
 /* Monotonic seconds. */
 double sk_access_now(void);
 /* Starts what the access log and the metrics keep of an exchange, each only while on (an HTTP
- * request, or a WebSocket handshake, sk_wsh.c): the start time, the scope (borrowed; the one the
+ * request, or a WebSocket handshake, sk_wssession.c): the start time, the scope (borrowed; the one the
  * app gets) and method, the request's llhttp method. */
 void sk_access_exchange_begin(sk_access_t *a, sk_access_req_t *rq, PyObject *scope, int method);
 /* Ends it, once, with what the client saw: status and content bytes to the metrics' responses

@@ -668,7 +668,7 @@ upgrade_websocket(http1_conn_t *c)
         refuse(c, 500);
         return;
     }
-    if (sk_wsh_start(c->t, c->srv, &c->parser, status, scope, hs.key, hs.key_len) < 0) {
+    if (sk_wsh_start(c->t, c->srv, status, scope, hs.key, hs.key_len) < 0) {
         PyErr_WriteUnraisable(c->srv->owner);
         refuse(c, 500);
     }

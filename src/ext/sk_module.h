@@ -8,7 +8,9 @@
  *   sk_server.c     the Server type: configuration, the reactor's Python callbacks, counters
  *   sk_http1.c/.h   the HTTP/1.1 protocol handler: the wire under an ASGI `http` exchange
  *   sk_exchange.c/.h  the ASGI `http` exchange (scope, receive, send, task) over a wire table
- *   sk_wsh.c/.h     the WebSocket protocol handler and the ASGI `websocket` session
+ *   sk_wsh.c/.h     the WebSocket wire over HTTP/1.1 (RFC 6455 after a 101): a session's wire
+ *   sk_wssession.c/.h  the ASGI `websocket` session (events, queue, accept/denial, the app's
+ *                   Task), any wire's, through its sk_wss_wire_ops_t table
  *   sk_wspmd.c/.h   permessage-deflate (RFC 7692) for it: negotiation and zlib streams
  *   sk_asgi.c/.h    ASGI pieces any protocol's scope and messages use (paths, headers, addresses)
  *   sk_transport.c/.h  the reactor (epoll, accept, timer) and its connections (transports)
@@ -85,6 +87,6 @@ PyObject *sk_access_log_escape(PyObject *module, PyObject *value);
 /* The types' specs, made into heap types by sk_module.c's exec slot. */
 extern PyType_Spec sk_server_spec;    /* sk_server.c */
 extern PyType_Spec sk_request_spec;   /* sk_exchange.c */
-extern PyType_Spec sk_websocket_spec; /* sk_wsh.c */
+extern PyType_Spec sk_websocket_spec; /* sk_wssession.c */
 
 #endif
