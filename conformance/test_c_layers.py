@@ -85,3 +85,34 @@ def test_transport_and_core_include_no_handler():
     allowed = {"sk_module", "sk_core", "sk_transport", "sk_stream"}
     assert graph["sk_transport"] <= allowed | core, graph["sk_transport"]
     assert graph["sk_stream"] <= core, graph["sk_stream"]
+
+
+def reach(graph: dict[str, set[str]], m: str) -> set[str]:
+    """Every module m includes, directly or through another header."""
+    seen: set[str] = set()
+    todo = list(graph[m])
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo.extend(graph[d])
+    return seen
+
+
+@pytest.mark.rule("skirr-layout-no-circle-c")
+def test_asgi_layer_reaches_no_wire():
+    """The layers, bottom up: core; transport and its stream layer; the serving context and the
+    ASGI exchange and session; the wires (HTTP/1.1, the WebSocket wire); the Server. The ASGI
+    exchange (sk_exchange) and session (sk_wssession) reach no wire's header, even through
+    another header: an HTTP/2 stream drives them through their tables. The WebSocket wire
+    reaches no HTTP/1.1 handler's (the upgrade hands over through sk_wsh_start and the
+    transport's switch), and no handler reaches the Server."""
+    graph = include_graph()
+    wires = {"sk_http1", "sk_wsh"}
+    for m in ("sk_exchange", "sk_wssession"):
+        assert not reach(graph, m) & (wires | {"sk_server"}), (m, reach(graph, m) & wires)
+    assert "sk_exchange" not in reach(graph, "sk_wssession")
+    assert "sk_wssession" not in reach(graph, "sk_exchange")
+    assert "sk_http1" not in reach(graph, "sk_wsh")
+    for m in wires | {"sk_serve", "sk_access", "sk_transport", "sk_stream"}:
+        assert "sk_server" not in reach(graph, m), m

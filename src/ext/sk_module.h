@@ -12,8 +12,12 @@
  *   sk_wssession.c/.h  the ASGI `websocket` session (events, queue, accept/denial, the app's
  *                   Task), any wire's, through its sk_wss_wire_ops_t table
  *   sk_wspmd.c/.h   permessage-deflate (RFC 7692) for it: negotiation and zlib streams
+ *   sk_serve.c/.h   what every handler and session serves with (app, loop, options, counters)
+ *   sk_access.c/.h, sk_metrics.c/.h, sk_proxy.c/.h  the access log's records, the metrics'
+ *                   counters, --proxy-headers
  *   sk_asgi.c/.h    ASGI pieces any protocol's scope and messages use (paths, headers, addresses)
  *   sk_transport.c/.h  the reactor (epoll, accept, timer) and its connections (transports)
+ *   sk_stream.c/.h  the stream layer under each transport (plain sockets; TLS next)
  *   sk_module.c/.h  this module: init, state, the ready awaitable
  * and the byte-level core (src/core/: buffers, the request parser, the response serializer).
  */
