@@ -339,6 +339,56 @@ sk_asgi_raise_thrown(PyObject *const *args, Py_ssize_t nargs)
     }
 }
 
+PySendResult
+sk_asgi_coro_throw(sk_state *st, PyObject *coro, PyObject *const *args, Py_ssize_t nargs,
+                   PyObject **result)
+{
+    /* See sk_asgi.h. */
+    *result = NULL;
+    PyObject *meth = PyObject_GetAttr(coro, st->s_throw);
+    if (meth == NULL) {
+        /* an __await__ iterator without throw(): the exception goes to the app as raised */
+        PyErr_Clear();
+        sk_asgi_raise_thrown(args, nargs);
+        return PYGEN_ERROR;
+    }
+    *result = PyObject_Vectorcall(meth, args, (size_t)nargs, NULL);
+    Py_DECREF(meth);
+    if (*result != NULL) {
+        return PYGEN_NEXT;
+    }
+    if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+        PyErr_Clear();
+        *result = Py_NewRef(Py_None);
+        return PYGEN_RETURN;
+    }
+    return PYGEN_ERROR;
+}
+
+int
+sk_asgi_coro_close(sk_state *st, PyObject *coro)
+{
+    /* See sk_asgi.h. */
+    int rc = 0;
+    PyObject *meth = PyObject_GetAttr(coro, st->s_close);
+    if (meth == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear(); /* no close(): only released */
+        }
+        else {
+            rc = -1;
+        }
+    }
+    else {
+        PyObject *res = PyObject_CallNoArgs(meth);
+        rc = res == NULL ? -1 : 0;
+        Py_XDECREF(res);
+        Py_DECREF(meth);
+    }
+    Py_DECREF(coro);
+    return rc;
+}
+
 /* ---- futures the receive()/send() awaitables wait on ------------------------------------- */
 
 int

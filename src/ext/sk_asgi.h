@@ -76,6 +76,18 @@ PyObject *sk_asgi_method_result(PySendResult res, PyObject *result);
 /* Sets the exception coroutine.throw(*args) names: an instance, or a type and a value. */
 void sk_asgi_raise_thrown(PyObject *const *args, Py_ssize_t nargs);
 
+/* coroutine.throw(*args) passed on to `coro` (borrowed: the app's coroutine or __await__
+ * iterator; one without throw() gets the exception as if raised in it): PYGEN_NEXT with
+ * *result the value it yielded (new reference), PYGEN_RETURN with *result None (new reference:
+ * it returned, StopIteration), or PYGEN_ERROR with the exception it let out set and *result
+ * NULL. For the throw() method of a handler that drives the app itself (the http exchange, the
+ * websocket session), which then ends its step as for send(). */
+PySendResult sk_asgi_coro_throw(sk_state *st, PyObject *coro, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject **result);
+/* coroutine.close() on `coro` (a strong reference, released here): an iterator without close()
+ * is only released. 0, or -1 with what close() raised set. */
+int sk_asgi_coro_close(sk_state *st, PyObject *coro);
+
 /* ---- waiter futures (a receive() or send() that cannot complete yet) ------------------------- */
 
 /* Unless fut is already done (cancelled), sets its result (result, borrowed) or, with exc_type,

@@ -1523,28 +1523,7 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         step_end(r);
         return sk_asgi_method_result(res, result);
     }
-    PyObject *meth = PyObject_GetAttr(r->coro, r->st->s_throw);
-    if (meth == NULL) {
-        /* an __await__ iterator without throw(): the exception goes to the app as raised */
-        PyErr_Clear();
-        sk_asgi_raise_thrown(args, nargs);
-        res = PYGEN_ERROR;
-    }
-    else {
-        result = PyObject_Vectorcall(meth, args, (size_t)nargs, NULL);
-        Py_DECREF(meth);
-        if (result != NULL) {
-            res = PYGEN_NEXT;
-        }
-        else if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
-            PyErr_Clear();
-            result = Py_NewRef(Py_None);
-            res = PYGEN_RETURN;
-        }
-        else {
-            res = PYGEN_ERROR;
-        }
-    }
+    res = sk_asgi_coro_throw(r->st, r->coro, args, nargs, &result);
     res = request_ended(r, res, &result);
     step_end(r);
     return sk_asgi_method_result(res, result);
@@ -1558,21 +1537,7 @@ request_close(PyObject *op, PyObject *Py_UNUSED(arg))
     RequestObject *r = (RequestObject *)op;
     PyObject *coro = r->coro;
     r->coro = NULL;
-    int failed = 0;
-    if (coro != NULL) {
-        PyObject *meth = PyObject_GetAttr(coro, r->st->s_close);
-        PyObject *res = meth ? PyObject_CallNoArgs(meth) : NULL;
-        if (meth == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            PyErr_Clear();
-        }
-        else if (res == NULL) {
-            failed = 1;
-        }
-        Py_XDECREF(meth);
-        Py_XDECREF(res);
-        Py_DECREF(coro);
-    }
-    if (failed) {
+    if (coro != NULL && sk_asgi_coro_close(r->st, coro) < 0) {
         PyObject *typ, *val, *tb;
         PyErr_Fetch(&typ, &val, &tb);
         request_finish(r, NULL, 1);

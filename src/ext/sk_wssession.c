@@ -50,6 +50,9 @@ struct sk_wss {
     uint8_t connect_given;     /* websocket.connect was returned by receive() */
     uint8_t app_running;       /* counted in srv->active_requests */
     uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app (not logged) */
+    uint8_t app_closed;        /* the app sent websocket.close: a ClientDisconnected a later send
+                                * raises is its own doing (logged if it lets it out), not the
+                                * client's departure */
     uint8_t paused;            /* reading stopped: the queue is over its marks */
     uint8_t app_has_message;   /* receive() gave a message and was not called again since */
     size_t queued_bytes;       /* payload bytes of the queued messages */
@@ -228,7 +231,15 @@ ended(WebSocketObject *w, int code, const char *reason, size_t reason_len)
 static PyObject *
 raise_disconnected(WebSocketObject *w)
 {
-    /* Always NULL with skirr.ClientDisconnected set. */
+    /* Always NULL with skirr.ClientDisconnected set: the connection is closed (ASGI websocket
+     * 2.4: an IOError subclass). Counted as the client's departure only when the app had not
+     * closed it itself (issue 36: an app that sends after its own close is told so, and what
+     * it lets out is logged as its error). */
+    if (w->app_closed) {
+        PyErr_SetString(w->st->ClientDisconnected,
+                        "the application closed this WebSocket (websocket.close was sent)");
+        return NULL;
+    }
     w->raised_disconnect = 1;
     PyErr_SetString(w->st->ClientDisconnected, "client disconnected");
     return NULL;
@@ -471,6 +482,7 @@ send_close(WebSocketObject *w, PyObject *msg)
     int rc = -1;
     if (w->state == WS_HANDSHAKE) {
         answer_status(w, 403);
+        w->app_closed = 1;
         return 0;
     }
     if (sk_asgi_msg_get(msg, st->s_code, &code_o) < 0 ||
@@ -517,6 +529,9 @@ send_close(WebSocketObject *w, PyObject *msg)
     }
     /* a protocol error of the peer's held by the wire is sent instead: no close handshake */
     rc = w->ops->close(w->wire, (int)code, reason, (size_t)rlen);
+    if (rc == 0) {
+        w->app_closed = 1;
+    }
 done:
     Py_XDECREF(code_o);
     Py_XDECREF(reason_o);
@@ -850,28 +865,7 @@ ws_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         sk_asgi_raise_thrown(args, nargs);
         return NULL;
     }
-    PyObject *meth = PyObject_GetAttr(w->coro, w->st->s_throw);
-    if (meth == NULL) {
-        /* an __await__ iterator without throw(): the exception goes to the app as raised */
-        PyErr_Clear();
-        sk_asgi_raise_thrown(args, nargs);
-        res = PYGEN_ERROR;
-    }
-    else {
-        result = PyObject_Vectorcall(meth, args, (size_t)nargs, NULL);
-        Py_DECREF(meth);
-        if (result != NULL) {
-            res = PYGEN_NEXT;
-        }
-        else if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
-            PyErr_Clear();
-            result = Py_NewRef(Py_None);
-            res = PYGEN_RETURN;
-        }
-        else {
-            res = PYGEN_ERROR;
-        }
-    }
+    res = sk_asgi_coro_throw(w->st, w->coro, args, nargs, &result);
     res = ws_step_ended(w, res, &result);
     return sk_asgi_method_result(res, result);
 }
@@ -883,22 +877,11 @@ ws_close_coro(PyObject *op, PyObject *Py_UNUSED(arg))
      * close() is dropped); NULL with what that close raised. */
     WebSocketObject *w = (WebSocketObject *)op;
     PyObject *coro = w->coro;
-    PyObject *meth = NULL, *res = NULL;
     w->coro = NULL;
-    if (coro == NULL) {
-        Py_RETURN_NONE;
+    if (coro != NULL && sk_asgi_coro_close(w->st, coro) < 0) {
+        return NULL;
     }
-    meth = PyObject_GetAttr(coro, w->st->s_close);
-    if (meth == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
-        PyErr_Clear();
-        res = Py_NewRef(Py_None);
-    }
-    else if (meth != NULL) {
-        res = PyObject_CallNoArgs(meth);
-    }
-    Py_XDECREF(meth);
-    Py_DECREF(coro);
-    return res;
+    Py_RETURN_NONE;
 }
 
 static PyObject *
