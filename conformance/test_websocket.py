@@ -508,6 +508,43 @@ def test_send_after_close_raises_client_disconnected(serve):
         assert srv.errors() == [], [record_text(r) for r in srv.errors()]
 
 
+@rule("ASGI-websocket-send-after-close")
+@pytest.mark.parametrize("accept", [True, False], ids=["after-accept", "before-accept-403"])
+def test_send_after_own_close_is_the_apps_error(serve, accept):
+    """After the app's own websocket.close, send() raises ClientDisconnected naming the app's
+    close; let out, it is logged at error as any app failure (the client did not leave)."""
+    import skirr
+
+    record = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        if accept:
+            await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": 1000})
+        try:
+            await send({"type": "websocket.send", "text": "late"})
+        except BaseException as e:
+            record.put(e)
+            raise
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(upgrade())
+        head = c.read_until(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 101 " if accept else b"HTTP/1.1 403 "), head
+        exc = record.wait(1)[0]
+        assert type(exc) is skirr.ClientDisconnected
+        assert str(exc) == "the application closed this WebSocket (websocket.close was sent)"
+        deadline = time.monotonic() + IO_TIMEOUT
+        while not srv.errors() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        errors = srv.errors()
+        assert [r.getMessage() for r in errors] == ["Exception in ASGI application"], \
+            [record_text(r) for r in errors]
+        c.close()
+
+
 @rule("RFC6455-7.1.2-server-close")
 def test_server_close_code_and_reason(serve):
     """RFC 6455 §5.5.1: the app's websocket.close (4001, "done") is a Close frame with that code
