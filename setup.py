@@ -9,12 +9,21 @@ llhttp comes from ``scripts/fetch_llhttp.py``: inside an unpacked sdist the bund
 sha256-checked PyPI sdist. Its sources are compiled here to objects WITHOUT -Werror (they are not
 skirr's code) and linked in as extra objects.
 
+OpenSSL 3 (libssl and libcrypto: the TLS stream layer ``src/ext/sk_tls.c`` and the TLS context)
+comes from the system: ``pkg-config --cflags --libs openssl``, else the plain ``-lssl -lcrypto``
+checked by compiling a call of ``SSL_new``; missing, the build stops saying what to install.
+nghttp2 (the HTTP/2 framing and HPACK engine under ``src/ext/sk_h2.c``, used sans-I/O) comes from
+the system the same way: ``pkg-config --cflags --libs libnghttp2``, else ``-lnghttp2`` checked by
+compiling a call of ``nghttp2_session_server_new``; missing, the build names libnghttp2-dev.
+
 ``python -m build --sdist`` (the ``sdist`` command below) writes ``vendor/llhttp/`` into the sdist:
 the pinned llhttp sources, their licences and SHA256SUMS (``fetch_llhttp.bundle``). The git
 repository never holds them.
 """
 import glob
 import os
+import shlex
+import subprocess
 import sys
 
 from setuptools import Extension, setup
@@ -38,10 +47,76 @@ def _rel(path):
     return path if rel.startswith("..") else rel
 
 
+OPENSSL_MISSING = (
+    "skirr build: OpenSSL 3 not found (libssl, libcrypto and their headers, for TLS): install "
+    "libssl-dev (Debian, Ubuntu) or openssl-devel (Fedora, RHEL), or point PKG_CONFIG_PATH at "
+    "an openssl.pc"
+)
+
+NGHTTP2_MISSING = (
+    "skirr build: nghttp2 not found (libnghttp2 and its headers, for HTTP/2): install "
+    "libnghttp2-dev (Debian, Ubuntu) or libnghttp2-devel (Fedora, RHEL), or point "
+    "PKG_CONFIG_PATH at a libnghttp2.pc"
+)
+
+
+def _openssl_flags(compiler):
+    """libssl/libcrypto's compiler and linker flags: pkg-config's, else -lssl -lcrypto once a
+    call of SSL_new compiles and links with them; exits with OPENSSL_MISSING otherwise."""
+    try:
+        out = subprocess.run(
+            ["pkg-config", "--cflags", "--libs", "openssl"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        flags = shlex.split(out)
+        if any(f.startswith("-lssl") for f in flags):
+            return flags
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    if compiler.has_function("SSL_new", includes=["openssl/ssl.h"], libraries=["ssl", "crypto"]):
+        return ["-lssl", "-lcrypto"]
+    sys.exit(OPENSSL_MISSING)
+
+
+def _nghttp2_flags(compiler):
+    """libnghttp2's compiler and linker flags: pkg-config's, else -lnghttp2 once a call of
+    nghttp2_session_server_new compiles and links with it; exits with NGHTTP2_MISSING otherwise."""
+    try:
+        out = subprocess.run(
+            ["pkg-config", "--cflags", "--libs", "libnghttp2"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        flags = shlex.split(out)
+        if any(f.startswith("-lnghttp2") for f in flags):
+            return flags
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    if compiler.has_function("nghttp2_session_server_new", includes=["nghttp2/nghttp2.h"],
+                             libraries=["nghttp2"]):
+        return ["-lnghttp2"]
+    sys.exit(NGHTTP2_MISSING)
+
+
+def _add_flags(ext, flags):
+    """-I, -l, -L into their lists; any other flag to the compile (cflags) or link step."""
+    for flag in flags:
+        if flag.startswith("-I"):
+            ext.include_dirs.append(flag[2:])
+        elif flag.startswith("-l"):
+            ext.libraries.append(flag[2:])
+        elif flag.startswith("-L"):
+            ext.library_dirs.append(flag[2:])
+        else:
+            ext.extra_link_args.append(flag)
+
+
 class BuildExt(build_ext):
-    """build_ext that first locates llhttp and compiles its sources without -Werror."""
+    """build_ext that first locates llhttp and compiles its sources without -Werror, and finds
+    OpenSSL and nghttp2."""
 
     def build_extensions(self):
+        openssl = _openssl_flags(self.compiler)
+        nghttp2 = _nghttp2_flags(self.compiler)
         try:
             dep = fetch_llhttp.locate(os.path.join(HERE, "build", "deps"))
         except (fetch_llhttp.FetchError, OSError) as exc:
@@ -69,6 +144,8 @@ class BuildExt(build_ext):
                 else:
                     ext.extra_link_args.append(flag)
             ext.extra_objects.extend(objects)
+            _add_flags(ext, openssl)
+            _add_flags(ext, nghttp2)
         super().build_extensions()
 
 
@@ -102,7 +179,10 @@ setup(
             depends=sorted(glob.glob(os.path.join("src", "*", "*.h"))),
             include_dirs=[os.path.join("src", "core"), os.path.join("src", "ext")],
             extra_compile_args=SK_CFLAGS,
-            libraries=["z"],  # zlib from the system: permessage-deflate (src/ext/sk_wspmd.c)
+            # zlib from the system: permessage-deflate (src/ext/sk_wspmd.c); OpenSSL 3's libssl
+            # and libcrypto (TLS: src/ext/sk_tls.c, sk_tlsctx.c) are added by BuildExt
+            # (_openssl_flags: pkg-config, else -lssl -lcrypto; _nghttp2_flags likewise)
+            libraries=["z"],
         )
     ],
     cmdclass={"build_ext": BuildExt, "sdist": Sdist},

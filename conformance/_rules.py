@@ -37,6 +37,11 @@ STATUSES = ("proven", "planned")
 SOURCE_PREFIXES = ("RFC 9110", "RFC 9112", "RFC 6585", "RFC 6455", "RFC 7239", "RFC 7692",
                    "RFC 8297", "ASGI www 2.5", "ASGI lifespan 2.0", "ASGI websocket 2.4",
                    "ASGI extensions", "skirr")
+# TLS (issue 32): TLS 1.3 and 1.2, their profile for servers, ALPN, SNI, the ASGI tls extension.
+SOURCE_PREFIXES += ("RFC 8446", "RFC 5246", "RFC 9325", "RFC 8996", "RFC 7301", "RFC 6066",
+                    "ASGI TLS 0.2")
+# HTTP/2 (issue 33): RFC 9113 and HPACK (RFC 7541).
+SOURCE_PREFIXES += ("RFC 9113", "RFC 7541")
 
 
 class SpecError(Exception):

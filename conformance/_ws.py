@@ -28,7 +28,15 @@ def frame(b0: int, payload: bytes = b"", masked: bool = True, length16: bool = F
     head = bytes([b0, bit | 126]) + n.to_bytes(2, "big") if length16 or n > 125 else bytes([b0, bit | n])
     if not masked:
         return head + payload
-    return head + MASK + bytes(c ^ MASK[i & 3] for i, c in enumerate(payload))
+    return head + MASK + mask(payload)
+
+
+def mask(payload: bytes, key: bytes = MASK) -> bytes:
+    """payload XOR the 4-byte key repeated (RFC 6455 §5.3), as one big-integer XOR: a byte loop
+    in Python cost 5 ms of CPU per 60 KB (2.5 s for the 30 MiB of the flow-control case)."""
+    n = len(payload)
+    keys = (key * (n // 4 + 1))[:n]
+    return (int.from_bytes(payload, "little") ^ int.from_bytes(keys, "little")).to_bytes(n, "little")
 
 
 def ws_upgrade(target: str, key: bytes = KEY, version: bytes = b"13") -> bytes:

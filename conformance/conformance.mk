@@ -20,8 +20,13 @@ CONFORMANCE_MODES ?= plain,debug
 # cases mostly wait on sockets and timers). The h11 oracle's reads wait while a response is owed
 # (read_outcome's `owed`), so a loaded machine slows them instead of failing them.
 CONFORMANCE_WORKERS ?= 2
+# CONFORMANCE_REUSE: modes whose results a run of the whole suite already wrote to
+# build/conformance/<mode>.json at CONFORMANCE_EXAMPLES (run.py --reuse; CI: make test's run on
+# 3.11 is the plain mode): loaded, not run again. Empty (default): every mode runs here.
+CONFORMANCE_REUSE ?=
 CONFORMANCE_RUN = SKIRR_HYPOTHESIS_EXAMPLES=$(CONFORMANCE_EXAMPLES) $(VPY) conformance/run.py \
-	--modes $(CONFORMANCE_MODES) --examples $(CONFORMANCE_EXAMPLES) --workers $(CONFORMANCE_WORKERS)
+	--modes $(CONFORMANCE_MODES) --examples $(CONFORMANCE_EXAMPLES) --workers $(CONFORMANCE_WORKERS) \
+	$(if $(CONFORMANCE_REUSE),--reuse $(CONFORMANCE_REUSE))
 
 CONFORMANCE_QUICK_EXAMPLES ?= 200
 CONFORMANCE_PYV = $(shell $(VPY) -c 'import sys; print("%d%d" % sys.version_info[:2])')

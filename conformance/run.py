@@ -6,6 +6,7 @@
     python conformance/run.py --modes plain --examples 100 --output /tmp/c.md   # a quick look
     python conformance/run.py --report-only --results build/conformance          # no re-run
     python conformance/run.py --jobs 1     # the two allocator modes one after the other
+    python conformance/run.py --reuse plain  # plain's results are already in --results (CI: make test's)
 
 Legs: one pytest run per allocator mode (``plain``; ``debug`` = ``PYTHONMALLOC=debug -X dev``),
 split by the loop parameter of each case, so four legs: asyncio, uvloop, asyncio+debug,
@@ -286,6 +287,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="modes run at once (default 2: the plain and debug runs side by side)")
     ap.add_argument("--workers", type=int, default=0,
                     help="pytest-xdist workers per mode (default 0: each mode in one process)")
+    ap.add_argument("--reuse", default="", metavar="MODES",
+                    help="comma-separated modes whose results are already in --results, written by "
+                         "a pytest run of the whole suite with --strict-rules --conformance-json "
+                         "RESULTS/<mode>.json at the same --examples (CI: make test's run is the "
+                         "plain mode's): loaded, not run again")
     ap.add_argument("--report-only", action="store_true",
                     help="do not run pytest; regenerate from the JSON already in --results")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
@@ -302,11 +308,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     results = Path(args.results)
     results.mkdir(parents=True, exist_ok=True)
+    reuse = [m for m in args.reuse.split(",") if m]
+    for m in reuse:
+        if m not in modes:
+            ap.error(f"--reuse {m!r}: not one of --modes")
     seconds: dict[str, float] = {}
     if not args.report_only:
-        seconds = run_modes(modes, results, args.examples, args.pytest_args, args.jobs,
-                            args.workers)
+        seconds = run_modes([m for m in modes if m not in reuse], results, args.examples,
+                            args.pytest_args, args.jobs, args.workers)
     by_leg, problems, examples = load_results(results, modes)
+    if reuse and not args.report_only and examples != {str(args.examples)}:
+        # A reused run must have had as many examples per property as the runs made here.
+        problems.append(f"--reuse {args.reuse}: results at {' / '.join(sorted(examples))} "
+                        f"examples, this run {args.examples}")
     text, more = render(rules, by_leg, modes, examples)
     problems += more
 

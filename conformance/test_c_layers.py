@@ -85,6 +85,8 @@ def test_transport_and_core_include_no_handler():
     allowed = {"sk_module", "sk_core", "sk_transport", "sk_stream"}
     assert graph["sk_transport"] <= allowed | core, graph["sk_transport"]
     assert graph["sk_stream"] <= core, graph["sk_stream"]
+    # the TLS layer (sk_tls.c over libssl) is a stream layer too: nothing above sk_stream
+    assert graph["sk_tls"] <= core | {"sk_stream"}, graph["sk_tls"]
 
 
 def reach(graph: dict[str, set[str]], m: str) -> set[str]:
@@ -114,5 +116,5 @@ def test_asgi_layer_reaches_no_wire():
     assert "sk_exchange" not in reach(graph, "sk_wssession")
     assert "sk_wssession" not in reach(graph, "sk_exchange")
     assert "sk_http1" not in reach(graph, "sk_wsh")
-    for m in wires | {"sk_serve", "sk_access", "sk_transport", "sk_stream"}:
+    for m in wires | {"sk_serve", "sk_access", "sk_transport", "sk_stream", "sk_tls"}:
         assert "sk_server" not in reach(graph, m), m

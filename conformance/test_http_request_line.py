@@ -92,8 +92,11 @@ def test_connect_is_501(serve, echo_app, target):
 @rule("skirr-request-pri-501")
 def test_pri_method_is_501(serve, echo_app):
     """PRI is the HTTP/2 connection preface's method; over HTTP/1.1 it is not implemented: 501.
-    The preface itself (PRI * HTTP/2.0) is refused as an unsupported version (505)."""
+    With --http 1 the preface itself (PRI * HTTP/2.0) is refused as an unsupported version (505);
+    with --http auto it is HTTP/2 (spec/http2.toml h2-prior-knowledge)."""
     with serve(echo_app) as srv:
+        assert_refused(srv, echo_app, b"PRI * HTTP/1.1\r\n" + H + b"\r\n", 501)
+    with serve(echo_app, http="1") as srv:
         assert_refused(srv, echo_app, b"PRI * HTTP/1.1\r\n" + H + b"\r\n", 501)
         assert_refused(srv, echo_app, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505)
 

@@ -13,6 +13,8 @@ import gc
 import logging
 import os
 import socket
+import subprocess
+import sys
 import tracemalloc
 
 import pytest
@@ -176,3 +178,16 @@ def test_objects_reachable_only_from_a_cycle_are_collected(serve):
         assert (r.status, r.body) == (200, BODY)
     assert len(parked) == 1
     assert_nothing_live("a request parked in a reference cycle")
+
+
+@pytest.mark.rule("skirr-lifetime-exit-clean")
+def test_interpreter_exits_cleanly_after_import():
+    """A fresh interpreter imports skirr._native (the module state holds the shared
+    send-completion awaitable) and exits: status 0 and its one line printed. Before the fix,
+    3.14t (the free-threaded build) died with SIGSEGV here at every exit; the GIL builds'
+    collector happened to clear in a harmless order."""
+    code = "import skirr._native as n\nprint('imported', sorted(n._live()))\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    assert proc.stdout == "imported ['awaitables', 'connections', 'requests', 'servers']\n"

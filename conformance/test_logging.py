@@ -17,6 +17,7 @@ import pytest
 
 import _proc
 from conftest import Recorder, http_request, record_text
+from test_metrics import scrape
 
 EXAMPLES = _proc.APPS_DIR.parent.parent / "examples"
 
@@ -137,6 +138,40 @@ def test_custom_access_format_on_stdout(tmp_path, loop):
     assert '"GET /x' not in err
 
 
+@pytest.mark.rule("skirr-log-level-over-config")
+@_proc.each_loop
+@pytest.mark.parametrize("level", [None, "warning", "trace"])
+def test_log_level_wins_over_log_config(tmp_path, loop, level):
+    """uvicorn's configuration swapped (skirr.error and skirr.access at INFO) as --log-config:
+    without --log-level its levels stand; --log-level warning silences the INFO lines of both
+    loggers, --log-level trace shows the connection lines (uvicorn applies its --log-level after
+    its --log-config the same way)."""
+    cfg = tmp_path / "log.json"
+    cfg.write_text(json.dumps(uvicorn_config_swapped()))
+    port = _proc.free_port()
+    args = ["basic:app", "--loop", loop, "--port", str(port), "--log-config", str(cfg)]
+    if level:
+        args += ["--log-level", level]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(port)
+        status, me = get(port, "/x")
+        assert status == 200
+        assert proc.stop() == 0
+        pid = proc.proc.pid
+        out, err = proc.stdout, proc.stderr
+    access = f'INFO:     {me} - "GET /x HTTP/1.1" 200 OK'
+    if level == "warning":
+        assert (out, err) == ("", ""), (out, err)
+        return
+    assert out.splitlines() == [access], out
+    assert f"INFO:     Started server process [{pid}]" in err.splitlines(), err
+    trace = [line for line in err.splitlines() if line.startswith("TRACE:")]
+    if level is None:
+        assert trace == [], err
+    else:
+        assert f"TRACE:    {me} - HTTP connection made" in trace, err
+
+
 # ---- item 1: a client leaving is not an application failure ------------------------------------
 
 @pytest.mark.rule("skirr-disconnect-cause-not-logged")
@@ -145,9 +180,9 @@ def test_example_stream_client_leaves(tmp_path, loop):
     """The repository's example app (FastAPI/Starlette StreamingResponse) streaming when the
     client leaves: Starlette turns send()'s ClientDisconnected into its own ClientDisconnect,
     which reaches skirr; that is logged at debug, never at error (uvicorn logs nothing)."""
-    port = _proc.free_port()
-    with _proc.Skirr(["app:app", "--loop", loop, "--port", str(port), "--log-level", "debug"],
-                     tmp_path, cwd=EXAMPLES) as proc:
+    port, mport = _proc.free_port(), _proc.free_port()
+    with _proc.Skirr(["app:app", "--loop", loop, "--port", str(port), "--log-level", "debug",
+                      "--metrics-port", str(mport)], tmp_path, cwd=EXAMPLES) as proc:
         proc.wait_accepting(port)
         with _proc.connect(port) as sock:
             here = "%s:%d" % sock.getsockname()[:2]
@@ -158,12 +193,40 @@ def test_example_stream_client_leaves(tmp_path, loop):
                 assert chunk, got
                 got += chunk
         err = proc.wait_stderr("Client disconnected: ")
+        counted = disconnects(scrape(mport))
         assert proc.stop() == 0
         err, out = proc.stderr, proc.stdout
     assert ("DEBUG:    Client disconnected: the application ended with ClientDisconnect()"
             in err.splitlines()), err
     assert "ERROR" not in err and "Traceback" not in err, err
     assert f'INFO:     {here} - "GET /stream?count=100&delay=0.05 HTTP/1.1" 200 OK' in out.splitlines()
+    assert counted == counts(http_absorbed=1)
+
+
+def disconnects(m: dict) -> dict:
+    """skirr_client_disconnects_total's samples from a scrape: {(kind, app_exception): n}."""
+    return {(dict(labels)["kind"], dict(labels)["app_exception"]): n
+            for (name, labels), n in m.items() if name == "skirr_client_disconnects_total"}
+
+
+def counts(**nonzero: int) -> dict:
+    """Every (kind, app_exception) pair, 0 unless given as kind_app=n (http_absorbed=1)."""
+    out = {(k, a): 0 for k in ("http", "websocket") for a in ("none", "absorbed", "error")}
+    for key, n in nonzero.items():
+        kind, app = key.split("_")
+        out[(kind, app)] = n
+    return out
+
+
+def _wait_counted(mport: int, timeout: float = 5.0) -> dict:
+    """The disconnect counters once one is counted (the count follows the app's end and its log
+    line in the same step), or as they are after timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = disconnects(scrape(mport))
+        if sum(got.values()) or time.monotonic() > deadline:
+            return got
+        time.sleep(0.02)
 
 
 def _streaming_app(seen: Recorder, finish):
@@ -193,6 +256,27 @@ def _context(exc):
     raise RuntimeError("stream aborted")
 
 
+def _cleanup_bug(exc):
+    try:
+        raise exc
+    finally:
+        {}["session"]  # a cleanup bug while the disconnect propagates: KeyError, context only
+
+
+def _starlette(exc):
+    from starlette.requests import ClientDisconnect
+    raise ClientDisconnect()  # as StreamingResponse does: `except OSError: raise ClientDisconnect()`
+
+
+def _anyio(exc):
+    import anyio
+    raise anyio.BrokenResourceError()
+
+
+def _swallow(exc):
+    pass
+
+
 def _group(exc):
     raise ExceptionGroup("unhandled errors in a TaskGroup", [exc])
 
@@ -206,31 +290,32 @@ def _group_of_cause(exc):
 
 def _streamed_to_a_leaving_client(serve, finish) -> tuple:
     seen = Recorder()
-    with serve(_streaming_app(seen, finish), log_level="debug") as srv:
+    mport = _proc.free_port()
+    with serve(_streaming_app(seen, finish), log_level="debug", metrics_port=mport) as srv:
         c = srv.connect()
         c.send(http_request())
         c.read_until(b"\r\n\r\n")
         c.read_exact(1000)
         c.close()
         exc = seen.wait(1, timeout=15)[0]
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not [
-                r for r in srv._error_log.records if r.msg.startswith(("Client disc", "Exception"))]:
-            time.sleep(0.02)
+        counted = _wait_counted(mport)
     records = [r for r in srv._error_log.records if r.name == "skirr.error"]
-    return exc, records, srv.errors()
+    return exc, records, srv.errors(), counted
 
 
-@pytest.mark.rule("skirr-disconnect-cause-not-logged")
-@pytest.mark.parametrize("finish", [_reraise, _cause, _context, _group, _group_of_cause],
-                         ids=["same", "cause", "context", "group", "group-member-cause"])
+@pytest.mark.rule("skirr-disconnect-cause-not-logged", "skirr-metrics-disconnects")
+@pytest.mark.parametrize("finish", [_reraise, _cause, _group, _group_of_cause, _starlette, _anyio],
+                         ids=["same", "cause", "group", "group-member-cause", "starlette-context",
+                              "anyio-context"])
 def test_wrapped_disconnect_is_the_clients_departure(serve, finish):
-    """An exception that is, or is caused by (__cause__, __context__, an exception group's
-    members, at any depth), the ClientDisconnected skirr raised after the client left: one debug
-    line naming what the app raised, nothing at error."""
+    """An exception that is the ClientDisconnected skirr raised after the client left or a
+    wrapper of it (its __cause__, an exception group's members, at any depth; Starlette's
+    ClientDisconnect or anyio's BrokenResourceError raised while handling it, its __context__):
+    one debug line naming what the app raised, nothing at error, one disconnect counted as
+    absorbed."""
     import skirr
 
-    exc, records, errors = _streamed_to_a_leaving_client(serve, finish)
+    exc, records, errors, counted = _streamed_to_a_leaving_client(serve, finish)
     assert isinstance(exc, skirr.ClientDisconnected), repr(exc)
     assert errors == [], [record_text(r) for r in errors]
     debug = [r for r in records if r.getMessage().startswith("Client disconnected")]
@@ -238,15 +323,50 @@ def test_wrapped_disconnect_is_the_clients_departure(serve, finish):
         record_text(r) for r in records]
     what = {_reraise: "ClientDisconnected('client disconnected')",
             _cause: "RuntimeError('stream aborted')",
-            _context: "RuntimeError('stream aborted')",
             _group: "ExceptionGroup('unhandled errors in a TaskGroup', "
                     "[ClientDisconnected('client disconnected')])",
             _group_of_cause: "ExceptionGroup('unhandled errors in a TaskGroup', "
-                             "[ValueError('other'), RuntimeError('stream aborted')])"}[finish]
+                             "[ValueError('other'), RuntimeError('stream aborted')])",
+            _starlette: "ClientDisconnect()",
+            _anyio: "BrokenResourceError()"}[finish]
     assert debug[0].getMessage() == f"Client disconnected: the application ended with {what}"
+    assert counted == counts(http_absorbed=1)
 
 
-@pytest.mark.rule("skirr-disconnect-cause-not-logged")
+@pytest.mark.rule("skirr-disconnect-cause-not-logged", "skirr-metrics-disconnects")
+@pytest.mark.parametrize("finish", [_context, _cleanup_bug], ids=["context", "cleanup-bug"])
+def test_raised_while_handling_the_disconnect_is_an_app_error(serve, finish):
+    """An exception raised while handling the ClientDisconnected (its __context__ only, not a
+    known disconnect wrapper: a RuntimeError in the except block, a KeyError of a cleanup bug in
+    a finally block) is the application's own failure: 'Exception in ASGI application' at error
+    with the whole chain, nothing at debug; the disconnect is counted with app_exception
+    'error'."""
+    import skirr
+
+    exc, records, errors, counted = _streamed_to_a_leaving_client(serve, finish)
+    assert isinstance(exc, skirr.ClientDisconnected), repr(exc)
+    assert [(r.levelno, r.getMessage()) for r in records
+            if r.getMessage().startswith(("Client disc", "Exception"))] == [
+        (logging.ERROR, "Exception in ASGI application")]
+    text = record_text(errors[0])
+    last = {_context: "RuntimeError: stream aborted", _cleanup_bug: "KeyError: 'session'"}[finish]
+    assert text.rstrip().splitlines()[-1] == last, text
+    assert "skirr._native.ClientDisconnected: client disconnected" in text, text
+    assert "During handling of the above exception, another exception occurred:" in text, text
+    assert counted == counts(http_error=1)
+
+
+@pytest.mark.rule("skirr-metrics-disconnects")
+def test_swallowed_disconnect_is_counted_and_not_logged(serve):
+    """The app catches the ClientDisconnected and returns: nothing logged, one disconnect counted
+    with app_exception 'none'; a completed response before it is not a disconnect."""
+    exc, records, errors, counted = _streamed_to_a_leaving_client(serve, _swallow)
+    assert errors == [] and [r for r in records if r.getMessage().startswith(
+        ("Client disc", "Exception", "ASGI callable"))] == [], [record_text(r) for r in records]
+    assert counted == counts(http_none=1)
+
+
+@pytest.mark.rule("skirr-disconnect-cause-not-logged", "skirr-metrics-disconnects")
 def test_real_error_after_a_disconnect_is_logged(serve):
     """The app swallows the ClientDisconnected, then fails on its own (no chain to it): an
     application failure, logged at error with its traceback."""
@@ -262,23 +382,23 @@ def test_real_error_after_a_disconnect_is_logged(serve):
             seen.put(exc)
         raise ValueError("bug after the disconnect 7e1")
 
-    with serve(app, log_level="debug") as srv:
+    mport = _proc.free_port()
+    with serve(app, log_level="debug", metrics_port=mport) as srv:
         c = srv.connect()
         c.send(http_request())
         c.read_until(b"\r\n\r\n")
         c.read_exact(1000)
         c.close()
         seen.wait(1, timeout=15)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not srv.errors():
-            time.sleep(0.02)
+        counted = _wait_counted(mport)
     errors = srv.errors()
     assert [r.getMessage() for r in errors] == ["Exception in ASGI application"]
     assert "ValueError: bug after the disconnect 7e1" in record_text(errors[0])
     assert not [r for r in srv._error_log.records if r.getMessage().startswith("Client disc")]
+    assert counted == counts(http_error=1)
 
 
-@pytest.mark.rule("skirr-disconnect-cause-not-logged")
+@pytest.mark.rule("skirr-disconnect-cause-not-logged", "skirr-metrics-disconnects")
 def test_apps_own_client_disconnected_is_logged(serve):
     """A ClientDisconnected the application raised itself, the client still there, is not one
     skirr raised: an application failure (500, logged at error)."""
@@ -288,14 +408,17 @@ def test_apps_own_client_disconnected_is_logged(serve):
         await receive()
         raise RuntimeError("wrapped") from skirr.ClientDisconnected("app-own-3d9")
 
-    with serve(app, log_level="debug") as srv:
+    mport = _proc.free_port()
+    with serve(app, log_level="debug", metrics_port=mport) as srv:
         assert srv.get().status == 500
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not srv.errors():
             time.sleep(0.02)
+        counted = disconnects(scrape(mport))
     errors = srv.errors()
     assert [r.getMessage() for r in errors] == ["Exception in ASGI application"]
     assert "app-own-3d9" in record_text(errors[0])
+    assert counted == counts()  # the client did not leave: no disconnect
 
 
 # ---- item 4: a failed lifespan startup prints one traceback ------------------------------------
@@ -362,12 +485,14 @@ def test_log_config_naming_a_missing_formatter_module(tmp_path, loop):
                    "'notinstalled'\n")
 
 
-@pytest.mark.rule("skirr-disconnect-cause-not-logged")
-@pytest.mark.parametrize("finish", [_reraise, _cause, _group],
-                         ids=["same", "cause", "group"])
+@pytest.mark.rule("skirr-disconnect-cause-not-logged", "skirr-metrics-disconnects")
+@pytest.mark.parametrize("finish", [_reraise, _cause, _group, _cleanup_bug, _swallow],
+                         ids=["same", "cause", "group", "cleanup-bug", "swallowed"])
 def test_websocket_send_after_close_wrapped(serve, finish):
     """The same for a WebSocket session: send() after the client closed raises
-    ClientDisconnected, which the app re-raises or wraps; one debug line, nothing at error."""
+    ClientDisconnected, which the app re-raises or wraps (one debug line, nothing at error,
+    counted as absorbed), lets a cleanup bug replace (at error, counted as error) or swallows
+    (nothing logged, counted as none)."""
     from websockets.sync.client import connect
 
     import skirr
@@ -384,21 +509,64 @@ def test_websocket_send_after_close_wrapped(serve, finish):
             seen.put(exc)
             finish(exc)
 
-    with serve(app, log_level="debug") as srv:
+    mport = _proc.free_port()
+    with serve(app, log_level="debug", metrics_port=mport) as srv:
         with connect(f"ws://127.0.0.1:{srv.port}/", open_timeout=10, close_timeout=10) as ws:
             ws.close(1001)
         event, exc = seen.wait(2, timeout=10)[:2]
         assert event == {"type": "websocket.disconnect", "code": 1001, "reason": ""}
         assert isinstance(exc, skirr.ClientDisconnected), repr(exc)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not [
-                r for r in srv._error_log.records if r.getMessage().startswith("Client disc")]:
-            time.sleep(0.02)
+        counted = _wait_counted(mport)
+    logged = [(r.levelno, r.getMessage()) for r in srv._error_log.records
+              if r.getMessage().startswith(("Client disc", "Exception"))]
+    if finish is _cleanup_bug:
+        assert logged == [(logging.ERROR, "Exception in ASGI application")]
+        assert record_text(srv.errors()[0]).rstrip().endswith("KeyError: 'session'")
+        assert counted == counts(websocket_error=1)
+        return
+    if finish is _swallow:
+        assert logged == [] and srv.errors() == []
+        assert counted == counts(websocket_none=1)
+        return
     assert srv.errors() == [], [record_text(r) for r in srv.errors()]
     what = {_reraise: "ClientDisconnected('client disconnected')",
             _cause: "RuntimeError('stream aborted')",
             _group: "ExceptionGroup('unhandled errors in a TaskGroup', "
                     "[ClientDisconnected('client disconnected')])"}[finish]
-    debug = [r for r in srv._error_log.records if r.getMessage().startswith("Client disc")]
-    assert [(r.levelno, r.getMessage()) for r in debug] == [
-        (logging.DEBUG, f"Client disconnected: the application ended with {what}")]
+    assert logged == [(logging.DEBUG, f"Client disconnected: the application ended with {what}")]
+    assert counted == counts(websocket_absorbed=1)
+
+
+@pytest.mark.rule("skirr-metrics-disconnects")
+@pytest.mark.parametrize("who", ["app", "client-after-app"])
+def test_websocket_closed_by_the_app_is_not_a_disconnect(serve, who):
+    """A session the application closes (websocket.close, the client answering its Close) is
+    not a client disconnect; a session the client closes first while the app waits in
+    receive() is one (app_exception 'none' when the app then returns)."""
+    from websockets.sync.client import connect
+
+    seen = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.accept"})
+        if who == "app":
+            await send({"type": "websocket.close", "code": 1000})
+        seen.put(await receive())
+
+    mport = _proc.free_port()
+    with serve(app, log_level="debug", metrics_port=mport) as srv:
+        with connect(f"ws://127.0.0.1:{srv.port}/", open_timeout=10, close_timeout=10) as ws:
+            if who == "app":
+                with pytest.raises(Exception):
+                    ws.recv(timeout=10)
+            else:
+                ws.close(1000)
+        event = seen.wait(1, timeout=10)[0]
+        assert event["type"] == "websocket.disconnect"
+        deadline = time.monotonic() + 5
+        while (m := scrape(mport))[("skirr_requests_in_flight", ())] and time.monotonic() < deadline:
+            time.sleep(0.02)  # the app's call ends after its receive() returned
+        counted = disconnects(m)
+    assert srv.errors() == []
+    assert counted == (counts() if who == "app" else counts(websocket_none=1))

@@ -76,6 +76,10 @@ def test_counts(serve):
     assert m[("skirr_request_duration_seconds_bucket", (("le", "+Inf"),))] == 4
     assert 0 < m[("skirr_request_duration_seconds_sum", ())] < 5
     assert m[("skirr_timeouts_total", (("kind", "keep_alive"),))] == 0
+    assert {labels: n for (name, labels), n in m.items()
+            if name == "skirr_client_disconnects_total"} == {
+        (("app_exception", a), ("kind", k)): 0
+        for k in ("http", "websocket") for a in ("none", "absorbed", "error")}
 
 
 @pytest.mark.rule("skirr-metrics", "skirr-ws-metrics")
@@ -265,6 +269,7 @@ def test_metrics_port_in_use_is_reported_before_the_import(tmp_path, loop):
 def _snap(n: int, in_flight: int) -> dict:
     return {"requests": {("GET", "2xx"): n, ("POST", "5xx"): 1}, "refusals": {"431": 2},
             "timeouts": {"request_head": 1, "keep_alive": 0, "write": 0, "request_body": 0},
+            "disconnects": {("http", "absorbed"): n, ("websocket", "error"): 1},
             "buckets": [(0.005, n), (0.01, n + 1)], "bytes_in": 10 * n, "bytes_out": 5 * n,
             "count": n + 1, "sum": 0.5, "connections": 3, "in_flight": in_flight}
 
@@ -290,7 +295,7 @@ def test_pipe_messages_survive_any_split():
         assert inbox == b""
 
 
-@pytest.mark.rule("skirr-metrics-workers")
+@pytest.mark.rule("skirr-metrics-workers", "skirr-metrics-disconnects")
 def test_aggregate_keeps_exited_workers_counters_not_their_gauges():
     from skirr.metrics import Aggregate
 
@@ -306,6 +311,7 @@ def test_aggregate_keeps_exited_workers_counters_not_their_gauges():
     after = agg.snapshot()
     assert after["requests"] == {("GET", "2xx"): 16, ("POST", "5xx"): 3}
     assert after["refusals"] == {"431": 6} and after["timeouts"]["request_head"] == 3
+    assert after["disconnects"] == {("http", "absorbed"): 16, ("websocket", "error"): 3}
     assert (after["count"], after["in_flight"], after["connections"]) == (19, 1, 6)
 
 

@@ -273,8 +273,8 @@ def test_make_builds_with_werror():
 @pytest.mark.rule("skirr-packaging-wheel-checked")
 @pytest.mark.timeout(BUILD_TIMEOUT)
 def test_wheel_passes_twine_and_auditwheel(sdist, wheel):
-    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    assert re.fullmatch(rf"skirr-{re.escape(skirr.__version__)}-{tag}-{tag}-"
+    tag = f"cp{sys.version_info[0]}{sys.version_info[1]}"  # the ABI tag adds "t" on 3.14t
+    assert re.fullmatch(rf"skirr-{re.escape(skirr.__version__)}-{tag}-{tag}{sys.abiflags}-"
                         r"manylinux_2_\d+_(x86_64|aarch64)(\.manylinux\w+)*\.whl", wheel.name)
     verdicts = release.check_dist(sdist, [wheel])
     assert re.fullmatch(r"manylinux_2_\d+_(x86_64|aarch64)", verdicts[wheel.name]), verdicts
@@ -300,7 +300,8 @@ def test_repaired_wheel_carries_what_it_links(wheel):
         names = zf.namelist()
         shipped = {Path(n).name for n in names if ".libs/" in n}
         sos = [n for n in names if re.search(r"\.so(\.|$)", n) and ".libs/" not in n]
-        assert sos == [f"skirr/_native.cpython-{sys.version_info[0]}{sys.version_info[1]}-"
+        assert sos == [f"skirr/_native.cpython-{sys.version_info[0]}{sys.version_info[1]}"
+                       f"{sys.abiflags}-"
                        f"{'x86_64' if 'x86_64' in tag else 'aarch64'}-linux-gnu.so"], sos
         needed = set()
         for so in sos:
@@ -441,7 +442,7 @@ def _cli_table() -> dict[str, str]:
     section = _readme().split("## Command line", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
-        m = re.match(r"\| `(--[a-z-]+)[^`]*` \|\s*([^|]*?)\s*\|", line)
+        m = re.match(r"\| `(--[a-z0-9-]+)[^`]*` \|\s*([^|]*?)\s*\|", line)
         if m:
             rows[m.group(1)] = m.group(2).strip()
     return rows
@@ -527,13 +528,18 @@ def test_classifiers_and_requires_python_are_what_is_tested():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     minors = {c.rsplit(" :: ", 1)[1] for c in project["classifiers"]
               if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)}
-    assert minors == set(release.MINORS) == {"3.11", "3.12", "3.13"}
-    assert project["requires-python"] == ">=3.11,<3.14"
+    assert minors == set(release.MINORS) | set(release.BY_HAND) == {"3.11", "3.12", "3.13", "3.14"}
+    assert not set(release.MINORS) & set(release.BY_HAND)
+    assert project["requires-python"] == ">=3.11,<3.15"
     assert "Programming Language :: Python :: Implementation :: CPython" in project["classifiers"]
     assert not any("PyPy" in c for c in project["classifiers"])
-    ci = (ROOT / ".ci" / "run").read_text()
-    for minor in release.MINORS:  # CI runs each of them (the whole plan is in .ci/run)
+    ci = (ROOT / ".ci" / "legs").read_text()
+    for minor in release.MINORS:  # CI runs each of them (the whole plan is in .ci/legs)
         assert re.search(rf"^\s*leg .*\b{re.escape(minor)}\b", ci, re.M), minor
+    installing = _readme().split("## Installing", 1)[1].split("\n## ", 1)[0]
+    for minor in release.BY_HAND:  # no leg: the README says it was tested by hand
+        assert not re.search(rf"^\s*leg .*\b{re.escape(minor)}\b", ci, re.M), minor
+        assert re.search(rf"{re.escape(minor)}[^.]*by hand", " ".join(installing.split())), minor
 
 
 # ----------------------------------------------------------------------------------------------
@@ -582,15 +588,18 @@ def test_make_run_installs_only_what_serving_needs():
 
 @pytest.mark.rule("skirr-packaging-ci-legs-documented")
 def test_readme_names_every_ci_leg():
-    """The README's Quick start says which legs CI adds to `make test`: every `leg make TARGET`
-    of .ci/run, each interpreter's."""
-    ci = (ROOT / ".ci" / "run").read_text()
+    """The README's Quick start says which legs `make test-all` (and CI) adds to `make test`:
+    every `leg make TARGET` of .ci/legs, each interpreter's; `make test-all` and .ci/run run
+    .ci/legs."""
+    assert re.search(r"^\.ci/legs$", (ROOT / ".ci" / "run").read_text(), re.M)
+    assert re.search(r"^test-all:\n\t\.ci/legs$", (ROOT / "Makefile").read_text(), re.M)
+    ci = (ROOT / ".ci" / "legs").read_text()
     legs = re.findall(r"^leg make (?:-j\d+ )?([a-z][\w-]*(?: [a-z][\w-]*)*?)(?= [A-Z]|$)", ci, re.M)
     targets = {t for leg in legs for t in leg.split()}
     assert {"test", "conformance-check", "lint", "bench-quick"} <= targets, legs
     quick = _readme().split("## Quick start", 1)[1].split("\n## ", 1)[0]
     said = " ".join(quick.split())
-    for target in sorted(targets):
+    for target in sorted(targets | {"test-all"}):
         assert f"`make {target}`" in said or f"`make {target}" in said, target
     for minor in ("3.13", "3.12"):
         assert re.search(rf"^leg make test .*PY=\$PY{minor.replace('.', '')}", ci, re.M), minor

@@ -93,9 +93,10 @@ def test_fd_serves_an_inherited_unix_socket(tmp_path, loop):
 
 
 @pytest.mark.rule("skirr-cli-fd")
-def test_fd_not_a_socket_is_one_line_status_1(tmp_path, loop):
+def test_fd_not_open_is_a_usage_error_status_2(tmp_path, loop):
+    """A descriptor that is not open: a usage error (exit 2) before the app is imported."""
     status, stderr = _proc.run_to_exit(["basic:app", "--loop", loop, "--fd", "97"], tmp_path)
-    assert (status, stderr) == (1, "skirr: error: --fd 97: Bad file descriptor\n")
+    assert (status, stderr) == (2, "skirr: error: --fd 97: Bad file descriptor\n")
 
 
 def _systemd(tmp_path, loop, sock, count="1", extra=()):

@@ -4,11 +4,14 @@
     curl -H 'content-type: application/json' -d '{"name": "pen", "price": 1.5}' \
         http://127.0.0.1:8000/items
     curl -N http://127.0.0.1:8000/stream?count=5
+    python -m websockets ws://127.0.0.1:8000/ws      # echoes each message
+
+Over TLS (HTTPS and WSS): add --ssl-keyfile key.pem --ssl-certfile cert.pem.
 """
 import asyncio
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import FastAPI, WebSocket
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
@@ -40,3 +43,10 @@ async def stream(count: int = 3, delay: float = 0.0) -> StreamingResponse:
             yield f"chunk {i}\n".encode()
 
     return StreamingResponse(chunks(), media_type="text/plain")
+
+
+@app.websocket("/ws")
+async def echo(ws: WebSocket) -> None:
+    await ws.accept()
+    async for text in ws.iter_text():
+        await ws.send_text(text)

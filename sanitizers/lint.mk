@@ -38,12 +38,12 @@ lint-layers:
 	  echo "lint: the transport includes a protocol handler's header (it knows handlers only"; \
 	  echo "through sk_handler_ops_t):"; echo "$$bad"; exit 1; \
 	fi; echo "lint-layers: the transport (src/ext/sk_transport.*) includes no handler header"
-	@bad=$$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](Python\.h|$(subst $(eval) ,|,$(filter-out sk_stream.h,$(LINT_EXT_H))))[">]' \
-	  src/ext/sk_stream.c src/ext/sk_stream.h); \
+	@bad=$$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"](Python\.h|$(subst $(eval) ,|,$(filter-out sk_stream.h sk_tls.h,$(LINT_EXT_H))))[">]' \
+	  src/ext/sk_stream.c src/ext/sk_stream.h src/ext/sk_tls.c src/ext/sk_tls.h); \
 	if [ -n "$$bad" ]; then \
 	  echo "lint: the stream layer includes Python.h or another extension header (a layer is"; \
 	  echo "plain C over a socket, below the transport):"; echo "$$bad"; exit 1; \
-	fi; echo "lint-layers: the stream layer (src/ext/sk_stream.*) includes neither Python.h nor another src/ext/ header"
+	fi; echo "lint-layers: the stream layers (src/ext/sk_stream.*, sk_tls.*) include neither Python.h nor another src/ext/ header"
 
 lint-tidy:
 	@set -e; \

@@ -33,8 +33,17 @@ SAN_CFLAGS ?= -std=c11 -O1 -Wall -Wextra -Werror
 SAN_LLHTTP ?= python3 scripts/fetch_llhttp.py
 SAN_CORE := $(wildcard src/core/*.c)
 # The harnesses whose seeds and reproducers are replayed (fuzz/fuzz_<name>.c).
-SAN_FUZZ_HARNESSES ?= request response ws
+SAN_FUZZ_HARNESSES ?= request response ws h2
 SAN_EXT := $(wildcard src/ext/*.c)
+# libssl and libcrypto (the TLS layer, src/ext/sk_tls.c, and the context): pkg-config, or the plain names.
+SAN_OPENSSL := $(shell pkg-config --cflags --libs openssl 2>/dev/null || echo -lssl -lcrypto)
+# nghttp2 (the HTTP/2 handler, src/ext/sk_h2.c): pkg-config, or the plain name.
+SAN_NGHTTP2 := $(shell pkg-config --cflags --libs libnghttp2 2>/dev/null || echo -lnghttp2)
+# What a harness's replay build adds to the core and llhttp: h2 (fuzz/fuzz_h2.c) compiles the
+# HTTP/2 handler and its budgets against Python.h's headers (no libpython: fuzz/README.md) and
+# links nghttp2.
+SAN_FUZZ_EXTRA_h2 = -Isrc/ext -I$$($(SAN_PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
+  src/ext/sk_h2.c src/ext/sk_h2guard.c $(SAN_NGHTTP2) -lm
 
 # Runtime settings, shared by every step (the reasons are in sanitizers/README.md).
 SAN_ASAN_OPTIONS ?= detect_leaks=0:abort_on_error=1:strict_string_checks=1:check_initialization_order=1:detect_stack_use_after_return=1:suppressions=$(abspath sanitizers/asan.supp)
@@ -71,16 +80,25 @@ sanitize-c: $(SAN_PREREQ)
 	echo "$(SAN_TEST_CC) $(SAN_FLAGS) ... src/ext/test/test_stream.c -> $(SAN_DIR)/test_stream"; \
 	$(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core -Isrc/ext src/core/sk_core.c src/ext/sk_stream.c \
 	  src/ext/test/test_stream.c -o $(SAN_DIR)/test_stream; \
-	for h in $(SAN_FUZZ_HARNESSES); do \
-	  $(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core $$cflags $(SAN_CORE) fuzz/fuzz_$$h.c fuzz/replay.c $$objs \
-	    -o $(SAN_DIR)/replay_$$h; \
-	done; \
+	echo "$(SAN_TEST_CC) $(SAN_FLAGS) ... src/ext/test/test_tls.c -> $(SAN_DIR)/test_tls"; \
+	$(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core -Isrc/ext src/ext/sk_stream.c src/ext/sk_tls.c \
+	  src/ext/test/test_tls.c $(SAN_OPENSSL) -o $(SAN_DIR)/test_tls; \
+	echo "$(SAN_TEST_CC) $(SAN_FLAGS) ... src/ext/test/test_h2guard.c -> $(SAN_DIR)/test_h2guard"; \
+	$(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core -Isrc/ext src/ext/sk_h2guard.c \
+	  src/ext/test/test_h2guard.c -lm -o $(SAN_DIR)/test_h2guard; \
+	$(foreach h,$(SAN_FUZZ_HARNESSES),echo "$(SAN_TEST_CC) $(SAN_FLAGS) ... fuzz/fuzz_$(h).c fuzz/replay.c -> $(SAN_DIR)/replay_$(h)"; \
+	  $(SAN_TEST_CC) $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core $$cflags $(SAN_CORE) fuzz/fuzz_$(h).c fuzz/replay.c $$objs \
+	    $(SAN_FUZZ_EXTRA_$(h)) -o $(SAN_DIR)/replay_$(h);) \
 	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
 	  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/test_core; \
 	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
 	  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/test_ws; \
 	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
 	  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/test_stream; \
+	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
+	  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/test_tls; \
+	ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
+	  UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/test_h2guard; \
 	for h in $(SAN_FUZZ_HARNESSES); do \
 	  ASAN_OPTIONS=$$(echo "$(SAN_ASAN_OPTIONS)" | sed 's/detect_leaks=0/detect_leaks=1/') \
 	    UBSAN_OPTIONS=$(SAN_UBSAN_OPTIONS) $(SAN_DIR)/replay_$$h fuzz/corpus/$$h fuzz/regressions/$$h; \
@@ -101,7 +119,7 @@ sanitize-build: $(SAN_PREREQ)
 	cp src/skirr/*.py $(SAN_SITE)/skirr/; cp src/skirr/*.pyi src/skirr/py.typed $(SAN_SITE)/skirr/ 2>/dev/null || true; \
 	cp sanitizers/sitecustomize.py $(SAN_SITE)/; \
 	echo "$(SAN_CC) -shared -fPIC $(SAN_FLAGS) src/core/*.c src/ext/*.c -> $(SAN_SITE)/skirr/_native$$suffix"; \
-	$(SAN_CC) -shared -fPIC $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core -Isrc/ext -I$$pyinc $$cflags $(SAN_CORE) $(SAN_EXT) $$objs -lz \
+	$(SAN_CC) -shared -fPIC $(SAN_CFLAGS) $(SAN_FLAGS) -Isrc/core -Isrc/ext -I$$pyinc $$cflags $(SAN_CORE) $(SAN_EXT) $$objs -lz $(SAN_OPENSSL) $(SAN_NGHTTP2) \
 	  -o $(SAN_SITE)/skirr/_native$$suffix
 
 # The whole conformance suite (every case runs on asyncio and uvloop) against that build.

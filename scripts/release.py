@@ -38,6 +38,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MINORS = ("3.11", "3.12", "3.13")
+# Declared too (classifiers, requires-python) but tested by hand, not by CI or the matrix: pyenv
+# has no 3.14 here; the suite was run on a CPython 3.14.7 built from source (issue 34).
+BY_HAND = ("3.14",)
 # pyproject.toml's [build-system] requires: all that building the sdist asks for (a test checks)
 BUILD_REQUIRES = ["setuptools>=77"]
 SMOKE_REQUIRES = ["fastapi", "pydantic"]  # examples/app.py's imports
@@ -105,7 +108,15 @@ def pythons() -> list[str]:
 
 
 def py_tag(python: str) -> str:
+    """The wheel's python tag for `python` (cp314)."""
     return run([python, "-c", "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')"]).strip()
+
+
+def abi_tag(python: str) -> str:
+    """The wheel's ABI tag for `python`: the python tag and sys.abiflags (cp314, or cp314t for a
+    free-threaded build, whose wheels are named skirr-V-cp314-cp314t-...)."""
+    return run([python, "-c", "import sys; v = sys.version_info; "
+                "print(f'cp{v[0]}{v[1]}{sys.abiflags}')"]).strip()
 
 
 def version_of(sdist: Path) -> str:
@@ -153,11 +164,11 @@ def build_dist(out: Path, pys: list[str], src: Path = ROOT, builder: str = sys.e
     wheels = []
     with tempfile.TemporaryDirectory(prefix="skirr-wheel-") as raw:
         for py in pys:
-            tag = py_tag(py)
+            tag, abi = py_tag(py), abi_tag(py)
             run([py, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", raw, sdist], env=env)
-            got = sorted(Path(raw).glob(f"skirr-*-{tag}-{tag}-*.whl"))
+            got = sorted(Path(raw).glob(f"skirr-*-{tag}-{abi}-*.whl"))
             if len(got) != 1:
-                raise StepError(f"expected one {tag} wheel in {raw}, found {got}")
+                raise StepError(f"expected one {tag}-{abi} wheel in {raw}, found {got}")
             wheels.append(repair_wheel(got[0], out, builder))
             log(f"repaired: {got[0].name} -> {wheels[-1].name}")
     return sdist, wheels
@@ -257,15 +268,15 @@ def release_check(pys: list[str], work: Path) -> None:
     check_dist(sdist, wheels, checker=builder)
     version = version_of(sdist)
     for py, whl in zip(pys, wheels):
-        house = work / f"wheels-{py_tag(py)}"
+        house = work / f"wheels-{abi_tag(py)}"
         wheelhouse(house, py, BUILD_REQUIRES + SMOKE_REQUIRES)
         for what, artefact in (("wheel", whl), ("sdist", sdist)):
-            vpy = fresh_venv(py, work / f"venv-{py_tag(py)}-{what}")
+            vpy = fresh_venv(py, work / f"venv-{abi_tag(py)}-{what}")
             run([vpy, "-m", "pip", "install", "--no-index", "--find-links", house, artefact,
                  *SMOKE_REQUIRES], env=offline_env())
             check_version(vpy, version)
             smoke(vpy, clone / "examples")
-            log(f"ok: {py_tag(py)} {what} ({artefact.name})")
+            log(f"ok: {abi_tag(py)} {what} ({artefact.name})")
     log(f"release-check passed: {sdist.name} and {len(wheels)} wheels, {len(pys)} interpreters")
 
 

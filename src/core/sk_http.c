@@ -189,8 +189,8 @@ rl_reset(sk_parser_t *p)
 
 /* ---- request-target grammar ----------------------------------------------------------------
  * RFC 9112 §3.2: origin-form = absolute-path [ "?" query ], absolute-form = absolute-URI (its
- * authority is held to the Host rule by valid_authority(), its path-abempty and query to the
- * rules below), authority-form (CONNECT only, which is refused with 501 before its target),
+ * authority is held to the Host rule by sk_http_valid_authority(), its path-abempty and query
+ * to the rules below), authority-form (CONNECT only, which is refused with 501 before its target),
  * asterisk-form = "*" (OPTIONS only; checked with the method in on_headers_complete).
  * RFC 3986 §3.3/§3.4: a path segment holds pchar = unreserved / pct-encoded / sub-delims / ":" /
  * "@", the query pchar / "/" / "?", and pct-encoded = "%" HEXDIG HEXDIG.
@@ -262,8 +262,8 @@ absolute_form_authority(const char *t, size_t n, size_t *scheme_len, const char 
  * in one pass with one table lookup a byte. Returns NULL when valid, else the static reason of the
  * 400. The asterisk-form and the authority of the absolute-form are left to on_headers_complete
  * (which knows the method and checks the authority with the Host field's validator). */
-static const char *
-target_invalid(const char *t, size_t n)
+const char *
+sk_http_target_invalid(const char *t, size_t n)
 {
     unsigned mask = TC_PATH;
     size_t i = 0;
@@ -391,7 +391,8 @@ on_url_complete(llhttp_t *llh)
         return fail(p, 400, "request-line without HTTP-version");
     /* RFC 9112 §3: an invalid request-line gets 400. Checked once, on the whole target, so the
      * refusal does not depend on how the bytes were cut into reads. */
-    reason = target_invalid(p->target.len > 0 ? sk_parser_ptr(p, p->target) : "", p->target.len);
+    reason =
+        sk_http_target_invalid(p->target.len > 0 ? sk_parser_ptr(p, p->target) : "", p->target.len);
     if (reason != NULL)
         return fail(p, 400, reason);
     return 0;
@@ -614,8 +615,8 @@ valid_ip_literal(const char *v, size_t n)
  * request-target. nonempty: the value may not be empty (an http(s) URI, RFC 9110 §4.2.1: "MUST
  * reject it as invalid"); a Host field may be, for a target without authority (RFC 9112 §3.2),
  * but an empty host with a port (":80") is refused from either source. 1 valid, 0 not. */
-static int
-valid_authority(const char *v, size_t n, int nonempty)
+int
+sk_http_valid_authority(const char *v, size_t n, int nonempty)
 {
     size_t i = 0;
 
@@ -720,7 +721,7 @@ on_headers_complete(llhttp_t *llh)
 
         if (SK_TOKEN_IEQ(name, f->name.len, "host")) {
             p->host_count++;
-            if (!valid_authority(value, f->value.len, 0))
+            if (!sk_http_valid_authority(value, f->value.len, 0))
                 return fail(p, 400, "invalid Host");
         }
         else if (SK_TOKEN_IEQ(name, f->name.len, "connection")) {
@@ -751,7 +752,7 @@ on_headers_complete(llhttp_t *llh)
         if (memchr(auth, '@', auth_len) != NULL)
             return fail(p, 400, "userinfo in the request-target"); /* RFC 9110 §4.2.4 */
         /* RFC 9112 §3.2.2: this authority replaces Host, so it is held to the same syntax */
-        if (!valid_authority(auth, auth_len, 1))
+        if (!sk_http_valid_authority(auth, auth_len, 1))
             return fail(p, 400, "invalid authority in the request-target");
     }
     /* RFC 9112 §3.2 */
@@ -1118,6 +1119,24 @@ int
 sk_parser_idle(const sk_parser_t *p)
 {
     return !p->dead && !p->method_pending && !p->in_message;
+}
+
+int
+sk_http_method_id(const char *m, size_t n)
+{
+    static const struct {
+        const char *name;
+        int id;
+    } known[] = {
+#define SK_HTTP_METHOD_ROW(num, name, string) {#string, HTTP_##name},
+        HTTP_METHOD_MAP(SK_HTTP_METHOD_ROW)
+#undef SK_HTTP_METHOD_ROW
+    };
+
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (strlen(known[i].name) == n && memcmp(known[i].name, m, n) == 0)
+            return known[i].id;
+    return -1;
 }
 
 const char *

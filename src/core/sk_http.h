@@ -139,4 +139,22 @@ sk_parser_ptr(const sk_parser_t *p, sk_span_t s)
 }
 const char *sk_parser_method_name(const sk_parser_t *p); /* static string, e.g. "GET" */
 
+/* The request checks HTTP/1.1 makes, for a request that arrived another way (HTTP/2's
+ * pseudo-header fields, RFC 9113 §8.3.1), so an app sees the same requests whichever version
+ * carried them. */
+/* The request-target t[0..n) (RFC 9112 §3.2 with skirr's lenient bytes, see sk_http.c):
+ * origin-form, absolute-form or "*". NULL when valid, else the static reason HTTP/1.1 refuses
+ * it with (400): a '#', a byte outside the grammar, a '%' without two HEXDIG. */
+const char *sk_http_target_invalid(const char *t, size_t n);
+/* An authority host [ ":" port ] (RFC 9110 §7.2, RFC 3986 §3.2.2-§3.2.3) as the Host field and
+ * the absolute-form's authority are held to: 1 valid, 0 not (userinfo "user@" never is: '@' is
+ * no reg-name byte, RFC 9110 §4.2.4). nonempty: an empty value is invalid too (an http(s) URI's
+ * authority, RFC 9110 §4.2.1); otherwise only "" is (a Host field, RFC 9112 §3.2). */
+int sk_http_valid_authority(const char *v, size_t n, int nonempty);
+/* The llhttp number (enum llhttp_method) of a method skirr's HTTP/1.1 parser serves, by its
+ * exact, case-sensitive name m[0..n) (HTTP_METHOD_MAP: RFC 9110 §9 and the registered WebDAV,
+ * QUERY, ... methods; CONNECT included, refused by its caller), or -1: HTTP/1.1 answers such a
+ * method (a token, 'get', 'FOO', 'PRI') 501 (RFC 9110 §9.1). */
+int sk_http_method_id(const char *m, size_t n);
+
 #endif

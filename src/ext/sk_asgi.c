@@ -41,12 +41,53 @@ done:
 /* The most exceptions from_disconnect() looks at: a chain can loop (__cause__ is assignable). */
 #define CHAIN_MAX 64
 
+/* The frameworks' own disconnect exceptions, raised while handling the server's (their
+ * __context__ is it): (__module__, __qualname__) of the class or of one of its bases. */
+static const char *const WRAPPERS[][2] = {
+    {"starlette.requests", "ClientDisconnect"}, /* StreamingResponse: `except OSError: raise` */
+    {"anyio", "BrokenResourceError"},
+    {"anyio", "ClosedResourceError"},
+};
+
+static int
+name_is(PyObject *cls, const char *attr, const char *want)
+{
+    /* 1 when cls.<attr> is the str want, else 0. Never leaves an exception set. */
+    PyObject *v = PyObject_GetAttrString(cls, attr); /* new */
+    int eq = v != NULL && PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, want) == 0;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return eq;
+}
+
+static int
+known_wrapper(PyObject *e)
+{
+    /* 1 when e (borrowed, an exception instance) is an instance of one of WRAPPERS (its class
+     * or a base), else 0. Never leaves an exception set. */
+    PyObject *mro = Py_TYPE(e)->tp_mro; /* borrowed: a tuple of classes */
+    if (mro == NULL || !PyTuple_Check(mro)) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+        PyObject *cls = PyTuple_GET_ITEM(mro, i);
+        for (size_t k = 0; k < sizeof(WRAPPERS) / sizeof(WRAPPERS[0]); k++) {
+            if (name_is(cls, "__qualname__", WRAPPERS[k][1]) &&
+                name_is(cls, "__module__", WRAPPERS[k][0])) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 static int
 from_disconnect(sk_state *st, PyObject *exc)
 {
-    /* 1 when exc (borrowed) is, or is caused by, a ClientDisconnected: a depth-first walk over
-     * __cause__, __context__ and an exception group's members, at most CHAIN_MAX exceptions;
-     * 0 otherwise. Never leaves an exception set. */
+    /* 1 when exc (borrowed) is a ClientDisconnected or a wrapper of one (see
+     * sk_asgi_log_app_exception): a depth-first walk over __cause__, an exception group's
+     * members, and __context__ of known_wrapper() exceptions only, at most CHAIN_MAX
+     * exceptions; 0 otherwise. Never leaves an exception set. */
     PyObject *stack[CHAIN_MAX]; /* owned references, stack[0..n) */
     int n = 0, seen = 0, found = 0;
     stack[n++] = Py_NewRef(exc);
@@ -57,7 +98,8 @@ from_disconnect(sk_state *st, PyObject *exc)
             found = 1;
         }
         else if (PyExceptionInstance_Check(e)) {
-            PyObject *next[2] = {PyException_GetCause(e), PyException_GetContext(e)}; /* new */
+            PyObject *next[2] = {PyException_GetCause(e),
+                                 known_wrapper(e) ? PyException_GetContext(e) : NULL}; /* new */
             for (int i = 0; i < 2; i++) {
                 if (next[i] != NULL && n < CHAIN_MAX) {
                     stack[n++] = next[i];
@@ -85,13 +127,14 @@ from_disconnect(sk_state *st, PyObject *exc)
     return found;
 }
 
-void
+int
 sk_asgi_log_app_exception(sk_state *st, PyObject *logger, PyObject *exc, int client_left)
 {
     if (!client_left || !from_disconnect(st, exc)) {
         sk_asgi_log_error(st, logger, "Exception in ASGI application", exc);
+        return 0;
     }
-    else if (logger != Py_None) {
+    if (logger != Py_None) {
         PyObject *res = PyObject_CallMethod(logger, "debug", "sO",
                                             "Client disconnected: the application ended with %r",
                                             exc); /* new */
@@ -100,6 +143,7 @@ sk_asgi_log_app_exception(sk_state *st, PyObject *logger, PyObject *exc, int cli
         }
         Py_XDECREF(res);
     }
+    return 1;
 }
 
 PyObject *

@@ -23,13 +23,18 @@ void sk_asgi_log_error(sk_state *st, PyObject *logger, const char *msg, PyObject
 
 /* Reports what an application raised (exc, borrowed, not NULL) when its call ended. When
  * client_left (skirr raised ClientDisconnected into this exchange because the client went away)
- * and exc is, or is caused by, a ClientDisconnected (through __cause__, __context__ and the
- * members of an exception group, at any depth: Starlette's ClientDisconnect, a wrapper's own
- * error), it is the client's departure: logger.debug("Client disconnected: the application
- * ended with %r", exc). Anything else is an application failure: sk_asgi_log_error(st, logger,
- * "Exception in ASGI application", exc). Never raises (a failure to log is unraisable). Source:
- * ASGI www spec 2.4 "Disconnected Client - send exception"; issue 36 item 1. */
-void sk_asgi_log_app_exception(sk_state *st, PyObject *logger, PyObject *exc, int client_left);
+ * and exc is the ClientDisconnected or a wrapper of it, it is the client's departure:
+ * logger.debug("Client disconnected: the application ended with %r", exc), and 1 is returned.
+ * A wrapper of it: an exception whose __cause__ (raise X from E) is one, an exception group with
+ * one among its members, at any depth; or a known disconnect wrapper (Starlette's
+ * starlette.requests.ClientDisconnect, anyio's BrokenResourceError and ClosedResourceError)
+ * whose __context__ is one. An exception that merely has one as its
+ * __context__ (raised while handling it, e.g. a cleanup bug in an except or finally block) is
+ * not a wrapper. Anything else is an application failure: sk_asgi_log_error(st, logger,
+ * "Exception in ASGI application", exc), and 0 is returned. Never raises (a failure to log is
+ * unraisable). Source: ASGI www spec 2.4 "Disconnected Client - send exception"; issue 36
+ * item 1. */
+int sk_asgi_log_app_exception(sk_state *st, PyObject *logger, PyObject *exc, int client_left);
 
 /* New reference: (host, port) for an IPv4/IPv6 address, None for any other family; NULL with an
  * exception. */

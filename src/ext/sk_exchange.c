@@ -186,40 +186,148 @@ ext_push(sk_ext_ring_t *r, PyObject *ext)
     r->n++;
 }
 
+static inline int
+tls_value_ok(PyObject *value, int alone)
+{
+    /* 1 when value, in a scope["extensions"]["tls"] dict, is of a kind tls_copy puts there and
+     * replacing it releases nothing that runs code: an exact str, int or None, or an exact list
+     * of exact str (client_cert_chain; with `alone`, referenced by the dict alone). */
+    if (!PyList_CheckExact(value)) {
+        return value == Py_None || PyUnicode_CheckExact(value) || PyLong_CheckExact(value);
+    }
+    if (alone && Py_REFCNT(value) != 1) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value); i++) {
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(value, i))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int
-ext_as_made(sk_state *st, PyObject *ext, uint8_t extras, int alone)
+tls_as_made(PyObject *v, int alone)
+{
+    /* 1 when v, a scope["extensions"]["tls"] dict, is an exact dict holding only values
+     * tls_value_ok accepts (with `alone`, v referenced by its container alone too). The keys
+     * are tls_refill's to check. Else 0. */
+    Py_ssize_t pos = 0;
+    PyObject *name, *value;
+    int ok = PyDict_CheckExact(v) && (!alone || Py_REFCNT(v) == 1);
+    while (ok && PyDict_Next(v, &pos, &name, &value)) {
+        ok = tls_value_ok(value, alone);
+    }
+    return ok;
+}
+
+static int
+tls_refill(PyObject *v, PyObject *tls)
+{
+    /* Makes v (an exact dict referenced by its container alone) equal to what tls_copy(tls)
+     * would make, in place, in one pass: each of v's values must pass tls_value_ok (alone) and
+     * sit under the same key (the same interned object, sk_tls_info's) at the same place as in
+     * tls; it is then replaced by tls's (the list's items copied into v's own list). Releases
+     * only str and int objects. 1 done; 0 v is not of that shape (maybe refilled in part, still
+     * holding only values tls_value_ok accepts but the one found wrong: ext_recycle drops it
+     * once it is the oldest); -1 with an exception. */
+    Py_ssize_t pa = 0, pb = 0;
+    PyObject *ka, *va, *kb, *vb;
+    if (PyDict_GET_SIZE(v) != PyDict_GET_SIZE(tls)) {
+        return 0;
+    }
+    while (PyDict_Next(v, &pa, &ka, &va) && PyDict_Next(tls, &pb, &kb, &vb)) {
+        if (ka != kb || !tls_value_ok(va, 1) || PyList_CheckExact(va) != PyList_Check(vb)) {
+            return 0;
+        }
+        if (va == vb) {
+            continue;
+        }
+        if (PyList_CheckExact(va)) {
+            if (PyList_SetSlice(va, 0, PyList_GET_SIZE(va), vb) < 0) {
+                return -1;
+            }
+        }
+        else if (PyDict_SetItem(v, ka, vb) < 0) { /* an existing key: no resize, order kept */
+            return -1;
+        }
+    }
+    return 1;
+}
+
+static int
+ext_as_made(sk_state *st, PyObject *ext, uint8_t extras, int alone, int tls)
 {
     /* 1 when ext, a scope["extensions"] ext_scope made, holds exactly the names it was made
-     * with, in order, each an exact empty dict, so it reads as a new one would; with `alone`,
-     * also when ext is referenced by the caller alone and each value by ext alone, so no one
-     * can reach it or anything in it: then handing it to the next request is
-     * indistinguishable from making a new one. Else 0. */
+     * with, in order, each an exact empty dict, then, when `tls` (a TLS request's), "tls" with
+     * a dict as made (tls_as_made), so it reads as a new one would (its tls entry once
+     * refilled); with `alone`, also when ext is referenced by the caller alone and each value
+     * by ext alone, so no one can reach it or anything in it: then handing it to the next
+     * request is indistinguishable from making a new one. Else 0. `tls` 2: as 1, but of the
+     * tls entry only that it is an exact dict (alone): the caller's tls_refill checks the rest
+     * as it refills. */
     Py_ssize_t pos = 0;
     size_t i = 0;
     PyObject *name, *value;
-    int ok = (!alone || Py_REFCNT(ext) == 1) && PyDict_GET_SIZE(ext) == EXT_COUNT(extras);
+    int ok = (!alone || Py_REFCNT(ext) == 1) &&
+             PyDict_GET_SIZE(ext) == (Py_ssize_t)EXT_COUNT(extras) + (tls != 0);
     while (ok && PyDict_Next(ext, &pos, &name, &value)) {
+        if (i == EXT_COUNT(extras)) {
+            ok = name == st->s_tls &&
+                 (tls == 2 ? PyDict_CheckExact(value) && (!alone || Py_REFCNT(value) == 1)
+                           : tls_as_made(value, alone));
+            break;
+        }
         ok = name == ext_name(st, i++) && PyDict_CheckExact(value) &&
              (!alone || Py_REFCNT(value) == 1) && PyDict_GET_SIZE(value) == 0;
     }
     return ok;
 }
 
-static PyObject *
-ext_scope(sk_serve_t *srv, uint8_t extras)
+static inline int
+ext_tls(PyObject *ext, uint8_t extras)
 {
-    /* New reference: scope["extensions"], each extension's value {}. The oldest dict of a
-     * finished request (ext_recycle) when the ring alone holds it and it is as made
-     * (ext_as_made); when the oldest is still held (an access-log record not yet written, an
-     * app that kept it) it goes to the back of the line once and the next is tried; else a new
-     * one. Releases nothing, so no finalizer runs while a scope is built. NULL with an
-     * exception. */
-    sk_ext_ring_t *r = &srv->ext_ring[extras != 0];
+    /* 1 when ext has an entry more than the extensions: the form of a TLS request's (its tls
+     * entry, when ext_as_made says so). */
+    return PyDict_GET_SIZE(ext) > (Py_ssize_t)EXT_COUNT(extras);
+}
+
+static inline sk_ext_ring_t *
+ext_ring_of(sk_serve_t *srv, uint8_t extras, int tls)
+{
+    /* Borrowed: the ring of dicts of this form (sk_serve.h SK_EXT_RINGS). */
+    return &srv->ext_ring[(extras != 0) + 2 * (tls != 0)];
+}
+
+static PyObject *tls_copy(PyObject *tls);
+
+static PyObject *
+ext_scope(sk_serve_t *srv, uint8_t extras, PyObject *tls)
+{
+    /* New reference: scope["extensions"], each extension's value {}, and with `tls` (the
+     * connection's dict, borrowed; NULL: not TLS) "tls": a copy of it (tls_copy). The oldest
+     * dict of a finished request of the same form (ext_recycle) when the ring alone holds it
+     * and it is as made (ext_as_made; its tls entry then refilled from `tls`: tls_refill); when
+     * the oldest is still held (an access-log record not yet written, an app that kept it) it
+     * goes to the back of the line once and the next is tried; else a new one. Releases nothing
+     * but the str and int values a refill replaces, so no finalizer runs while a scope is built.
+     * NULL with an exception. */
+    sk_ext_ring_t *r = ext_ring_of(srv, extras, tls != NULL);
     for (int tries = 0; tries < 2 && r->n > 0; tries++) {
         PyObject *oldest = r->item[r->head];
         if (Py_REFCNT(oldest) == 1) {
-            if (!ext_as_made(srv->st, oldest, extras, 1)) {
+            if (!ext_as_made(srv->st, oldest, extras, 1, tls != NULL ? 2 : 0)) {
                 break; /* written to or kept from after it was put in line: ext_recycle drops it */
+            }
+            if (tls != NULL) {
+                PyObject *v = PyDict_GetItemWithError(oldest, srv->st->s_tls); /* borrowed */
+                int k = v != NULL ? tls_refill(v, tls) : (PyErr_Occurred() ? -1 : 0);
+                if (k < 0) {
+                    return NULL;
+                }
+                if (k == 0) {
+                    break; /* an app wrote into it before it was free: ext_recycle drops it */
+                }
             }
             srv->ext_reused++;
             return ext_pop(r);
@@ -229,7 +337,7 @@ ext_scope(sk_serve_t *srv, uint8_t extras)
         }
         ext_push(r, ext_pop(r)); /* held: to the back of the line (once per call) */
     }
-    PyObject *ext = PyDict_New();
+    PyObject *ext = PyDict_New(), *v = NULL;
     if (ext == NULL) {
         return NULL;
     }
@@ -241,6 +349,17 @@ ext_scope(sk_serve_t *srv, uint8_t extras)
             return NULL;
         }
         Py_DECREF(empty);
+    }
+    if (tls != NULL) {
+        /* the connection's, copied (its certificate list too) so no request sees another's
+         * changes */
+        v = tls_copy(tls);
+        if (v == NULL || PyDict_SetItem(ext, srv->st->s_tls, v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(ext);
+            return NULL;
+        }
+        Py_DECREF(v);
     }
     return ext;
 }
@@ -258,14 +377,15 @@ ext_recycle(sk_serve_t *srv, PyObject *ext, uint8_t extras)
     if (ext == NULL) {
         return;
     }
-    if (!ext_as_made(srv->st, ext, extras, 0)) {
+    int tls = ext_tls(ext, extras); /* its ring: TLS requests' dicts apart */
+    if (!ext_as_made(srv->st, ext, extras, 0, tls)) {
         Py_DECREF(ext);
         return;
     }
-    sk_ext_ring_t *r = &srv->ext_ring[extras != 0];
+    sk_ext_ring_t *r = ext_ring_of(srv, extras, tls);
     while (r->n > 0 &&
            (r->n == SK_EXT_RING || (Py_REFCNT(r->item[r->head]) == 1 &&
-                                    !ext_as_made(srv->st, r->item[r->head], extras, 1)))) {
+                                    !ext_as_made(srv->st, r->item[r->head], extras, 1, tls)))) {
         Py_DECREF(ext_pop(r)); /* re-checked after: the release may have pushed others */
     }
     ext_push(r, ext);
@@ -275,11 +395,33 @@ void
 sk_exchange_ext_clear(sk_serve_t *srv)
 {
     /* Releases every dict the rings hold (the owner's tp_clear). */
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < SK_EXT_RINGS; v++) {
         while (srv->ext_ring[v].n > 0) {
             Py_DECREF(ext_pop(&srv->ext_ring[v]));
         }
     }
+}
+
+static PyObject *
+tls_copy(PyObject *tls)
+{
+    /* New reference: a copy of the connection's `tls` extension dict with its own
+     * client_cert_chain list; NULL with an exception. */
+    PyObject *d = PyDict_Copy(tls), *chain = NULL;
+    if (d == NULL) {
+        return NULL;
+    }
+    PyObject *old = PyDict_GetItemString(d, "client_cert_chain"); /* borrowed */
+    if (old != NULL && PyList_Check(old)) {
+        chain = PyList_GetSlice(old, 0, PyList_GET_SIZE(old));
+        if (chain == NULL || PyDict_SetItemString(d, "client_cert_chain", chain) < 0) {
+            Py_XDECREF(chain);
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_DECREF(chain);
+    }
+    return d;
 }
 
 PyObject *
@@ -316,7 +458,7 @@ sk_exchange_scope(sk_serve_t *srv, const sk_req_head_t *h, PyObject **ext_out)
         SET(st->s_method, PyUnicode_FromString(h->method_name));
     }
     if (h->https) {
-        SET(st->s_scheme, PyUnicode_FromString("https"));
+        SET(st->s_scheme, Py_NewRef(st->s_https));
     }
     const char *path_p = h->path;
     size_t plen = h->path_len;
@@ -354,7 +496,7 @@ sk_exchange_scope(sk_serve_t *srv, const sk_req_head_t *h, PyObject **ext_out)
             goto error;
         }
         if (https >= 0) {
-            SET(st->s_scheme, PyUnicode_FromString(https ? "https" : "http"));
+            SET(st->s_scheme, https ? Py_NewRef(st->s_https) : PyUnicode_FromString("http"));
         }
         SET(st->s_client, client == h->client ? Py_NewRef(client) : client);
     }
@@ -362,7 +504,7 @@ sk_exchange_scope(sk_serve_t *srv, const sk_req_head_t *h, PyObject **ext_out)
         SET(st->s_client, Py_NewRef(h->client));
     }
     SET(st->s_server, Py_NewRef(h->server));
-    ext = ext_scope(srv, h->extras); /* kept to the end: ext_out's */
+    ext = ext_scope(srv, h->extras, h->tls); /* kept to the end: ext_out's */
     if (ext == NULL || PyDict_SetItem(scope, st->s_extensions, ext) < 0) {
         goto error;
     }
@@ -1344,14 +1486,20 @@ request_finish(RequestObject *r, PyObject *exc, int cancelled)
     }
     set_app(r, APP_DONE);
     Py_CLEAR(r->task);
+    enum sk_disconnect_app how = SK_DISC_APP_NONE;
     if (exc != NULL) {
-        sk_asgi_log_app_exception(r->st, r->srv->logger, exc, r->raised_disconnect);
+        how = sk_asgi_log_app_exception(r->st, r->srv->logger, exc, r->raised_disconnect)
+                  ? SK_DISC_APP_ABSORBED
+                  : SK_DISC_APP_ERROR;
     }
     else if (!cancelled && r->tx == TX_OPEN) {
         sk_asgi_log_error(r->st, r->srv->logger,
                           r->started ? "ASGI callable returned without completing response."
                                      : "ASGI callable returned without starting response.",
                           NULL);
+    }
+    if (r->tx == TX_GONE && r->srv->metrics != NULL) { /* the client left before the response */
+        r->srv->metrics->disconnects[SK_DISC_HTTP][how]++;
     }
     if (r->wire != NULL && r->tx != TX_COMPLETE) {
         uint64_t sent;
@@ -1717,6 +1865,12 @@ int
 sk_exchange_unstarted(const sk_exchange_t *r)
 {
     return r->app == APP_STARTED;
+}
+
+int
+sk_exchange_running(const sk_exchange_t *r)
+{
+    return r->app == APP_STARTED || r->app == APP_RUNNING;
 }
 
 void

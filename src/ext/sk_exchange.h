@@ -44,6 +44,8 @@ typedef struct {
     uint8_t http_major;      /* 1 or 2 */
     uint8_t http_minor;      /* 0 or 1 (HTTP/1.x) */
     uint8_t https;           /* 1: scope "scheme" is https (the wire is secure) */
+    PyObject *tls;           /* the connection's ASGI `tls` extension dict (sk_tlsctx.h), copied
+                              * into scope["extensions"]["tls"]; NULL: not TLS (borrowed) */
     uint8_t extras;          /* 1: the wire can send interim (1xx) responses and trailer
                               * sections, so early hints and trailers are offered in
                               * scope["extensions"] (HTTP/1.1, HTTP/2; not HTTP/1.0) */
@@ -167,6 +169,9 @@ size_t sk_exchange_buffered(const sk_exchange_t *x);
 /* 1 while the exchange's Task was made and its first step has not run (the wire may hold
  * output for it: sk_wire_ops_t.stepped follows that step). */
 int sk_exchange_unstarted(const sk_exchange_t *x);
+/* 1 while the exchange's app call has started and not ended (it counts in active_requests),
+ * attached or not: HTTP/2 counts a reset stream until then (Rapid Reset, CVE-2023-44487). */
+int sk_exchange_running(const sk_exchange_t *x);
 /* The wire's output went under its high-water mark with no file range pending: send() calls
  * waiting for drain go on. */
 void sk_exchange_drained(sk_exchange_t *x);

@@ -19,7 +19,9 @@
 
 #include "sk_asgi.h"
 #include "sk_exchange.h"
+#include "sk_h2.h"
 #include "sk_resp.h"
+#include "sk_tlsctx.h"
 #include "sk_token.h"
 #include "sk_wsh.h"
 #include "sk_wshs.h"
@@ -58,6 +60,9 @@ typedef struct {
     sk_exchange_t *current; /* strong: the request being received/answered, NULL between */
     PyObject *client;       /* strong: scope "client", made once per connection (None for UDS) */
     PyObject *local;        /* strong: scope "server", made once per connection */
+    PyObject *tls;          /* strong: the ASGI `tls` extension (sk_tls_info), made at the first
+                             * request head of a TLS connection; NULL on cleartext */
+    uint8_t tls_known;      /* tls was looked for (it stays NULL on cleartext) */
     sk_resp_t resp;         /* the current request's response (reset per request, storage kept) */
     sk_req_info_t info;     /* what the serializer knows of the current request (force_close is
                              * decided when the head is built: server_closes_after) */
@@ -68,6 +73,7 @@ typedef struct {
     uint8_t body_done;      /* the current request's message ended on the wire */
     uint8_t cont;           /* enum cont_state of the current request */
     uint8_t errored;        /* the current response is skirr's own error (wire error()) */
+    uint8_t proto_known;    /* the first bytes were looked at for HTTP/2 (h2_switch) */
 } http1_conn_t;
 
 static void conn_request_done(http1_conn_t *c, int keep_alive);
@@ -286,30 +292,22 @@ h1_head(http1_conn_t *c, sk_req_head_t *h)
     h->has_host = p->host_count > 0;
     h->http_major = 1;
     h->http_minor = p->http_minor;
-    h->https = 0;
+    if (!c->tls_known) {
+        /* once per connection: every request's scope and a WebSocket's after the upgrade
+         * share it (copied into each) */
+        SSL *ssl = sk_tls_ssl(sk_transport_stream(c->t));
+        if (ssl != NULL && (c->tls = sk_tls_info(ssl)) == NULL) {
+            return -1;
+        }
+        c->tls_known = 1;
+    }
+    h->https = c->tls != NULL;
+    h->tls = c->tls;
     h->extras = p->http_minor >= 1; /* 1xx and trailer sections: not to HTTP/1.0 */
     socklen_t plen_unused;
     h->peer = sk_transport_peer(c->t, &plen_unused);
-    if (c->client == NULL) {
-        c->client = (srv->unix_path != Py_None) ? Py_NewRef(Py_None) : sk_asgi_address(h->peer);
-        if (c->client == NULL) {
-            return -1;
-        }
-    }
-    if (c->local == NULL) {
-        struct sockaddr_storage ss;
-        if (srv->unix_path != Py_None) {
-            c->local = PyTuple_Pack(2, srv->unix_path, Py_None);
-        }
-        else if (sk_transport_local(c->t, &ss) == 0) {
-            c->local = sk_asgi_address(&ss);
-        }
-        else {
-            c->local = Py_NewRef(Py_None);
-        }
-        if (c->local == NULL) {
-            return -1;
-        }
+    if (sk_serve_addresses(srv, c->t, &c->client, &c->local) < 0) {
+        return -1;
     }
     h->client = c->client;
     h->server = c->local;
@@ -767,6 +765,51 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
 
 /* ---- the handler table ---------------------------------------------------------------------- */
 
+/* Whether the connection speaks HTTP/2 (RFC 9113 §3), decided once, before any parsing: on TLS
+ * by ALPN ("h2" selected; with --http 2 any connection), on cleartext by the first bytes being
+ * the client preface (prior knowledge, §3.3; with --http 2 any first bytes: a wrong preface gets
+ * GOAWAY PROTOCOL_ERROR from the HTTP/2 handler). Returns 1 when the connection was handed to
+ * the HTTP/2 handler (or closed), 0 to parse HTTP/1.1, -1 to wait for more bytes (what arrived
+ * is a strict prefix of the preface). `Upgrade: h2c` is never looked at (§3.1: HTTP/1.1). */
+static int
+h2_switch(http1_conn_t *c, const char *data, size_t len)
+{
+    uint8_t mode = c->srv->h2.mode;
+    if (c->proto_known || mode == SK_HTTP_1) {
+        c->proto_known = 1;
+        return 0;
+    }
+    SSL *ssl = sk_tls_ssl(sk_transport_stream(c->t));
+    int h2 = mode == SK_HTTP_2;
+    if (ssl != NULL) {
+        const unsigned char *alpn = NULL;
+        unsigned int alen = 0;
+        SSL_get0_alpn_selected(ssl, &alpn, &alen);
+        h2 = h2 || (alen == 2 && memcmp(alpn, "h2", 2) == 0);
+    }
+    else if (!h2) {
+        size_t n = len < SK_H2_PREFACE_LEN ? len : SK_H2_PREFACE_LEN;
+        if (memcmp(data, SK_H2_PREFACE, n) == 0) {
+            if (n < SK_H2_PREFACE_LEN) {
+                return -1;
+            }
+            h2 = 1;
+        }
+    }
+    c->proto_known = 1;
+    if (!h2) {
+        return 0;
+    }
+    sk_transport_clear_deadline(c->t);
+    if (sk_h2_start(c->t, c->srv) < 0) {
+        sk_transport_close(c->t, SK_CLOSE_NOW);
+    }
+    else {
+        c->switched = 1;
+    }
+    return 1;
+}
+
 static size_t
 h1_data_received(void *h, const char *data, size_t len)
 {
@@ -775,6 +818,12 @@ h1_data_received(void *h, const char *data, size_t len)
      * started app answered at once lets the next pipelined one go in the same pass. */
     http1_conn_t *c = h;
     size_t total = 0;
+    if (!c->proto_known) {
+        int sw = h2_switch(c, data, len);
+        if (sw != 0) {
+            return 0; /* HTTP/2 has the connection and every byte, or more bytes are needed */
+        }
+    }
     int idle_kind = sk_transport_deadline_kind(c->t);
     if (idle_kind == DL_KEEPALIVE || idle_kind == DL_SHUTDOWN) {
         sk_transport_set_deadline(c->t, DL_HEAD, c->srv->head_timeout); /* a head has begun */
@@ -894,13 +943,76 @@ h1_shutdown(void *h)
 }
 
 static void
+tls_closed(http1_conn_t *c, char *event, size_t size)
+{
+    /* A connection the TLS layer failed (sk_tls.h): writes the trace event saying why into
+     * event (size bytes) and logs a failed handshake at DEBUG (skirr.error's logger: one line
+     * per refused client, never above DEBUG so a scan cannot flood the log); a plain HTTP
+     * request on the TLS port is a refusal like any 400 skirr answers (metrics, access log).
+     * event is left empty when the layer did not fail (a socket error, a FIN). */
+    const sk_stream_t *s = sk_transport_stream(c->t);
+    const char *why = sk_tls_last_error(s);
+    socklen_t plen;
+    const struct sockaddr_storage *peer = sk_transport_peer(c->t, &plen);
+    event[0] = '\0';
+    if (why == NULL || !sk_tls_protocol_error(s)) {
+        return; /* not refused: a FIN (with or without close_notify) or a socket error */
+    }
+    if (sk_tls_plain_http(s)) {
+        if (c->srv->metrics != NULL) {
+            sk_metrics_refusal(c->srv->metrics, 400);
+        }
+        if (c->srv->access.pending != NULL) {
+            sk_access_refusal(&c->srv->access, NULL, peer, NULL, 400,
+                              sizeof(SK_TLS_PLAIN_HTTP_BODY) - 1,
+                              "plain HTTP request on the TLS port");
+        }
+        snprintf(event, size, "HTTP request refused: 400 (plain HTTP request on the TLS port)");
+        return;
+    }
+    int handshake = !sk_tls_established(s);
+    snprintf(event, size, "HTTP connection lost (TLS %s: %s)",
+             handshake ? "handshake failed" : "error", why);
+    if (handshake && c->srv->logger != Py_None) {
+        /* the peer as the trace line writes it: host:port, [v6]:port */
+        PyObject *client = sk_asgi_address(peer); /* new: (host, port) or None */
+        PyObject *where = NULL, *res = NULL;
+        if (client != NULL && PyTuple_Check(client) && PyTuple_GET_SIZE(client) == 2) {
+            PyObject *host = PyTuple_GET_ITEM(client, 0), *port = PyTuple_GET_ITEM(client, 1);
+            /* two literal formats: the ASCII check of every format (issue 35) reads literals */
+            if (PyUnicode_FindChar(host, ':', 0, PY_SSIZE_T_MAX, 1) >= 0) {
+                where = PyUnicode_FromFormat("[%U]:%S", host, port);
+            }
+            else {
+                where = PyUnicode_FromFormat("%U:%S", host, port);
+            }
+        }
+        else if (client != NULL) {
+            where = PyUnicode_FromString("unix");
+        }
+        if (where != NULL) {
+            res = PyObject_CallMethod(c->srv->logger, "debug", "sOs",
+                                      "%s - TLS handshake failed: %s", where, why); /* new */
+        }
+        if (res == NULL) {
+            PyErr_WriteUnraisable(c->srv->logger);
+        }
+        Py_XDECREF(res);
+        Py_XDECREF(where);
+        Py_XDECREF(client);
+    }
+}
+
+static void
 h1_closed(void *h, int reason)
 {
     http1_conn_t *c = h;
+    char tls_event[160];
     c->closed = 1;
     if (c->srv->metrics != NULL && reason == SK_CLOSED_WRITE_TIMEOUT) {
         c->srv->metrics->timeouts[SK_TIMEOUT_WRITE]++;
     }
+    tls_closed(c, tls_event, sizeof(tls_event));
     if (c->srv->trace != NULL) {
         static const char *const why[] = {
             [SK_CLOSED_PEER] = "HTTP connection lost (closed by the client)",
@@ -915,7 +1027,9 @@ h1_closed(void *h, int reason)
         int known = reason > 0 && reason <= SK_CLOSED_FILE_ERROR;
         socklen_t plen;
         sk_access_trace(&c->srv->access, NULL, sk_transport_peer(c->t, &plen),
-                        known ? why[reason] : "HTTP connection closed");
+                        tls_event[0] != '\0' ? tls_event
+                        : known              ? why[reason]
+                                             : "HTTP connection closed");
     }
     if (reason == SK_CLOSED_FILE_SHORT || reason == SK_CLOSED_FILE_ERROR) {
         /* pathsend/zerocopysend: the response could not be completed (it was reset) */
@@ -939,6 +1053,7 @@ h1_release(void *h)
     sk_resp_free(&c->resp);
     Py_CLEAR(c->client);
     Py_CLEAR(c->local);
+    Py_CLEAR(c->tls);
     PyMem_Free(c);
 }
 

@@ -9,6 +9,8 @@ static const int REFUSALS[SK_M_REFUSALS - 1] = {400, 408, 413, 414, 426, 431, 50
 static const char *const CLASSES[SK_M_CLASSES] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
 static const char *const TIMEOUTS[SK_TIMEOUTS] = {"request_head", "keep_alive", "write",
                                                   "request_body"};
+static const char *const DISC_KINDS[SK_DISC_KINDS] = {"http", "websocket"};
+static const char *const DISC_APPS[SK_DISC_APPS] = {"none", "absorbed", "error"};
 /* Seconds: Prometheus client's default buckets up to 10 s, minus the largest. */
 static const double BOUNDS[SK_M_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                             0.1,   0.25,   0.5,   1.0,  2.5,   5.0};
@@ -72,8 +74,9 @@ PyObject *
 sk_metrics_snapshot(const sk_metrics_t *m, Py_ssize_t connections, Py_ssize_t in_flight)
 {
     PyObject *out = PyDict_New(), *req = PyDict_New(), *ref = PyDict_New(), *tmo = PyDict_New();
-    PyObject *buckets = PyList_New(0), *res = NULL;
-    if (out == NULL || req == NULL || ref == NULL || tmo == NULL || buckets == NULL) {
+    PyObject *disc = PyDict_New(), *buckets = PyList_New(0), *res = NULL;
+    if (out == NULL || req == NULL || ref == NULL || tmo == NULL || disc == NULL ||
+        buckets == NULL) {
         goto done;
     }
     for (int i = 0; i < SK_M_METHODS; i++) {
@@ -98,6 +101,14 @@ sk_metrics_snapshot(const sk_metrics_t *m, Py_ssize_t connections, Py_ssize_t in
             goto done;
         }
     }
+    for (int k = 0; k < SK_DISC_KINDS; k++) {
+        for (int a = 0; a < SK_DISC_APPS; a++) {
+            if (set_n(disc, Py_BuildValue("(ss)", DISC_KINDS[k], DISC_APPS[a]),
+                      m->disconnects[k][a]) < 0) {
+                goto done;
+            }
+        }
+    }
     uint64_t cumulative = 0;
     for (int i = 0; i < SK_M_BUCKETS; i++) {
         cumulative += m->buckets[i];
@@ -108,11 +119,11 @@ sk_metrics_snapshot(const sk_metrics_t *m, Py_ssize_t connections, Py_ssize_t in
         }
         Py_DECREF(b);
     }
-    PyObject *rest =
-        Py_BuildValue("{sOsOsOsOsKsKsKsdsnsn}", "requests", req, "refusals", ref, "timeouts", tmo,
-                      "buckets", buckets, "bytes_in", (unsigned long long)m->bytes_in, "bytes_out",
-                      (unsigned long long)m->bytes_out, "count", (unsigned long long)m->count,
-                      "sum", m->sum, "connections", connections, "in_flight", in_flight);
+    PyObject *rest = Py_BuildValue(
+        "{sOsOsOsOsOsKsKsKsdsnsn}", "requests", req, "refusals", ref, "timeouts", tmo,
+        "disconnects", disc, "buckets", buckets, "bytes_in", (unsigned long long)m->bytes_in,
+        "bytes_out", (unsigned long long)m->bytes_out, "count", (unsigned long long)m->count, "sum",
+        m->sum, "connections", connections, "in_flight", in_flight);
     if (rest == NULL || PyDict_Update(out, rest) < 0) {
         Py_XDECREF(rest);
         goto done;
@@ -124,6 +135,7 @@ done:
     Py_XDECREF(req);
     Py_XDECREF(ref);
     Py_XDECREF(tmo);
+    Py_XDECREF(disc);
     Py_XDECREF(buckets);
     return res;
 }

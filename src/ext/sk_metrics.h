@@ -1,7 +1,8 @@
 /* sk_metrics.h — the native counters behind --metrics-port (Prometheus, served from Python).
  *
  * Owns: plain counters the HTTP/1.1 handler bumps (requests by method and status class, bytes in
- * and out, refusals by status, timeouts by kind, a request-duration histogram) and their
+ * and out, refusals by status, timeouts by kind, a request-duration histogram, client
+ * disconnects by kind and what the application's call ended with) and their
  * snapshot as a dict. Open connections and requests in flight are read from the reactor and the
  * handler when the snapshot is taken.
  * Never: allocates or calls Python on the request path; costs one NULL test per hook when
@@ -27,10 +28,21 @@ enum sk_timeout_kind {
     SK_TIMEOUTS
 };
 
+/* A client that left before its response (a WebSocket: its session) completed: the exchange's
+ * kind, and how the application's call ended (issue 36 item 1). */
+enum sk_disconnect_kind { SK_DISC_HTTP = 0, SK_DISC_WEBSOCKET, SK_DISC_KINDS };
+enum sk_disconnect_app {
+    SK_DISC_APP_NONE = 0, /* returned, or its Task was cancelled: no exception */
+    SK_DISC_APP_ABSORBED, /* raised the disconnect or a wrapper of it: the departure, at debug */
+    SK_DISC_APP_ERROR,    /* raised anything else: an application failure, at error */
+    SK_DISC_APPS
+};
+
 typedef struct sk_metrics {
     uint64_t requests[SK_M_METHODS][SK_M_CLASSES];
     uint64_t refusals[SK_M_REFUSALS];
     uint64_t timeouts[SK_TIMEOUTS];
+    uint64_t disconnects[SK_DISC_KINDS][SK_DISC_APPS];
     uint64_t bytes_in, bytes_out;   /* bytes: request bytes consumed; response content sent */
     uint64_t buckets[SK_M_BUCKETS]; /* non-cumulative counts per bucket */
     uint64_t count;                 /* observations (the +Inf bucket) */
@@ -44,7 +56,8 @@ void sk_metrics_response(sk_metrics_t *m, int method, int status, uint64_t bytes
 /* A refusal with this status. */
 void sk_metrics_refusal(sk_metrics_t *m, int status);
 /* New reference: {"requests": {(method, "2xx"): n, ...}, "refusals": {status: n}, "timeouts":
- * {kind: n}, "bytes_in", "bytes_out", "buckets": [(bound, cumulative n), ...], "count", "sum",
+ * {kind: n}, "disconnects": {(kind, app_exception): n} (every pair, from "http"/"websocket" and
+ * "none"/"absorbed"/"error"), "bytes_in", "bytes_out", "buckets": [(bound, cumulative n), ...], "count", "sum",
  * "connections", "in_flight"}; NULL with an exception. */
 PyObject *sk_metrics_snapshot(const sk_metrics_t *m, Py_ssize_t connections, Py_ssize_t in_flight);
 

@@ -147,9 +147,15 @@ static void
 ready_dealloc(PyObject *op)
 {
     PyTypeObject *tp = Py_TYPE(op);
-    sk_state *st = sk_get_state_by_type(tp);
-    if (st != NULL) {
-        st->live_ready--;
+    /* The type's own module (ht_module: set by PyType_FromModuleAndSpec, owned by the type), not
+     * PyType_GetModuleByDef: when the module, its types and the shared send_done are one garbage
+     * cycle (interpreter shutdown), the collector may clear the type (its MRO and its module,
+     * type_clear) before this Ready is freed, and the MRO lookup then reads a NULL MRO (a crash
+     * at every exit on 3.14t, whose collector clears in another order than the GIL build's).
+     * A cleared type has no module: the module state may be gone, so nothing is counted. */
+    PyObject *mod = ((PyHeapTypeObject *)tp)->ht_module; /* borrowed */
+    if (mod != NULL) {
+        ((sk_state *)PyModule_GetState(mod))->live_ready--;
     }
     PyObject_GC_UnTrack(op);
     ready_clear(op);
@@ -235,6 +241,8 @@ static PyType_Spec ready_spec = {
     X(s_trailers, "trailers") \
     X(s_more_trailers, "more_trailers") \
     X(s_links, "links") \
+    X(s_tls, "tls") \
+    X(s_https, "https") \
     X(s_websocket, "websocket") \
     X(s_ws, "ws") \
     X(s_wss, "wss") \
@@ -309,6 +317,9 @@ static PyMethodDef sk_functions[] = {
     {"reason_phrases", sk_reason_phrases, METH_NOARGS,
      "reason_phrases() -> dict[int, str]: the reason phrase of each status skirr's status lines "
      "name (RFC 9110 section 15, else the IANA registry's), from the C core's one table."},
+    {"tls_ktls_available", sk_tlsctx_ktls_available, METH_NOARGS,
+     "tls_ktls_available() -> bool: the kernel offers kernel TLS (the tls ULP). Files on TLS "
+     "connections are read in bounded chunks and encrypted either way (memory BIOs)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -338,6 +349,11 @@ sk_exec(PyObject *module)
     }
     st->websocket_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &sk_websocket_spec, NULL);
     if (st->websocket_type == NULL) {
+        goto error;
+    }
+    st->tlsctx_type = (PyTypeObject *)PyType_FromModuleAndSpec(module, &sk_tlsctx_spec, NULL);
+    if (st->tlsctx_type == NULL || PyModule_AddType(module, st->tlsctx_type) < 0 ||
+        sk_tlsctx_module_init(st) < 0) {
         goto error;
     }
     st->ClientDisconnected = PyErr_NewExceptionWithDoc(
@@ -418,6 +434,7 @@ sk_traverse(PyObject *module, visitproc visit, void *arg)
     Py_VISIT(st->server_type);
     Py_VISIT(st->request_type);
     Py_VISIT(st->websocket_type);
+    Py_VISIT(st->tlsctx_type);
     Py_VISIT(st->ready_type);
     Py_VISIT(st->ClientDisconnected);
     Py_VISIT(st->CancelledError);
@@ -436,6 +453,7 @@ sk_clear(PyObject *module)
     Py_CLEAR(st->server_type);
     Py_CLEAR(st->request_type);
     Py_CLEAR(st->websocket_type);
+    Py_CLEAR(st->tlsctx_type);
     Py_CLEAR(st->ready_type);
     Py_CLEAR(st->ClientDisconnected);
     Py_CLEAR(st->CancelledError);

@@ -7,17 +7,25 @@
  * Files of the extension, each including only the headers below it:
  *   sk_server.c     the Server type: configuration, the reactor's Python callbacks, counters
  *   sk_http1.c/.h   the HTTP/1.1 protocol handler: the wire under an ASGI `http` exchange
+ *   sk_h2.c/.h      the HTTP/2 protocol handler (nghttp2, sans-I/O): each stream an exchange's
+ *                   wire; reached from sk_http1.c by prior knowledge or ALPN h2
  *   sk_exchange.c/.h  the ASGI `http` exchange (scope, receive, send, task) over a wire table
  *   sk_wsh.c/.h     the WebSocket wire over HTTP/1.1 (RFC 6455 after a 101): a session's wire
  *   sk_wssession.c/.h  the ASGI `websocket` session (events, queue, accept/denial, the app's
  *                   Task), any wire's, through its sk_wss_wire_ops_t table
  *   sk_wspmd.c/.h   permessage-deflate (RFC 7692) for it: negotiation and zlib streams
  *   sk_serve.c/.h   what every handler and session serves with (app, loop, options, counters)
+ *   sk_tlsctx.c/.h  the serving TLS context (TLSContext: --ssl-*, reload, SNI, ALPN) and the
+ *                   ASGI `tls` extension of a connection
  *   sk_access.c/.h, sk_metrics.c/.h, sk_proxy.c/.h  the access log's records, the metrics'
  *                   counters, --proxy-headers
  *   sk_asgi.c/.h    ASGI pieces any protocol's scope and messages use (paths, headers, addresses)
  *   sk_transport.c/.h  the reactor (epoll, accept, timer) and its connections (transports)
- *   sk_stream.c/.h  the stream layer under each transport (plain sockets; TLS next)
+ *   sk_h2guard.c/.h the HTTP/2 defences' per-connection token buckets (layer 1, beside the
+ *                   transport: plain C, no Python, no nghttp2)
+ *   sk_stream.c/.h  the stream layer under each transport (plain sockets)
+ *   sk_tls.c/.h     the TLS stream layer (libssl over memory BIOs; plain C, no Python) and the
+ *                   SSL_CTX source it reads
  *   sk_module.c/.h  this module: init, state, the ready awaitable
  * and the byte-level core (src/core/: buffers, the request parser, the response serializer).
  */
@@ -38,6 +46,8 @@ typedef struct {
     PyTypeObject *request_type;
     PyTypeObject *websocket_type;
     PyTypeObject *ready_type;
+    PyTypeObject *tlsctx_type; /* skirr._native.TLSContext (sk_tlsctx.c) */
+    int tls_sni_index;         /* the SSL_CTX ex_data index of its SNI tables */
     PyObject *ClientDisconnected;
     PyObject *CancelledError; /* asyncio.CancelledError: a cancelled app is not an app error */
     PyObject *send_done;      /* a Ready holding None, shared: stateless, so safe to reuse */
@@ -58,6 +68,8 @@ typedef struct {
     PyObject *s_extensions, *s_http_response_pathsend, *s_http_response_zerocopysend;
     PyObject *s_http_response_trailers, *s_http_response_early_hint, *s_file, *s_offset;
     PyObject *s_count, *s_trailers, *s_more_trailers, *s_links;
+    PyObject *s_tls;   /* scope["extensions"]["tls"] (sk_tlsctx.h) */
+    PyObject *s_https; /* scope["scheme"] of a TLS connection */
     /* the WebSocket scope and events (ASGI websocket 2.4) */
     PyObject *s_websocket, *s_ws, *s_wss, *s_websocket_connect, *s_websocket_receive;
     PyObject *s_websocket_disconnect, *s_websocket_accept, *s_websocket_send, *s_websocket_close;
@@ -92,5 +104,13 @@ PyObject *sk_access_log_escape(PyObject *module, PyObject *value);
 extern PyType_Spec sk_server_spec;    /* sk_server.c */
 extern PyType_Spec sk_request_spec;   /* sk_exchange.c */
 extern PyType_Spec sk_websocket_spec; /* sk_wssession.c */
+extern PyType_Spec sk_tlsctx_spec;    /* sk_tlsctx.c */
+
+/* sk_tlsctx.c: the ex_data index of the TLS contexts' SNI tables, into st (once per module
+ * exec). 0, or -1 with an exception. */
+int sk_tlsctx_module_init(sk_state *st);
+/* skirr._native.tls_ktls_available() -> bool (METH_NOARGS): whether files go through kernel
+ * TLS (else pread and encryption). New reference. */
+PyObject *sk_tlsctx_ktls_available(PyObject *module, PyObject *arg);
 
 #endif

@@ -1,5 +1,7 @@
-/* sk_serve.c — what every handler shares from the server: the cached `date` field value. */
+/* sk_serve.c — what every handler shares from the server: the cached `date` field value and a
+ * connection's ASGI addresses. */
 #include "sk_serve.h"
+#include "sk_asgi.h"
 
 #include <time.h>
 
@@ -17,4 +19,33 @@ sk_serve_date(sk_serve_t *srv)
         sk_format_date(now, srv->date);
     }
     return srv->date;
+}
+
+int
+sk_serve_addresses(sk_serve_t *srv, sk_transport_t *t, PyObject **client, PyObject **local)
+{
+    if (*client == NULL) {
+        socklen_t plen;
+        *client = (srv->unix_path != Py_None) ? Py_NewRef(Py_None)
+                                              : sk_asgi_address(sk_transport_peer(t, &plen));
+        if (*client == NULL) {
+            return -1;
+        }
+    }
+    if (*local == NULL) {
+        struct sockaddr_storage ss;
+        if (srv->unix_path != Py_None) {
+            *local = PyTuple_Pack(2, srv->unix_path, Py_None);
+        }
+        else if (sk_transport_local(t, &ss) == 0) {
+            *local = sk_asgi_address(&ss);
+        }
+        else {
+            *local = Py_NewRef(Py_None);
+        }
+        if (*local == NULL) {
+            return -1;
+        }
+    }
+    return 0;
 }

@@ -15,6 +15,7 @@
 #include "sk_metrics.h"
 #include "sk_proxy.h"
 #include "sk_resp.h"
+#include "sk_h2guard.h"
 
 /* The WebSocket options (uvicorn's names), filled by the Server from its arguments. */
 typedef struct {
@@ -28,6 +29,31 @@ typedef struct {
     double ping_timeout; /* --ws-ping-timeout: seconds a ping waits for its pong; 0 = forever */
 } sk_ws_config_t;
 
+/* --http: which protocols a connection may speak (RFC 9113 §3). */
+enum sk_http_mode {
+    SK_HTTP_AUTO = 0, /* HTTP/1.1, or HTTP/2 by prior knowledge (cleartext) or ALPN h2 (TLS) */
+    SK_HTTP_1 = 1,    /* HTTP/1.1 only (ALPN offers http/1.1 only) */
+    SK_HTTP_2 = 2,    /* HTTP/2 only (ALPN offers h2 only; cleartext needs the preface) */
+};
+
+/* The HTTP/2 options (granian's names), filled by the Server from its arguments (sk_h2.h). */
+typedef struct {
+    uint8_t mode; /* --http: enum sk_http_mode */
+    uint32_t
+        max_concurrent_streams; /* --http2-max-concurrent-streams: SETTINGS_MAX_CONCURRENT_STREAMS
+                                      * and the streams whose app call has not ended (>= 1) */
+    uint32_t max_headers_size;  /* --http2-max-headers-size: SETTINGS_MAX_HEADER_LIST_SIZE,
+                                      * bytes (RFC 9113 §6.5.2: names + values + 32 per field) */
+    uint32_t initial_window;    /* --http2-initial-stream-window-size: bytes of request body a
+                                      * stream (and the connection) may have unread (1..2^31-1) */
+    uint32_t max_frame_size;    /* --http2-max-frame-size: SETTINGS_MAX_FRAME_SIZE, bytes
+                                      * (2^14..2^24-1) */
+    double write_timeout;       /* --timeout-write: seconds response content may wait on a
+                                 * flow-control window the peer keeps closed before the
+                                 * connection is closed */
+    sk_h2guard_limits_t guard;  /* the per-connection budgets (sk_h2guard.h) */
+} sk_h2_config_t;
+
 /* Applications started eagerly (3.12+) per reactor callback or run_pending pass: one per ready
  * descriptor, so every request a callback reads starts in it; the rest (pipelined requests past
  * it) start from the loop's ready queue. 16 (when a callback read at most 16) made three of four
@@ -39,6 +65,9 @@ typedef struct {
  * log's records hold their scopes until written, and the oldest must be free by the time it is
  * the next candidate. Full: the oldest is released. */
 #define SK_EXT_RING 128
+/* One ring per form of the dict: with or without the wire extras, with or without the TLS entry
+ * (sk_serve_t.ext_ring[(extras != 0) + 2 * tls]). */
+#define SK_EXT_RINGS 4
 typedef struct {
     PyObject *item[SK_EXT_RING];
     unsigned head; /* index of the oldest */
@@ -67,7 +96,7 @@ typedef struct sk_serve {
     /* finished requests' scope["extensions"] for HTTP/1.0, 1.1, oldest first: the next request
      * takes the oldest once nothing else holds it and it is as made (sk_exchange.c ext_scope,
      * ext_recycle) */
-    sk_ext_ring_t ext_ring[2];
+    sk_ext_ring_t ext_ring[SK_EXT_RINGS];
     int eager;           /* 3.12+ and task_type: apps start eagerly */
     int eager_budget;    /* eager starts left in this reactor callback (the owner resets it) */
     sk_limits_t limits;  /* request limits (sk_http.h) */
@@ -95,11 +124,19 @@ typedef struct sk_serve {
                                    * connection events are not reported */
     sk_metrics_t *metrics;        /* --metrics-port counters (PyMem, owned), or NULL: off */
     sk_ws_config_t ws;            /* --ws and the --ws-* options */
+    sk_h2_config_t h2;            /* --http and the --http2-* options */
 } sk_serve_t;
 
 /* The IMF-fixdate for now (RFC 9110 §5.6.7), formatted once per second: borrowed, valid until
  * the next second; NULL with --no-date-header. For the responses of every handler the server
  * runs. */
 const char *sk_serve_date(sk_serve_t *srv);
+
+/* A connection's scope "client" and "server", made once and kept by its handler: *client (when
+ * NULL) becomes a new reference to (host, port), or None on a Unix-domain socket; *local (when
+ * NULL) a new reference to (host, port), (path, None) or None (ASGI www 2.5 "client",
+ * "server"). Values already set are kept. 0, or -1 with an exception (what was made before the
+ * error stays set, for the handler to release). For every handler (HTTP/1.1, HTTP/2). */
+int sk_serve_addresses(sk_serve_t *srv, sk_transport_t *t, PyObject **client, PyObject **local);
 
 #endif

@@ -5,11 +5,14 @@
  * every accepted connection, the reactor's two Python callbacks (loop.add_reader's _on_ready and
  * loop.call_soon's _run_pending, each resetting the eager-start budget first), how request tasks
  * are made (asyncio.Task directly when the loop has no task factory, eagerly on 3.12+), and the
- * graceful-shutdown steps Python calls (stop_accepting, shutdown, close).
+ * graceful-shutdown steps Python calls (stop_accepting, shutdown, close). With ssl_context (a
+ * TLSContext, sk_tlsctx.h) every accepted connection gets the TLS stream layer (sk_tls.h) over
+ * the context's source; the Server holds the context for the reactor's whole life.
  * Never: touches a socket itself, parses HTTP or talks ASGI.
  */
 #include "sk_exchange.h"
 #include "sk_http1.h"
+#include "sk_tlsctx.h"
 #include "sk_transport.h"
 
 #include <string.h>
@@ -19,6 +22,7 @@ typedef struct {
     sk_reactor_t *reactor;
     PyObject *on_ready;    /* bound _on_ready, given to loop.add_reader */
     PyObject *run_pending; /* bound _run_pending, given to loop.call_soon */
+    PyObject *tls;         /* the TLSContext (strong) whose source the reactor borrows, or NULL */
     int listen_fd;
     uint8_t started, closed;
 } ServerObject;
@@ -345,12 +349,19 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                              "ws_per_message_deflate",
                              "write_batch_delay",
                              "proxy_headers_mode",
+                             "ssl_context",
+                             "http",
+                             "http2_max_concurrent_streams",
+                             "http2_max_headers_size",
+                             "http2_initial_stream_window_size",
+                             "http2_max_frame_size",
                              NULL};
     PyObject *app, *loop, *unix_path = Py_None, *root_path = NULL, *state = Py_None;
     PyObject *logger = Py_None;
     PyObject *access_log = Py_None, *access_flush = Py_None, *allow_ips = NULL;
     PyObject *server_header = NULL, *extra_headers = NULL, *trace = Py_None;
-    PyObject *proxy_mode = NULL;
+    PyObject *proxy_mode = NULL, *ssl_context = Py_None;
+    sk_tls_source_t *tls_source = NULL;
     int proxy_headers = 0, date_header = 1, metrics = 0, ws = 1, ws_pmd = 1;
     PyObject *ws_max_size_o = NULL, *max_body_o = NULL; /* ints: u64_arg() */
     unsigned long long ws_max_size = 16 * 1024 * 1024;
@@ -362,15 +373,29 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     Py_ssize_t limit_concurrency = 0, limit_connections = 0;
     unsigned long long max_body = 0;
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
+    int http_mode = SK_HTTP_AUTO;
+    Py_ssize_t h2_streams = 100, h2_headers = -1, h2_window = 1024 * 1024, h2_frame = 16384;
     ServerObject *s = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OOi|$OUOdOnnnOddnndOOpUpSSOppOnddpdU", kwlist, &app, &loop, &listen_fd,
-            &unix_path, &root_path, &state, &keep_alive, &max_body_o, &max_line, &max_fields,
-            &max_section, &logger, &head_timeout, &write_timeout, &limit_concurrency,
+            args, kwds, "OOi|$OUOdOnnnOddnndOOpUpSSOppOnddpdUOinnnn", kwlist, &app, &loop,
+            &listen_fd, &unix_path, &root_path, &state, &keep_alive, &max_body_o, &max_line,
+            &max_fields, &max_section, &logger, &head_timeout, &write_timeout, &limit_concurrency,
             &limit_connections, &body_timeout, &access_log, &access_flush, &proxy_headers,
             &allow_ips, &date_header, &server_header, &extra_headers, &trace, &metrics, &ws,
             &ws_max_size_o, &ws_max_queue, &ws_ping_interval, &ws_ping_timeout, &ws_pmd,
-            &batch_delay, &proxy_mode)) {
+            &batch_delay, &proxy_mode, &ssl_context, &http_mode, &h2_streams, &h2_headers,
+            &h2_window, &h2_frame)) {
+        return NULL;
+    }
+    if (h2_headers < 0) {
+        h2_headers = max_section; /* the HTTP/1.1 head limit */
+    }
+    /* RFC 9113 §6.5.2 ranges, checked before narrowing to the settings' uint32_t */
+    if (http_mode < SK_HTTP_AUTO || http_mode > SK_HTTP_2 || h2_streams < 1 ||
+        h2_streams > UINT32_MAX / 2 || h2_headers < 1 || h2_headers > UINT32_MAX / 2 ||
+        h2_window < 1 || h2_window > INT32_MAX || h2_frame < 16384 || h2_frame > 16777215) {
+        PyErr_SetString(PyExc_ValueError, "http must be 0, 1 or 2 and the http2_* limits in "
+                                          "their RFC 9113 ranges");
         return NULL;
     }
     if (u64_arg(max_body_o, "limit_request_body", &max_body) < 0 ||
@@ -407,6 +432,14 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     h->st = sk_get_state_by_type(tp);
     if (h->st == NULL) {
         goto error;
+    }
+    if (ssl_context != Py_None) {
+        /* TLS: every connection gets the TLS stream layer over the context's source */
+        tls_source = sk_tlsctx_source(h->st, ssl_context);
+        if (tls_source == NULL) {
+            goto error;
+        }
+        s->tls = Py_NewRef(ssl_context);
     }
     h->st->live_servers++;
     h->owner = (PyObject *)s;
@@ -472,6 +505,13 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     h->ws.ping_interval = ws_ping_interval;
     h->ws.ping_timeout = ws_ping_timeout;
     h->ws.per_message_deflate = (uint8_t)ws_pmd;
+    h->h2.mode = (uint8_t)http_mode;
+    h->h2.max_concurrent_streams = (uint32_t)h2_streams;
+    h->h2.max_headers_size = (uint32_t)h2_headers;
+    h->h2.initial_window = (uint32_t)h2_window;
+    h->h2.max_frame_size = (uint32_t)h2_frame;
+    h->h2.write_timeout = write_timeout;
+    h->h2.guard = sk_h2guard_defaults;
     sk_limits_default(&h->limits);
     h->limits.max_body = max_body;
     h->limits.max_request_line = (size_t)max_line;
@@ -507,6 +547,8 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         .batch_delay = batch_delay,
         .limit_connections = limit_connections,
         .logger = h->logger,
+        .stream = tls_source != NULL ? &sk_stream_tls : NULL,
+        .stream_arg = tls_source,
     };
     s->reactor = sk_reactor_new(&cfg);
     if (s->reactor == NULL) {
@@ -540,13 +582,14 @@ server_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(h->call_soon_kw);
     Py_VISIT(h->task_type);
     Py_VISIT(h->task_kw);
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v < SK_EXT_RINGS; v++) {
         for (unsigned i = 0; i < h->ext_ring[v].n; i++) {
             Py_VISIT(h->ext_ring[v].item[(h->ext_ring[v].head + i) % SK_EXT_RING]);
         }
     }
     Py_VISIT(s->on_ready);
     Py_VISIT(s->run_pending);
+    Py_VISIT(s->tls);
     if (s->reactor != NULL) {
         return sk_reactor_traverse(s->reactor, visit, arg);
     }
@@ -585,6 +628,7 @@ server_clear(PyObject *op)
     sk_exchange_ext_clear(h);
     Py_CLEAR(s->on_ready);
     Py_CLEAR(s->run_pending);
+    Py_CLEAR(s->tls); /* after the reactor, which borrowed its source */
     return 0;
 }
 
@@ -640,19 +684,19 @@ static PyType_Slot server_slots[] = {
     {Py_tp_traverse, server_traverse},
     {Py_tp_clear, server_clear},
     {Py_tp_dealloc, server_dealloc},
-    {Py_tp_doc,
-     (void *)"Server(app, loop, listen_fd, *, unix_path=None, root_path='', state=None, "
-             "timeout_keep_alive=5.0, limit_request_body=0, limit_request_line=8190, "
-             "limit_request_fields=100, limit_request_field_size=65536, logger=None, "
-             "timeout_request_head=10.0, timeout_write=30.0, limit_concurrency=0, "
-             "limit_connections=0, timeout_request_body=60.0, access_log=None, "
-             "access_flush=None, proxy_headers=False, forwarded_allow_ips='127.0.0.1', "
-             "proxy_headers_mode='x-forwarded', "
-             "date_header=True, server_header=None, headers=None, trace=None, "
-             "metrics=False, ws=True, ws_max_size=16777216, ws_max_queue=32, "
-             "ws_ping_interval=20.0, ws_ping_timeout=20.0, ws_per_message_deflate=True)\n\n"
-             "A native HTTP/1.1 reactor serving one ASGI 3 application on one "
-             "listening socket. See skirr/_native.pyi."},
+    {Py_tp_doc, (void *)"Server(app, loop, listen_fd, *, unix_path=None, root_path='', state=None, "
+                        "timeout_keep_alive=5.0, limit_request_body=0, limit_request_line=8190, "
+                        "limit_request_fields=100, limit_request_field_size=65536, logger=None, "
+                        "timeout_request_head=10.0, timeout_write=30.0, limit_concurrency=0, "
+                        "limit_connections=0, timeout_request_body=60.0, access_log=None, "
+                        "access_flush=None, proxy_headers=False, forwarded_allow_ips='127.0.0.1', "
+                        "proxy_headers_mode='x-forwarded', "
+                        "date_header=True, server_header=None, headers=None, trace=None, "
+                        "metrics=False, ws=True, ws_max_size=16777216, ws_max_queue=32, "
+                        "ws_ping_interval=20.0, ws_ping_timeout=20.0, ws_per_message_deflate=True, "
+                        "ssl_context=None)\n\n"
+                        "A native HTTP/1.1 reactor serving one ASGI 3 application on one "
+                        "listening socket. See skirr/_native.pyi."},
     {0, NULL},
 };
 

@@ -4,9 +4,11 @@
  * A transport (sk_transport.c) owns the socket, its buffers, its epoll mask and its deadlines; it
  * never calls recv, send, sendmsg, sendfile or shutdown itself but the entries of its layer's
  * sk_stream_ops_t. The layer turns wire bytes into the stream the handler reads and the
- * handler's stream into wire bytes: the plain layer passes them through; a TLS layer (not written
- * yet: its place is described below) decrypts ciphertext into plaintext and encrypts the other
- * way. A handler never knows which layer its transport has: it sees sk_transport.h only.
+ * handler's stream into wire bytes: the plain layer passes them through; the TLS layer (sk_tls.c,
+ * libssl over memory BIOs; its place is described below, its answers in sk_tls.h) decrypts
+ * ciphertext into plaintext and encrypts the other way. A handler never knows which layer its
+ * transport has: it sees sk_transport.h only (and may ask sk_tls.h about its stream's TLS state
+ * through sk_transport_stream).
  *
  * This header and sk_stream.c include no Python and no transport: a layer is plain C over a
  * socket descriptor, so it can be tested, fuzzed and sanitized alone.
@@ -118,6 +120,12 @@ typedef struct sk_stream {
     int family; /* the peer address's family: AF_INET, AF_INET6 or AF_UNIX */
     void *ctx;  /* the layer's per-connection state, made by open and freed by close; owned by
                  * the layer. NULL for the plain layer. */
+    /* What a layer keeps past its close for the handler's closed() entry, which runs after it
+     * (sk_transport.c): why the layer failed the connection (static storage; NULL: it did
+     * not) and layer-defined flags (sk_tls.h). Zero when the transport makes the stream; only
+     * the layer writes them. */
+    const char *failure;
+    unsigned failure_flags;
 } sk_stream_t;
 
 /* The stream layer table. One per layer, static storage: sk_stream_plain (below) is the first.

@@ -1259,6 +1259,12 @@ sk_transport_peer(const sk_transport_t *t, socklen_t *len)
     return &t->peer;
 }
 
+const sk_stream_t *
+sk_transport_stream(const sk_transport_t *t)
+{
+    return &t->s;
+}
+
 int
 sk_transport_local(const sk_transport_t *t, struct sockaddr_storage *ss)
 {

@@ -272,5 +272,9 @@ void sk_transport_switch(sk_transport_t *t, const sk_handler_ops_t *ops, void *h
 const struct sockaddr_storage *sk_transport_peer(const sk_transport_t *t, socklen_t *len);
 /* The local address of the connection (getsockname): 0, or -1 with errno. */
 int sk_transport_local(const sk_transport_t *t, struct sockaddr_storage *ss);
+/* The connection's stream (borrowed, alive as long as the transport): for a handler to ask its
+ * layer what it knows of the connection (sk_tls.h: sk_tls_ssl for the ASGI `tls` extension and
+ * ALPN, sk_tls_established). Read-only: a handler never does I/O through it. */
+const sk_stream_t *sk_transport_stream(const sk_transport_t *t);
 
 #endif

@@ -96,7 +96,8 @@ fail(ws1_t *w, int code, const char *reason)
     if (w->state != WS_DONE) {
         set_state(w, WS_DONE);
     }
-    sk_wss_closed(w->session, code ? code : SK_WS_NO_STATUS, reason, reason ? strlen(reason) : 0);
+    sk_wss_closed(w->session, 0, code ? code : SK_WS_NO_STATUS, reason,
+                  reason ? strlen(reason) : 0);
     sk_transport_close(t, SK_CLOSE_AFTER_WRITE);
 }
 
@@ -272,7 +273,7 @@ ws_data_received(void *h, const char *data, size_t len)
                                         ev.code == SK_WS_NO_STATUS ? 0 : ev.code, "", 0);
             }
             set_state(w, WS_DONE);
-            sk_wss_closed(w->session, ev.code, ev.data, ev.len);
+            sk_wss_closed(w->session, 1, ev.code, ev.data, ev.len);
             sk_transport_close(w->t, SK_CLOSE_AFTER_WRITE);
             off = len;
             break;
@@ -325,7 +326,7 @@ ws_deadline(void *h, int kind)
     }
     else if (kind == DL_CLOSE) {
         /* the peer never answered the server's Close */
-        sk_wss_closed(w->session, SK_WS_ABNORMAL, NULL, 0);
+        sk_wss_closed(w->session, 0, SK_WS_ABNORMAL, NULL, 0);
         sk_transport_close(w->t, SK_CLOSE_NOW);
     }
 }

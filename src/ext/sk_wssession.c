@@ -53,6 +53,9 @@ struct sk_wss {
     uint8_t app_closed;        /* the app sent websocket.close: a ClientDisconnected a later send
                                 * raises is its own doing (logged if it lets it out), not the
                                 * client's departure */
+    uint8_t server_closing;    /* the server's Close went first (sk_wss_closing) */
+    uint8_t client_left;       /* the client's Close or a lost connection came first: counted
+                                * as a client disconnect when the app's call ends */
     uint8_t paused;            /* reading stopped: the queue is over its marks */
     uint8_t app_has_message;   /* receive() gave a message and was not called again since */
     size_t queued_bytes;       /* payload bytes of the queued messages */
@@ -743,8 +746,11 @@ ws_app_done(PyObject *op, PyObject *task)
         Py_CLEAR(w->app_exc);
     }
     int failed = exc != NULL;
+    enum sk_disconnect_app how = SK_DISC_APP_NONE;
     if (exc != NULL) {
-        sk_asgi_log_app_exception(st, w->srv->logger, exc, w->raised_disconnect);
+        how = sk_asgi_log_app_exception(st, w->srv->logger, exc, w->raised_disconnect)
+                  ? SK_DISC_APP_ABSORBED
+                  : SK_DISC_APP_ERROR;
     }
     else if (exc == NULL && cancelled == Py_False && w->state == WS_HANDSHAKE) {
         sk_asgi_log_error(st, w->srv->logger, "ASGI callable returned without sending handshake.",
@@ -752,6 +758,9 @@ ws_app_done(PyObject *op, PyObject *task)
     }
     Py_DECREF(cancelled);
     Py_XDECREF(exc);
+    if (w->client_left && w->srv->metrics != NULL) {
+        w->srv->metrics->disconnects[SK_DISC_WEBSOCKET][how]++;
+    }
     if (w->app_running) {
         w->app_running = 0;
         w->srv->active_requests--;
@@ -973,7 +982,7 @@ make_scope(sk_state *st, PyObject *scope, PyObject **offered)
     /* Turns the request's http scope into the websocket scope (ASGI websocket 2.4): type,
      * asgi.spec_version, scheme ws/wss, no method, subprotocols from the sec-websocket-protocol
      * fields of its `headers` (names lowercase, in order), extensions with
-     * websocket.http.response. 0 (*offered: a new tuple of the subprotocols, the
+     * websocket.http.response (and the http scope's `tls`, on a TLS connection). 0 (*offered: a new tuple of the subprotocols, the
      * server's own copy) or -1. */
     PyObject *v = NULL, *scheme = NULL, *subs = NULL, *headers = NULL;
     int rc = -1;
@@ -1032,7 +1041,16 @@ make_scope(sk_state *st, PyObject *scope, PyObject **offered)
         goto done;
     }
     v = Py_BuildValue("{s:{}}", "websocket.http.response");
-    if (v == NULL || PyDict_SetItem(scope, st->s_extensions, v) < 0) {
+    if (v == NULL) {
+        goto done;
+    }
+    /* the http scope's `tls` extension (a TLS connection: wss) carries over */
+    PyObject *ext = PyDict_GetItemWithError(scope, st->s_extensions); /* borrowed */
+    PyObject *tls = ext != NULL && PyDict_Check(ext) ? PyDict_GetItemWithError(ext, st->s_tls)
+                                                     : NULL; /* borrowed */
+    if ((tls == NULL && PyErr_Occurred()) ||
+        (tls != NULL && PyDict_SetItem(v, st->s_tls, tls) < 0) ||
+        PyDict_SetItem(scope, st->s_extensions, v) < 0) {
         goto done;
     }
     rc = 0;
@@ -1128,17 +1146,31 @@ sk_wss_backlog(const sk_wss_t *w)
     return (w->queue != NULL && PyList_GET_SIZE(w->queue) > 0) || w->app_has_message;
 }
 
+static void
+note_client_left(WebSocketObject *w)
+{
+    /* The connection ends from the client's side while the session is not done: the client left
+     * unless the app (websocket.close) or the server (sk_wss_closing) began closing first. */
+    if (w->state != WS_DONE && !w->app_closed && !w->server_closing) {
+        w->client_left = 1;
+    }
+}
+
 void
 sk_wss_closing(sk_wss_t *w)
 {
+    w->server_closing = 1;
     if (w->state == WS_OPEN) {
         set_state(w, WS_CLOSING);
     }
 }
 
 void
-sk_wss_closed(sk_wss_t *w, int code, const char *reason, size_t reason_len)
+sk_wss_closed(sk_wss_t *w, int by_peer, int code, const char *reason, size_t reason_len)
 {
+    if (by_peer) {
+        note_client_left(w);
+    }
     ended(w, code, reason, reason_len);
     set_state(w, WS_DONE);
 }
@@ -1161,6 +1193,7 @@ void
 sk_wss_gone(sk_wss_t *w)
 {
     w->wire = NULL;
+    note_client_left(w);
     set_state(w, WS_DONE);
     ended(w, SK_WS_ABNORMAL, NULL, 0); /* RFC 6455 §7.1.5: no Close received: 1006 */
     release_drain(w, 1);

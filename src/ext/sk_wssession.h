@@ -136,11 +136,13 @@ int sk_wss_backlog(const sk_wss_t *s);
 /* The wire sent the server's Close on its own (a graceful shutdown: 1012): the session is
  * closing; the app's send() raises ClientDisconnected from now on. */
 void sk_wss_closing(sk_wss_t *s);
-/* The WebSocket connection ended: the peer's Close was received (its `code`, 1005 for none, and
- * `reason`, `reason_len` bytes of UTF-8, borrowed), the connection was failed (the code the wire
- * sent), or the close handshake timed out (1006). receive() gives websocket.disconnect with this
- * code and reason once the queue is empty. Only the first end counts. */
-void sk_wss_closed(sk_wss_t *s, int code, const char *reason, size_t reason_len);
+/* The WebSocket connection ended: the peer's Close was received (`by_peer` = 1; its `code`, 1005
+ * for none, and `reason`, `reason_len` bytes of UTF-8, borrowed), the connection was failed (the
+ * code the wire sent), or the close handshake timed out (1006) (`by_peer` = 0). receive() gives
+ * websocket.disconnect with this code and reason once the queue is empty. Only the first end
+ * counts. A peer's Close before the app's or the server's (sk_wss_closing) is the client leaving
+ * (skirr_client_disconnects_total, counted when the app's call ends). */
+void sk_wss_closed(sk_wss_t *s, int by_peer, int code, const char *reason, size_t reason_len);
 /* The wire's output dropped back under its high-water mark: send() calls waiting complete. */
 void sk_wss_drained(sk_wss_t *s);
 /* The handshake's answer is complete, as the client saw it: `status` (101 or 200 on
@@ -148,7 +150,8 @@ void sk_wss_drained(sk_wss_t *s);
  * and the metrics' response, once per session (later calls are ignored). */
 void sk_wss_answered(sk_wss_t *s, int status, uint64_t bytes);
 /* The connection is gone (the transport closed, or the stream was reset): the session ends
- * (websocket.disconnect 1006 unless sk_wss_closed() came first), send() calls waiting for drain
+ * (websocket.disconnect 1006 unless sk_wss_closed() came first: then also the client leaving,
+ * unless the app or the server had begun closing), send() calls waiting for drain
  * raise ClientDisconnected, and the session never calls `ops` again. Called exactly once, before
  * the wire frees itself; the wire keeps its reference until then. */
 void sk_wss_gone(sk_wss_t *s);

@@ -1,7 +1,8 @@
 """skirr._native: the C extension (reactor + ASGI glue). Type stub and API contract."""
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 class ClientDisconnected(OSError):
@@ -71,9 +72,19 @@ class Server:
             the other connections' responses of its loop iteration (one batch of writes); the
             batch leaves at the next response queued or app step ending once its first response
             has waited this long, and always within one loop iteration. 0 = no batch.
+        ssl_context: a :class:`TLSContext`: every connection is served over TLS (the TLS stream
+            layer, src/ext/sk_tls.h) with the context's current SSL_CTX; scopes say https/wss
+            and carry ``extensions["tls"]``. The server holds it for its whole life. None:
+            cleartext.
+        http: 0 (auto: HTTP/1.1, and HTTP/2 by prior knowledge or ALPN h2), 1 (HTTP/1.1 only)
+            or 2 (HTTP/2 only): sk_h2.h.
+        http2_max_concurrent_streams, http2_max_headers_size (-1: limit_request_field_size),
+            http2_initial_stream_window_size, http2_max_frame_size: HTTP/2 SETTINGS and limits
+            (bytes; RFC 9113 §6.5.2 ranges, else ValueError).
 
     Raises:
         OSError: epoll/timerfd could not be created.
+        TypeError: ssl_context is not a TLSContext.
     """
     def __init__(
         self,
@@ -112,10 +123,17 @@ class Server:
         ws_per_message_deflate: bool = True,
         write_batch_delay: float = 0.001,
         proxy_headers_mode: str = "x-forwarded",
+        ssl_context: TLSContext | None = None,
+        http: int = 0,
+        http2_max_concurrent_streams: int = 100,
+        http2_max_headers_size: int = -1,
+        http2_initial_stream_window_size: int = 1048576,
+        http2_max_frame_size: int = 16384,
     ) -> None: ...
     def metrics(self) -> dict[str, Any] | None:
         """The counters (None when made without ``metrics``): ``requests`` {(method, "2xx"): n},
         ``refusals`` {"431": n}, ``timeouts`` {"request_head"|"keep_alive"|"write"|"request_body": n},
+        ``disconnects`` {("http"|"websocket", "none"|"absorbed"|"error"): n} (every pair),
         ``bytes_in``, ``bytes_out`` (bytes), ``buckets`` [(bound seconds, cumulative n)],
         ``count``, ``sum`` (seconds), ``connections``, ``in_flight``. See src/ext/sk_metrics.h."""
     def start(self) -> None:
@@ -141,6 +159,61 @@ class Server:
     """--limit-max-requests: once ``total_requests`` reaches it, every response says
     ``connection: close`` (RFC 9112 §9.6); 0 = no limit. TypeError/OverflowError if not an int
     >= 0."""
+
+class TLSContext:
+    """The serving TLS context (OpenSSL 3) of :class:`Server`'s ``ssl_context``, made from files
+    (src/ext/sk_tlsctx.h). What skirr.Config.tls_context() builds from the --ssl-* settings.
+
+    Every SSL_CTX it builds: TLS 1.2 and 1.3 (``min_version`` "TLSv1.3": 1.3 only; ``version``
+    5: 1.2 only); TLS 1.2 suites forward-secret AEAD only unless ``ciphers`` says otherwise
+    ("TLSv1", uvicorn's default, means the same); no compression, no renegotiation, the
+    server's suite order; session tickets encrypted with ``ticket_key`` (80 bytes; None: random,
+    kept for reloads); ALPN http/1.1 (no overlap: the no_application_protocol alert); client
+    certificates per ``cert_reqs`` (0 none, 1 requested, a failed one let through and reported
+    in the ``tls`` extension, 2 required) against ``ca_certs``, with ``crl``; ``sni``: extra
+    ``(certfile, keyfile[, password])`` chosen by the client's server name among each
+    certificate's subjectAltName DNS names.
+
+    Args:
+        certfile: PEM certificate chain, leaf first. keyfile: its PEM key (None: in certfile).
+        password: the key's password, str, bytes or a callable returning one.
+
+    Raises:
+        ValueError: one line naming the option (as the command line spells it), the file, what
+            is wrong and OpenSSL's reason.
+        TypeError: an argument of the wrong type.
+    """
+    def __init__(
+        self,
+        certfile: str | os.PathLike[str],
+        keyfile: str | os.PathLike[str] | None = None,
+        password: str | bytes | Callable[[], str | bytes] | None = None,
+        ca_certs: str | os.PathLike[str] | None = None,
+        cert_reqs: int = 0,
+        ciphers: str | None = None,
+        min_version: str = "TLSv1.2",
+        version: int = 17,
+        crl: str | os.PathLike[str] | None = None,
+        sni: Iterable[tuple[Any, ...]] = (),
+        ticket_key: bytes | None = None,
+        http: int = 0,
+    ) -> None: ...
+    def reload(self) -> None:
+        """Builds a new SSL_CTX from the same files and swaps it in: new connections get it,
+        open ones keep theirs. On failure raises ValueError and keeps the current one."""
+    def sni_names(self) -> dict[str, str]:
+        """Each DNS name of the ``sni`` certificates -> its certfile."""
+    @property
+    def min_version(self) -> str:
+        """"TLSv1.2" or "TLSv1.3"."""
+    @property
+    def max_version(self) -> str | None:
+        """"TLSv1.2" (``version`` 5), or ``None``: the highest libssl has (TLS 1.3)."""
+
+def tls_ktls_available() -> bool:
+    """True when the running kernel offers kernel TLS (the ``tls`` ULP). Files on TLS
+    connections are read in bounded chunks and encrypted either way: the TLS layer's memory BIOs
+    cannot hand records to kernel TLS (sk_tls.h)."""
 
 def _live() -> dict[str, int]:
     """Live counts {"servers", "connections", "requests", "awaitables"} for leak tests."""

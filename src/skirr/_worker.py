@@ -1,7 +1,8 @@
 """One worker process of skirr's supervisor (``skirr.supervisor``): ``python -m skirr._worker``.
 
 Owns: rebuilding the ``Config`` and the inherited listening socket(s) from ``$SKIRR_WORKER``
-(JSON: ``config`` fields, ``fds``, ``pipe``), serving them with ``skirr.Server``, and the write end
+(JSON: ``config`` fields, ``fds``, ``pipe``, and with TLS ``tls_ticket_key``: the supervisor's
+session-ticket key, hex), serving them with ``skirr.Server``, and the write end
 of the pipe to the supervisor: messages (``skirr._pipe``: R accepting, H heartbeat, M retire me,
 S counters) written from the event loop, so a blocked loop writes nothing.
 
@@ -97,6 +98,8 @@ def main() -> int:
     sockets = [socket.socket(fileno=fd) for fd in spec["fds"]]
     pipe = _Pipe(spec["pipe"], config.timeout_worker_healthcheck / 5)
     server = Server(config, sockets=sockets)
+    if "tls_ticket_key" in spec:  # the supervisor's, shared by every worker
+        server._ticket_key = bytes.fromhex(spec["tls_ticket_key"])
     pipe.server = server
     server._signals = (signal.SIGTERM,)
     server._on_loop = pipe.start

@@ -112,7 +112,8 @@ def _default_line(rec: tuple, prefix: str) -> str | None:
         path = escape(scope["raw_path"])  # bytes: escaped and decoded in one pass
         qs = scope["query_string"]
         method = escape(scope["method"])
-        version = escape(scope["http_version"])
+        version = scope["http_version"]
+        version = "2.0" if version == "2" else escape(version)  # HTTP/2 logs as HTTP/2.0
         status = _STATUS_TEXT[rec[1]]
         host, port = client
         if ":" in host or type(port) is not int:
@@ -144,6 +145,8 @@ class Entry:
             qs = scope.get("query_string", b"")
             self.target = f"{path}?{qs.decode('latin-1')}" if qs else path
             self.http_version = scope.get("http_version")
+            if self.http_version == "2":
+                self.http_version = "2.0"  # the protocol as nginx and hypercorn log it
             self.reason = None
         else:
             (_, self.status, self.client, self.method, self.target, self.http_version,

@@ -31,6 +31,8 @@ LOG_LEVELS = {
 LOOPS = ("auto", "asyncio", "uvloop")
 LIFESPANS = ("auto", "on", "off")
 WS_MODES = ("auto", "none")  # uvicorn's --ws, the values skirr has
+HTTP_MODES = ("auto", "1", "2")  # granian's --http: HTTP/1.1 and HTTP/2, HTTP/1.1 only, HTTP/2 only
+HTTP_MODE_NUMBER = {"auto": 0, "1": 1, "2": 2}  # sk_serve.h's enum sk_http_mode
 # --proxy-headers-mode: the one proxy-header family believed (RFC 7239 §8.1): X-Forwarded-For /
 # X-Forwarded-Proto (uvicorn's, the default) or RFC 7239 Forwarded (hypercorn's "modern" mode).
 PROXY_HEADERS_MODES = ("x-forwarded", "forwarded")
@@ -75,6 +77,16 @@ MAX_BACKLOG = 65535
 DEFAULT_TIMEOUT_WORKER_HEALTHCHECK = 5.0
 # The mode of a Unix-domain socket file (--uds-perms): connectable by any user, as uvicorn's.
 DEFAULT_UDS_PERMS = 0o666
+# TLS (--ssl-*): uvicorn's defaults. --ssl-version is an ssl.PROTOCOL_* number: 17
+# (PROTOCOL_TLS_SERVER, uvicorn's default) and 2 (PROTOCOL_TLS) negotiate TLS 1.2 or 1.3, 5
+# (PROTOCOL_TLSv1_2) TLS 1.2 alone; the others are obsolete (RFC 8996) or a client's.
+# --ssl-cert-reqs is an ssl.CERT_* number: 0 none, 1 optional, 2 required. --ssl-ciphers
+# "TLSv1" (uvicorn's default, OpenSSL's list there) selects skirr's hardened TLS 1.2 list.
+DEFAULT_SSL_VERSION = 17
+SSL_VERSIONS = (2, 5, 17)
+DEFAULT_SSL_CIPHERS = "TLSv1"
+SSL_MIN_VERSIONS = ("TLSv1.2", "TLSv1.3")
+SSL_CERT_REQS = (0, 1, 2)
 # --reload's patterns when none are given (uvicorn's): watch Python files, not editor droppings.
 DEFAULT_RELOAD_INCLUDES = ("*.py",)
 DEFAULT_RELOAD_EXCLUDES = (".*", ".py[cod]", ".sw.*", "~*")
@@ -163,6 +175,16 @@ def _check_path(option: str, path: str, kind: str) -> None:
         raise ConfigError(f"{option} {path}: not a {kind}")
 
 
+def _check_readable(option: str, path: str) -> None:
+    """Raises ``ConfigError("<option> <path>: Permission denied")`` (the system's reason) when
+    the file at ``path`` cannot be opened for reading: like a missing file, a usage error found
+    before anything binds (exit 2), as an unreadable --log-config is."""
+    try:
+        open(path, "rb").close()
+    except OSError as exc:
+        raise ConfigError(f"{option} {path}: {exc.strerror or exc}") from None
+
+
 def _describe(exc: BaseException) -> str:
     """``"Type: message"``, or ``"Type"`` alone when the message is empty (``KeyboardInterrupt()``)."""
     text = str(exc)
@@ -217,7 +239,10 @@ class Config:
         lifespan: ``"auto"`` (used when the app supports it), ``"on"`` (required) or ``"off"``.
         root_path: the ASGI ``root_path`` (the mount point behind a proxy), e.g. ``"/api"``.
         factory: ``app`` names a zero-argument callable that returns the application.
-        log_level: ``critical|error|warning|info|debug|trace`` or a ``logging`` level number.
+        log_level: ``critical|error|warning|info|debug|trace`` or a ``logging`` level number;
+            ``None`` (default) = ``info``, or the levels ``log_config`` sets. Given with
+            ``log_config``, it is applied after it to ``skirr.error`` and ``skirr.access`` (the
+            explicit level wins, as uvicorn's ``--log-level`` over its ``--log-config``).
         timeout_keep_alive: seconds an idle keep-alive connection is kept open.
         timeout_request_head: seconds a connection may take to complete a request head, from
             accept or from the first byte of the next request (default 10); then 408 if any byte
@@ -300,8 +325,9 @@ class Config:
             -extensions and -protocol) are refused.
         log_config: a ``logging.config.dictConfig`` dict, or a file: ``.json``/``.yaml``/
             ``.yml`` (dictConfig) or INI (fileConfig); applied when the server starts, before
-            the app is imported. The ``skirr`` logger's level is ``log_level`` unless the
-            configuration sets it.
+            the app is imported. The ``skirr`` logger's level is ``log_level`` (``info`` when
+            ``None``) unless the configuration sets it; a ``log_level`` given overrides the
+            configuration's levels of ``skirr.error`` and ``skirr.access``.
         use_colors: colour the level names on skirr's own stderr handler; ``None`` = when stderr
             is a terminal.
         request_id: every request and response carries an ``X-Request-ID`` (a valid incoming
@@ -322,8 +348,47 @@ class Config:
         ws_per_message_deflate: accept a client's permessage-deflate offer (RFC 7692: messages
             compressed with zlib both ways; inflating is bounded by ``ws_max_size``). Default
             on, as uvicorn.
+        http: which protocols a connection may speak (granian's ``--http``): ``"auto"`` (the
+            default) HTTP/1.1, or HTTP/2 for a cleartext connection that opens with the HTTP/2
+            preface (prior knowledge, RFC 9113 §3.3) and a TLS one that selects ALPN ``h2``
+            (offered before ``http/1.1``); ``"1"`` HTTP/1.1 only; ``"2"`` HTTP/2 only.
+        http2_max_concurrent_streams: streams per HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS);
+            a stream counts until its app call has ended, reset or not. Default 100.
+        http2_max_headers_size: bytes of a request's header list (SETTINGS_MAX_HEADER_LIST_SIZE,
+            RFC 9113 §6.5.2: names + values + 32 per field); larger: 431 on the stream.
+            ``None`` (the default): 65536, HTTP/1.1's head limit.
+        http2_initial_stream_window_size: bytes of request content a stream, and the
+            connection, may have sent and the app not yet read (SETTINGS_INITIAL_WINDOW_SIZE;
+            the window reopens as the app's receive() takes it). Default 1 MiB.
+        http2_max_frame_size: the largest frame payload skirr accepts (SETTINGS_MAX_FRAME_SIZE,
+            16384..16777215). Default 16384.
         env_file: a dotenv file loaded (python-dotenv; existing variables win) on construction,
             before anything reads the environment or imports the app.
+        ssl_certfile: serve TLS (HTTPS, WSS) with the PEM certificate chain in this file (leaf
+            first); ``None`` (the default) serves cleartext. Every other ``ssl_*`` setting
+            needs it.
+        ssl_keyfile: the PEM private key of ``ssl_certfile``; ``None``: the key is in
+            ``ssl_certfile`` (as uvicorn's).
+        ssl_keyfile_password: the key's password: a str, bytes or a callable returning one.
+        ssl_version: an ``ssl.PROTOCOL_*`` number as uvicorn's: 17 (``PROTOCOL_TLS_SERVER``,
+            the default) or 2 (``PROTOCOL_TLS``): TLS 1.2 and 1.3; 5 (``PROTOCOL_TLSv1_2``):
+            TLS 1.2 alone. Others are refused (obsolete, RFC 8996).
+        ssl_min_version: the lowest TLS version, ``"TLSv1.2"`` (the default) or ``"TLSv1.3"``.
+        ssl_cert_reqs: client certificates, an ``ssl.CERT_*`` number: 0 none (the default),
+            1 requested (one that fails verification is let through, the reason in the
+            ``tls`` extension's ``client_cert_error``), 2 required and verified. 1 and 2 need
+            ``ssl_ca_certs``.
+        ssl_ca_certs: the PEM CA file client certificates are verified against.
+        ssl_ciphers: the TLS 1.2 cipher list (OpenSSL's syntax); the default ``"TLSv1"``
+            (uvicorn's) selects skirr's: forward-secret AEAD suites only. TLS 1.3's suites are
+            OpenSSL's.
+        ssl_crl: a PEM certificate revocation list checked for client certificates (needs
+            ``ssl_ca_certs``).
+        ssl_sni: extra certificates chosen by the server name the client asks for (SNI): each
+            a ``"CERTFILE:KEYFILE"`` string (``"CERTFILE"`` alone when it holds the key) or a
+            ``(certfile, keyfile[, password])`` tuple; a certificate serves the DNS names of
+            its subjectAltName (``*.example.com`` one label). Any other name gets
+            ``ssl_certfile``'s.
 
     Raises:
         ConfigError: on construction, for a value of the wrong type or out of range;
@@ -339,7 +404,7 @@ class Config:
     lifespan: str = "auto"
     root_path: str = ""
     factory: bool = False
-    log_level: str | int = "info"
+    log_level: str | int | None = None
     timeout_keep_alive: float = 5.0
     timeout_request_head: float = DEFAULT_TIMEOUT_REQUEST_HEAD
     timeout_write: float = DEFAULT_TIMEOUT_WRITE
@@ -387,6 +452,21 @@ class Config:
     ws_ping_interval: float = 20.0
     ws_ping_timeout: float = 20.0
     ws_per_message_deflate: bool = True
+    http: str = "auto"
+    http2_max_concurrent_streams: int = 100
+    http2_max_headers_size: int | None = None
+    http2_initial_stream_window_size: int = 1024 * 1024
+    http2_max_frame_size: int = 16384
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile_password: Any = None
+    ssl_version: int = DEFAULT_SSL_VERSION
+    ssl_cert_reqs: int = 0
+    ssl_ca_certs: str | None = None
+    ssl_ciphers: str = DEFAULT_SSL_CIPHERS
+    ssl_min_version: str = "TLSv1.2"
+    ssl_crl: str | None = None
+    ssl_sni: list[Any] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.env_file is not None:
@@ -407,9 +487,21 @@ class Config:
         _check_number("ws_max_queue", self.ws_max_queue, integer=True, positive=True)
         _check_number("ws_ping_interval", self.ws_ping_interval, integer=False)
         _check_number("ws_ping_timeout", self.ws_ping_timeout, integer=False)
+        _check_choice("http", self.http, HTTP_MODES)
+        for name, low, high in (("http2_max_concurrent_streams", 1, 2**31 - 1),
+                                ("http2_max_headers_size", 1, 2**31 - 1),
+                                ("http2_initial_stream_window_size", 1, 2**31 - 1),
+                                ("http2_max_frame_size", 16384, 2**24 - 1)):
+            value = getattr(self, name)
+            if value is None and name == "http2_max_headers_size":
+                continue
+            _check_number(name, value, integer=True, minimum=low)
+            if value > high:
+                raise ConfigError(f"{name} must be an integer in {low}..{high}; got {value!r}")
         if isinstance(self.log_level, str):
             _check_choice("log_level", self.log_level, tuple(LOG_LEVELS))
-        elif isinstance(self.log_level, bool) or not isinstance(self.log_level, int):
+        elif self.log_level is not None and (
+                isinstance(self.log_level, bool) or not isinstance(self.log_level, int)):
             raise ConfigError(f"log_level must be a level name or number; got {self.log_level!r}")
         _check_number("port", self.port, integer=True)
         if self.port > 65535:
@@ -452,6 +544,88 @@ class Config:
         self.allow_ips = _allow_ips(self.forwarded_allow_ips)
 
         self._check_process_settings()
+        self._check_ssl()
+
+    def _check_ssl(self) -> None:
+        """The --ssl-* settings' usage errors (exit 2): an option without --ssl-certfile, a value
+        out of range, a file that is not there. What OpenSSL refuses in the files (a bad PEM, a
+        wrong password, a key not matching) is found by :meth:`tls_context`."""
+        names = ("ssl_keyfile", "ssl_keyfile_password", "ssl_ca_certs", "ssl_crl")
+        if self.ssl_certfile is None:
+            for name in names + ("ssl_sni",):
+                if getattr(self, name):
+                    raise ConfigError(f"--{name.replace('_', '-')} needs --ssl-certfile")
+            for name, default in (("ssl_version", DEFAULT_SSL_VERSION), ("ssl_cert_reqs", 0),
+                                  ("ssl_ciphers", DEFAULT_SSL_CIPHERS),
+                                  ("ssl_min_version", "TLSv1.2")):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"--{name.replace('_', '-')} needs --ssl-certfile")
+            return
+        if isinstance(self.ssl_version, bool) or self.ssl_version not in SSL_VERSIONS:
+            raise ConfigError(
+                f"--ssl-version {self.ssl_version!r} is not served: use 17 "
+                "(ssl.PROTOCOL_TLS_SERVER, the default) or 2 (ssl.PROTOCOL_TLS) for TLS 1.2 and "
+                "1.3, or 5 (ssl.PROTOCOL_TLSv1_2) for TLS 1.2 alone; SSL 3, TLS 1.0 and TLS 1.1 "
+                "are obsolete (RFC 8996)")
+        if isinstance(self.ssl_cert_reqs, bool) or self.ssl_cert_reqs not in SSL_CERT_REQS:
+            raise ConfigError(f"--ssl-cert-reqs must be 0 (none), 1 (optional) or 2 (required); "
+                              f"got {self.ssl_cert_reqs!r}")
+        _check_choice("--ssl-min-version", self.ssl_min_version, SSL_MIN_VERSIONS)
+        if self.ssl_version == 5 and self.ssl_min_version == "TLSv1.3":
+            raise ConfigError("--ssl-version 5 (TLS 1.2 alone) contradicts --ssl-min-version "
+                              "TLSv1.3")
+        if not isinstance(self.ssl_ciphers, str) or not self.ssl_ciphers:
+            raise ConfigError(f"--ssl-ciphers must be a cipher list; got {self.ssl_ciphers!r}")
+        if self.ssl_cert_reqs and self.ssl_ca_certs is None:
+            raise ConfigError(f"--ssl-cert-reqs {self.ssl_cert_reqs} needs --ssl-ca-certs")
+        if self.ssl_crl is not None and self.ssl_ca_certs is None:
+            raise ConfigError("--ssl-crl needs --ssl-ca-certs")
+        for name in ("ssl_certfile",) + names[:1] + names[2:]:
+            value = getattr(self, name)
+            if value is not None:
+                _check_path(f"--{name.replace('_', '-')}", os.fspath(value), "file")
+                _check_readable(f"--{name.replace('_', '-')}", os.fspath(value))
+        if self.supervised and self.ssl_keyfile_password is not None and not isinstance(
+                self.ssl_keyfile_password, str):
+            raise ConfigError("ssl_keyfile_password must be a str with workers or reload (each "
+                              "worker process is given it)")
+        if not isinstance(self.ssl_sni, (list, tuple)):
+            raise ConfigError(f"ssl_sni must be a list; got {self.ssl_sni!r}")
+        self.ssl_sni_files = [_sni_item(item) for item in self.ssl_sni]
+
+    def tls_context(self, ticket_key: bytes | None = None) -> Any:
+        """The serving ``skirr._native.TLSContext`` of the --ssl-* settings, or ``None`` without
+        ``ssl_certfile``. ``ticket_key``: 80 bytes shared by the workers of one supervisor (a
+        session ticket one issued resumes on another); ``None``: a random one.
+
+        Raises:
+            ConfigError: what OpenSSL refuses, one line naming the option, the file and the
+                reason (a bad PEM file, a wrong password, a key that does not match the
+                certificate, a CA or CRL file that cannot be read, a cipher list matching
+                nothing).
+        """
+        if self.ssl_certfile is None:
+            return None
+        from . import _native
+
+        password = self.ssl_keyfile_password
+        try:
+            return _native.TLSContext(
+                os.fspath(self.ssl_certfile),
+                keyfile=self.ssl_keyfile,
+                password=password,
+                ca_certs=self.ssl_ca_certs,
+                cert_reqs=self.ssl_cert_reqs,
+                ciphers=self.ssl_ciphers,
+                min_version=self.ssl_min_version,
+                version=self.ssl_version,
+                crl=self.ssl_crl,
+                sni=[(c, k, password if p is None else p) for c, k, p in self.ssl_sni_files],
+                ticket_key=ticket_key,
+                http=HTTP_MODE_NUMBER[self.http],
+            )
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc)) from None
 
     def _check_process_settings(self) -> None:
         """Validates the address source (host:port, uds, fd), workers, reload and draining."""
@@ -549,10 +723,10 @@ class Config:
 
     @property
     def log_level_number(self) -> int:
-        """The ``logging`` level number of ``log_level``."""
+        """The ``logging`` level number of ``log_level`` (``info``'s when ``None``)."""
         if isinstance(self.log_level, int):
             return self.log_level
-        return LOG_LEVELS[self.log_level]
+        return LOG_LEVELS[self.log_level or "info"]
 
     def load_app(self) -> Callable[..., Any]:
         """Returns the ASGI application: ``app`` itself, or imported from ``"module:attr"`` (with
@@ -648,6 +822,27 @@ OWNED_FIELDS = {
        for name in (b"sec-websocket-accept", b"sec-websocket-extensions",
                     b"sec-websocket-protocol")},
 }
+
+
+def _sni_item(item: Any) -> tuple[str, str | None, Any]:
+    """(certfile, keyfile or None, password or None) of one ``ssl_sni`` entry, its files
+    checked (a usage error)."""
+    if isinstance(item, str):
+        cert, _, key = item.partition(":")
+        entry: tuple[Any, ...] = (cert, key or None, None)
+    elif isinstance(item, (tuple, list)) and len(item) in (2, 3):
+        entry = (item[0], item[1], item[2] if len(item) == 3 else None)
+    else:
+        raise ConfigError(f"--ssl-sni must be CERTFILE:KEYFILE; got {item!r}")
+    cert, key, password = entry
+    if not cert:
+        raise ConfigError(f"--ssl-sni must be CERTFILE:KEYFILE; got {item!r}")
+    _check_path("--ssl-sni", os.fspath(cert), "file")
+    _check_readable("--ssl-sni", os.fspath(cert))
+    if key is not None:
+        _check_path("--ssl-sni", os.fspath(key), "file")
+        _check_readable("--ssl-sni", os.fspath(key))
+    return os.fspath(cert), os.fspath(key) if key is not None else None, password
 
 
 def encode_headers(headers: Any) -> list[tuple[bytes, bytes]]:
@@ -815,10 +1010,13 @@ def load_log_config(log_config: str | dict[str, Any]) -> None:
 
 
 def configure_logging(
-    level: int, log_config: str | dict[str, Any] | None = None, use_colors: bool | None = None
+    level: int, log_config: str | dict[str, Any] | None = None, use_colors: bool | None = None,
+    level_given: bool = False,
 ) -> None:
     """Applies ``log_config`` (see :func:`load_log_config`), then sets the ``skirr`` logger's
-    level (unless the configuration set it) and, unless ``skirr`` has a handler already (the
+    level (unless the configuration set it), and when ``level_given`` (``--log-level`` was given)
+    the level of ``skirr.error`` and ``skirr.access`` over the configuration's (uvicorn's order:
+    its ``configure_logging`` sets ``uvicorn.error`` and ``uvicorn.access`` after the config), and, unless ``skirr`` has a handler already (the
     embedding program's or the configuration's are left alone), uvicorn's default handlers:
     ``skirr.access`` on stdout, the rest on stderr (``skirr.logging.install_default_handlers``).
 
@@ -831,6 +1029,9 @@ def configure_logging(
     root = logging.getLogger("skirr")
     if log_config is None or root.level == logging.NOTSET:
         root.setLevel(level)
+    if log_config is not None and level_given:
+        for name in ("skirr.error", "skirr.access"):
+            logging.getLogger(name).setLevel(level)
     from skirr.logging import install_default_handlers
 
     install_default_handlers(use_colors)

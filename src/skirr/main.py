@@ -27,12 +27,16 @@ from .config import (
     DEFAULT_TIMEOUT_REQUEST_BODY,
     DEFAULT_TIMEOUT_WRITE,
     DEFAULT_WRITE_BATCH_DELAY,
+    DEFAULT_SSL_CIPHERS,
+    DEFAULT_SSL_VERSION,
+    SSL_MIN_VERSIONS,
     LIFESPANS,
     LOG_LEVELS,
     LOOPS,
     MAX_BACKLOG,
     PROXY_HEADERS_MODES,
     WS_MODES,
+    HTTP_MODES,
     AppImportError,
     Config,
     ConfigError,
@@ -186,6 +190,20 @@ def build_parser() -> argparse.ArgumentParser:
     add("--ws", choices=WS_MODES, default="auto",
         help="WebSocket upgrades: auto = served (RFC 6455, ASGI websocket scope), none = passed "
         "to the app as plain HTTP requests (default: %(default)s)")
+    add("--http", choices=HTTP_MODES, default="auto",
+        help="protocols: auto = HTTP/1.1, and HTTP/2 by prior knowledge (cleartext) or ALPN h2 "
+        "(TLS); 1 = HTTP/1.1 only; 2 = HTTP/2 only (default: %(default)s)")
+    add("--http2-max-concurrent-streams", type=_int_at_least(1, 2**31 - 1), default=100,
+        metavar="N", help="HTTP/2 streams per connection whose app call has not ended "
+        "(default: %(default)s)")
+    add("--http2-max-headers-size", type=_int_at_least(1, 2**31 - 1), default=None,
+        metavar="BYTES", help="bytes of an HTTP/2 request's header list (RFC 9113 §6.5.2); "
+        "larger: 431 (default: 65536)")
+    add("--http2-initial-stream-window-size", type=_int_at_least(1, 2**31 - 1),
+        default=1024 * 1024, metavar="BYTES", help="bytes of HTTP/2 request content a stream "
+        "(and the connection) may send ahead of the app's reads (default: %(default)s)")
+    add("--http2-max-frame-size", type=_int_at_least(16384, 2**24 - 1), default=16384,
+        metavar="BYTES", help="the largest HTTP/2 frame payload accepted (default: %(default)s)")
     add("--ws-max-size", type=_int_at_least(1), default=16 * 1024 * 1024, metavar="BYTES",
         help="close a WebSocket with 1009 when a received message is larger than this "
         "(default: %(default)s)")
@@ -205,8 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="ASGI root_path, for an app mounted below a path by a proxy")
     add("--factory", action="store_true",
         help="APP is a zero-argument callable returning the application")
-    add("--log-level", choices=tuple(LOG_LEVELS), default="info",
-        help="log level (default: %(default)s)")
+    add("--log-level", choices=tuple(LOG_LEVELS), default=None,
+        help="log level (default: info, or what --log-config sets; given, it wins over "
+        "--log-config's levels of skirr.error and skirr.access, as uvicorn's)")
     add("--timeout-keep-alive", type=_seconds, default=5.0, metavar="SECONDS",
         help="close idle keep-alive connections after this long (default: %(default)g)")
     add("--timeout-request-head", type=_positive_seconds, default=DEFAULT_TIMEOUT_REQUEST_HEAD,
@@ -284,6 +303,33 @@ def build_parser() -> argparse.ArgumentParser:
     add("--metrics-port", type=_port, default=None, metavar="N",
         help="serve Prometheus metrics on this TCP port of --host (its own listener; needs "
         "prometheus-client; with --workers, all workers together) (default: off)")
+    add("--ssl-keyfile", default=None, metavar="PATH",
+        help="TLS: the PEM private key of --ssl-certfile (default: in --ssl-certfile)")
+    add("--ssl-certfile", default=None, metavar="PATH",
+        help="serve HTTPS and WSS with this PEM certificate chain, leaf first (default: none, "
+        "cleartext); SIGHUP reloads the --ssl-* files")
+    add("--ssl-keyfile-password", default=None, metavar="PASSWORD",
+        help="the password of an encrypted --ssl-keyfile")
+    add("--ssl-version", type=int, default=DEFAULT_SSL_VERSION, metavar="N",
+        help="an ssl.PROTOCOL_* number: 17 (PROTOCOL_TLS_SERVER) or 2 (PROTOCOL_TLS) negotiate "
+        "TLS 1.2 or 1.3, 5 (PROTOCOL_TLSv1_2) TLS 1.2 alone (default: %(default)s)")
+    add("--ssl-min-version", choices=SSL_MIN_VERSIONS, default="TLSv1.2",
+        help="the lowest TLS version accepted (default: %(default)s)")
+    add("--ssl-cert-reqs", type=int, default=0, metavar="N",
+        help="client certificates, an ssl.CERT_* number: 0 none, 1 optional (a failed "
+        "verification is let through and reported to the app), 2 required (default: "
+        "%(default)s)")
+    add("--ssl-ca-certs", default=None, metavar="PATH",
+        help="the PEM CA file client certificates are verified against")
+    add("--ssl-ciphers", default=DEFAULT_SSL_CIPHERS, metavar="LIST",
+        help="TLS 1.2 cipher list, OpenSSL syntax; 'TLSv1' = skirr's forward-secret AEAD suites "
+        "(default: %(default)s)")
+    add("--ssl-crl", default=None, metavar="PATH",
+        help="a PEM certificate revocation list checked for client certificates (needs "
+        "--ssl-ca-certs)")
+    add("--ssl-sni", action="append", default=[], metavar="CERTFILE:KEYFILE", dest="ssl_sni",
+        help="an extra certificate served to clients asking (SNI) for one of its "
+        "subjectAltName DNS names (repeatable; other names get --ssl-certfile's)")
     add("--env-file", default=None, metavar="PATH",
         help="load environment variables from this dotenv file first (python-dotenv; variables "
         "already set win), so it may also hold SKIRR_<OPTION> settings")
@@ -436,6 +482,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     if args.fd is None and args.uds is None and not address:
         args.fd = _systemd_fd()
+    if args.fd is not None:
+        try:
+            os.fstat(args.fd)
+        except OSError as exc:  # not open: a usage error, found before anything binds
+            parser.error(f"{flag('fd')} {args.fd}: {exc.strerror or exc}")
     if not args.reload:
         for dest in ("reload_dirs", "reload_includes", "reload_excludes"):
             if getattr(args, dest):
@@ -494,6 +545,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             ws_ping_interval=args.ws_ping_interval,
             ws_ping_timeout=args.ws_ping_timeout,
             ws_per_message_deflate=args.ws_per_message_deflate,
+            http=args.http,
+            http2_max_concurrent_streams=args.http2_max_concurrent_streams,
+            http2_max_headers_size=args.http2_max_headers_size,
+            http2_initial_stream_window_size=args.http2_initial_stream_window_size,
+            http2_max_frame_size=args.http2_max_frame_size,
+            ssl_keyfile=args.ssl_keyfile,
+            ssl_certfile=args.ssl_certfile,
+            ssl_keyfile_password=args.ssl_keyfile_password,
+            ssl_version=args.ssl_version,
+            ssl_min_version=args.ssl_min_version,
+            ssl_cert_reqs=args.ssl_cert_reqs,
+            ssl_ca_certs=args.ssl_ca_certs,
+            ssl_ciphers=args.ssl_ciphers,
+            ssl_crl=args.ssl_crl,
+            ssl_sni=args.ssl_sni,
         )
     except ConfigError as exc:
         print(f"skirr: error: {exc}", file=sys.stderr)

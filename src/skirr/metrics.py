@@ -19,6 +19,13 @@ accepting pauses the listener for ``ACCEPT_PAUSE`` s instead of spinning. Metric
 - ``skirr_refusals_total{status}``: requests skirr answered itself (400, 408, 413, 414, 426, 431,
   500, 501, 503, 505, ``other``; 400 and 426 include refused WebSocket handshakes);
 - ``skirr_timeouts_total{kind}``: ``request_head``, ``keep_alive``, ``write``, ``request_body``;
+- ``skirr_client_disconnects_total{kind, app_exception}``: clients that left before their
+  response completed (``kind="http"``) or, on a WebSocket, that closed or dropped the connection
+  before the application or the server began closing it (``kind="websocket"``), counted when the
+  application's call ends, by what it ended with: ``none`` (it returned, or was cancelled),
+  ``absorbed`` (it raised the disconnect skirr reported, or a wrapper of it: logged at debug as
+  the client's departure), ``error`` (it raised anything else: logged at error as an
+  application failure);
 - ``skirr_request_duration_seconds``: histogram from the request head to the response's end.
 
 With ``--workers N`` the supervisor serves the listener and the numbers are those of all workers
@@ -51,7 +58,8 @@ _RESOURCE_ERRNOS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.E
 
 _GAUGES = ("connections", "in_flight")
 _SCALARS = ("bytes_in", "bytes_out", "count", "sum")
-_LABELLED = ("requests", "refusals", "timeouts")
+_LABELLED = ("requests", "refusals", "timeouts", "disconnects")
+_PAIRS = ("requests", "disconnects")  # labelled by a pair: tuple keys, lists in encode()
 
 
 def merge(snapshots: Iterable[dict[str, Any]], gauges: bool = True) -> dict[str, Any]:
@@ -60,7 +68,8 @@ def merge(snapshots: Iterable[dict[str, Any]], gauges: bool = True) -> dict[str,
     ``gauges=False`` sets ``connections`` and ``in_flight`` to 0 (for the final counters of
     workers that have exited). The histograms' bucket bounds are the same in every process.
     """
-    out: dict[str, Any] = {"requests": {}, "refusals": {}, "timeouts": {}, "buckets": [],
+    out: dict[str, Any] = {"requests": {}, "refusals": {}, "timeouts": {}, "disconnects": {},
+                           "buckets": [],
                            "bytes_in": 0, "bytes_out": 0, "count": 0, "sum": 0.0,
                            "connections": 0, "in_flight": 0}
     bounds: dict[float, int] = {}
@@ -83,7 +92,8 @@ def merge(snapshots: Iterable[dict[str, Any]], gauges: bool = True) -> dict[str,
 def encode(snap: dict[str, Any]) -> bytes:
     """A snapshot as JSON bytes (its tuple keys as lists), for the pipe to the supervisor."""
     doc = dict(snap)
-    doc["requests"] = [[m, c, n] for (m, c), n in snap["requests"].items()]
+    for name in _PAIRS:
+        doc[name] = [[a, b, n] for (a, b), n in snap[name].items()]
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
@@ -95,7 +105,8 @@ def decode(data: bytes) -> dict[str, Any]:
     """
     try:
         doc = json.loads(data)
-        doc["requests"] = {(m, c): n for m, c, n in doc["requests"]}
+        for name in _PAIRS:
+            doc[name] = {(a, b): n for a, b, n in doc[name]}
         doc["buckets"] = [(float(b), n) for b, n in doc["buckets"]]
     except (TypeError, KeyError, AttributeError) as exc:  # JSONDecodeError is a ValueError
         raise ValueError(f"not a metrics snapshot: {exc!r}") from None
@@ -299,6 +310,14 @@ class _Collector:
         for kind, n in sorted(snap["timeouts"].items()):
             tmo.add_metric([kind], n)
         yield tmo
+        disc = CounterMetricFamily(
+            "skirr_client_disconnects",
+            "Clients that left before their response (WebSocket: session) completed, by kind "
+            "and what the application's call ended with.",
+            labels=["kind", "app_exception"])
+        for (kind, how), n in sorted(snap["disconnects"].items()):
+            disc.add_metric([kind, how], n)
+        yield disc
         buckets = [(repr(bound), n) for bound, n in snap["buckets"]]
         buckets.append(("+Inf", snap["count"]))
         yield HistogramMetricFamily("skirr_request_duration_seconds",

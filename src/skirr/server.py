@@ -14,6 +14,10 @@ lifespan shutdown, then (``run()``, which owns the loop) the tasks left are canc
 CANCEL_GRACE seconds to end: one that ignores its cancellation is logged and abandoned, status 1.
 A second signal forces exit: no more waiting, no lifespan shutdown, status 1; the signal handlers
 stay installed until the loop's last task has ended or been abandoned (never the default death).
+TLS (``ssl_certfile``): the context is built before the bind (a bad file is one error, nothing
+bound); SIGHUP (a single process in the main thread; a supervisor rolls its workers instead)
+reloads its files: new connections get the new context, open ones keep theirs, and a reload
+that fails logs one error line and keeps the old one.
 ``limit_max_requests`` starts the same graceful shutdown once the reactor's ``total_requests``
 reaches the limit (plus its jitter), checked every 50 ms by a watcher task that exists only when
 the limit is set.
@@ -34,7 +38,7 @@ from typing import Any, TypeVar
 from . import _native
 from ._listen import bind_socket
 from .access import AccessLog
-from .config import SHUTDOWN_MARGIN, TRACE, Config, configure_logging
+from .config import HTTP_MODE_NUMBER, SHUTDOWN_MARGIN, TRACE, Config, configure_logging
 from .lifespan import Lifespan
 
 logger = logging.getLogger("skirr.error")
@@ -98,6 +102,10 @@ class Server:
         # (each sends metrics() over its heartbeat pipe).
         self._serve_metrics = True
         self._natives: list[Any] = []  # while serving (metrics() reads them)
+        # TLS: the supervisor's session-ticket key (80 bytes, shared by its workers), or None:
+        # a random one; the context while serving.
+        self._ticket_key: bytes | None = None
+        self._tls: Any = None
         self._final_metrics: dict[str, Any] | None = None  # metrics() once they are gone
 
     @property
@@ -157,6 +165,8 @@ class Server:
             if threading.current_thread() is threading.main_thread():
                 for signum in self._signals:  # serve() left them installed (no default death)
                     loop.remove_signal_handler(signum)
+                if self._tls is not None and signal.SIGINT in self._signals:
+                    loop.remove_signal_handler(signal.SIGHUP)  # the TLS reload's
 
     async def _reap(self, tasks: set[asyncio.Task[Any]],
                     closing: Awaitable[None] | None = None) -> None:
@@ -240,7 +250,8 @@ class Server:
             ConfigError: as :meth:`run`.
         """
         config = self.config
-        configure_logging(config.log_level_number, config.log_config, config.use_colors)
+        configure_logging(config.log_level_number, config.log_config, config.use_colors,
+                          config.log_level is not None)
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
@@ -249,6 +260,8 @@ class Server:
             self._stop.set()
 
         owned = self._given is None
+        # Before the bind: a bad certificate or key file is reported with nothing bound.
+        self._tls = config.tls_context(self._ticket_key)
         # Before any application code: a port in use is reported first.
         socks = [bind_socket(config)] if owned else list(self._given or ())
         tcp = [s for s in socks if s.family in (socket.AF_INET, socket.AF_INET6)]
@@ -313,6 +326,15 @@ class Server:
                         native.max_requests = limit
                 for native in natives:
                     native.start()
+                if self._tls is not None:
+                    # The TLS layer runs libssl over memory BIOs, which kernel TLS cannot carry:
+                    # files are always read and encrypted; the line says whether the kernel could.
+                    low, high = self._tls.min_version[4:], self._tls.max_version
+                    logger.info("TLS on: TLS %s; files: pread + encrypt (%s)",
+                                f"{low} only" if low == "1.3" or high is not None
+                                else f"{low} and up",
+                                "kernel TLS available, not used" if _native.tls_ktls_available()
+                                else "no kernel TLS")
                 for sock in socks:
                     logger.info("skirr running on %s (Press CTRL+C to quit)", self._url(sock))
                 self.started.set()
@@ -418,6 +440,13 @@ class Server:
             ws_ping_timeout=float(config.ws_ping_timeout),
             ws_per_message_deflate=bool(config.ws_per_message_deflate),
             write_batch_delay=float(config.write_batch_delay),
+            ssl_context=self._tls,
+            http=HTTP_MODE_NUMBER[config.http],
+            http2_max_concurrent_streams=config.http2_max_concurrent_streams,
+            http2_max_headers_size=(-1 if config.http2_max_headers_size is None
+                                    else config.http2_max_headers_size),
+            http2_initial_stream_window_size=config.http2_initial_stream_window_size,
+            http2_max_frame_size=config.http2_max_frame_size,
         )
 
     async def _watch_max_requests(self, natives: list[Any], limit: int) -> None:
@@ -543,7 +572,21 @@ class Server:
         for signum in self._signals:
             loop.add_signal_handler(signum, self._on_signal, signum)
             installed.append(signum)
+        if self._tls is not None and signal.SIGINT in self._signals:
+            # a process of its own (not a supervised or gunicorn worker: only SIGTERM there;
+            # skirr's supervisor rolls its workers instead)
+            loop.add_signal_handler(signal.SIGHUP, self._reload_tls)
+            installed.append(signal.SIGHUP)
         return installed
+
+    def _reload_tls(self) -> None:
+        """SIGHUP: the TLS files read again; on failure one error line, the old context kept."""
+        try:
+            self._tls.reload()
+        except (ValueError, TypeError) as exc:
+            logger.error("SIGHUP: TLS reload failed, keeping the current certificates: %s", exc)
+            return
+        logger.info("SIGHUP: TLS certificates reloaded")
 
     def _on_signal(self, signum: int) -> None:
         logger.debug("Received %s", signal.Signals(signum).name)
@@ -565,7 +608,7 @@ class Server:
             host = self.config.host
         if sock.family == socket.AF_INET6:
             host = f"[{host}]"
-        return f"http://{host}:{port}"
+        return f"{'https' if self._tls is not None else 'http'}://{host}:{port}"
 
 
 def _task_kinds(tasks: list[asyncio.Task[Any]]) -> str:

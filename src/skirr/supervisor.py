@@ -42,12 +42,20 @@ Replacing a worker without dropping connections (SIGHUP, ``--limit-max-requests`
 slot's new worker on the same socket, wait until it accepts, then stop the old one gracefully
 (SIGTERM). Both accept from the one socket meanwhile, so no connection is refused or reset.
 
+TLS (``ssl_certfile``). The supervisor builds the context once before binding (a bad file is one
+``skirr: error:`` line, exit 1, before any worker starts) and makes one random session-ticket key
+(80 bytes) for the run, handed to every worker with its specification, so a session ticket one
+worker issued is resumed by whichever worker the kernel gives the reconnect to; each worker
+builds its own context from the same files and that key. The key never changes within a run.
+
 Signals (as gunicorn's arbiter):
 
     SIGTERM, SIGINT  graceful: every worker gets SIGTERM (its --drain-delay, then its graceful
                      shutdown); exit 0 once all have exited cleanly (1 if one failed). A second
                      one: SIGKILL every worker, exit 1.
-    SIGHUP           rolling restart with fresh application code, one slot at a time.
+    SIGHUP           rolling restart with fresh application code, one slot at a time. With TLS
+                     the --ssl-* files are checked here first: a reload that fails is one
+                     error line, and the workers keep serving with the old files.
     SIGTTIN          one worker more (a new slot).
     SIGTTOU          one worker fewer (the newest slot; never below one). Its own listener
                      first stops getting new connections (a classic BPF program on the
@@ -175,6 +183,8 @@ class Supervisor:
         self._sel: selectors.BaseSelector | None = None
         self._where = ""
         self._metrics: Any = None  # skirr.metrics.Aggregate with --metrics-port
+        # TLS: the session-ticket key of this run, shared by every worker (see TLS above)
+        self._ticket_key: bytes | None = os.urandom(80) if config.ssl_certfile else None
 
     # -- the main loop
 
@@ -187,7 +197,9 @@ class Supervisor:
         config = self.config
         # The user's logging configuration and colours, as each worker applies them: the
         # supervisor's own lines go to the same handlers in the same format.
-        configure_logging(config.log_level_number, config.log_config, config.use_colors)
+        configure_logging(config.log_level_number, config.log_config, config.use_colors,
+                          config.log_level is not None)
+        config.tls_context(self._ticket_key)  # a bad --ssl-* file: nothing bound, no worker
         self._bind()
         exporter = None
         if config.metrics_port is not None:
@@ -338,6 +350,8 @@ class Supervisor:
         try:
             os.set_blocking(read_end, False)
             spec = {"config": fields, "fds": [slot.sock.fileno()], "pipe": write_end}
+            if self._ticket_key is not None:
+                spec["tls_ticket_key"] = self._ticket_key.hex()
             env = dict(os.environ)
             env[_pipe.ENV] = json.dumps(spec)
             try:
@@ -528,6 +542,11 @@ class Supervisor:
         if self._stopping:
             return
         if signum == signal.SIGHUP:
+            try:
+                self.config.tls_context(self._ticket_key)  # the files the new workers read
+            except ConfigError as exc:
+                logger.error("SIGHUP: TLS reload failed, keeping the current workers: %s", exc)
+                return
             logger.info("SIGHUP: restarting %d worker(s) one at a time", len(self.slots))
             self._roll = [s for s in self.slots if s is not self._rolling]
             self._advance_roll()

@@ -836,6 +836,32 @@ test_parser_target(T *t)
 }
 
 /* Direct checks of the pull API that the event log does not show. */
+/* The checks exported for HTTP/2's pseudo-header fields are HTTP/1.1's own. */
+static void
+test_http_checks(T *t)
+{
+    CHECK(t, sk_http_method_id("GET", 3) == HTTP_GET);
+    CHECK(t, sk_http_method_id("M-SEARCH", 8) == HTTP_MSEARCH);
+    CHECK(t, sk_http_method_id("QUERY", 5) == HTTP_QUERY);
+    CHECK(t, sk_http_method_id("CONNECT", 7) == HTTP_CONNECT);
+    CHECK(t, sk_http_method_id("get", 3) == -1);
+    CHECK(t, sk_http_method_id("GE", 2) == -1);
+    CHECK(t, sk_http_method_id("GETX", 4) == -1);
+    CHECK(t, sk_http_method_id("PRI", 3) == -1);
+    CHECK(t, sk_http_method_id("DESCRIBE", 8) == -1);
+    CHECK(t, sk_http_target_invalid("/a?b=%41", 8) == NULL);
+    CHECK(t, sk_http_target_invalid("*", 1) == NULL);
+    CHECK(t, sk_http_target_invalid("/a#b", 4) != NULL);
+    CHECK(t, sk_http_target_invalid("/?q=%2", 6) != NULL);
+    CHECK(t, sk_http_target_invalid("/a\x80", 3) != NULL);
+    CHECK(t, sk_http_valid_authority("example.com:80", 14, 1) == 1);
+    CHECK(t, sk_http_valid_authority("[::1]:8080", 10, 1) == 1);
+    CHECK(t, sk_http_valid_authority("", 0, 0) == 1);
+    CHECK(t, sk_http_valid_authority("", 0, 1) == 0);
+    CHECK(t, sk_http_valid_authority("user@example.com", 16, 0) == 0);
+    CHECK(t, sk_http_valid_authority("example.com:8a", 14, 0) == 0);
+}
+
 static void
 test_parser_api(T *t)
 {
@@ -2120,6 +2146,7 @@ main(void)
     test_parser_limits(&t);
     test_parser_target(&t);
     test_parser_api(&t);
+    test_http_checks(&t);
     test_resp_framing(&t);
     test_resp_bodyless(&t);
     test_resp_fields(&t);

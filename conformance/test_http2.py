@@ -1,0 +1,1192 @@
+"""HTTP/2 (issue 33, spec/http2.toml): getting to HTTP/2 (prior knowledge, ALPN, --http), each
+stream an ASGI exchange (scope, bodies, flow control, the send() contract, trailers, early hints,
+files, disconnects) and the connection's GOAWAYs, over raw frames with the `h2` library as client
+and oracle (conformance/h2_util.py). Every case runs on asyncio and uvloop (the `serve` fixture).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import h2.errors
+import h2.exceptions
+import h2.events
+import h2.settings
+import hyperframe.frame
+import pytest
+
+from h2_util import PREFACE, H2Client, raw_frames
+from tls_util import TLSFiles
+
+IO = 5.0
+
+
+async def hello(scope, receive, send):
+    """200 'hello' for any request (its body read whole first)."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"hello"})
+
+
+class Recorder:
+    """An app that records each request's scope and events, then answers 200 with the body it
+    read."""
+
+    def __init__(self) -> None:
+        self.scopes: list = []
+        self.events: list = []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return
+        self.scopes.append(scope)
+        body = b""
+        while True:
+            m = await receive()
+            self.events.append(m)
+            body += m.get("body", b"")
+            if not m.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+
+def h2_get(port: int, path: str = "/", **kw):
+    with H2Client.open(port) as c:
+        sid = c.get(path, **kw)
+        return c.answer(sid)
+
+
+# ---- getting to HTTP/2 -------------------------------------------------------------------------
+
+
+@pytest.mark.rule("h2-prior-knowledge")
+def test_prior_knowledge_get(serve):
+    with serve(hello) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.get("/")
+            a = c.answer(sid)
+    assert sid == 1
+    assert (a.status, a.body, a.ended, a.reset) == (200, b"hello", True, None)
+    names = [n for n, _ in a.headers]
+    assert names == [b"content-type", b"date", b"server"]
+    assert a.header(b"content-type") == b"text/plain" and a.header(b"server") == b"skirr"
+
+
+@pytest.mark.rule("h2-prior-knowledge")
+def test_preface_in_pieces_is_waited_for(serve):
+    """The preface one byte at a time: nothing comes back while it is a strict prefix (no
+    HTTP/1.1 400 either); its last byte brings the server's SETTINGS, and a request is served."""
+    with serve(hello) as srv:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=IO)
+        for i in range(len(PREFACE) - 1):
+            s.sendall(PREFACE[i:i + 1])
+            time.sleep(0.002)
+        s.settimeout(0.3)
+        with pytest.raises(socket.timeout):
+            s.recv(100)
+        s.sendall(PREFACE[-1:])
+        s.settimeout(IO)
+        first = raw_frames(s.recv(9 + 6 * 5))
+        assert isinstance(first[0], hyperframe.frame.SettingsFrame) and "ACK" not in first[0].flags
+        c = H2Client(s, IO, preface=False)
+        c.conn.initiate_connection()
+        c.conn.data_to_send()  # h2's preface and SETTINGS: only the SETTINGS are sent
+        c.send_raw(hyperframe.frame.SettingsFrame(0).serialize())
+        sid = c.get("/")
+        a = c.answer(sid)
+        c.close()
+    assert (a.status, a.body) == (200, b"hello")
+
+
+@pytest.mark.rule("h2-prior-knowledge")
+def test_other_first_bytes_are_http11(serve):
+    with serve(hello) as srv:
+        r = srv.get("/")
+    assert (r.status, r.body) == (200, b"hello")
+
+
+@pytest.mark.rule("h2-settings")
+def test_server_settings(serve):
+    with serve(hello) as srv:
+        with H2Client.open(srv.port) as c:
+            evs = c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated)
+                                 and e.stream_id == 0)
+    changed = [e for e in evs if isinstance(e, h2.events.RemoteSettingsChanged)][0]
+    got = {int(k): v.new_value for k, v in changed.changed_settings.items()}
+    S = h2.settings.SettingCodes
+    assert got == {S.MAX_CONCURRENT_STREAMS: 100, S.INITIAL_WINDOW_SIZE: 1048576,
+                   S.MAX_FRAME_SIZE: 16384, S.MAX_HEADER_LIST_SIZE: 65536, S.ENABLE_PUSH: 0}
+    assert evs[-1].delta == 1048576 - 65535
+
+
+# ---- the scope ---------------------------------------------------------------------------------
+
+
+@pytest.mark.rule("h2-scope")
+def test_scope_exactly(serve):
+    app = Recorder()
+    with serve(app) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request([(":method", "GET"), (":scheme", "http"),
+                             (":path", "/a%20b/c?x=1&y=%20"), (":authority", "example.org:81"),
+                             ("user-agent", "t"), ("accept", "*/*"), ("x-b", "1"), ("x-b", "2")])
+            a = c.answer(sid)
+            cport = c.sock.getsockname()[1]
+    assert a.status == 200
+    scope = dict(app.scopes[0])
+    ext = scope.pop("extensions")
+    state = scope.pop("state", None)
+    assert state in (None, {})
+    assert scope == {
+        "type": "http", "asgi": {"version": "3.0", "spec_version": "2.5"},
+        "http_version": "2", "method": "GET", "scheme": "http",
+        "path": "/a b/c", "raw_path": b"/a%20b/c", "query_string": b"x=1&y=%20",
+        "root_path": "",
+        "headers": [(b"user-agent", b"t"), (b"accept", b"*/*"), (b"x-b", b"1"), (b"x-b", b"2"),
+                    (b"host", b"example.org:81")],
+        "client": ("127.0.0.1", cport), "server": ("127.0.0.1", srv.port),
+    }
+    assert sorted(ext) == ["http.response.early_hint", "http.response.pathsend",
+                           "http.response.trailers", "http.response.zerocopysend"]
+
+
+@pytest.mark.rule("h2-scope")
+def test_host_field_equal_to_authority_kept_differing_refused(serve):
+    """A host field equal to :authority (compared case-insensitively) is kept in its place with
+    :authority's bytes (one answer to "which host", as HTTP/1.1's absolute-form); one that differs makes the request malformed (RFC 9113 §8.3.1): RST_STREAM PROTOCOL_ERROR, the
+    app never called."""
+    app = Recorder()
+    with serve(app) as srv:
+        kept = h2_get(srv.port, "/", extra=[("host", "A.Example")], authority="a.example")
+        refused = h2_get(srv.port, "/", extra=[("host", "other")], authority="a.example")
+    assert (kept.status, refused.status, refused.reset) == (200, None,
+                                                            h2.errors.ErrorCodes.PROTOCOL_ERROR)
+    assert [sc["headers"] for sc in app.scopes] == [[(b"host", b"a.example")]]
+
+
+@pytest.mark.rule("h2-cookie-crumbs")
+def test_cookie_crumbs_joined(serve):
+    app = Recorder()
+    with serve(app) as srv:
+        h2_get(srv.port, "/", extra=[("x-a", "1"), ("cookie", "a=1"), ("x-b", "2"),
+                                     ("cookie", "b=2"), ("cookie", "c=3")])
+    assert app.scopes[0]["headers"] == [(b"x-a", b"1"), (b"cookie", b"a=1; b=2; c=3"),
+                                        (b"x-b", b"2"), (b"host", b"testserver")]
+
+
+# ---- request bodies ----------------------------------------------------------------------------
+
+
+@pytest.mark.rule("h2-request-body")
+def test_request_body_events(serve):
+    app = Recorder()
+    with serve(app) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.get("/", method="POST", body=b"")
+            # a second request whose body comes in three DATA frames
+            sid2 = c.request([(":method", "POST"), (":scheme", "http"), (":path", "/2"),
+                              (":authority", "t")], end=False)
+            a = c.answer(sid)
+            for piece, end in ((b"abc", False), (b"de", False), (b"f", True)):
+                c.conn.send_data(sid2, piece, end_stream=end)
+                c.flush()
+                time.sleep(0.05)
+            a2 = c.answer(sid2)
+    assert (a.status, a.body) == (200, b"")
+    assert (a2.status, a2.body) == (200, b"abcdef")
+    second = app.events[1:]
+    assert b"".join(e["body"] for e in second) == b"abcdef"
+    assert [e["more_body"] for e in second][-1] is False
+    assert all(e["type"] == "http.request" for e in second)
+    assert all(e["more_body"] for e in second[:-1])
+
+
+# ---- ALPN and --http ---------------------------------------------------------------------------
+
+
+@pytest.mark.rule("h2-alpn", "h2-scope")
+@pytest.mark.parametrize("http, offer, selected", [
+    ("auto", ("h2", "http/1.1"), "h2"), ("auto", ("http/1.1", "h2"), "h2"),
+    ("2", ("h2",), "h2"), ("2", (), None)],
+    ids=["auto-h2-first", "auto-h2-second", "h2-only", "h2-only-no-alpn"])
+def test_alpn_h2_serves_http2(serve, tmp_path, http, offer, selected):
+    files = TLSFiles(tmp_path)
+    app = Recorder()
+    with serve(app, **files.server_config(http=http)) as srv:
+        with H2Client.open_tls(srv.port, files.client_context(), alpn=offer) as c:
+            assert c.alpn == selected
+            a = c.answer(c.get("/", scheme="https"))
+    assert (a.status, a.ended) == (200, True)
+    scope = app.scopes[0]
+    assert (scope["http_version"], scope["scheme"]) == ("2", "https")
+    assert scope["extensions"]["tls"]["tls_version"] in (0x303, 0x304)
+
+
+@pytest.mark.rule("h2-alpn")
+def test_alpn_http1_mode_refuses_h2_only_client(serve, tmp_path):
+    files = TLSFiles(tmp_path)
+    app = Recorder()
+    with serve(app, **files.server_config(http="1")) as srv:
+        ctx = files.client_context()
+        ctx.set_alpn_protocols(["h2"])
+        with pytest.raises(ssl.SSLError) as err:
+            with socket.create_connection(("127.0.0.1", srv.port), timeout=IO) as raw:
+                with ctx.wrap_socket(raw, server_hostname="localhost"):
+                    pass
+        assert "no application protocol" in str(err.value)
+        ctx = files.client_context()
+        ctx.set_alpn_protocols(["h2", "http/1.1"])
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=IO) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                assert tls.selected_alpn_protocol() == "http/1.1"
+    assert app.scopes == []
+
+
+@pytest.mark.rule("h2-http-mode")
+def test_http1_mode_parses_the_preface_as_http11(serve):
+    app = Recorder()
+    with serve(app, http="1") as srv:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=IO) as s:
+            s.sendall(PREFACE)
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+    assert data.startswith(b"HTTP/1.1 505 HTTP Version Not Supported\r\n")
+    assert app.scopes == []
+
+
+@pytest.mark.rule("h2-http-mode")
+def test_http2_mode_refuses_http11_with_goaway(serve):
+    app = Recorder()
+    with serve(app, http="2") as srv:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=IO) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            data = b""
+            while chunk := s.recv(4096):
+                data += chunk
+    frames = raw_frames(data)
+    assert [type(f).__name__ for f in frames] == ["SettingsFrame", "WindowUpdateFrame",
+                                                  "GoAwayFrame"]
+    assert (frames[-1].error_code, frames[-1].last_stream_id) == (h2.errors.ErrorCodes.PROTOCOL_ERROR, 0)
+    assert app.scopes == []
+
+
+@pytest.mark.rule("h2-http-mode")
+def test_h2c_upgrade_stays_http11(serve):
+    app = Recorder()
+    with serve(app) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=IO) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: Upgrade, HTTP2-Settings\r\n"
+                      b"upgrade: h2c\r\nhttp2-settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\r\n")
+            s.settimeout(IO)
+            data = s.recv(4096)
+    assert data.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert app.scopes[0]["http_version"] == "1.1"
+
+
+# ---- flow control ------------------------------------------------------------------------------
+
+
+@pytest.mark.rule("h2-flow-control-app")
+def test_no_window_update_until_the_app_reads(serve):
+    gate = threading.Event()
+
+    async def app(scope, receive, send):
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        n = 0
+        while True:
+            m = await receive()
+            n += len(m["body"])
+            if not m["more_body"]:
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": str(n).encode()})
+
+    window = 65535
+    with serve(app, http2_initial_stream_window_size=window) as srv:
+        with H2Client.open(srv.port) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+            sid = c.request([(":method", "POST"), (":scheme", "http"), (":path", "/"),
+                             (":authority", "t")], end=False)
+            for _ in range(4):
+                c.conn.send_data(sid, b"x" * 16383)
+            c.conn.send_data(sid, b"x" * 3)
+            c.flush()
+            assert c.conn.local_flow_control_window(sid) == 0
+            with pytest.raises(AssertionError, match="timed out"):
+                c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated), timeout=0.5)
+            gate.set()
+            evs = c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated)
+                                 and e.stream_id == sid)
+            assert any(isinstance(e, h2.events.WindowUpdated) and e.stream_id == 0 for e in evs)
+            c.conn.send_data(sid, b"y" * 1000, end_stream=True)
+            c.flush()
+            a = c.answer(sid)
+    assert (a.status, a.body) == (200, b"66535")
+
+
+# ---- responses ---------------------------------------------------------------------------------
+
+
+def steps_app(steps, seen=None):
+    """Sends steps(scope) in order (after reading the body); exceptions from send() go to
+    seen."""
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        while (await receive()).get("more_body"):
+            pass
+        for msg in steps(scope):
+            try:
+                await send(msg)
+            except Exception as exc:
+                if seen is None:
+                    raise
+                seen.append(exc)
+                return
+    return app
+
+
+@pytest.mark.rule("h2-response")
+def test_response_fields_lowercased_and_connection_specific_dropped(serve):
+    def steps(scope):
+        return [{"type": "http.response.start", "status": 201, "headers": [
+                    (b"X-Mixed-Case", b"v"), (b"Connection", b"close"), (b"keep-alive", b"5"),
+                    (b"transfer-encoding", b"chunked"), (b"upgrade", b"x"),
+                    (b"proxy-connection", b"y"), (b"content-length", b"2")]},
+                {"type": "http.response.body", "body": b"ok"}]
+
+    with serve(steps_app(steps), date_header=False) as srv:
+        a = h2_get(srv.port)
+    assert (a.status, a.body, a.ended) == (201, b"ok", True)
+    assert a.headers == [(b"x-mixed-case", b"v"), (b"content-length", b"2"), (b"server", b"skirr")]
+
+
+@pytest.mark.rule("h2-response")
+@pytest.mark.parametrize("method, status", [("HEAD", 200), ("GET", 204), ("GET", 304)])
+def test_bodyless_responses_have_no_data(serve, method, status):
+    def steps(scope):
+        return [{"type": "http.response.start", "status": status,
+                 "headers": [(b"content-length", b"5")] if status == 200 else []},
+                {"type": "http.response.body", "body": b"hello" if status == 200 else b""}]
+
+    with serve(steps_app(steps), date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/", method=method))
+    assert (a.status, a.body, a.ended) == (status, b"", True)
+    assert not any(isinstance(e, h2.events.DataReceived) for e in a.events)
+    # END_STREAM was on the HEADERS frame itself
+    assert a.events[0].stream_ended is not None
+
+
+@pytest.mark.rule("h2-response")
+def test_empty_body_ends_on_headers(serve):
+    def steps(scope):
+        return [{"type": "http.response.start", "status": 200, "headers": []},
+                {"type": "http.response.body", "body": b""}]
+
+    with serve(steps_app(steps)) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/"))
+    assert (a.status, a.body) == (200, b"")
+    assert [type(e).__name__ for e in a.events] == ["ResponseReceived", "StreamEnded"]
+
+
+@pytest.mark.rule("h2-response")
+def test_content_length_too_short_resets_the_stream(serve):
+    seen: list = []
+
+    def steps(scope):
+        return [{"type": "http.response.start", "status": 200,
+                 "headers": [(b"content-length", b"10")]},
+                {"type": "http.response.body", "body": b"abc", "more_body": True},
+                {"type": "http.response.body", "body": b"de"}]
+
+    with serve(steps_app(steps, seen)) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/"))
+            b = c.answer(c.get("/other"))  # the connection goes on
+    assert (a.status, a.reset) == (200, h2.errors.ErrorCodes.INTERNAL_ERROR)
+    assert len(seen) == 2 and all("shorter than Content-Length" in str(e) for e in seen)
+    assert b.status == 200 and b.reset == h2.errors.ErrorCodes.INTERNAL_ERROR
+
+
+# ---- trailers, early hints, files --------------------------------------------------------------
+
+
+@pytest.mark.rule("h2-trailers")
+def test_trailers_after_data(serve):
+    def steps(scope):
+        assert "http.response.trailers" in scope["extensions"]
+        return [{"type": "http.response.start", "status": 200, "trailers": True,
+                 "headers": [(b"content-type", b"application/grpc")]},
+                {"type": "http.response.body", "body": b"abc", "more_body": True},
+                {"type": "http.response.body", "body": b"def"},
+                {"type": "http.response.trailers",
+                 "headers": [(b"Grpc-Status", b"0"), (b"grpc-message", b"ok")], "more_trailers": True},
+                {"type": "http.response.trailers", "headers": [(b"x-t", b"1")]}]
+
+    with serve(steps_app(steps), date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/"))
+    assert (a.status, a.body, a.ended) == (200, b"abcdef", True)
+    assert a.trailers == [(b"grpc-status", b"0"), (b"grpc-message", b"ok"), (b"x-t", b"1")]
+    kinds = [type(e).__name__ for e in a.events]
+    assert kinds[0] == "ResponseReceived" and kinds[-2:] == ["TrailersReceived", "StreamEnded"]
+    assert all(k == "DataReceived" for k in kinds[1:-2])
+
+
+@pytest.mark.rule("h2-trailers")
+def test_forbidden_trailer_raises(serve):
+    seen: list = []
+
+    def steps(scope):
+        return [{"type": "http.response.start", "status": 200, "trailers": True, "headers": []},
+                {"type": "http.response.body", "body": b"abc"},
+                {"type": "http.response.trailers", "headers": [(b"content-length", b"3")]}]
+
+    with serve(steps_app(steps, seen)) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/"))
+    assert len(seen) == 1 and isinstance(seen[0], RuntimeError)
+    assert (a.status, a.body, a.trailers) == (200, b"abc", None)
+    assert a.reset == h2.errors.ErrorCodes.INTERNAL_ERROR
+
+
+@pytest.mark.rule("h2-early-hints")
+def test_early_hints_as_103_headers(serve):
+    def steps(scope):
+        return [{"type": "http.response.early_hint", "links": [b"</a.css>; rel=preload"]},
+                {"type": "http.response.early_hint",
+                 "links": [b"</b.js>; rel=preload", b"</c.woff2>; rel=preload"]},
+                {"type": "http.response.start", "status": 200, "headers": []},
+                {"type": "http.response.body", "body": b"ok"}]
+
+    with serve(steps_app(steps), date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/"))
+    assert a.interim == [(103, [(b"link", b"</a.css>; rel=preload")]),
+                         (103, [(b"link", b"</b.js>; rel=preload"),
+                                (b"link", b"</c.woff2>; rel=preload")])]
+    assert (a.status, a.body) == (200, b"ok")
+
+
+@pytest.mark.rule("h2-pathsend")
+@pytest.mark.parametrize("kind", ["pathsend", "zerocopysend", "zerocopysend-range"])
+def test_file_bodies(serve, tmp_path, kind):
+    data = os.urandom(200_000)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        if kind == "pathsend":
+            await send({"type": "http.response.pathsend", "path": str(path)})
+            return
+        with open(path, "rb") as f:
+            msg = {"type": "http.response.zerocopysend", "file": f}
+            if kind == "zerocopysend-range":
+                msg.update(offset=1000, count=70_000)
+            await send(msg)
+
+    with serve(app) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/"))
+    want = data[1000:71_000] if kind == "zerocopysend-range" else data
+    assert (a.status, len(a.body), a.body == want, a.ended) == (200, len(want), True, True)
+
+
+# ---- backpressure and disconnects --------------------------------------------------------------
+
+
+@pytest.mark.rule("h2-backpressure")
+def test_send_waits_for_the_peers_window(serve):
+    progress: list = []
+    chunk = b"z" * 65536
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for i in range(4):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            progress.append(i)
+        await send({"type": "http.response.body", "body": b""})
+        progress.append("end")
+
+    with serve(app) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.get("/")
+            got = b""
+            # read without acknowledging: the server can send 65535 bytes, no more
+            deadline = time.monotonic() + 0.8
+            while time.monotonic() < deadline:
+                try:
+                    for e in c.events_until(lambda e: isinstance(e, h2.events.DataReceived),
+                                            timeout=max(0.05, deadline - time.monotonic()),
+                                            ack_data=False):
+                        if isinstance(e, h2.events.DataReceived):
+                            got += e.data
+                except AssertionError:
+                    break
+            assert len(got) == 65535
+            assert progress == [0] or progress == []  # the second send() waits
+            c.conn.acknowledge_received_data(len(got), sid)
+            c.conn.increment_flow_control_window(4 * 65536 - 65535 + 10, sid)
+            c.conn.increment_flow_control_window(4 * 65536 - 65535 + 10)
+            c.flush()
+            a = c.answer(sid)
+    assert len(got + a.body) == 4 * 65536 and a.ended
+    assert progress == [0, 1, 2, 3, "end"]
+
+
+@pytest.mark.rule("h2-backpressure")
+@pytest.mark.parametrize("streams", [3, 20])
+def test_concurrent_64k_responses_with_a_large_window_all_complete(serve, streams):
+    # Regression: writable() pumped nghttp2's output into the transport's buffer without
+    # writing it, so with a window that never closes, the third 64 KiB response on a connection
+    # stopped at 32768 bytes for ever.
+    body = bytes(range(256)) * 256   # 64 KiB
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    with serve(app) as srv:
+        with H2Client.open(srv.port, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE:
+                                               1 << 30}) as c:
+            c.conn.increment_flow_control_window((1 << 30) - 65535)
+            c.flush()
+            sids = [c.conn.get_next_available_stream_id() + 2 * i for i in range(streams)]
+            for sid in sids:
+                c.conn.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"http"),
+                                          (b":path", b"/64k"), (b":authority", b"testserver")],
+                                    end_stream=True)
+            c.flush()
+            got = {sid: b"" for sid in sids}
+            ended: set = set()
+
+            def done(e) -> bool:
+                if isinstance(e, h2.events.DataReceived):
+                    got[e.stream_id] += e.data
+                elif isinstance(e, h2.events.StreamEnded):
+                    ended.add(e.stream_id)
+                elif isinstance(e, h2.events.StreamReset):
+                    raise AssertionError(f"stream {e.stream_id} reset")
+                return len(ended) == len(sids)
+
+            c.events_until(done, timeout=IO)
+    assert ended == set(sids)
+    assert {sid: got[sid] == body for sid in sids} == {sid: True for sid in sids}
+
+
+@pytest.mark.rule("h2-disconnect")
+def test_rst_stream_gives_disconnect_and_client_disconnected(serve):
+    events: list = []
+    started = threading.Event()
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/other":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"other"})
+            return
+        started.set()
+        events.append(await receive())   # the (empty, unfinished) body or the disconnect
+        if events[-1]["type"] == "http.request":
+            events.append(await receive())
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"x"})
+        except Exception as exc:
+            events.append(type(exc).__name__)
+
+    with serve(app) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request([(":method", "POST"), (":scheme", "http"), (":path", "/"),
+                             (":authority", "t")], end=False)
+            assert started.wait(IO)
+            c.conn.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+            c.flush()
+            b = c.answer(c.get("/other"))
+            deadline = time.monotonic() + IO
+            while len(events) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+    assert (b.status, b.body) == (200, b"other")
+    assert events[-2:] == [{"type": "http.disconnect"}, "ClientDisconnected"] or \
+        events == [{"type": "http.disconnect"}, "ClientDisconnected"]
+
+
+@pytest.mark.rule("h2-disconnect")
+def test_connection_loss_disconnects_every_stream(serve):
+    got: list = []
+    started = threading.Semaphore(0)
+
+    async def app(scope, receive, send):
+        started.release()
+        got.append((scope["path"], await receive()))
+
+    with serve(app) as srv:
+        c = H2Client.open(srv.port)
+        for p in ("/a", "/b"):
+            c.request([(":method", "GET"), (":scheme", "http"), (":path", p),
+                       (":authority", "t")], end=False)
+        assert started.acquire(timeout=IO) and started.acquire(timeout=IO)
+        c.close()
+        deadline = time.monotonic() + IO
+        while len(got) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert sorted(got, key=lambda x: x[0]) == [("/a", {"type": "http.disconnect"}),
+                                               ("/b", {"type": "http.disconnect"})]
+
+
+@pytest.mark.rule("h2-app-error")
+def test_app_error_before_and_after_the_head(serve):
+    async def app(scope, receive, send):
+        if scope["path"] == "/after":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        raise RuntimeError("boom")
+
+    with serve(app, date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            before = c.answer(c.get("/before"))
+            after = c.answer(c.get("/after"))
+            again = c.answer(c.get("/before"))
+        assert len(srv.errors()) == 3
+    assert (before.status, before.body, before.ended) == (500, b"Internal Server Error", True)
+    assert before.headers == [(b"content-type", b"text/plain; charset=utf-8"),
+                              (b"content-length", b"21"), (b"server", b"skirr")]
+    assert (after.status, after.body, after.reset) == (200, b"part", h2.errors.ErrorCodes.INTERNAL_ERROR)
+    assert again.status == 500
+
+
+# ---- concurrency, GOAWAY -----------------------------------------------------------------------
+
+
+@pytest.mark.rule("h2-concurrent-streams")
+def test_streams_over_the_limit_refused_reset_ones_still_count(serve):
+    release = threading.Event()
+    calls: list = []
+
+    async def app(scope, receive, send):
+        calls.append(scope["path"])
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+        except Exception:
+            pass
+
+    with serve(app, http2_max_concurrent_streams=2) as srv:
+        with H2Client.open(srv.port) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+            s1 = c.get("/1")
+            s2 = c.get("/2")
+            deadline = time.monotonic() + IO
+            while len(calls) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            # the client resets both: their apps still run, so they still count
+            c.conn.reset_stream(s1)
+            c.conn.reset_stream(s2)
+            c.flush()
+            time.sleep(0.1)
+            s3 = c.get("/3")
+            a3 = c.answer(s3)
+            release.set()
+            time.sleep(0.2)
+            s4 = c.get("/4")
+            a4 = c.answer(s4)
+    assert a3.reset == h2.errors.ErrorCodes.REFUSED_STREAM and a3.status is None
+    assert (a4.status, a4.body) == (200, b"ok")
+    assert calls == ["/1", "/2", "/4"]
+
+
+@pytest.mark.rule("h2-limit-concurrency")
+def test_limit_concurrency_counts_a_burst_in_one_write(serve):
+    release = threading.Event()
+    calls: list = []
+
+    async def app(scope, receive, send):
+        calls.append(scope["path"])
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serve(app, limit_concurrency=2) as srv:
+        with H2Client.open(srv.port) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+            sids = list(range(1, 21, 2))  # ten streams, the last a HEAD, in one write
+            for sid in sids:
+                method = b"HEAD" if sid == 19 else b"GET"
+                c.conn.send_headers(sid, [(b":method", method), (b":scheme", b"http"),
+                                          (b":path", b"/%d" % sid),
+                                          (b":authority", b"testserver")], end_stream=True)
+            c.flush()
+            seen: dict = {}  # stream id -> [status, content-length, body, ended]
+
+            def until_ended(want):
+                def pred(e):
+                    sid = getattr(e, "stream_id", None)
+                    r = seen.setdefault(sid, [None, None, b"", False])
+                    if isinstance(e, h2.events.ResponseReceived):
+                        hd = dict(e.headers)
+                        r[0], r[1] = int(hd[b":status"]), hd.get(b"content-length")
+                    elif isinstance(e, h2.events.DataReceived):
+                        r[2] += e.data
+                    elif isinstance(e, (h2.events.StreamEnded, h2.events.StreamReset)):
+                        r[3] = isinstance(e, h2.events.StreamEnded)
+                    return all(seen.get(s, [0, 0, 0, False])[3] for s in want)
+                c.events_until(pred)
+
+            until_ended(sids[2:])
+            release.set()
+            until_ended(sids)
+    assert {sid: tuple(seen[sid]) for sid in sids} == {
+        1: (200, None, b"ok", True), 3: (200, None, b"ok", True),
+        **{sid: (503, b"19", b"Service Unavailable", True) for sid in sids[2:-1]},
+        19: (503, b"19", b"", True)}
+    assert sorted(calls) == ["/1", "/3"]
+
+
+@pytest.mark.rule("h2-limit-request-body")
+def test_limit_request_body_413_or_reset_per_stream(serve):
+    calls: list = []
+    got: dict = {}
+    first = threading.Event()
+
+    async def app(scope, receive, send):
+        path = scope["path"]
+        calls.append(path)
+        got[path] = []
+        if path in ("/start-only", "/started"):
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+        if path == "/started":  # the head goes out with its first piece of content
+            await send({"type": "http.response.body", "body": b"x", "more_body": True})
+        body = b""
+        while True:
+            m = await receive()
+            got[path].append((m["type"], len(m.get("body", b"")), m.get("more_body")))
+            body += m.get("body", b"")
+            first.set()
+            if m["type"] == "http.disconnect" or not m.get("more_body"):
+                break
+        if m["type"] == "http.disconnect":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"%d" % len(body)})
+
+    def post(c, path, extra=(), body=b"", end=True):
+        return c.request([(":method", "POST"), (":scheme", "http"), (":path", path),
+                          (":authority", "testserver"), *extra], body, end=end)
+
+    with serve(app, limit_request_body=1000) as srv:
+        with H2Client.open(srv.port) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+            declared = c.answer(post(c, "/declared", [("content-length", "5000")], b"a" * 5000))
+            exact = c.answer(post(c, "/exact", body=b"a" * 1000))
+            sid = post(c, "/reading", body=b"a" * 500, end=False)
+            assert first.wait(IO)
+            c.conn.send_data(sid, b"a" * 4600, end_stream=True)
+            c.flush()
+            reading = c.answer(sid)
+            answers = {}
+            for path in ("/start-only", "/started"):
+                first.clear()
+                sid = post(c, path, body=b"a" * 500, end=False)
+                assert first.wait(IO)
+                c.conn.send_data(sid, b"a" * 4600, end_stream=True)
+                c.flush()
+                answers[path] = c.answer(sid)
+            after = c.answer(c.get("/after"))
+    assert (declared.status, declared.body, declared.ended) == (413, b"Content Too Large", True)
+    assert (exact.status, exact.body) == (200, b"1000")
+    assert (reading.status, reading.body, reading.ended) == (413, b"Content Too Large", True)
+    assert got["/reading"] == [("http.request", 500, True), ("http.disconnect", 0, None)]
+    only, started = answers["/start-only"], answers["/started"]
+    assert (only.status, only.body, only.ended) == (413, b"Content Too Large", True)
+    assert (started.status, started.body, started.ended, started.reset) == (
+        200, b"x", False, h2.errors.ErrorCodes.INTERNAL_ERROR)
+    for path in ("/reading", "/start-only", "/started"):
+        assert got[path] == [("http.request", 500, True), ("http.disconnect", 0, None)]
+    assert (after.status, after.body) == (200, b"0")
+    assert calls == ["/exact", "/reading", "/start-only", "/started", "/after"]
+
+
+def read_frames(sock, want, data: bytes = b"") -> tuple:
+    """Reads sock until want(frames) holds for the frames parsed from all bytes so far, or EOF:
+    (frames, bytes) (pass the bytes back to go on reading)."""
+    frames = raw_frames(data)
+    while not want(frames):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+        frames = raw_frames(data)
+    return frames, data
+
+
+def ping_ack(ping) -> "hyperframe.frame.PingFrame":
+    """The PING ACK answering ping (RFC 9113 §6.7: the same opaque data)."""
+    ack = hyperframe.frame.PingFrame(0)
+    ack.flags.add("ACK")
+    ack.opaque_data = ping.opaque_data
+    return ack
+
+
+@pytest.mark.rule("h2-shutdown-goaway")
+def test_shutdown_goaway_then_inflight_stream_finishes(serve):
+    """Raw frames after the request (the h2 library treats any GOAWAY as the end): GOAWAY
+    2^31-1 and a PING, the PING's ACK from the client, GOAWAY with the last stream id, the
+    in-flight response, then the close."""
+    release = threading.Event()
+    started = threading.Event()
+
+    async def app(scope, receive, send):
+        started.set()
+        while not release.is_set():
+            await asyncio.sleep(0.01)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"done"})
+
+    with serve(app) as srv:
+        c = H2Client.open(srv.port)
+        sid = c.get("/")
+        c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+        assert started.wait(IO)
+        threading.Thread(target=srv.server.request_shutdown, daemon=True).start()
+        frames, _ = read_frames(c.sock, lambda fs: len(fs) >= 2)
+        kinds = [type(f).__name__ for f in frames]
+        assert kinds == ["PingFrame", "GoAwayFrame"]   # nghttp2 sends a PING first
+        assert (frames[1].last_stream_id, frames[1].error_code) == (2**31 - 1, 0)
+        ack = ping_ack(frames[0])
+        c.send_raw(ack.serialize())
+        frames, data = read_frames(c.sock, lambda fs: len(fs) >= 1)
+        assert [(type(f).__name__, f.last_stream_id, f.error_code) for f in frames] == [
+            ("GoAwayFrame", sid, 0)]
+        release.set()
+        frames, data = read_frames(c.sock, lambda fs: False, data)
+        c.close()
+        srv.thread.join(IO)   # the shutdown ends by itself (a second request would force it)
+        assert not srv.thread.is_alive()
+    kinds = [(type(f).__name__, f.stream_id) for f in frames[1:]]
+    assert kinds == [("HeadersFrame", sid), ("DataFrame", sid)]
+    assert frames[-1].data == b"done" and "END_STREAM" in frames[-1].flags
+
+
+@pytest.mark.rule("h2-goaway-last-stream-id")
+def test_shutdown_final_goaway_names_a_stream_opened_with_the_ping_ack(serve):
+    """The client's PING ACK and a new request in one write (fuzz/regressions/h2/
+    final-goaway-last-id-below-a-stream-of-the-same-read): nghttp2 accepts streams until the final
+    GOAWAY is sent, so its last stream id is the new stream's, which is answered; no frame for a
+    stream above it, and no later GOAWAY raises it."""
+    release = threading.Event()
+
+    async def app(scope, receive, send):
+        while scope["path"] == "/slow" and not release.is_set():
+            await asyncio.sleep(0.01)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope["path"].encode()})
+
+    with serve(app) as srv:
+        c = H2Client.open(srv.port)
+        sid = c.get("/slow")
+        c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+        threading.Thread(target=srv.server.request_shutdown, daemon=True).start()
+        frames, _ = read_frames(c.sock, lambda fs: len(fs) >= 2)
+        assert [type(f).__name__ for f in frames] == ["PingFrame", "GoAwayFrame"]
+        ack = ping_ack(frames[0])
+        late = sid + 2
+        c.conn.send_headers(late, [(":method", "GET"), (":path", "/late"), (":scheme", "http"),
+                                   (":authority", "testserver")], end_stream=True)
+        c.send_raw(ack.serialize() + c.conn.data_to_send())
+        frames, data = read_frames(
+            c.sock, lambda fs: any(isinstance(f, hyperframe.frame.GoAwayFrame) for f in fs))
+        release.set()
+        frames, data = read_frames(c.sock, lambda fs: False, data)
+        c.close()
+        srv.thread.join(IO)
+        assert not srv.thread.is_alive()
+    goaways = [f for f in frames if isinstance(f, hyperframe.frame.GoAwayFrame)]
+    assert [(g.last_stream_id, g.error_code) for g in goaways] == [(late, 0)]
+    answered = {f.stream_id: f.data for f in frames if isinstance(f, hyperframe.frame.DataFrame)}
+    assert answered == {sid: b"/slow", late: b"/late"}
+
+
+@pytest.mark.rule("h2-idle-goaway")
+def test_idle_connection_gets_goaway(serve):
+    with serve(hello, timeout_keep_alive=0.5) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/"))
+            t0 = time.monotonic()
+            g = c.goaway(timeout=IO)
+            waited = time.monotonic() - t0
+            rest = c.wait_closed()
+    assert a.status == 200
+    assert (g.error_code, g.last_stream_id) == (h2.errors.ErrorCodes.NO_ERROR, 1)
+    assert 0.3 < waited < 3.0
+    assert type(rest[-1]).__name__ == "ConnectionClosed"
+
+
+@pytest.mark.rule("h2-idle-goaway")
+def test_idle_counts_from_the_last_stream(serve):
+    # a request every 0.3 s with --timeout-keep-alive 0.5: each answered stream restarts the
+    # idle deadline, however quickly it was answered (3.12+ starts apps eagerly, so a stream can
+    # open and end within one read)
+    with serve(hello, timeout_keep_alive=0.5) as srv:
+        with H2Client.open(srv.port) as c:
+            answers = []
+            for _ in range(5):
+                answers.append(c.answer(c.get("/")))
+                time.sleep(0.3)
+            t0 = time.monotonic()
+            g = c.goaway(timeout=IO)
+            waited = time.monotonic() - t0
+    assert [(a.status, a.body, a.goaway, a.closed) for a in answers] == [
+        (200, b"hello", None, False)] * 5
+    assert (g.error_code, g.last_stream_id) == (h2.errors.ErrorCodes.NO_ERROR, 9)
+    assert waited < 3.0
+
+
+# ---- the flags ---------------------------------------------------------------------------------
+
+
+@pytest.mark.rule("h2-cli-flags")
+@pytest.mark.parametrize("args, line", [
+    (["--http", "3"], "argument --http: invalid choice: '3' (choose from 'auto', '1', '2')"),
+    (["--http2-max-concurrent-streams", "0"],
+     "argument --http2-max-concurrent-streams: invalid integer: '0' (not in 1..2147483647)"),
+    (["--http2-max-headers-size", "x"], "argument --http2-max-headers-size: invalid integer: 'x'"),
+    (["--http2-initial-stream-window-size", "2147483648"],
+     "argument --http2-initial-stream-window-size: invalid integer: '2147483648' "
+     "(not in 1..2147483647)"),
+    (["--http2-max-frame-size", "16383"],
+     "argument --http2-max-frame-size: invalid integer: '16383' (not in 16384..16777215)"),
+], ids=["http", "streams", "headers", "window", "frame"])
+def test_bad_flag_values(tmp_path, args, line):
+    import _proc
+    status, stderr = _proc.run_to_exit(["basic:app", *args], tmp_path)
+    assert (status, stderr.splitlines()[-1]) == (2, f"skirr: error: {line}")
+
+
+@pytest.mark.rule("h2-cli-flags", "h2-settings")
+def test_flags_reach_the_settings(tmp_path):
+    import _proc
+    port = _proc.free_port()
+    args = ["basic:app", "--port", str(port), "--http2-max-concurrent-streams", "7",
+            "--http2-max-headers-size", "9000", "--http2-initial-stream-window-size", "70000",
+            "--http2-max-frame-size", "32768"]
+    with _proc.Skirr(args, tmp_path) as proc:
+        proc.wait_accepting(port)
+        with H2Client.open(port) as c:
+            evs = c.events_until(lambda e: isinstance(e, h2.events.RemoteSettingsChanged))
+        proc.stop()
+    got = {int(k): v.new_value for k, v in evs[-1].changed_settings.items()}
+    S = h2.settings.SettingCodes
+    assert got == {S.MAX_CONCURRENT_STREAMS: 7, S.INITIAL_WINDOW_SIZE: 70000,
+                   S.MAX_FRAME_SIZE: 32768, S.MAX_HEADER_LIST_SIZE: 9000, S.ENABLE_PUSH: 0}
+
+
+# ---- timeouts ----------------------------------------------------------------------------------
+
+
+@pytest.mark.rule("h2-head-timeout")
+def test_unfinished_header_block_times_out(serve):
+    import hpack
+    app = Recorder()
+    with serve(app, timeout_request_head=0.5) as srv:
+        with H2Client.open(srv.port) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+            block = hpack.Encoder().encode([(b":method", b"GET"), (b":scheme", b"http"),
+                                            (b":path", b"/"), (b":authority", b"t")])
+            f = hyperframe.frame.HeadersFrame(1)
+            f.data = block
+            f.flags.add("END_STREAM")      # no END_HEADERS: a CONTINUATION must follow
+            c.send_raw(f.serialize())
+            t0 = time.monotonic()
+            data = b""
+            while chunk := c.sock.recv(65536):
+                data += chunk
+            waited = time.monotonic() - t0
+    frames = raw_frames(data)
+    assert [(type(f).__name__, getattr(f, "error_code", None)) for f in frames] == [
+        ("GoAwayFrame", 0)]
+    assert 0.3 < waited < 3.0
+    assert app.scopes == []
+
+
+def _body_stall_app(events: dict, start_first: bool):
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        got = events.setdefault(scope["path"], [])
+        if start_first:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"part", "more_body": True})
+        while True:
+            m = await receive()
+            got.append(m)
+            if m["type"] == "http.disconnect":
+                return
+            if not m.get("more_body"):
+                break
+        if not start_first:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"done"})
+    return app
+
+
+POST = [(":method", "POST"), (":scheme", "http"), (":authority", "t")]
+
+
+@pytest.mark.rule("h2-body-timeout")
+def test_stalled_request_body_gets_408(serve):
+    events: dict = {}
+    with serve(_body_stall_app(events, False), timeout_request_body=0.5) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(POST + [(":path", "/slow")], body=b"abc", end=False)
+            t0 = time.monotonic()
+            a = c.answer(sid)
+            waited = time.monotonic() - t0
+            b = c.answer(c.request(POST + [(":path", "/next")], body=b"xyz"))
+    assert (a.status, a.body, a.ended, a.goaway, a.closed) == (408, b"Request Timeout", True, None,
+                                                                False)
+    assert 0.3 < waited < 3.0
+    assert (b.status, b.body, b.goaway) == (200, b"done", None)
+    assert events["/slow"] == [{"type": "http.request", "body": b"abc", "more_body": True},
+                               {"type": "http.disconnect"}]
+    assert events["/next"] == [{"type": "http.request", "body": b"xyz", "more_body": False}]
+
+
+@pytest.mark.rule("h2-body-timeout")
+def test_stalled_request_body_resets_a_begun_response(serve):
+    events: dict = {}
+    with serve(_body_stall_app(events, True), timeout_request_body=0.5) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(POST + [(":path", "/slow")], body=b"abc", end=False)
+            t0 = time.monotonic()
+            a = c.answer(sid)
+            waited = time.monotonic() - t0
+            b = c.answer(c.get("/next"))
+    assert (a.status, a.body, a.ended, a.reset, a.closed) == (
+        200, b"part", False, h2.errors.ErrorCodes.INTERNAL_ERROR, False)
+    assert 0.3 < waited < 3.0
+    assert (b.status, b.body, b.goaway) == (200, b"part" + b"done", None)
+    assert events["/slow"] == [{"type": "http.request", "body": b"abc", "more_body": True},
+                               {"type": "http.disconnect"}]
+
+
+@pytest.mark.rule("h2-write-timeout")
+def test_window_never_opened_times_out(serve):
+    seen: list = []
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        try:
+            for _ in range(4):
+                await send({"type": "http.response.body", "body": b"w" * 65536, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        except Exception as exc:
+            seen.append(type(exc).__name__)
+
+    with serve(app, timeout_write=0.5) as srv:
+        with H2Client.open(srv.port,
+                           settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0}) as c:
+            sid = c.get("/")
+            t0 = time.monotonic()
+            g = c.goaway(timeout=IO)
+            waited = time.monotonic() - t0
+        deadline = time.monotonic() + IO
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert g.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM and g.last_stream_id == sid
+    assert 0.3 < waited < 3.0
+    assert seen == ["ClientDisconnected"]
+
+
+@pytest.mark.rule("h2-request-body")
+@pytest.mark.parametrize("size, reset", [(300_000, None), (1_500_000, h2.errors.ErrorCodes.NO_ERROR)],
+                         ids=["dropped", "reset"])
+def test_unread_body_after_the_response(serve, size, reset):
+    """An unread body of 300000 bytes after the response is read to its end (no reset); one of
+    1.5 MB gets RST_STREAM NO_ERROR once more than 1 MiB was dropped."""
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"early"})
+
+    with serve(app, http2_initial_stream_window_size=100_000) as srv:
+        with H2Client.open(srv.port) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+            sid = c.request([(":method", "POST"), (":scheme", "http"), (":path", "/"),
+                             (":authority", "t")], end=False)
+            a = c.answer(sid)
+            sent, got_reset = 0, None
+            while sent < size and got_reset is None:
+                try:
+                    room = min(c.conn.local_flow_control_window(sid), size - sent, 16384)
+                except h2.exceptions.StreamClosedError:   # the reset was read meanwhile
+                    break
+                if room > 0:
+                    try:
+                        c.conn.send_data(sid, b"d" * room, end_stream=sent + room == size)
+                    except h2.exceptions.StreamClosedError:   # the reset was read meanwhile
+                        break
+                    c.flush()
+                    sent += room
+                    continue
+                for e in c.events_until(lambda e: isinstance(e, (h2.events.WindowUpdated,
+                                                                 h2.events.StreamReset))):
+                    if isinstance(e, h2.events.StreamReset):
+                        got_reset = e.error_code
+            if got_reset is None and reset is not None:
+                evs = c.events_until(lambda e: isinstance(e, h2.events.StreamReset))
+                got_reset = evs[-1].error_code
+            if reset is not None:
+                assert 1024 * 1024 < sent < size
+            again = c.answer(c.get("/"))
+    assert (a.status, a.body, a.ended) == (200, b"early", True)
+    assert got_reset == reset
+    assert again.status == 200
+
+
+@pytest.mark.rule("h2-fuzz-harness")
+@pytest.mark.timeout(600)  # the first run compiles the replay build (about 20 s), later ones reuse it
+def test_fuzz_harness_replays_its_corpus_clean():
+    """The HTTP/2 fuzz harness (fuzz/fuzz_h2.c: sk_h2.c and sk_h2guard.c over nghttp2, the
+    exchanges stubbed) is one of make fuzz's and fuzz-smoke's harnesses and of those make
+    sanitize replays; its replay build (ASan, UBSan, LeakSanitizer) runs every seed and every
+    reproducer of fuzz/regressions/h2 clean, and its checks are live: output corrupted on
+    purpose (FUZZ_H2_CORRUPT) fails it."""
+    root = Path(__file__).resolve().parent.parent
+    mk = (root / "fuzz" / "fuzz.mk").read_text()
+    assert "h2" in re.search(r"^FUZZ_HARNESSES \?= (.*)$", mk, re.M).group(1).split()
+    san = (root / "sanitizers" / "sanitize.mk").read_text()
+    assert "h2" in re.search(r"^SAN_FUZZ_HARNESSES \?= (.*)$", san, re.M).group(1).split()
+    seeds = [p for p in (root / "fuzz" / "corpus" / "h2").iterdir() if not p.name.startswith(".")]
+    regressions = [p for p in (root / "fuzz" / "regressions" / "h2").iterdir()
+                   if not p.name.startswith(".")]
+    assert len(seeds) >= 100 and len(regressions) >= 1
+    fuzz_dir = root / "build" / "fuzz-suite"
+    r = subprocess.run(["make", "--no-print-directory", "-f", "fuzz/fuzz.mk", "fuzz-replay",
+                        "FUZZ_HARNESSES=h2", f"FUZZ_PY={sys.executable}", f"FUZZ_DIR={fuzz_dir}"],
+                       cwd=root, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert f"{fuzz_dir}/h2/replay: {len(seeds) + len(regressions)} inputs ran clean" in r.stdout
+    bad = subprocess.run([str(fuzz_dir / "h2" / "replay"), str(sorted(seeds)[0])], cwd=root,
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "FUZZ_H2_CORRUPT": "1"})
+    assert bad.returncode != 0
+    assert "fuzz_h2: w->type == NGHTTP2_SETTINGS" in bad.stderr, bad.stderr[-2000:]
