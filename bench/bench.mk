@@ -15,6 +15,11 @@ BENCH_CHARTS_TEST := $(VPY) -m pytest bench/test_charts.py -q -p no:cacheprovide
 BENCH_TARGETS_TEST := $(VPY) -m pytest bench/test_targets.py -q -p no:cacheprovider
 # The fixed-rate run (h2load --rps) and how it counts responses, against scripted servers.
 BENCH_FIXED_TEST := $(VPY) -m pytest bench/test_fixed.py -q -p no:cacheprovider
+# The TLS rows' figures and report section (issue 32) judged from synthetic rounds.
+BENCH_TLS_TEST := $(VPY) -m pytest bench/test_tls.py -q -p no:cacheprovider
+# The HTTP/2 rows' figures, h2load's summary as the harness reads it and their report section
+# (issue 33) judged from synthetic rounds.
+BENCH_H2_TEST := $(VPY) -m pytest bench/test_h2.py -q -p no:cacheprovider
 # The matrix's plan from the command line (rows, servers, phases; a --workloads name no row has is
 # refused), checked before anything is measured.
 BENCH_PLAN_TEST := $(VPY) -m pytest bench/test_plan.py -q -p no:cacheprovider
@@ -23,7 +28,7 @@ BENCH_PLAN_TEST := $(VPY) -m pytest bench/test_plan.py -q -p no:cacheprovider
 # ($(MAKE) stays in the recipes themselves, where make knows the line for a recursive one.)
 BENCH_REFUSE = { echo "$@: 'make conformance' failed: refusing to measure this build" >&2; exit 1; }
 
-.PHONY: bench bench-targets bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers bench-ws
+.PHONY: bench bench-targets bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers bench-ws bench-tls bench-h2
 
 # The full matrix (about 2 hours: 11 minutes of conformance, 117 of matrix), only on a build that passes
 # the conformance suite; writes the raw results to bench/results/ and the summary to
@@ -35,6 +40,8 @@ bench: build
 	$(BENCH_CHARTS_TEST)
 	$(BENCH_TARGETS_TEST)
 	$(BENCH_FIXED_TEST)
+	$(BENCH_TLS_TEST)
+	$(BENCH_H2_TEST)
 	BENCH_CONFORMANCE=passed $(BENCH_RUN) matrix --profile full --summary bench/RESULTS.md $(BENCH_ARGS)
 
 # Issue 15's targets on another interpreter (its target 4; about an hour): the rows and peers
@@ -53,15 +60,21 @@ bench-targets: build
 	  $(BENCH_RUN) matrix --profile targets --summary bench/RESULTS-$$v.md $(BENCH_ARGS)
 # The CI smoke test of the harness, <= 5 minutes: raw_get, post_4k and fastapi_json at 64
 # connections, 3 rounds, skirr beside uvicorn and the C limit; one round of the WebSocket latency
-# row (ws_echo_64, skirr beside uvicorn with websockets). No pass/fail on speed; it fails only
-# when a skirr run fails (a socket error, timeout, non-2xx or wrong body). Its report and charts
-# stay in its run folder under bench/results/.
+# row (ws_echo_64, skirr beside uvicorn with websockets); one round of the TLS smoke row (raw_get
+# c64, the handshake row and 100 idle TLS connections, skirr beside uvicorn); one round of the
+# HTTP/2 smoke row (raw_get, 64 connections of 10 streams, skirr over h2c and over TLS beside its
+# HTTP/1.1 baseline). No pass/fail on speed; it fails only
+# when a skirr run fails (a socket error, timeout, non-2xx or wrong body; over HTTP/2 also a
+# failed, errored or timed-out stream, or a protocol other than h2c/h2), or skirr cannot start.
+# Its report and charts stay in its run folder under bench/results/.
 bench-quick: build
 	$(BENCH_PLAN_TEST)
 	$(BENCH_WS_TEST)
 	$(BENCH_CHARTS_TEST)
 	$(BENCH_TARGETS_TEST)
 	$(BENCH_FIXED_TEST)
+	$(BENCH_TLS_TEST)
+	$(BENCH_H2_TEST)
 	$(BENCH_RUN) matrix --profile quick $(BENCH_ARGS)
 
 # 1,001 sequential tiny requests on one keep-alive connection, traced with strace: skirr passes with
@@ -76,6 +89,9 @@ bench-syscalls: build
 # (about 3 minutes). Extra options in CALLGRIND_ARGS: '--n 4000'; another workload, over closed-loop
 # connections, with peers counted the same way beside skirr (their whole process trees):
 # CALLGRIND_ARGS='--workload fastapi_json --conns 64 --servers peregrine' (about 8 minutes).
+# Over TLS (issue 32; skirr-tls and each peer's own TLS with a test certificate made for the run,
+# every connection handshaken in the warm-up, so the record layer is what is counted):
+# CALLGRIND_ARGS='--tls --workload fastapi_json --conns 64'; its cleartext twin without --tls.
 CALLGRIND_ARGS ?=
 bench-callgrind: build
 	$(BENCH_TRACED_TEST)
@@ -105,6 +121,31 @@ bench-workers: build
 bench-ws: build
 	$(BENCH_WS_TEST)
 	$(BENCH_RUN) matrix --profile ws --summary bench/WEBSOCKET.md $(BENCH_ARGS)
+
+# The TLS rows of the matrix alone (issue 32, about 35 minutes at 5 rounds; bench/harness/tls.py):
+# raw_get, get_64k and fastapi_json at 64 and 256 connections over TLS, skirr beside uvicorn,
+# granian, hypercorn and peregrine each with its own TLS and nginx (the reference), skirr and nginx
+# in cleartext on the same rows (the TLS cost); the handshake row (h2load, a full handshake per
+# connection at a fixed offered rate); memory per idle TLS connection. The same test certificate
+# for all, made per run with the openssl CLI. Its summary goes to bench/TLS.md; `make bench` runs
+# the same rows in its matrix.
+bench-tls: build
+	$(BENCH_PLAN_TEST)
+	$(BENCH_TLS_TEST)
+	$(BENCH_RUN) matrix --profile tls --summary bench/TLS.md $(BENCH_ARGS)
+
+# The HTTP/2 rows of the matrix alone (issue 33, about 45 minutes at 5 rounds; bench/harness/h2.py):
+# raw_get, get_64k and fastapi_json at 64 connections with 1 and with 10 concurrent streams each
+# (h2load -t1 -c64 -m1 / -m10), over h2c with prior knowledge and h2 over TLS (ALPN), skirr
+# (--http auto) beside hypercorn, granian and peregrine and nginx (http2, the limit), with skirr's
+# HTTP/1.1 (wrk, cleartext and TLS) on the same rows in the same rounds: CPU per request against
+# each peer per round, skirr's ratio to nginx, and skirr's HTTP/2 CPU per request at 10 streams
+# against its HTTP/1.1 (target <= 1). Its summary goes to bench/HTTP2.md; `make bench` runs the
+# same rows in its matrix. Fails (exit 1) when a skirr run fails or skirr cannot serve HTTP/2.
+bench-h2: build
+	$(BENCH_PLAN_TEST)
+	$(BENCH_H2_TEST)
+	$(BENCH_RUN) matrix --profile h2 --summary bench/HTTP2.md $(BENCH_ARGS)
 
 # The access log's cost in instructions per request under callgrind (off, then on to a file),
 # then the cost rows.

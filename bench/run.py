@@ -8,6 +8,13 @@
     run.py matrix --profile workers [--summary bench/WORKERS.md]      the workers row alone
     run.py matrix --profile ws                                        the WebSocket rows alone:
                                                                       echo msgs/s, p50/p99, CPU/msg
+    run.py matrix --profile tls [--summary bench/TLS.md]              the TLS rows alone: CPU/req
+                                                                      against peers, TLS cost against
+                                                                      nginx, handshakes, idle memory
+    run.py matrix --profile h2 [--summary bench/HTTP2.md]             the HTTP/2 rows alone: h2c
+                                                                      and h2 over TLS, CPU/req
+                                                                      against peers and nginx,
+                                                                      HTTP/2 against HTTP/1.1
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000] [--workload raw_get] [--conns 1]      instructions per request
                      [--servers skirr,peregrine]                      (skirr's, and peers' beside it)
@@ -32,10 +39,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 
-from harness import charts, matrix, measure, peers, report, traced
-from harness.env import CLIENT_CPU, ensure_tools
+from harness import charts, matrix, measure, peers, report, tls, traced
+from harness.env import CLIENT_CPU, TLS_DIR_ENV, ensure_tools
 from harness.matrix import PROFILES
 from harness.peers import SERVERS
 from harness.workloads import WORKLOADS
@@ -76,6 +84,11 @@ def cmd_callgrind(args):
     skirr = ("skirr-access-log" if args.access_log else "skirr-metrics" if args.metrics
              else "skirr")
     names = [skirr] + [s for s in (args.servers or "").split(",") if s and s != "skirr"]
+    if args.tls:
+        if skirr != "skirr":
+            raise SystemExit("callgrind: --tls counts skirr-tls alone or beside peers' -tls "
+                             "servers (no access-log or metrics variant)")
+        names = [n if n.endswith("-tls") else n + "-tls" for n in names]
     unknown = [s for s in names if s not in SERVERS]
     if unknown:
         raise SystemExit(f"callgrind: unknown server {', '.join(unknown)}; known: "
@@ -94,7 +107,14 @@ def cmd_callgrind(args):
                              + state[failed[0]]["error"][-400:])
     if "limit-c" in names:
         peers.build_limit()
-    return traced.callgrind(args.n, names, args.workload, args.conns)
+    if not args.tls:
+        return traced.callgrind(args.n, names, args.workload, args.conns)
+    d, _ = tls.make_cert()
+    try:
+        return traced.callgrind(args.n, names, args.workload, args.conns, tls=True)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+        os.environ.pop(TLS_DIR_ENV, None)
 
 
 def cmd_report(args):
@@ -135,6 +155,17 @@ def build_parser():
                    help="skip the WebSocket rows (echo over bench/ws_load.c)")
     m.add_argument("--ws-servers", help="comma-separated servers of the WebSocket rows (skirr is "
                    "always included; default: the profile's)")
+    m.add_argument("--no-tls", action="store_true",
+                   help="skip the TLS rows (each server with its own TLS, the handshake row, idle "
+                   "TLS connections)")
+    m.add_argument("--tls-servers", help="comma-separated servers of the TLS rows (skirr-tls is "
+                   "always included; default: the profile's)")
+    m.add_argument("--no-h2", action="store_true",
+                   help="skip the HTTP/2 rows (h2c and h2 over TLS with h2load)")
+    m.add_argument("--h2-servers", help="comma-separated HTTP/2 servers of the HTTP/2 rows "
+                   "(skirr-h2c is always included; default: the profile's)")
+    m.add_argument("--streams", help="comma-separated concurrent streams per connection of the "
+                   "HTTP/2 rows (h2load -m; replaces the profile's)")
     m.add_argument("--app-n", type=int, default=20000, help="calls per app-CPU sample")
     m.add_argument("--seed", type=int, default=None, help="random seed for the server order")
     m.add_argument("--label", help="results folder suffix (default: the profile)")
@@ -162,6 +193,9 @@ def build_parser():
                     help="with skirr's access log on, written to its log file (issue 13)")
     cg.add_argument("--metrics", action="store_true",
                     help="with --metrics-port on (issue 13)")
+    cg.add_argument("--tls", action="store_true",
+                    help="over TLS (issue 32): skirr-tls and each peer's -tls server with the "
+                    "run's test certificate, every connection handshaken in the warm-up")
     rp = sub.add_parser("report", help="re-render a finished matrix run's report and charts "
                         "(results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")

@@ -83,3 +83,71 @@ def test_a_summary_named_for_another_interpreter_is_refused():
     assert summary_mismatch("bench/RESULTS-3.1.md", "3.12.1 /x") is not None  # not a prefix match
     assert summary_mismatch("bench/RESULTS.md", "3.13.0 /x") is None
     assert summary_mismatch(None, "3.13.0 /x") is None
+
+
+def test_tls_rows_in_full_quick_and_their_own_profile():
+    prof, _, _ = planned("--profile", "full")
+    assert prof["tls"]["rows"] == [("raw_get", 64), ("raw_get", 256), ("get_64k", 64),
+                                   ("get_64k", 256), ("fastapi_json", 64), ("fastapi_json", 256)]
+    assert prof["tls"]["servers"] == ["skirr-tls", "uvicorn-tls", "granian-tls", "hypercorn-tls",
+                                      "peregrine-tls", "nginx-tls", "skirr", "nginx"]
+    prof, servers, rows = planned("--profile", "tls")
+    assert (servers, rows, prof["workers"], prof["costs"], prof["ws"]) == ([], [], None, None,
+                                                                           None)
+    assert prof["tls"]["rounds"] == 5 and len(prof["tls"]["rows"]) == 6
+    prof, _, _ = planned("--profile", "quick")
+    assert prof["tls"]["rows"] == [("raw_get", 64)] and prof["tls"]["rounds"] == 1
+    assert planned("--profile", "full", "--no-tls")[0]["tls"] is None
+
+
+def test_tls_rows_follow_workloads_conns_rounds_and_tls_servers():
+    prof, _, _ = planned("--profile", "tls", "--workloads", "get_64k", "--conns", "64",
+                         "--rounds", "3", "--tls-servers", "nginx-tls,uvicorn-tls")
+    assert prof["tls"]["rows"] == [("get_64k", 64)]
+    assert prof["tls"]["rounds"] == 3
+    assert prof["tls"]["servers"] == ["skirr-tls", "nginx-tls", "uvicorn-tls"]
+    with pytest.raises(SystemExit) as e:
+        planned("--profile", "tls", "--tls-servers", "nope-tls")
+    assert str(e.value).startswith("unknown server nope-tls")
+
+
+def test_h2_rows_in_full_quick_and_their_own_profile():
+    prof, _, _ = planned("--profile", "full")
+    assert prof["h2"]["rows"] == [("raw_get", 64, 1), ("raw_get", 64, 10), ("get_64k", 64, 1),
+                                  ("get_64k", 64, 10), ("fastapi_json", 64, 1),
+                                  ("fastapi_json", 64, 10)]
+    assert prof["h2"]["servers"] == ["skirr-h2c", "skirr-h2", "hypercorn-h2c", "hypercorn-h2",
+                                     "granian-h2c", "granian-h2", "peregrine-h2c", "peregrine-h2",
+                                     "nginx-h2c", "nginx-h2"]
+    assert prof["h2"]["baselines"] == ["skirr", "skirr-tls"]
+    prof, servers, rows = planned("--profile", "h2")
+    assert (servers, rows) == ([], [])
+    assert prof["h2"]["rounds"] == 5 and len(prof["h2"]["rows"]) == 6
+    assert (prof["workers"], prof["costs"], prof["ws"], prof["tls"]) == (None, None, None, None)
+    prof, _, _ = planned("--profile", "quick")
+    assert prof["h2"]["rows"] == [("raw_get", 64, 10)] and prof["h2"]["rounds"] == 1
+    assert prof["h2"]["servers"] == ["skirr-h2c", "skirr-h2"]
+    assert prof["h2"]["baselines"] == ["skirr"]
+    assert planned("--profile", "full", "--no-h2")[0]["h2"] is None
+    assert planned("--profile", "tls")[0]["h2"] is None
+
+
+def test_h2_rows_follow_workloads_conns_streams_rounds_and_h2_servers():
+    prof, _, _ = planned("--profile", "h2", "--workloads", "get_64k", "--conns", "16,64",
+                         "--streams", "10", "--rounds", "2", "--h2-servers", "nginx-h2")
+    assert prof["h2"]["rows"] == [("get_64k", 16, 10), ("get_64k", 64, 10)]
+    assert prof["h2"]["rounds"] == 2
+    assert prof["h2"]["servers"] == ["skirr-h2c", "nginx-h2"]
+    assert prof["h2"]["baselines"] == ["skirr"]  # skirr-tls only beside skirr-h2
+    prof, _, _ = planned("--profile", "h2", "--h2-servers", "skirr-h2,granian-h2")
+    assert prof["h2"]["servers"] == ["skirr-h2c", "skirr-h2", "granian-h2"]
+    assert prof["h2"]["baselines"] == ["skirr", "skirr-tls"]
+    # a workload only the HTTP/2 rows have is a row of the run, not refused
+    assert planned("--profile", "h2", "--workloads", "fastapi_json")[0]["h2"]["rows"] == [
+        ("fastapi_json", 64, 1), ("fastapi_json", 64, 10)]
+    with pytest.raises(SystemExit) as e:
+        planned("--profile", "h2", "--workloads", "post_4k")
+    assert "not a row of the h2 profile" in str(e.value)
+    with pytest.raises(SystemExit) as e:
+        planned("--profile", "h2", "--h2-servers", "nope-h2")
+    assert str(e.value).startswith("unknown server nope-h2")

@@ -32,6 +32,9 @@ PEERS_FILE = BENCH / "peers.txt"
 SERVER_CPU = "0"
 CLIENT_CPU = "1"
 SHARED_CPUS = f"{SERVER_CPU},{CLIENT_CPU}"  # the workers row: servers and wrk -t2 share both CPUs
+# The TLS rows' certificate and key (issue 32): made once per run into a private temporary folder
+# by harness/tls.py, which names it in this variable for the servers' command lines and the checks.
+TLS_DIR_ENV = "BENCH_TLS_DIR"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -43,6 +46,15 @@ def log(*args):
 def describe(exc, limit=1500):
     """`Type: message` of an exception, cut to `limit` characters, for a result's "error"."""
     return f"{type(exc).__name__}: {exc}"[:limit]
+
+
+def tls_files():
+    """(key path, certificate path) of the run's TLS test certificate (a self-signed ECDSA P-256
+    certificate for 127.0.0.1, its own CA); RuntimeError before harness/tls.py made it."""
+    d = os.environ.get(TLS_DIR_ENV)
+    if not d:
+        raise RuntimeError(f"no TLS certificate for this run ({TLS_DIR_ENV} unset)")
+    return str(Path(d) / "key.pem"), str(Path(d) / "cert.pem")
 
 
 def venv_python(venv):
@@ -64,7 +76,8 @@ def new_run_dir(label, when=None):
 DEBIAN_TOOLS = {"wrk": "wrk", "h2load": "nghttp2-client", "nginx": "nginx-light",
                 "valgrind": "valgrind", "callgrind_control": "valgrind",
                 "strace": "strace", "gcc": "gcc", "taskset": "util-linux",
-                "strip": "binutils", "readelf": "binutils"}
+                "strip": "binutils", "readelf": "binutils", "openssl": "openssl",
+                "curl": "curl"}
 
 
 def tool_path(name):

@@ -2,8 +2,10 @@
 
 Owns: the profiles (quick: the CI smoke test; full: every peer and row; each with its workers
 row: servers with 2 worker processes sharing both CPUs with wrk, its cost rows: a feature on
-against off, see costs.py, and its WebSocket rows: echo round trips driven by bench/ws_load.c;
-costs and ws: those rows alone), the plan a run follows
+against off, see costs.py, its WebSocket rows: echo round trips driven by bench/ws_load.c, and its
+TLS rows: each server with its own TLS, see tls.py, and its HTTP/2 rows: h2c and h2 over TLS with
+h2load, see h2.py; costs, ws, tls and h2: those rows alone), the plan
+a run follows
 (the profile with the command line's subsets and overrides), the fresh random server order for
 every row of every round (seeded, the seed recorded), the run's metadata (commit, machine,
 interpreters, versions, configuration, what could not be installed or started), and the run folder
@@ -25,6 +27,8 @@ from pathlib import Path
 from .env import (CLIENT_CPU, PEERS_VENV, ROOT, SKIRR_VENV, ensure_tools, git_commit, interp_identity,
                   log, machine_info, new_run_dir, run_text, venv_python)
 from .costs import cost_servers, run_round
+from . import h2 as h2_part
+from . import tls as tls_part
 from .measure import (app_cpu, idle_memory, measure_fixed, measure_row, measure_stream,
                       measure_ws_row, ws_start_check)
 from .peers import SERVERS, build_limit, build_ws_load, ensure_peers, peer_groups, pip_versions
@@ -57,6 +61,12 @@ PROFILES = {
         costs=dict(rounds=1),
         # The WebSocket rows, tiny: one round of the latency row, skirr beside uvicorn.
         ws=dict(servers=["skirr", "uvicorn-websockets"], rows=[("ws_echo_64", 64)], rounds=1),
+        # The TLS rows, tiny (tls.py): one round of raw_get c64, the handshake row and idle
+        # connections, skirr beside uvicorn.
+        tls=tls_part.TLS_QUICK,
+        # The HTTP/2 smoke row (h2.py): one round of raw_get, 64 connections of 10 streams,
+        # skirr over h2c and h2 (TLS) beside its HTTP/1.1 baseline.
+        h2=h2_part.H2_QUICK,
     ),
     "full": dict(
         servers=["skirr", "uvicorn-httptools", "uvicorn-h11", "granian", "hypercorn", "peregrine",
@@ -77,6 +87,8 @@ PROFILES = {
                      rows=[("raw_get", 64), ("fastapi_json", 64)], rounds=5),
         costs=dict(rounds=5),
         ws=WS_FULL,
+        tls=tls_part.TLS_FULL,
+        h2=h2_part.H2_FULL,
     ),
     # `make bench-targets PY=...` (issue 15's target 4: its targets on 3.12 and 3.13): the rows
     # and peers the targets name, the full profile's rounds, in about an hour where the full
@@ -94,7 +106,7 @@ PROFILES = {
         fixed_rate=[("raw_get", 64), ("fastapi_json", 64)], fixed_pcts=[25, 50],
         fixed_duration=6, fixed_rounds=3,
         stream_samples=STREAM_SAMPLES, stream_rounds=3,
-        workers=None, costs=None, ws=None,
+        workers=None, costs=None, ws=None, tls=None, h2=None,
     ),
     # `make bench-workers`: the full profile's workers row alone (about 6 minutes).
     "workers": dict(
@@ -118,6 +130,20 @@ PROFILES = {
         stream_rounds=0,
         workers=None, costs=None, ws=WS_FULL,
     ),
+    # `make bench-tls`: the TLS rows alone (tls.py), the full profile's (about 30 minutes).
+    "tls": dict(
+        servers=[], rows=[], rounds=5, duration=5, warmup=1,
+        fixed_rate=[], fixed_pcts=[], fixed_duration=0, fixed_rounds=0, stream_samples=0,
+        stream_rounds=0,
+        workers=None, costs=None, ws=None, tls=tls_part.TLS_FULL,
+    ),
+    # `make bench-h2`: the HTTP/2 rows alone (h2.py), the full profile's (about 45 minutes).
+    "h2": dict(
+        servers=[], rows=[], rounds=5, duration=5, warmup=1,
+        fixed_rate=[], fixed_pcts=[], fixed_duration=0, fixed_rounds=0, stream_samples=0,
+        stream_rounds=0,
+        workers=None, costs=None, ws=None, tls=None, h2=h2_part.H2_FULL,
+    ),
 }
 
 PROFILES["workers"]["workers"] = PROFILES["full"]["workers"]
@@ -139,9 +165,11 @@ def plan(args):
         # A name no row of this run has is refused, not dropped: a silently smaller run is
         # taken for the one asked for (`--profile quick --workloads get_64k` measured nothing).
         offered = {w for w, _ in rows}
-        for part, off in (("workers", args.no_workers), ("ws", getattr(args, "no_ws", False))):
+        for part, off in (("workers", args.no_workers), ("ws", getattr(args, "no_ws", False)),
+                          ("tls", getattr(args, "no_tls", False)),
+                          ("h2", getattr(args, "no_h2", False))):
             if prof.get(part) and not off:
-                offered |= {w for w, _ in prof[part]["rows"]}
+                offered |= {r[0] for r in prof[part]["rows"]}
         unknown = sorted(keep - offered)
         if unknown:
             raise SystemExit(f"--workloads {','.join(unknown)}: not a row of the {args.profile} "
@@ -179,8 +207,45 @@ def plan(args):
         prof["ws"] = dict(ws, servers=wss, rows=wsrows, rounds=args.rounds or ws["rounds"])
     else:
         prof["ws"] = None
+    tp = prof.get("tls")
+    if tp and not getattr(args, "no_tls", False):
+        # --workloads, --conns and --rounds apply to the TLS rows too (the handshake row and the
+        # idle connections are kept while any row is); --tls-servers picks their servers.
+        trows = [r for r in tp["rows"] if not keep or r[0] in keep]
+        if args.conns:
+            trows = workload_order({(w, int(c)) for w, _ in trows for c in args.conns.split(",")})
+        tss = (args.tls_servers.split(",") if getattr(args, "tls_servers", None)
+               else list(tp["servers"]))
+        if "skirr-tls" not in tss:
+            tss.insert(0, "skirr-tls")
+        prof["tls"] = dict(tp, servers=tss, rows=trows, rounds=args.rounds or tp["rounds"])
+    else:
+        prof["tls"] = None
+    hp = prof.get("h2")
+    if hp and not getattr(args, "no_h2", False):
+        # --workloads, --conns and --rounds apply to the HTTP/2 rows too; --streams replaces their
+        # concurrent streams per connection; --h2-servers picks their HTTP/2 servers (skirr-h2c
+        # always among them; the HTTP/1.1 baselines stay).
+        hrows = [r for r in hp["rows"] if not keep or r[0] in keep]
+        if args.conns:
+            hrows = [(w, int(c), m) for w, m in dict.fromkeys((w, m) for w, _, m in hrows)
+                     for c in args.conns.split(",")]
+        if getattr(args, "streams", None):
+            ms = [int(x) for x in args.streams.split(",")]
+            hrows = [(w, c, m) for w, c in dict.fromkeys((w, c) for w, c, _ in hrows) for m in ms]
+        hss = (args.h2_servers.split(",") if getattr(args, "h2_servers", None)
+               else list(hp["servers"]))
+        if "skirr-h2c" not in hss:
+            hss.insert(0, "skirr-h2c")
+        # skirr's HTTP/1.1 baseline of a protocol only where skirr serves that protocol here.
+        base = [b for b in hp["baselines"] if h2_part.SKIRR[h2_part.BASELINE_OF[b]] in hss]
+        prof["h2"] = dict(hp, servers=hss, baselines=base, rows=hrows,
+                          rounds=args.rounds or hp["rounds"])
+    else:
+        prof["h2"] = None
     for s in (servers + (prof["workers"] or {}).get("servers", [])
-              + (prof["ws"] or {}).get("servers", [])):
+              + (prof["ws"] or {}).get("servers", []) + (prof["tls"] or {}).get("servers", [])
+              + (prof["h2"] or {}).get("servers", []) + (prof["h2"] or {}).get("baselines", [])):
         if s not in SERVERS:
             raise SystemExit(f"unknown server {s}; known: {', '.join(SERVERS)}")
     return prof, servers, rows
@@ -233,9 +298,11 @@ def describe_setup(args, started, label, servers, rows, prof, groups, tools, ins
                                     if k in ("uvicorn", "httptools", "h11", "granian", "hypercorn",
                                              "peregrine-server", "weft-server", "gunicorn",
                                              "uvicorn-worker", "websockets", "wsproto", "fastapi",
-                                             "pydantic", "starlette", "uvloop")} if groups else {},
+                                             "pydantic", "starlette", "uvloop", "h2", "hpack",
+                                             "hyperframe")} if groups else {},
                      "wrk": run_text(["wrk", "-v"]).splitlines()[0],
                      "h2load": (run_text(["h2load", "--version"]).splitlines() or ["?"])[0],
+                     "curl": (run_text(["curl", "--version"]).splitlines() or ["?"])[0],
                      "nginx": run_text([tools.get("nginx") or "nginx", "-v"]),
                      "cc": run_text([os.environ.get("CC", "cc"), "--version"]).splitlines()[0]},
         "config": {"servers": servers, "rows": rows, **{k: v for k, v in prof.items()
@@ -275,8 +342,15 @@ def run(args):
     outdir = new_run_dir(label, started)
     log(f"results in {outdir.relative_to(ROOT)}")
 
-    tools = ensure_tools(["wrk", "h2load", "taskset", "gcc"] + (["nginx"] if "nginx" in servers else []))
-    for t in ("wrk", "taskset"):
+    tp = prof["tls"]
+    tservers = tp["servers"] if tp and tp["rows"] else []
+    hp = prof["h2"]
+    hservers = hp["servers"] + hp["baselines"] if hp and hp["rows"] else []
+    need_nginx = "nginx" in servers or any(s.startswith("nginx") for s in tservers + hservers)
+    tools = ensure_tools(["wrk", "h2load", "taskset", "gcc"] + (["nginx"] if need_nginx else [])
+                         + (["openssl"] if tservers or hservers else [])
+                         + (["curl"] if hservers else []))
+    for t in ("wrk", "taskset") + (("h2load", "curl") if hservers else ()):
         if not tools[t]:
             raise SystemExit(f"bench: {t} is required and could not be installed")
     wk = prof["workers"]
@@ -285,7 +359,7 @@ def run(args):
     cservers = ck["servers"] if ck else []
     wsp = prof["ws"]
     wsservers = wsp["servers"] if wsp and wsp["rows"] else []
-    groups = peer_groups(servers + wservers + cservers + wsservers)
+    groups = peer_groups(servers + wservers + cservers + wsservers + tservers + hservers)
     install = ensure_peers(groups, reinstall=args.reinstall) if groups else {}
     if "limit-c" in servers:
         build_limit()
@@ -293,11 +367,11 @@ def run(args):
         build_ws_load()
 
     status = {}  # server -> why it is not measured
-    for s in dict.fromkeys(servers + wservers + cservers + wsservers):
+    for s in dict.fromkeys(servers + wservers + cservers + wsservers + tservers + hservers):
         g = SERVERS[s].group
         if g and not install.get(g, {}).get("ok"):
             status[s] = "failed to install: " + install.get(g, {}).get("error", "?").strip()[-600:]
-        if s == "nginx" and not tools.get("nginx"):
+        if s.startswith("nginx") and not tools.get("nginx"):
             status[s] = "nginx is not installed and could not be installed"
 
     meta = describe_setup(args, started, label, servers, rows, prof, groups, tools, install, status,
@@ -348,6 +422,18 @@ def run(args):
 
     wsruns, ws_status = run_ws(wsp, wsservers, status, prof, outdir)
 
+    tls_result = None
+    if tservers:
+        log("TLS rows: each server with its own TLS, server on CPU 0, wrk/h2load on CPU 1")
+        tls_result = tls_part.run(tp, status, prof, outdir)
+        (outdir / "tls.json").write_text(json.dumps(tls_result, indent=1))
+
+    h2_result = None
+    if hservers:
+        log("HTTP/2 rows: h2c and h2 over TLS, h2load -t1 on CPU 1, server on CPU 0")
+        h2_result = h2_part.run(hp, status, prof, outdir)
+        (outdir / "h2.json").write_text(json.dumps(h2_result, indent=1))
+
     appcpu = {}
     if rows:
         log("app CPU per request, called directly")
@@ -384,7 +470,7 @@ def run(args):
 
     result = {"meta": meta, "idle": idle, "runs": runs, "app_cpu": appcpu, "fixed_rate": fixed,
               "streaming": streams, "workers": wruns, "costs": cruns, "ws": wsruns,
-              "ws_not_measured": ws_status}
+              "ws_not_measured": ws_status, "tls": tls_result, "h2": h2_result}
     (outdir / "results.json").write_text(json.dumps(result, indent=1))
     report, agg = write_report(result, outdir, args.summary)
     if args.summary:
@@ -393,7 +479,8 @@ def run(args):
     log(f"results in {outdir.relative_to(ROOT)}")
     return 1 if (skirr_failed(agg) or skirr_failed(aggregate(wruns, 0))
                  or skirr_failed(aggregate(cruns, 0)) or skirr_failed(aggregate(wsruns, 0))
-                 or "skirr" in ws_status) else 0
+                 or "skirr" in ws_status or tls_part.skirr_failed(tls_result)
+                 or h2_part.skirr_failed(h2_result)) else 0
 
 
 def run_ws(wsp, wsservers, status, prof, outdir):

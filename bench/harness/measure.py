@@ -6,8 +6,13 @@ the wrk run (its Lua report script, its own CPU share) and the h2load fixed-rate
 from its per-request log); the WebSocket load generator's run (bench/ws_load.c: the server's CPU
 read when it prints MEASURE_START and MEASURE_END) and its exact echo check; one measured run per
 row (`measure_row`; `measure_ws_row` for the WebSocket rows), per fixed-rate server
-(`measure_fixed`), per streaming sample set (`measure_stream`), idle memory, and the app's own CPU
-per request called directly (`app_cpu`, through a pinned `run.py app-cpu` child).
+(`measure_fixed`), per streaming sample set (`measure_stream`), idle memory, the TLS rows' own
+runs (issue 32: `measure_handshakes`, full handshakes with h2load, one request a connection;
+`idle_tls_memory`, the server's RSS per idle TLS connection; the throughput rows are
+`measure_row` over https), the HTTP/2 rows' runs (issue 33: `measure_h2_row`, h2load with
+N connections of M concurrent streams, the server's CPU read at h2load's marks of its measured
+interval; `check_h2`, the exact answer over HTTP/2 with curl), and the app's own CPU per request
+called directly (`app_cpu`, through a pinned `run.py app-cpu` child).
 
 Never: chooses what to run or in which order (matrix.py does), aggregates rounds or judges a figure
 (report.py does), or lets a failed run raise: each returns a result with "ok" and "error". The
@@ -18,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 import statistics
 import subprocess
 import tempfile
@@ -26,10 +32,10 @@ import time
 from pathlib import Path
 
 from .env import (BUILD, CLIENT_CPU, CLK_TCK, RUN_PY, SERVER_CPU, SHARED_CPUS, SKIRR_VENV,
-                  describe, venv_python)
-from .peers import SERVERS, Server, require_listening
+                  describe, tls_files, venv_python)
+from .peers import IDLE_KEEPALIVE, SERVERS, Server, require_listening
 from .workloads import (STREAM_APP, STREAM_EXPECT, WORKLOADS, WS_WORKLOADS, Conn, check_stream,
-                        check_workload, direct_caller, status_line)
+                        check_workload, direct_caller, status_line, tls_negotiated)
 
 WRK_ERRORS = ("connect", "read", "write", "status", "timeout")
 
@@ -150,11 +156,12 @@ def wrk_script(wl, outdir):
     return path
 
 
-def run_wrk(wl, port, conns, duration, outdir, cpus=CLIENT_CPU, threads=1):
+def run_wrk(wl, port, conns, duration, outdir, cpus=CLIENT_CPU, threads=1, scheme="http"):
     """Run wrk pinned to the client CPU (or `cpus`) with `threads` threads; returns its JSON
-    summary plus its CPU seconds."""
+    summary plus its CPU seconds. `scheme` "https": over TLS (wrk's OpenSSL client, OpenSSL's
+    default suites; a connection is handshaken once and kept alive)."""
     script = wrk_script(wl, outdir)
-    url = f"http://127.0.0.1:{port}{WORKLOADS[wl]['path']}"
+    url = f"{scheme}://127.0.0.1:{port}{WORKLOADS[wl]['path']}"
     argv = ["taskset", "-c", cpus, "wrk", f"-t{threads}", f"-c{conns}", f"-d{duration}s", "--latency",
             "--timeout", "5s", "-s", str(script), url]
     with tempfile.TemporaryFile() as out:
@@ -252,14 +259,19 @@ def measure_row(name, wl, conns, cfg, outdir, tag, after=None):
     server once the run succeeded (raising fails the run) and may add to the row."""
     spec = WORKLOADS[wl]
     workers = SERVERS[name].workers
+    tls = SERVERS[name].tls
     cpus = SHARED_CPUS if workers else SERVER_CPU
     client = dict(cpus=SHARED_CPUS, threads=2) if workers else {}
+    if tls:
+        client["scheme"] = "https"
     row = {"server": name, "workload": wl, "conns": conns, "ok": False, "error": None}
     with Server(name, spec["app"], Path(outdir) / "logs", tag, pin=cpus) as srv:
         try:
-            srv.wait_ready(lambda port: check_workload(wl, port))
+            srv.wait_ready(lambda port: check_workload(wl, port, tls))
             if workers > 1:  # the manager and every worker
                 srv.wait_processes(workers + 1)
+            if tls:  # what the run's client suites negotiate with this server
+                row["tls"] = tls_negotiated(wl, srv.port)
             row["pinned"] = affinity_ok(srv.pids(), cpus)
             if cfg["warmup"]:
                 w = run_wrk(wl, srv.port, conns, cfg["warmup"], outdir, **client)
@@ -305,7 +317,7 @@ def measure_row(name, wl, conns, cfg, outdir, tag, after=None):
                 client_softirq_us_per_req=(q1 - q0) / CLK_TCK / n * 1e6 if n else None,
                 rss_mib=sampler.rss / 2**20, pss_mib=sampler.pss / 2**20,
             )
-            check_workload(wl, srv.port)  # exact status and body after the run
+            check_workload(wl, srv.port, tls)  # exact status and body after the run
             if sum(errors.values()):
                 raise RuntimeError(f"wrk reported errors {errors}")
             if n == 0:
@@ -556,6 +568,160 @@ def idle_memory(servers, outdir):
 
 
 # ----------------------------------------------------------------------------------------------
+# The TLS rows' own runs (issue 32)
+
+H2LOAD_TLS = re.compile(r"^(TLS Protocol|Cipher|Server Temp Key|Application protocol): (.*)$", re.M)
+
+
+def run_h2load_handshakes(port, path, rate, period_ms, total, empty_reason=False):
+    """h2load --h1 in rate mode: `rate` new TLS connections every `period_ms`, `total` in all,
+    one request on each (-n = -c = total): every connection a full handshake (h2load keeps no
+    session between its connections, so nothing resumes). Returns its counts, its CPU seconds and
+    what it says it negotiated; RuntimeError when h2load fails, takes over a minute longer than
+    the rate needs, or a request did not succeed. `empty_reason`: the server's status line is
+    `HTTP/1.1 200 ` (hypercorn's), which h2load counts as failed though it read the response
+    whole (see run_h2load): then every request must be done, none errored or timed out, and the
+    failed ones are those (the exact check before and after the run reads the status)."""
+    argv = ["taskset", "-c", CLIENT_CPU, "h2load", "--h1", "-t1", f"-r{rate}",
+            f"--rate-period={period_ms}ms", f"-c{total}", f"-n{total}",
+            f"https://127.0.0.1:{port}{path}"]
+    # Its output goes to a file: it writes a line per connection without ALPN, more than a pipe
+    # holds while nobody reads it.
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        timer = threading.Timer(total / rate * period_ms / 1000 + 60, p.kill)
+        timer.start()
+        try:
+            _, status, ru = os.wait4(p.pid, 0)
+        finally:
+            timer.cancel()
+        p.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    m = re.search(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
+                  r"(\d+) failed, (\d+) errored, (\d+) timeout", text)
+    if p.returncode != 0 or not m:
+        raise RuntimeError(f"h2load failed ({p.returncode}): {text[-600:]}")
+    done, ok, errored, timeout = (int(m.group(i)) for i in (3, 4, 6, 7))
+    if not (ok == total or (empty_reason and done == total and not errored and not timeout)):
+        raise RuntimeError(f"h2load: {m.group(0)}: {text[-400:]}")
+    return {"handshakes": total, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
+            "negotiated": dict(H2LOAD_TLS.findall(text)), "status_by_probe": total - ok}
+
+
+def measure_handshakes(name, wl, cfg, outdir, tag):
+    """The handshake row: server `name` (a TLS server) pinned to the server CPU, h2load on the
+    client CPU opening cfg["hs_rate"] connections per cfg["hs_period_ms"] (a fixed offered rate,
+    the same for every server), cfg["hs_total"] in all, each a full TLS handshake and one request
+    of workload `wl`, after a warm-up of cfg["hs_warmup"] connections. Server CPU per handshake =
+    its utime+stime over h2load's run ÷ connections; handshakes per CPU second its inverse. The
+    exact check before and after."""
+    row = {"server": name, "workload": "handshake", "conns": cfg["hs_rate"], "ok": False,
+           "error": None}
+    path = WORKLOADS[wl]["path"]
+    with Server(name, WORKLOADS[wl]["app"], Path(outdir) / "logs", tag) as srv:
+        try:
+            srv.wait_ready(lambda port: check_workload(wl, port, True))
+            row["pinned"] = affinity_ok(srv.pids())
+            row["tls"] = tls_negotiated(wl, srv.port)
+            empty_reason = status_line(wl, srv.port, True) == b"HTTP/1.1 200 "
+            run_h2load_handshakes(srv.port, path, cfg["hs_rate"], cfg["hs_period_ms"],
+                                  cfg["hs_warmup"], empty_reason)
+            pids = srv.pids()
+            sampler = Sampler(pids)
+            sampler.sample()
+            sampler.start()
+            row["loadavg"] = Path("/proc/loadavg").read_text().split()[0]
+            b0, p0 = cpu0_busy(), proc_ticks(pids)
+            try:
+                res = run_h2load_handshakes(srv.port, path, cfg["hs_rate"], cfg["hs_period_ms"],
+                                            cfg["hs_total"], empty_reason)
+            finally:
+                p1, b1 = proc_ticks(pids), cpu0_busy()
+                sampler.stop()
+            wall = res["wall_s"]
+            server_cpu = sum(p1[p] - p0[p] for p in pids) / CLK_TCK
+            n = res["handshakes"]
+            row.update(
+                requests=n, rps=n / wall, errors={}, p50_ms=None, p99_ms=None,
+                server_cpu_s=server_cpu, cpu_us_per_req=server_cpu / n * 1e6,
+                handshakes_per_cpu_s=n / server_cpu if server_cpu else None,
+                server_util=server_cpu / wall, gen_cpu=res["cpu_s"] / wall,
+                client_bound=res["cpu_s"] / wall >= 0.9,
+                other_cpu0=max(0.0, (b1[0] - b0[0]) / CLK_TCK - server_cpu) / wall,
+                steal_cpu0=(b1[1] - b0[1]) / CLK_TCK / wall,
+                rss_mib=sampler.rss / 2**20, pss_mib=sampler.pss / 2**20,
+                h2load_negotiated=res["negotiated"], status_by_probe=res["status_by_probe"])
+            check_workload(wl, srv.port, True)
+            row["ok"] = True
+        except Exception as exc:  # noqa: BLE001
+            row["error"] = describe(exc)
+    return with_log_tail(row, srv)
+
+
+def idle_tls_memory(name, n, outdir, tag, wl="raw_get"):
+    """Memory per idle connection: the server's RSS (summed over its processes) after one warm
+    connection, then after `n` more connections each with its handshake done (over TLS when the
+    server is a TLS server) and one exact request answered, left open and idle; (RSS after -
+    before) / n. Every connection is checked to be still open after the reading (a server whose
+    keep-alive timeout closed some fails the run, named); the servers whose default keep-alive
+    timeout is 5 s run with it raised (peers.IDLE_KEEPALIVE)."""
+    tls = SERVERS[name].tls
+    out = {"server": name, "n": n, "ok": False, "error": None}
+    spec = WORKLOADS[wl]
+    with Server(name, spec["app"], Path(outdir) / "logs", tag,
+                extra=IDLE_KEEPALIVE.get(name, ())) as srv:
+        conns = []
+        try:
+            srv.wait_ready(lambda port: check_workload(wl, port, tls))
+            warm = Conn(srv.port, tls=tls)
+            conns.append(warm)
+            req = warm.request_bytes(spec["method"], spec["path"], spec["body"])
+            warm.sock.sendall(req)
+            warm.read_response()
+            time.sleep(0.3)
+            pids = srv.pids()
+            rss0, _ = memory(pids)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                c = Conn(srv.port, tls=tls)
+                conns.append(c)
+                c.sock.sendall(req)
+                status, _, body = c.read_response()
+                if status != 200 or body != spec["expect"]:
+                    raise AssertionError(f"status {status} body {body[:60]!r}")
+            opened = time.perf_counter() - t0
+            time.sleep(0.5)
+            rss1, _ = memory(pids)
+            closed = 0
+            for c in conns:  # still open: nothing to read and no EOF
+                c.sock.setblocking(False)
+                try:
+                    if c.sock.recv(1) == b"":
+                        closed += 1
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    pass
+                except OSError:
+                    closed += 1
+            if closed:
+                raise RuntimeError(f"{closed} of {n + 1} idle connections were closed by the "
+                                   f"server within {opened + 0.5:.1f} s")
+            out.update(ok=True, rss_before_mib=rss0 / 2**20, rss_after_mib=rss1 / 2**20,
+                       kib_per_conn=(rss1 - rss0) / n / 1024, open_s=opened, tls=tls)
+        except Exception as exc:  # noqa: BLE001
+            out["error"] = describe(exc)
+        finally:
+            for c in conns:
+                try:
+                    c.close()
+                except OSError:
+                    pass
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
 # The app's own CPU per request
 
 
@@ -591,3 +757,209 @@ def app_cpu_child(wl, n):
 
     samples = uvloop.run(main()) if hasattr(uvloop, "run") else asyncio.run(main())
     print(json.dumps({"us_per_req": statistics.median(samples), "samples": samples}))
+
+
+# ----------------------------------------------------------------------------------------------
+# The HTTP/2 rows' own runs (issue 33): h2load, one thread on the client CPU, over h2c (prior
+# knowledge) or h2 over TLS (ALPN h2 only)
+
+H2LOAD_MAIN_START = "Main benchmark duration is started"
+H2LOAD_MAIN_END = "Main benchmark duration is over"
+H2LOAD_REQUESTS = re.compile(r"requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
+                             r"(\d+) failed, (\d+) errored, (\d+) timeout")
+H2LOAD_STATUS = re.compile(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx")
+H2LOAD_FINISHED = re.compile(r"finished in [\d.]+[mun]?s, ([\d.]+) req/s")
+H2LOAD_REQ_TIME = re.compile(r"time for request:\s+(\S+)\s+(\S+)\s+(\S+)")
+H2LOAD_DATA = re.compile(r"^traffic: .*\((\d+)\) data", re.M)
+
+
+def h2_url(wl, port, tls):
+    return f"{'https' if tls else 'http'}://127.0.0.1:{port}{WORKLOADS[wl]['path']}"
+
+
+def check_h2(wl, port, tls):
+    """Exact status and body of workload `wl` over HTTP/2 with curl (its nghttp2): h2c with
+    prior knowledge, or TLS with ALPN h2 and the run's certificate verified; curl must report
+    HTTP version 2 (a server that answers HTTP/1.1 fails the check). AssertionError otherwise;
+    ConnectionRefusedError while nothing listens (readiness)."""
+    spec = WORKLOADS[wl]
+    with tempfile.TemporaryDirectory(prefix="bench-h2check-") as d:
+        out = Path(d) / "body"
+        argv = ["curl", "-sS", "--max-time", "10", "-o", str(out), "-w",
+                "%{http_version} %{response_code}", "-X", spec["method"]]
+        if spec["body"]:
+            argv += ["--data-binary", "@-"]
+        argv += (["--http2", "--cacert", tls_files()[1]] if tls else ["--http2-prior-knowledge"])
+        p = subprocess.run(argv + [h2_url(wl, port, tls)], input=spec["body"] or b"",
+                           capture_output=True, timeout=20)
+        said = p.stdout.decode(errors="replace").strip()
+        if p.returncode == 7:  # couldn't connect
+            raise ConnectionRefusedError(p.stderr.decode(errors="replace").strip())
+        body = out.read_bytes() if out.exists() else b""
+    if p.returncode != 0 or said != "2 200" or body != spec["expect"]:
+        raise AssertionError(f"{wl} over {'h2 (TLS)' if tls else 'h2c'}: curl exit "
+                             f"{p.returncode}, HTTP version and status {said!r}, body "
+                             f"{len(body)} bytes {body[:60]!r} (expected 2 200 and "
+                             f"{len(spec['expect'])} bytes) {p.stderr.decode(errors='replace')[:300]}")
+
+
+def parse_h2load(text, want_proto):
+    """h2load's summary: {"requests", "rps", "failed", "errored", "timeout", "non2xx",
+    "protocol", "mean_ms", "max_ms", "negotiated"}; RuntimeError when it lacks the summary, spoke
+    another protocol than `want_proto` ("h2c" or "h2"), or any request failed, errored, timed out
+    or had a status other than 2xx."""
+    m, st, fin = H2LOAD_REQUESTS.search(text), H2LOAD_STATUS.search(text), H2LOAD_FINISHED.search(text)
+    if not (m and st and fin):
+        raise RuntimeError(f"h2load printed no summary: {text[-600:]}")
+    proto = dict(H2LOAD_TLS.findall(text)).get("Application protocol")
+    if proto != want_proto:
+        raise RuntimeError(f"h2load spoke {proto!r}, not {want_proto}: {text[-400:]}")
+    done, ok, failed, errored, timeout = (int(m.group(i)) for i in (3, 4, 5, 6, 7))
+    non2xx = sum(int(st.group(i)) for i in (2, 3, 4))
+    if failed or errored or timeout or non2xx or not ok:
+        raise RuntimeError(f"h2load: {m.group(0)}; {st.group(0)}")
+
+    def ms(v):
+        for unit, div in (("us", 1000.0), ("ms", 1.0), ("s", 0.001)):
+            if v.endswith(unit):
+                return float(v[:-len(unit)]) / div
+        return None
+    t = H2LOAD_REQ_TIME.search(text)
+    return {"requests": ok, "done": done, "rps": float(fin.group(1)), "failed": failed,
+            "errored": errored, "timeout": timeout, "non2xx": non2xx, "protocol": proto,
+            "max_ms": ms(t.group(2)) if t else None, "mean_ms": ms(t.group(3)) if t else None,
+            "negotiated": dict(H2LOAD_TLS.findall(text))}
+
+
+def run_h2load_streams(url, conns, streams, warmup, duration, tls, on_start, on_end):
+    """h2load -t1 on the client CPU: `conns` connections, `streams` concurrent streams on each
+    (-m), `warmup` seconds of warm-up then `duration` measured (-D); h2c with prior knowledge for
+    http://, ALPN h2 only for https:// (a server that does not choose h2 fails the run).
+    on_start() and on_end() are called when h2load prints that its measured interval starts and
+    ends (its output is read as it comes), so the caller reads the server's CPU over exactly that
+    interval. Returns parse_h2load()'s figures with h2load's own CPU seconds and wall time."""
+    argv = ["taskset", "-c", CLIENT_CPU, "h2load", "-t1", f"-c{conns}", f"-m{streams}",
+            f"-D{duration}", f"--warm-up-time={warmup}"]
+    if tls:
+        argv.append("--npn-list=h2")
+    p = subprocess.Popen(argv + [url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    timer = threading.Timer(warmup + duration + 60, p.kill)
+    timer.start()
+    lines, marks = [], []
+    t0 = time.perf_counter()
+    try:
+        for raw in p.stdout:
+            line = raw.decode(errors="replace")
+            if line.startswith(H2LOAD_MAIN_START) and not marks:
+                marks.append(on_start())
+            elif line.startswith(H2LOAD_MAIN_END) and len(marks) == 1:
+                marks.append(on_end())
+            lines.append(line)
+        _, status, ru = os.wait4(p.pid, 0)
+    finally:
+        timer.cancel()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    text = "".join(lines)
+    if p.returncode != 0:
+        raise RuntimeError(f"h2load failed ({p.returncode}): {text[-600:]}")
+    if len(marks) != 2:
+        raise RuntimeError(f"h2load never marked its measured interval: {text[-600:]}")
+    res = parse_h2load(text, "h2" if tls else "h2c")
+    res.update(cpu_s=ru.ru_utime + ru.ru_stime, wall_s=wall, marks=marks)
+    return res
+
+
+def check_h2_concurrent(wl, port, tls, conns, streams, per_stream=2):
+    """Exact answers under the run's concurrency: h2load -n over `conns` connections of
+    `streams` concurrent streams (`per_stream` requests per stream slot), every request
+    succeeded with a 2xx and the DATA h2load received exactly n × the workload's body length (a
+    response cut short or padded fails; curl's check sees one request alone). RuntimeError
+    otherwise."""
+    n = conns * streams * per_stream
+    argv = ["taskset", "-c", CLIENT_CPU, "h2load", "-t1", f"-c{conns}", f"-m{streams}", f"-n{n}"]
+    if tls:
+        argv.append("--npn-list=h2")
+    p = subprocess.run(argv + [h2_url(wl, port, tls)], capture_output=True, timeout=120)
+    text = p.stdout.decode(errors="replace")
+    if p.returncode != 0:
+        raise RuntimeError(f"h2load -n{n} failed ({p.returncode}): {text[-400:]}")
+    res = parse_h2load(text, "h2" if tls else "h2c")
+    data = H2LOAD_DATA.search(text)
+    want = n * len(WORKLOADS[wl]["expect"])
+    if res["requests"] != n or not data or int(data.group(1)) != want:
+        raise RuntimeError(f"h2load -n{n}: {res['requests']} succeeded, "
+                           f"{data.group(1) if data else '?'} bytes of DATA, expected {n} and "
+                           f"{want}")
+
+
+def h2_start_check(name, wl, outdir, tag):
+    """None when server `name` starts and answers workload `wl` exactly (over HTTP/2 for an
+    HTTP/2 server, checked with curl; over HTTP/1.1, and TLS for a TLS server, for the HTTP/1.1
+    baselines), else the reason it does not."""
+    peer = SERVERS[name]
+    try:
+        with Server(name, WORKLOADS[wl]["app"], Path(outdir) / "logs", tag) as srv:
+            if peer.h2:
+                srv.wait_ready(lambda port: check_h2(wl, port, peer.tls))
+            else:
+                srv.wait_ready(lambda port: check_workload(wl, port, peer.tls))
+    except Exception as exc:  # noqa: BLE001
+        return describe(exc, 800)
+    return None
+
+
+def measure_h2_row(name, wl, conns, streams, cfg, outdir, tag):
+    """One measured run of HTTP/2 server `name` on workload `wl`: h2load with `conns`
+    connections and `streams` concurrent streams each, cfg["warmup"] s of warm-up then
+    cfg["duration"] s measured, the server on the server CPU and h2load on the client CPU. CPU per
+    request = the server's utime+stime between h2load's marks of its measured interval ÷ the
+    requests h2load counts in it (succeeded; any failed, errored, timed-out or non-2xx request
+    fails the run). Status and exact body checked over HTTP/2 with curl before and after, and
+    after the run every answer's length under the same concurrency (check_h2_concurrent)."""
+    tls = SERVERS[name].tls
+    row = {"server": name, "workload": wl, "conns": conns, "streams": streams,
+           "proto": SERVERS[name].h2, "ok": False, "error": None}
+    with Server(name, WORKLOADS[wl]["app"], Path(outdir) / "logs", tag) as srv:
+        try:
+            srv.wait_ready(lambda port: check_h2(wl, port, tls))
+            row["pinned"] = affinity_ok(srv.pids())
+            pids = srv.pids()
+            sampler = Sampler(pids)
+            sampler.sample()
+            sampler.start()
+            row["loadavg"] = Path("/proc/loadavg").read_text().split()[0]
+
+            def mark():
+                return cpu0_busy(), proc_ticks(pids), time.perf_counter()
+            try:
+                res = run_h2load_streams(h2_url(wl, srv.port, tls), conns, streams,
+                                         cfg["warmup"], cfg["duration"], tls, mark, mark)
+            finally:
+                sampler.stop()
+            (b0, p0, t0), (b1, p1, t1) = res.pop("marks")
+            if sorted(srv.pids()) != sorted(pids):
+                raise RuntimeError(f"the server's processes changed during the run: {sorted(pids)} "
+                                   f"-> {sorted(srv.pids())}")
+            wall = t1 - t0
+            server_cpu = sum(p1[p] - p0[p] for p in pids) / CLK_TCK
+            n = res["requests"]
+            row.update(
+                requests=n, rps=res["rps"], p50_ms=None, p99_ms=None, mean_ms=res["mean_ms"],
+                max_ms=res["max_ms"],
+                errors={k: res[k] for k in ("failed", "errored", "timeout", "non2xx")},
+                server_cpu_s=server_cpu, cpu_us_per_req=server_cpu / n * 1e6,
+                server_util=server_cpu / wall,
+                # h2load's CPU over its whole run (warm-up included) ÷ its wall time
+                gen_cpu=res["cpu_s"] / res["wall_s"],
+                client_bound=res["cpu_s"] / res["wall_s"] >= 0.9,
+                other_cpu0=max(0.0, (b1[0] - b0[0]) / CLK_TCK - server_cpu) / wall,
+                steal_cpu0=(b1[1] - b0[1]) / CLK_TCK / wall,
+                rss_mib=sampler.rss / 2**20, pss_mib=sampler.pss / 2**20,
+                negotiated=res["negotiated"])
+            check_h2(wl, srv.port, tls)
+            check_h2_concurrent(wl, srv.port, tls, conns, streams)
+            row["ok"] = True
+        except Exception as exc:  # noqa: BLE001
+            row["error"] = describe(exc)
+    return with_log_tail(row, srv)

@@ -2,7 +2,11 @@
 
 Owns: the server table (skirr, the peers uvicorn with httptools or h11, granian, hypercorn,
 peregrine-server, weft-server, gunicorn with uvicorn-worker, and the limits: the C responder in
-limit_http.c and nginx; for the WebSocket rows skirr, uvicorn with websockets or wsproto, granian
+limit_http.c and nginx; for the TLS rows (issue 32) skirr, uvicorn, granian, hypercorn,
+peregrine-server and nginx each serving TLS itself with the run's test certificate
+(env.tls_files()); for the HTTP/2 rows (issue 33) skirr (`--http auto`), hypercorn, granian,
+peregrine-server and nginx serving h2c with prior knowledge and h2 over TLS (ALPN); for the
+WebSocket rows skirr, uvicorn with websockets or wsproto, granian
 and peregrine-server), each one's command line, the peers' venv (bench/.venv-peers, made from the
 skirr venv's base interpreter, one peers.txt group at a time, the app's dependencies pinned to the
 skirr venv's versions), building the C programs (the limit, the WebSocket load generator
@@ -28,7 +32,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from .env import (APPS, BENCH, BUILD, PEERS_FILE, PEERS_VENV, SERVER_CPU, SKIRR_VENV, base_python,
-                  log, tool_path, venv_python)
+                  log, tls_files, tool_path, venv_python)
 from .workloads import ALL_WORKLOADS, BIG, FILE_1M_PATH, JSON_BODY, WORKLOADS, WS_WORKLOADS
 
 # ----------------------------------------------------------------------------------------------
@@ -145,7 +149,7 @@ http {{
     uwsgi_temp_path {tmp}/uwsgi;
     scgi_temp_path {tmp}/scgi;
     server {{
-        listen 127.0.0.1:{port} backlog=4096;
+        listen 127.0.0.1:{port}{ssl} backlog=4096;{tls}
         location = /json {{ default_type application/json; return 200 '{json}'; }}
         location = /64k {{ default_type application/octet-stream; alias {tmp}/64k.bin; }}
         location = /file_1m {{ default_type application/octet-stream; alias {file_1m}; }}
@@ -248,11 +252,113 @@ def nginx_argv(app, port, tmp):
     (tmp / "64k.bin").write_bytes(BIG)
     conf = tmp / "nginx.conf"
     conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, json=JSON_BODY.decode(),
-                                      file_1m=FILE_1M_PATH))
+                                      file_1m=FILE_1M_PATH, ssl="", tls=""))
     return [tool_path("nginx"), "-c", str(conf), "-e", str(tmp / "error.log")]
 
 
+# ----------------------------------------------------------------------------------------------
+# The TLS rows (issue 32): each server with its own TLS on the run's test certificate
+# (env.tls_files(): ECDSA P-256, made by harness/tls.py). Protocols and cipher suites are each
+# server's defaults except nginx's, which is set to skirr's defaults (the reference): TLS 1.2 and
+# 1.3, forward-secret AEAD suites for TLS 1.2, OpenSSL's default TLS 1.3 suites, server order, no
+# session cache but tickets (nginx's default). What each row negotiated is recorded per run.
+
+# nginx's TLS 1.2 list: skirr's default, DEFAULT_CIPHERS in src/ext/sk_tlsctx.c (forward-secret
+# AEAD only; the DHE ones are never chosen with the ECDSA certificate). TLS 1.3: OpenSSL's suites
+# for both.
+NGINX_TLS12_CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+                       "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+                       "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:"
+                       "DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384:"
+                       "DHE-RSA-CHACHA20-POLY1305")
+NGINX_TLS = """
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_ciphers {ciphers};
+        ssl_prefer_server_ciphers on;
+        ssl_session_tickets on;"""
+
+
+def nginx_tls_argv(app, port, tmp):
+    return _nginx_tls(tmp, port, " ssl")
+
+
+def _nginx_tls(tmp, port, listen):
+    key, cert = tls_files()
+    tmp = Path(tmp)
+    (tmp / "64k.bin").write_bytes(BIG)
+    conf = tmp / "nginx.conf"
+    tls = NGINX_TLS.format(cert=cert, key=key, ciphers=NGINX_TLS12_CIPHERS)
+    conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, json=JSON_BODY.decode(),
+                                      file_1m=FILE_1M_PATH, ssl=listen, tls=tls))
+    return [tool_path("nginx"), "-c", str(conf), "-e", str(tmp / "error.log")]
+
+
+# ----------------------------------------------------------------------------------------------
+# The HTTP/2 rows (issue 33): h2c with prior knowledge (RFC 9113 §3.3) on a cleartext port and h2
+# over TLS chosen by ALPN (§3.2), each server's own HTTP/2 with its defaults (concurrent streams:
+# skirr 100, hypercorn 100, granian 200, nginx 128, all above the rows' 10 a connection; windows
+# as each sets them: h2load advertises 1 GiB stream and connection windows, so no row waits on
+# the client's window). nginx 1.22 (Debian's nginx-light, built --with-http_v2_module) takes
+# `http2` on the listen socket: alone it is h2c with prior knowledge only, with `ssl` it offers
+# h2 by ALPN.
+
+
+def skirr_h2_argv(app, port, tmp):
+    """skirr with HTTP/2 (`--http auto`, the default, spelled out: a cleartext connection that
+    starts with the client preface is HTTP/2, ALPN offers h2 on TLS)."""
+    return skirr_argv(app, port, tmp) + ["--http", "auto"]
+
+
+def with_option(argv_of, flag, value=None):
+    """The command line of `argv_of` with `flag`'s value replaced by `value`, or `flag` (and its
+    value) removed when `value` is None."""
+    def argv(app, port, tmp):
+        out = argv_of(app, port, tmp)
+        i = out.index(flag)
+        if value is None:
+            return out[:i] + out[i + (1 if flag.startswith("--no-") else 2):]
+        return out[:i + 1] + [value] + out[i + 2:]
+    return argv
+
+
+def nginx_h2c_argv(app, port, tmp):
+    tmp = Path(tmp)
+    (tmp / "64k.bin").write_bytes(BIG)
+    conf = tmp / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, json=JSON_BODY.decode(),
+                                      file_1m=FILE_1M_PATH, ssl=" http2", tls=""))
+    return [tool_path("nginx"), "-c", str(conf), "-e", str(tmp / "error.log")]
+
+
+def nginx_h2_argv(app, port, tmp):
+    return _nginx_tls(tmp, port, " ssl http2")
+
+
+# The idle-connection rows only: each server's keep-alive timeout raised to 120 s where its default
+# (5 s: skirr, uvicorn, hypercorn) could close connections opened first before the last one is
+# (opening 500 TLS connections takes seconds on a loaded machine); memory is not what it changes.
+IDLE_KEEPALIVE = {
+    "skirr": ["--timeout-keep-alive", "120"], "skirr-tls": ["--timeout-keep-alive", "120"],
+    "uvicorn-tls": ["--timeout-keep-alive", "120"], "hypercorn-tls": ["--keep-alive", "120"],
+}
+
+
+def with_tls(argv_of, key_flag, cert_flag, before_last=False):
+    """The command line of `argv_of` with the test key and certificate given as `key_flag` and
+    `cert_flag` (after the other options, or before the last argument: granian's app)."""
+    def argv(app, port, tmp):
+        key, cert = tls_files()
+        out = argv_of(app, port, tmp)
+        flags = [key_flag, key, cert_flag, cert]
+        return out[:-1] + flags + out[-1:] if before_last else out + flags
+    return argv
+
+
 WS_APP_MODULE = WS_WORKLOADS["ws_echo_64"]["app"].partition(":")[0]
+# What the HTTP/2 rows serve (every server, nginx included, answers these three).
+H2_WORKLOADS = {"raw_get", "get_64k", "fastapi_json"}
 
 
 class Peer(NamedTuple):
@@ -261,6 +367,8 @@ class Peer(NamedTuple):
     kind: str  # "skirr", "peer" or "limit"
     serves: set  # the workloads it can serve
     workers: int = 0  # worker processes under a manager (the workers row); 0: one process, pinned
+    tls: bool = False  # serves TLS (the TLS rows): checked and loaded over https
+    h2: str | None = None  # the HTTP/2 rows: "h2c" (prior knowledge) or "h2" (TLS, ALPN h2)
 
 
 SERVERS = {
@@ -285,6 +393,43 @@ SERVERS = {
     "limit-c": Peer(limit_argv, None, "limit", set(WORKLOADS) - {"file_1m"}),
     "nginx": Peer(nginx_argv, None, "limit",
                   {"raw_get", "get_64k", "fastapi_json", "pipelined_get", "file_1m"}),
+    # The TLS rows (issue 32): uvicorn and hypercorn through CPython's ssl, granian with rustls,
+    # peregrine with BoringSSL, nginx (the reference) and skirr with OpenSSL.
+    "skirr-tls": Peer(with_tls(skirr_argv, "--ssl-keyfile", "--ssl-certfile"), None, "skirr",
+                      ALL_WORKLOADS, tls=True),
+    "uvicorn-tls": Peer(with_tls(uvicorn_argv("httptools"), "--ssl-keyfile", "--ssl-certfile"),
+                        "uvicorn", "peer", ALL_WORKLOADS, tls=True),
+    "granian-tls": Peer(with_tls(granian_argv, "--ssl-keyfile", "--ssl-certificate", True),
+                        "granian", "peer", ALL_WORKLOADS, tls=True),
+    "hypercorn-tls": Peer(with_tls(hypercorn_argv, "--keyfile", "--certfile", True), "hypercorn",
+                          "peer", ALL_WORKLOADS, tls=True),
+    "peregrine-tls": Peer(with_tls(peregrine_argv, "--tls-key", "--tls-cert", True), "peregrine",
+                          "peer", ALL_WORKLOADS, tls=True),
+    "nginx-tls": Peer(nginx_tls_argv, None, "limit",
+                      {"raw_get", "get_64k", "fastapi_json", "pipelined_get", "file_1m"},
+                      tls=True),
+    # The HTTP/2 rows (issue 33): h2c with prior knowledge, and h2 over TLS (ALPN) on the run's
+    # test certificate. Every server in the mode skirr's `--http auto` is: HTTP/1.1 and HTTP/2 on
+    # one port (the preface on cleartext, ALPN on TLS): granian with `--http auto` (its HTTP rows
+    # keep `--http 1`), peregrine without its `--no-http2`, hypercorn as it is.
+    "skirr-h2c": Peer(skirr_h2_argv, None, "skirr", H2_WORKLOADS, h2="h2c"),
+    "skirr-h2": Peer(with_tls(skirr_h2_argv, "--ssl-keyfile", "--ssl-certfile"), None, "skirr",
+                     H2_WORKLOADS, tls=True, h2="h2"),
+    "hypercorn-h2c": Peer(hypercorn_argv, "hypercorn", "peer", H2_WORKLOADS, h2="h2c"),
+    "hypercorn-h2": Peer(with_tls(hypercorn_argv, "--keyfile", "--certfile", True), "hypercorn",
+                         "peer", H2_WORKLOADS, tls=True, h2="h2"),
+    "granian-h2c": Peer(with_option(granian_argv, "--http", "auto"), "granian", "peer", H2_WORKLOADS,
+                        h2="h2c"),
+    "granian-h2": Peer(with_tls(with_option(granian_argv, "--http", "auto"), "--ssl-keyfile",
+                                "--ssl-certificate", True), "granian", "peer", H2_WORKLOADS,
+                       tls=True, h2="h2"),
+    "peregrine-h2c": Peer(with_option(peregrine_argv, "--no-http2"), "peregrine", "peer",
+                          H2_WORKLOADS, h2="h2c"),
+    "peregrine-h2": Peer(with_tls(with_option(peregrine_argv, "--no-http2"), "--tls-key",
+                                  "--tls-cert", True), "peregrine", "peer", H2_WORKLOADS,
+                         tls=True, h2="h2"),
+    "nginx-h2c": Peer(nginx_h2c_argv, None, "limit", H2_WORKLOADS, h2="h2c"),
+    "nginx-h2": Peer(nginx_h2_argv, None, "limit", H2_WORKLOADS, tls=True, h2="h2"),
     # The workers row: a manager and its worker processes, unpinned (the load generator shares the
     # CPUs). skirr-w1 is plain skirr (one process, no supervisor) in the same setup, the baseline
     # that CPU per request must not grow from.
@@ -353,14 +498,14 @@ class Server:
     logdir/<tag>.log. `wrap` goes before the command (a tracer: strace, valgrind); `pin` puts the
     server (inside the tracer) on the server CPU with taskset (a string: on those CPUs, e.g.
     "0,1"); `pythonpath`: folders searched before the apps' and the venv's (an overlay of
-    packages). A context manager: leaving the `with` block stops it."""
+    packages); `extra`: arguments appended to the server's command line. A context manager: leaving the `with` block stops it."""
 
-    def __init__(self, name, app, logdir, tag, wrap=(), pin=True, pythonpath=()):
+    def __init__(self, name, app, logdir, tag, wrap=(), pin=True, pythonpath=(), extra=()):
         self.name, self.app = name, app
         self.traced = bool(wrap)
         self.port = free_port()
         self.tmp = tempfile.mkdtemp(prefix=f"bench-{name}-")
-        argv = SERVERS[name].argv(app, self.port, self.tmp)
+        argv = SERVERS[name].argv(app, self.port, self.tmp) + list(extra)
         cpus = pin if isinstance(pin, str) else SERVER_CPU if pin else None
         self.argv = list(wrap) + (["taskset", "-c", cpus] if cpus else []) + argv
         self.logpath = Path(logdir) / f"{tag}.log"

@@ -4,7 +4,11 @@ Owns: the aggregation of a row's rounds (median req/s with min-max, median p99, 
 request, peak RSS/PSS, summed errors), the per-round comparison of each peer with skirr and its
 verdict ("ahead" only when every round agrees; CPU per request decides where either side was
 client-bound), efficiency against the limit, the WebSocket rows' table (the same aggregation and
-verdict per message), the Targets section (targets.py judges it), and the markdown of report.md
+verdict per message), the TLS rows' section (tls.py's figures: CPU per request against each peer,
+the TLS cost against nginx's, handshakes per CPU second, memory per idle connection), the HTTP/2
+rows' section (h2.py's figures: CPU per request against each peer and nginx, HTTP/2 against
+HTTP/1.1), the Targets
+section (targets.py judges it), and the markdown of report.md
 and bench/RESULTS.md (LEVERS.md appended) with its charts embedded (charts.py draws them beside
 it: in the run folder, and in summary_charts() beside the summary), rendered from a run's
 results.json alone so `run.py report` can redo it.
@@ -18,7 +22,7 @@ import json
 import statistics
 from pathlib import Path
 
-from . import charts, targets
+from . import charts, h2, targets, tls
 from .costs import COSTS, TARGET_ACCESS
 from .env import LEVERS
 from .peers import SERVERS
@@ -430,6 +434,265 @@ def render_parts(L, result):
         render_costs(L, result["costs"])
     if result.get("ws") or result.get("ws_not_measured"):
         render_ws(L, result.get("ws") or [], result.get("ws_not_measured") or {})
+    if result.get("tls"):
+        render_tls(L, result["tls"], result["meta"]["config"])
+    if result.get("h2"):
+        render_h2(L, result["h2"], result["meta"]["config"])
+
+
+def _spread(xs, spec=".2f", unit=""):
+    """"median (min–max)" of a list of figures, or "–"."""
+    m, lo, hi = tls.spread(xs)
+    if m is None:
+        return "–"
+    return f"{m:{spec}}{unit} ({lo:{spec}}–{hi:{spec}})"
+
+
+def render_tls(L, t, cfg):
+    """The TLS rows (issue 32): throughput with what each negotiated, CPU per request against
+    each peer per round, skirr's TLS cost against nginx's, handshakes per CPU second, memory per
+    idle TLS connection."""
+    tc = t["config"]
+    rounds = tc["rounds"]
+    hc = tc["handshake"]
+    L.append("\n## TLS (issue 32)\n")
+    L.append(
+        f"Every server serves TLS itself with the same certificate: {t['certificate']}. "
+        "skirr-tls: `--ssl-keyfile/--ssl-certfile` (OpenSSL, its defaults); uvicorn-tls: "
+        "httptools, `--ssl-keyfile/--ssl-certfile` (CPython's ssl); granian-tls: "
+        "`--ssl-keyfile/--ssl-certificate` (rustls; TLS 1.3 only by default); hypercorn-tls: "
+        "`--keyfile/--certfile` (CPython's ssl); peregrine-tls: `--tls-key/--tls-cert` "
+        "(BoringSSL); nginx-tls: `ssl` on the listen socket, TLS 1.2 and 1.3, the TLS 1.2 list "
+        "skirr uses by default, OpenSSL's TLS 1.3 suites, server order, tickets on. skirr and "
+        "nginx in cleartext run the same rows in the same rounds: the TLS cost = TLS CPU per "
+        "request minus cleartext CPU per request, per round. Each server's protocol and cipher "
+        "are the defaults negotiated with the clients' OpenSSL default suites and are recorded "
+        "per row (Python's ssl client with the suites wrk offers, for the throughput rows; "
+        "h2load's own report for the handshake row). Pinned as the throughput rows (server on "
+        f"CPU 0, `wrk -t1` / h2load on CPU 1), {rounds} rounds of {cfg['duration']} s after "
+        f"{cfg['warmup']} s warm-up, a fresh server per run, servers in a fresh random order per "
+        "row and round; status and exact body checked over TLS (the certificate verified) before "
+        "and after every run. Keep-alive connections: each is handshaken once (in the warm-up), "
+        "so the throughput rows measure the record layer.\n")
+    if t["not_measured"]:
+        for s, why in t["not_measured"].items():
+            L.append(f"- not measured: **{s}**: {why.splitlines()[-1] if why else '?'}")
+        L.append("")
+    runs = t["runs"]
+    agg = aggregate(runs, rounds)
+    ratios = tls.peer_ratios(runs, rounds)
+    L.append("### Throughput over TLS\n")
+    L.append("| workload | conns | server | req/s | min–max | p99 ms | CPU µs/req (min–max) | "
+             "RSS MiB | negotiated | errors | gen CPU | other/steal |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    neg = {}
+    for r in runs:
+        if r.get("tls"):
+            neg[(r["workload"], r["conns"], r["server"])] = (
+                f"{r['tls']['version']} {r['tls']['cipher']}")
+    for w, c in workload_order({(w, c) for (w, c, _) in agg}):
+        names = sorted((s for (w2, c2, s) in agg if (w2, c2) == (w, c)),
+                       key=lambda s: (s != "skirr-tls", not SERVERS[s].tls, s))
+        for s in names:
+            a = agg[(w, c, s)]
+            flags, _ = row_notes(a, None)
+            cpus = [r["cpu_us_per_req"] for r in runs
+                    if r["ok"] and (r["workload"], r["conns"], r["server"]) == (w, c, s)]
+            L.append(f"| {w} | {c} | {s}{flags} | {fmt(a['rps'])} | {fmt(a['rps_min'])}–"
+                     f"{fmt(a['rps_max'])} | {fmt(a['p99_ms'], '.2f')} | {_spread(cpus, '.1f')} | "
+                     f"{fmt(a['rss_mib'], '.1f')} | {neg.get((w, c, s), 'cleartext')} | "
+                     f"{load_cells(a)} |")
+    render_failures(L, agg)
+
+    L.append("\n### CPU per request: each peer's ÷ skirr's, per round (above 1: skirr ahead)\n")
+    L.append("Target: skirr ahead of uvicorn, granian, hypercorn and peregrine (each with its own "
+             "TLS) in every round, on every TLS row.\n")
+    L.append("| workload | conns | peer | ratio median (min–max) | skirr ahead | verdict |")
+    L.append("|---|---|---|---|---|---|")
+    for (w, c, s), r in sorted(ratios.items(), key=lambda kv: (workload_order({kv[0][:2]}), kv[0])):
+        L.append(f"| {w} | {c} | {s} | {_spread(r['ratios'], '.3f')} | {r['ahead']}/{rounds} | "
+                 f"{r['verdict']} |")
+    missing = [s for s in tls.TLS_PEERS if s in t["not_measured"]]
+    if missing:
+        L.append(f"\nNot in this run (so the target is unproven against them): "
+                 f"{', '.join(missing)}.")
+
+    costs = tls.tls_costs(runs, rounds)
+    L.append(f"\n### TLS cost per request: skirr's ÷ nginx's (target ≤ {tls.TARGET_TLS_COST})\n")
+    L.append("TLS cost = the TLS server's CPU µs per request minus the same server's cleartext "
+             "CPU µs per request on the same row in the same round (skirr-tls − skirr, nginx-tls − "
+             "nginx). `met`: the ratio within the target in every round.\n")
+    L.append("| workload | conns | skirr TLS µs/req | nginx TLS µs/req | ratio median (min–max) | "
+             "rounds | verdict |")
+    L.append("|---|---|---|---|---|---|---|")
+    for (w, c), r in sorted(costs.items(), key=lambda kv: workload_order({kv[0]})):
+        L.append(f"| {w} | {c} | {_spread(r['skirr_us'], '.1f')} | {_spread(r['nginx_us'], '.1f')} "
+                 f"| {_spread(r['ratios'], '.3f')} | {r['rounds_ok']}/{rounds} | {r['verdict']} |")
+
+    hs = tls.handshake_figures(t["handshakes"], rounds)
+    rate = hc["hs_rate"] * 1000 / hc["hs_period_ms"]
+    L.append("\n### Full handshakes per second of server CPU\n")
+    L.append(
+        f"`h2load --h1 -t1 -r{hc['hs_rate']} --rate-period={hc['hs_period_ms']}ms "
+        f"-c{hc['hs_total']} -n{hc['hs_total']}` on CPU 1: a fixed offered rate of {rate:,.0f} new "
+        f"connections a second (the same for every server), {hc['hs_total']} connections after "
+        f"{hc['hs_warmup']} of warm-up, one {hc['wl']} request each; h2load keeps no TLS session "
+        "between its connections, so every one is a full handshake (checked against nginx with "
+        "`$ssl_session_reused` in its access log: none reused; wrk, by contrast, resumes its "
+        "session on every reconnect, so `wrk -H 'Connection: close'` would measure resumptions). "
+        "Handshakes per CPU second = connections ÷ the server's utime+stime over h2load's run. "
+        f"Targets: skirr ahead of every peer in every round, at least "
+        f"{tls.TARGET_HANDSHAKES_NGINX}× nginx's in every round.\n")
+    L.append("| server | handshakes per CPU s median (min–max) | conns/s achieved | negotiated "
+             "(h2load) | skirr ÷ it, median (min–max) | verdict |")
+    L.append("|---|---|---|---|---|---|")
+    ach, hneg = {}, {}
+    for r in t["handshakes"]:
+        if r["ok"]:
+            ach.setdefault(r["server"], []).append(r["rps"])
+            n = r.get("h2load_negotiated") or {}
+            hneg[r["server"]] = " ".join(v for v in (n.get("TLS Protocol"), n.get("Cipher"),
+                                                     n.get("Server Temp Key")) if v)
+    order = sorted({r["server"] for r in t["handshakes"]}, key=lambda s: (s != "skirr-tls", s))
+    for s in order:
+        v = hs["vs"].get(s)
+        L.append(f"| {s} | {_spread(hs['per_server'].get(s, []), ',.0f')} | "
+                 f"{_spread(ach.get(s, []), ',.0f')} | {hneg.get(s, '–')} | "
+                 f"{_spread(v['ratios'], '.3f') if v else ''} | {v['verdict'] if v else ''} |")
+    hfail = [r for r in t["handshakes"] if not r["ok"]]
+    for r in hfail[:5]:
+        L.append(f"- handshake r{r['round']} {r['server']} failed: `{r['error'][:300]}`")
+
+    idle = tls.idle_figures(t["idle"])
+    L.append(f"\n### Memory per idle connection ({tc['idle_conns']} connections)\n")
+    L.append("The server's RSS (its processes summed) after one warm connection, then after "
+             f"{tc['idle_conns']} more, each with its handshake done (TLS servers) and one raw_get "
+             "answered, left open and idle (checked still open after the reading): (after − "
+             "before) ÷ connections. The cleartext rows are the same servers without TLS.\n")
+    L.append("| server | KiB per idle connection, median (min–max) |")
+    L.append("|---|---|")
+    for s in sorted(idle, key=lambda s: (not s.startswith("skirr"), not SERVERS[s].tls, s)):
+        L.append(f"| {s} | {_spread(idle[s], '.1f')} |")
+    for r in [r for r in t["idle"] if not r["ok"]][:5]:
+        L.append(f"- idle r{r['round']} {r['server']} failed: `{r['error'][:300]}`")
+
+
+PROTO_NAMES = {"h2c": "h2c", "h2": "h2 (TLS)", "h1": "HTTP/1.1"}
+PROTO_ORDER = {"h2c": 0, "h2": 1, "h1": 2}
+KIND_ORDER = {"skirr": 0, "peer": 1, "limit": 2}
+
+
+def render_h2(L, t, cfg):
+    """The HTTP/2 rows (issue 33): throughput per protocol and stream count beside skirr's
+    HTTP/1.1 baselines, CPU per request against each peer per round, skirr against nginx (the
+    limit), skirr's HTTP/2 against its HTTP/1.1 (multiplexing against keep-alive)."""
+    hc = t["config"]
+    rounds = hc["rounds"]
+    L.append("\n## HTTP/2 (issue 33)\n")
+    L.append(
+        "Each server's own HTTP/2, pinned to CPU 0 as every row: h2c with prior knowledge (RFC "
+        "9113 §3.3) on a cleartext port, and h2 over TLS chosen by ALPN (§3.2) with the run's "
+        "test certificate (as the TLS rows). skirr-h2c/-h2: `--http auto` (`--ssl-keyfile/"
+        "--ssl-certfile` for TLS); hypercorn-h2c/-h2: its defaults (h2c by the preface, ALPN h2 "
+        "then http/1.1); granian-h2c/-h2: `--http auto`; peregrine-h2c/-h2: without `--no-http2`; "
+        "nginx-h2c/-h2 (the limit): `listen ... http2` (`ssl http2` for TLS), the same answers "
+        "as its HTTP/1.1 rows. Load: `h2load -t1 -cN -mM -D<s> --warm-up-time=<s>` on CPU 1 "
+        "(N connections, M concurrent streams each; `--npn-list=h2` over TLS, so a server that "
+        "does not choose h2 fails the run, and h2load must report the protocol the row names). "
+        f"{cfg.get('warmup', '?')} s of warm-up, then {cfg.get('duration', '?')} s measured: "
+        "req/s and requests are h2load's for its measured interval, CPU µs/req the server's "
+        "utime+stime between h2load's marks of that interval (read as h2load prints them) ÷ the "
+        "requests it counts. Any failed, errored, timed-out or non-2xx request fails the run; "
+        "status, HTTP version 2 and the exact body are checked with curl before and after every "
+        "run. skirr's HTTP/1.1 baselines (`skirr`: cleartext, `skirr-tls`: over TLS) are wrk "
+        "runs on the same workload and connection count in the same round, in the same random "
+        "order as the HTTP/2 runs. `mean ms`: h2load's mean time per request (no percentiles: "
+        "h2load's per-request log would load its CPU). `gen CPU`: h2load's share of CPU 1 over "
+        "its whole run (>= 90%: client-bound, compare CPU/request there).\n")
+    if t["not_measured"]:
+        for s, why in t["not_measured"].items():
+            L.append(f"- not measured: **{s}**: {why.splitlines()[-1] if why else '?'}")
+        L.append("")
+    down = [s for s in t["not_measured"] if SERVERS[s].kind == "skirr"]
+    if down:
+        L.append(f"**skirr could not be measured here ({', '.join(down)}): this run FAILED, and "
+                 "every target that needs it is MISSED.**\n")
+    runs = t["runs"]
+    L.append("### Throughput\n")
+    L.append("| workload | conns | streams | protocol | server | req/s | min–max | CPU µs/req "
+             "(min–max) | mean ms | RSS MiB | errors | gen CPU | other/steal |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    by_streams = {}
+    for r in runs:
+        by_streams.setdefault(r.get("streams"), []).append(r)
+    lines = []
+    for m, rs in by_streams.items():
+        agg = aggregate(rs, rounds)
+        for (w, c, s), a in agg.items():
+            proto = SERVERS[s].h2 or "h1"
+            cpus = [r["cpu_us_per_req"] for r in rs
+                    if r["ok"] and (r["workload"], r["conns"], r["server"]) == (w, c, s)]
+            means = [r["mean_ms"] for r in rs if r["ok"] and r.get("mean_ms") is not None
+                     and (r["workload"], r["conns"], r["server"]) == (w, c, s)]
+            flags, _ = row_notes(a, None)
+            if proto == "h1":
+                proto_cell = "HTTP/1.1" + (" TLS" if SERVERS[s].tls else "")
+            else:
+                proto_cell = PROTO_NAMES[proto]
+            # per row: each stream count's h2c then h2 servers (skirr, peers, nginx), then
+            # skirr's HTTP/1.1 baselines
+            key = (workload_order({(w, c)}), c, m is None, m or 0, PROTO_ORDER[proto],
+                   KIND_ORDER[SERVERS[s].kind], s)
+            lines.append((key, f"| {w} | {c} | {m if m else '– (wrk)'} | {proto_cell} | {s}{flags} "
+                               f"| {fmt(a['rps'])} | {fmt(a['rps_min'])}–{fmt(a['rps_max'])} | "
+                               f"{_spread(cpus, '.1f')} | {fmt(median(means), '.2f')} | "
+                               f"{fmt(a['rss_mib'], '.1f')} | {load_cells(a)} |"))
+            if a["errors_first"]:
+                lines.append((key + ("~",), f"| | | | | ↳ {s} failed: `{a['errors_first'][:200]}` "
+                                             "| | | | | | | | |"))
+    L.extend(line for _, line in sorted(lines, key=lambda kv: kv[0]))
+
+    ratios = h2.peer_ratios(runs, rounds)
+    L.append("\n### CPU per request: each peer's ÷ skirr's over the same protocol, per round "
+             "(above 1: skirr ahead)\n")
+    L.append("Target: skirr ahead of hypercorn, granian and peregrine (every peer that serves the "
+             "row) in every round, h2c against skirr-h2c and h2 over TLS against skirr-h2.\n")
+    L.append("| workload | conns | streams | peer | ratio median (min–max) | skirr ahead | verdict |")
+    L.append("|---|---|---|---|---|---|---|")
+    for (w, c, m, s), r in sorted(ratios.items(),
+                                  key=lambda kv: (workload_order({kv[0][:2]}), kv[0])):
+        L.append(f"| {w} | {c} | {m} | {s} | {_spread(r['ratios'], '.3f')} | "
+                 f"{r['ahead']}/{rounds} | {r['verdict']} |")
+    if not ratios:
+        L.append("| (no peer in this run) | | | | | | |")
+    missing = [s for s in h2.H2_PEERS if s in t["not_measured"]]
+    if missing:
+        L.append(f"\nNot in this run (so the target is unproven against them): "
+                 f"{', '.join(missing)}.")
+
+    ng = h2.nginx_ratios(runs, rounds)
+    L.append("\n### skirr's CPU per request ÷ nginx's (the limit; no target)\n")
+    L.append("| workload | conns | streams | protocol | skirr ÷ nginx, median (min–max) | rounds |")
+    L.append("|---|---|---|---|---|---|")
+    for (w, c, m, proto), r in sorted(ng.items(),
+                                      key=lambda kv: (workload_order({kv[0][:2]}), kv[0])):
+        L.append(f"| {w} | {c} | {m} | {PROTO_NAMES[proto]} | {_spread(r['ratios'], '.3f')} | "
+                 f"{r['rounds_ok']}/{rounds} |")
+
+    mux = h2.mux_ratios(runs, rounds, hc)
+    L.append(f"\n### Multiplexing against keep-alive: skirr's HTTP/2 CPU per request ÷ its "
+             f"HTTP/1.1's (target ≤ {h2.TARGET_MUX} at {h2.TARGET_MUX_STREAMS} streams)\n")
+    L.append("Same workload and connection count, same round: skirr-h2c ÷ skirr (wrk, cleartext "
+             "keep-alive), skirr-h2 ÷ skirr-tls (wrk over TLS). `met`: within the target in every "
+             f"round; other stream counts are shown, not judged.\n")
+    L.append("| workload | conns | streams | protocol | HTTP/2 µs/req | HTTP/1.1 µs/req | ratio "
+             "median (min–max) | rounds | verdict |")
+    L.append("|---|---|---|---|---|---|---|---|---|")
+    for (w, c, m, proto), r in sorted(mux.items(),
+                                      key=lambda kv: (workload_order({kv[0][:2]}), kv[0])):
+        L.append(f"| {w} | {c} | {m} | {PROTO_NAMES[proto]} | {_spread(r['h2_us'], '.1f')} | "
+                 f"{_spread(r['h1_us'], '.1f')} | {_spread(r['ratios'], '.3f')} | "
+                 f"{r['rounds_ok']}/{rounds} | {r['verdict']} |")
 
 
 def render_fixed(L, fixed_agg):

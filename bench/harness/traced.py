@@ -26,8 +26,8 @@ from pathlib import Path
 
 from .env import BUILD, PEERS_VENV, ROOT, git_commit, new_run_dir
 from .peers import SERVERS, Server, proc_tree, require_listening
-from .workloads import (PIPELINE_DEPTH, WORKLOADS, Conn, exact_concurrent, exact_pipelined,
-                        exact_sequential)
+from .workloads import (PIPELINE_DEPTH, WORKLOADS, Conn, close_conns, exact_concurrent,
+                        exact_pipelined, exact_sequential, open_conns)
 
 PIPELINE_BATCHES = 100  # the syscall gate's pipelined phase: batches of PIPELINE_DEPTH requests
 TRACED_APP = "raw_apps:raw"
@@ -218,10 +218,11 @@ def traced_pids(root):
     return sorted(traced & set(proc_tree(root)))
 
 
-def callgrind_server(name, workload, n, conns, outdir):
+def callgrind_server(name, workload, n, conns, outdir, tls=False):
     """One server under callgrind (its whole process tree, children included) serving `workload`:
     after a warm-up, each phase between a zeroing and a dump of every traced process; per phase
-    the exact answers and the instructions summed over the processes' dumps."""
+    the exact answers and the instructions summed over the processes' dumps. `tls`: the clients
+    speak TLS (each connection handshaken in the warm-up: the phases count the record layer)."""
     spec = WORKLOADS[workload]
     out_file = outdir / f"callgrind-{name}.out"
     wrap = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--compress-strings=no",
@@ -236,7 +237,7 @@ def callgrind_server(name, workload, n, conns, outdir):
     expect = spec["expect"]
     phases, pids = [], []
     with srv:
-        c = Conn(srv.port, timeout=60)
+        c = Conn(srv.port, timeout=60, tls=tls)
         req = c.request_bytes(spec["method"], spec["path"], spec["body"])
         if conns == 1:
             # warm-up: imports, caches, the first allocations
@@ -247,9 +248,10 @@ def callgrind_server(name, workload, n, conns, outdir):
                     lambda: exact_pipelined(c, req, n // PIPELINE_DEPTH, expect))]
         else:
             c.close()
-            exact_concurrent(srv.port, req, CALLGRIND_WARMUP, conns, expect)
+            socks = open_conns(srv.port, conns, 60, tls)
+            exact_concurrent(srv.port, req, CALLGRIND_WARMUP, conns, expect, socks=socks)
             run = [(f"{conns} connections, each a closed loop", n,
-                    lambda: exact_concurrent(srv.port, req, n, conns, expect))]
+                    lambda: exact_concurrent(srv.port, req, n, conns, expect, socks=socks))]
         pids = traced_pids(srv.proc.pid)
         for pid in pids:
             subprocess.run(["callgrind_control", "-z", str(pid)], check=True, timeout=120,
@@ -262,6 +264,8 @@ def callgrind_server(name, workload, n, conns, outdir):
             phases.append({"phase": label, "expected": expected, "requests": good})
         if conns == 1:
             c.close()
+        else:
+            close_conns(socks)
     for i, ph in enumerate(phases, 1):
         irs = [callgrind_ir(f"{out_file}.{pid}.{i}") for pid in pids]
         ir = sum(irs) if irs and None not in irs else None
@@ -272,7 +276,7 @@ def callgrind_server(name, workload, n, conns, outdir):
             "phases": phases}
 
 
-def callgrind(n, servers=("skirr",), workload="raw_get", conns=1):
+def callgrind(n, servers=("skirr",), workload="raw_get", conns=1, tls=False):
     """Instructions per request in each server's whole process tree (Python, C, libc; not the
     kernel) under callgrind: deterministic, unlike timings on a noisy machine, so a hot-path
     change shows its cost as a difference of counts, and two servers running the same app compare
@@ -284,7 +288,7 @@ def callgrind(n, servers=("skirr",), workload="raw_get", conns=1):
     outdir = new_run_dir("callgrind")
     results, rc = [], 0
     for name in servers:
-        r = callgrind_server(name, workload, n, conns, outdir)
+        r = callgrind_server(name, workload, n, conns, outdir, tls)
         results.append(r)
         rc |= not r["ok"]
         if r.get("error"):
@@ -303,7 +307,7 @@ def callgrind(n, servers=("skirr",), workload="raw_get", conns=1):
                 print(f"{r['server']} over {results[0]['server']}, {ph['phase']}: "
                       f"{ph['ir_per_request'] / b:.3f}")
     (outdir / "callgrind.json").write_text(json.dumps(
-        {"commit": git_commit(), "workload": workload, "n": n, "conns": conns,
+        {"commit": git_commit(), "workload": workload, "n": n, "conns": conns, "tls": tls,
          "servers": results}, indent=1))
     print(f"dumps in {outdir.relative_to(ROOT)} (callgrind_annotate <dump> for the profile)")
     return rc

@@ -3,7 +3,8 @@
 Owns: the workload table (raw_get, post_4k, get_64k, fastapi_json, pipelined_get, file_1m, and
 streaming; the WebSocket rows ws_echo_64 and ws_echo_1k: message size and frame type),
 the request shapes wrk sends for them (its Lua request scripts), a minimal HTTP/1.1 client for the
-exact status-and-body checks made before and after every run, and the app called directly with a
+exact status-and-body checks made before and after every run (over TLS for the TLS rows: Python's
+`ssl` verifying the run's test certificate as its CA), and the app called directly with a
 workload's scope (no network) for the app's own CPU per request.
 
 Never: starts or stops a server, reads /proc or times a run (measure.py does), or decides what a
@@ -14,10 +15,11 @@ from __future__ import annotations
 
 import selectors
 import socket
+import ssl
 import sys
 import time
 
-from .env import APPS
+from .env import APPS, tls_files
 
 if str(APPS) not in sys.path:
     sys.path.insert(0, str(APPS))  # the apps are imported by name: raw_apps here, any in direct_caller
@@ -87,10 +89,25 @@ def workload_order(rows):
 # A minimal HTTP/1.1 client for the exact checks, streaming samples and the traced gates
 
 
+def tls_client_context():
+    """A client context trusting only the run's test certificate (its own CA), offering ALPN
+    http/1.1 and OpenSSL's default TLS 1.3 suites (those wrk offers; Python sets only the TLS 1.2
+    list), TLS 1.2 and 1.3."""
+    ctx = ssl.create_default_context(cafile=tls_files()[1])
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
+
+
 class Conn:
-    def __init__(self, port, timeout=10.0):
+    """`tls`: the connection is TLS (the certificate verified against the run's test
+    certificate, for 127.0.0.1)."""
+
+    def __init__(self, port, timeout=10.0, tls=False):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls:
+            self.sock = tls_client_context().wrap_socket(self.sock, server_hostname="127.0.0.1")
         self.buf = b""
         self.t_first = None
         self.status_line = None
@@ -161,10 +178,11 @@ class Conn:
         return head.encode() + b"\r\n" + body
 
 
-def check_workload(wl, port):
-    """Exact status and body over one keep-alive connection (and one pipelined batch)."""
+def check_workload(wl, port, tls=False):
+    """Exact status and body over one keep-alive connection (and one pipelined batch); `tls`:
+    over TLS."""
     spec = WORKLOADS[wl]
-    c = Conn(port)
+    c = Conn(port, tls=tls)
     try:
         req = c.request_bytes(spec["method"], spec["path"], spec["body"])
         for _ in range(2):
@@ -185,11 +203,27 @@ def check_workload(wl, port):
         c.close()
 
 
-def status_line(wl, port):
-    """The status line (bytes, without CRLF) of one request of workload `wl`; AssertionError when
-    its body is not the workload's."""
+def tls_negotiated(wl, port):
+    """{"version", "cipher", "alpn"} a TLS connection to `port` negotiated (the client as
+    tls_client_context()), after one exact request of workload `wl` on it."""
     spec = WORKLOADS[wl]
-    c = Conn(port)
+    c = Conn(port, tls=True)
+    try:
+        c.sock.sendall(c.request_bytes(spec["method"], spec["path"], spec["body"]))
+        status, _, body = c.read_response()
+        if status != 200 or body != spec["expect"]:
+            raise AssertionError(f"{wl} over TLS: status {status}, body {body[:60]!r}")
+        return {"version": c.sock.version(), "cipher": c.sock.cipher()[0],
+                "alpn": c.sock.selected_alpn_protocol()}
+    finally:
+        c.close()
+
+
+def status_line(wl, port, tls=False):
+    """The status line (bytes, without CRLF) of one request of workload `wl` (`tls`: over TLS);
+    AssertionError when its body is not the workload's."""
+    spec = WORKLOADS[wl]
+    c = Conn(port, tls=tls)
     try:
         c.sock.sendall(c.request_bytes(spec["method"], spec["path"], spec["body"]))
         _, _, body = c.read_response()
@@ -233,18 +267,45 @@ def exact_pipelined(c, req, batches, expect=HELLO):
     return good
 
 
-def exact_concurrent(port, req, total, conns, expect=HELLO, timeout=60.0):
+def open_conns(port, conns, timeout=60.0, tls=False):
+    """`conns` keep-alive connections for exact_concurrent (TCP_NODELAY; `tls`: each TLS with
+    tls_client_context(), handshaken here); the caller closes them (close_conns)."""
+    socks = []
+    try:
+        for _ in range(conns):
+            s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            socks.append(s)
+            if tls:
+                socks[-1] = tls_client_context().wrap_socket(s, server_hostname="127.0.0.1")
+    except BaseException:
+        close_conns(socks)
+        raise
+    return socks
+
+
+def close_conns(socks):
+    for s in socks:
+        s.close()
+
+
+def exact_concurrent(port, req, total, conns, expect=HELLO, timeout=60.0, socks=None):
     """`total` requests over `conns` keep-alive connections, each a closed loop (its next request
     sent when its answer is complete), until `total` answers are in; how many answered 200 with
     `expect`. Responses must carry Content-Length (every workload but streaming does).
     ConnectionError when a connection closes; TimeoutError when no byte arrives for `timeout`
-    seconds."""
+    seconds. `socks`: the connections (open_conns(), TLS ones too; left open, idle, for the next
+    call), else `conns` cleartext ones opened and closed here."""
+    own = socks is None
+    if own:
+        socks = open_conns(port, min(conns, total), timeout)
+    socks = socks[:min(len(socks), total)]
     sel = selectors.DefaultSelector()
     bufs, sent, done, good = {}, 0, 0, 0
     try:
-        for _ in range(min(conns, total)):
-            s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for s in socks:
+            s.setblocking(True)
+            s.settimeout(timeout)
             s.sendall(req)
             s.setblocking(False)
             sent += 1
@@ -256,7 +317,12 @@ def exact_concurrent(port, req, total, conns, expect=HELLO, timeout=60.0):
                 raise TimeoutError(f"no answer for {timeout:.0f} s ({done}/{total} done)")
             for key, _ in ready:
                 s = key.fileobj
-                data = s.recv(262144)
+                try:
+                    data = s.recv(262144)
+                    while isinstance(s, ssl.SSLSocket) and s.pending():
+                        data += s.recv(262144)  # decrypted bytes no epoll event announces
+                except ssl.SSLWantReadError:  # a record not yet complete, or a ticket
+                    continue
                 if not data:
                     raise ConnectionError(f"connection closed by the server ({done}/{total} done)")
                 bufs[s] += data
@@ -283,8 +349,9 @@ def exact_concurrent(port, req, total, conns, expect=HELLO, timeout=60.0):
     finally:
         for s in bufs:
             sel.unregister(s)
-            s.close()
         sel.close()
+        if own:
+            close_conns(socks)
     return good
 
 
