@@ -564,8 +564,13 @@ def assert_nothing_live(after: str = "") -> None:
     skirr Server, connection, Request or ready awaitable is alive (skirr._native._live())."""
     from skirr import _native
 
-    gc.collect()
+    # Counted first: a collection only frees, so counts that are all zero stay zero and the
+    # collection (about 0.15 s a case in a worker's grown heap: 40% of the suite's time when
+    # every case paid it) is needed only when something is still alive.
     live = _native._live()
+    if any(live.values()):
+        gc.collect()
+        live = _native._live()
     assert live == {"servers": 0, "connections": 0, "requests": 0, "awaitables": 0}, (
         f"skirr objects still alive after {after or 'the server stopped'}: {live}")
 

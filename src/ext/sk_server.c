@@ -157,6 +157,12 @@ server_close_all(ServerObject *s)
     }
     int epfd = sk_reactor_fd(s->reactor);
     sk_reactor_close(s->reactor);
+    /* The two bound methods of this object are a cycle through it: once closed nothing calls
+     * them again (a closed reactor schedules nothing; a call the loop still holds keeps its own
+     * reference and finds the reactor closed), so reference counting frees a closed server
+     * without waiting for the cycle collector. */
+    Py_CLEAR(s->on_ready);
+    Py_CLEAR(s->run_pending);
     if (s->started && s->http.loop != NULL) {
         PyObject *fd = PyLong_FromLong(epfd);
         PyObject *r =

@@ -1154,7 +1154,8 @@ sk_transport_feed_soon(sk_transport_t *t)
 static void
 schedule_pending(sk_reactor_t *r)
 {
-    if (r->pending_scheduled) {
+    /* Closed: nothing is left to run, and the owner may have let go of cfg.run_pending. */
+    if (r->pending_scheduled || r->closed) {
         return;
     }
     /* In the owner's own context: this may run inside an app task's send(), whose context must

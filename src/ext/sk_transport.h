@@ -106,7 +106,8 @@ typedef void *(*sk_handler_open_fn)(void *owner, sk_transport_t *t);
 typedef struct {
     sk_state *st;
     PyObject *loop;              /* the running event loop */
-    PyObject *run_pending;       /* callable for loop.call_soon: must call sk_reactor_run_pending */
+    PyObject *run_pending;       /* callable for loop.call_soon: must call sk_reactor_run_pending;
+                                  * borrowed, never used once the reactor is closed */
     PyObject *const *context;    /* where the owner keeps the contextvars.Context run_pending is
                                * scheduled in (read at each use: the owner may replace it) */
     PyObject *call_soon_kw;      /* ("context",) */
