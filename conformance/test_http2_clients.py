@@ -246,16 +246,27 @@ def test_sighup_roll_under_h2load_loses_no_request(tmp_path):
     proc = _proc.Skirr(["workers_app:app", "--port", str(port), "--workers", "2"], tmp_path)
     with proc:
         proc.wait_accepting(port)
+        # The port accepts once the first worker listens: wait for both to have started their
+        # app (one "Application startup complete." each), so that both are rolled.
+        deadline = time.monotonic() + _proc.START_TIMEOUT
+        while proc.stderr.count("Application startup complete.") < 2:
+            assert time.monotonic() < deadline and proc.proc.poll() is None, proc.stderr
+            time.sleep(0.02)
+        old = [int(p) for p in re.findall(r"Started worker \[(\d+)\]", proc.stderr)]
+        assert len(old) == 2, proc.stderr
         # 8 connections of 10 streams, each at 250 requests/s: 4000 requests over about 2 s
         load = subprocess.Popen([tool("h2load"), "-n", "4000", "-c", "8", "-m", "10",
                                  "--rps", "250", f"http://127.0.0.1:{port}/"],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        old = [int(p) for p in re.findall(r"Started worker \[(\d+)\]", proc.stderr)]
-        assert len(old) == 2, proc.stderr
-        time.sleep(0.3)
-        proc.proc.send_signal(signal.SIGHUP)
-        assert load.poll() is None, "h2load ended before the roll: make it longer"
-        out, _ = load.communicate(timeout=CLIENT_TIMEOUT * 2)
+        try:
+            time.sleep(0.3)
+            proc.proc.send_signal(signal.SIGHUP)
+            assert load.poll() is None, "h2load ended before the roll: make it longer"
+            out, _ = load.communicate(timeout=CLIENT_TIMEOUT * 2)
+        finally:
+            if load.poll() is None:  # a failed assertion above: h2load outlives no case
+                load.kill()
+                load.communicate()
         deadline = time.monotonic() + CLIENT_TIMEOUT
         while not all(f"Worker [{p}] stopped" in proc.stderr for p in old):
             assert time.monotonic() < deadline, proc.stderr
