@@ -99,6 +99,44 @@ def test_two_hundred_servers_release_everything(loop_name):
     assert after_fds == before_fds
 
 
+@pytest.mark.rule("skirr-lifetime-closed-server-freed")
+def test_closed_server_is_freed_without_the_cycle_collector(loop_name):
+    """A native server that answered a request and was closed is freed when its last reference
+    goes, with the cycle collector off: close() let go of the two bound callbacks through which
+    it referred to itself. Counted by skirr._native._live() before and after the ``del``."""
+    loop = new_loop(loop_name)
+
+    async def serve_one_then_drop() -> tuple[int, int]:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        sock.setblocking(False)
+        srv = _native.Server(tiny_app, asyncio.get_running_loop(), sock.fileno())
+        srv.start()
+        reader, writer = await asyncio.open_connection(*sock.getsockname())
+        writer.write(REQUEST)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert await asyncio.wait_for(reader.readexactly(2), 5) == BODY
+        writer.close()
+        await writer.wait_closed()
+        srv.close()
+        sock.close()
+        await asyncio.sleep(0)  # a call the loop held for the server has run
+        held = _native._live()["servers"]
+        del srv
+        return held, _native._live()["servers"]
+
+    gc.collect()
+    gc.disable()
+    try:
+        held, after = loop.run_until_complete(serve_one_then_drop())
+    finally:
+        gc.enable()
+        loop.close()
+    assert (held, after) == (1, 0)
+
+
 @pytest.mark.rule("skirr-lifetime-keepalive-bounded")
 @pytest.mark.timeout(300)  # 100,000 requests: ~70 s under PYTHONMALLOC=debug -X dev on a quiet
 # machine, and make conformance runs the plain and debug legs side by side on 2 cores
