@@ -212,7 +212,13 @@ load_cert_key(SSL_CTX *ctx, PyObject *certfile, PyObject *keyfile, PyObject *pas
                          keyname);
         }
         else if (pw.asked) {
-            raise_ssl(keyflag, keyname, "cannot decrypt the key: wrong --ssl-keyfile-password?");
+            /* No OpenSSL reason: for a wrong password it is chance. The decryption ends in bad
+             * padding ("bad decrypt") unless the garbage happens to end in valid padding (about
+             * 1 in 200 keys), and then the decoder says "unsupported". */
+            ERR_clear_error();
+            PyErr_Format(PyExc_ValueError,
+                         "%s %U: cannot decrypt the key: wrong --ssl-keyfile-password?", keyflag,
+                         keyname);
         }
         else {
             /* the key was looked for in the certificate file: say where it goes */
