@@ -129,3 +129,36 @@ def test_websocket_app_own_id_wins(serve):
         line, fields = ws_answer(srv, "/")
     assert line == b"HTTP/1.1 101 Switching Protocols"
     assert fields[b"x-request-id"] == [b"mine"]
+
+
+@pytest.mark.rule("skirr-request-id")
+def test_answers_skirr_writes_itself_carry_none(serve, echo_app):
+    """skirr's own answers carry no X-Request-ID (the middleware sees only what the app sends):
+    a 413 refusal before the app runs, the 500 of an app that failed before answering, the 403
+    of a websocket.close before accept. The app saw the id in the last two (its scope)."""
+    scopes = []
+
+    async def app(scope, receive, send):
+        scopes.append([v for n, v in scope["headers"] if n == b"x-request-id"])
+        if scope["type"] == "websocket":
+            await receive()
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["path"] == "/fail":
+            raise RuntimeError("fails before answering")
+        await echo_app(scope, receive, send)
+
+    with serve(app, request_id=True, limit_request_body=5) as srv:
+        c = srv.connect()
+        too_large = c.request(http_request("POST", "/", headers=[
+            ("Host", "x"), ("X-Request-ID", "rid-413"), ("Content-Length", "6")], body=b"123456"))
+        c.close()
+        failed_path = srv.connect()
+        failed = failed_path.request(http_request("GET", "/fail", headers=[
+            ("Host", "x"), ("X-Request-ID", "rid-500")]))
+        failed_path.close()
+        line, fields = ws_answer(srv, "/chat", b"X-Request-ID: rid-403\r\n")
+    assert (too_large.status, too_large.get(b"x-request-id")) == (413, None)
+    assert (failed.status, failed.get(b"x-request-id")) == (500, None)
+    assert line == b"HTTP/1.1 403 Forbidden" and b"x-request-id" not in fields
+    assert scopes[-2:] == [[b"rid-500"], [b"rid-403"]]

@@ -146,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``skirr`` argument parser."""
     parser = _Parser(
         prog="skirr",
-        description="Serve an ASGI 3 application over HTTP/1.1 with skirr.",
+        description="Serve an ASGI 3 application over HTTP/1.1 and HTTP/2 with skirr.",
         epilog="Every option may also be set in the environment as SKIRR_<OPTION> (e.g. "
         "SKIRR_PORT=9000, SKIRR_ACCESS_LOG=off, SKIRR_APP=main:app); the command line wins.",
         allow_abbrev=False,
