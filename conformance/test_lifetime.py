@@ -55,6 +55,29 @@ def new_loop(loop_name: str) -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
+def start_native_server() -> tuple[socket.socket, "_native.Server"]:
+    """A listening socket on a free loopback port and a started native server of tiny_app on
+    it, on the running loop (call from a coroutine)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.setblocking(False)
+    srv = _native.Server(tiny_app, asyncio.get_running_loop(), sock.fileno())
+    srv.start()
+    return sock, srv
+
+
+async def ask_once(sock: socket.socket) -> None:
+    """One request on a new connection to sock's address: 200 with tiny_app's body."""
+    reader, writer = await asyncio.open_connection(*sock.getsockname())
+    writer.write(REQUEST)
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    body = await asyncio.wait_for(reader.readexactly(2), 5)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == BODY
+    writer.close()
+    await writer.wait_closed()
+
+
 @pytest.mark.rule("skirr-lifetime-servers-released")
 def test_two_hundred_servers_release_everything(loop_name):
     """200 native servers, each started on the loop, answering one request, then closed: every
@@ -63,20 +86,9 @@ def test_two_hundred_servers_release_everything(loop_name):
     loop = new_loop(loop_name)
 
     async def one_server() -> None:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(16)
-        sock.setblocking(False)
-        srv = _native.Server(tiny_app, asyncio.get_running_loop(), sock.fileno())
-        srv.start()
+        sock, srv = start_native_server()
         try:
-            reader, writer = await asyncio.open_connection(*sock.getsockname())
-            writer.write(REQUEST)
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-            body = await asyncio.wait_for(reader.readexactly(2), 5)
-            assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == BODY
-            writer.close()
-            await writer.wait_closed()
+            await ask_once(sock)
         finally:
             srv.close()
             sock.close()
@@ -107,19 +119,8 @@ def test_closed_server_is_freed_without_the_cycle_collector(loop_name):
     loop = new_loop(loop_name)
 
     async def serve_one_then_drop() -> tuple[int, int]:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(16)
-        sock.setblocking(False)
-        srv = _native.Server(tiny_app, asyncio.get_running_loop(), sock.fileno())
-        srv.start()
-        reader, writer = await asyncio.open_connection(*sock.getsockname())
-        writer.write(REQUEST)
-        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
-        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
-        assert await asyncio.wait_for(reader.readexactly(2), 5) == BODY
-        writer.close()
-        await writer.wait_closed()
+        sock, srv = start_native_server()
+        await ask_once(sock)
         srv.close()
         sock.close()
         await asyncio.sleep(0)  # a call the loop held for the server has run
