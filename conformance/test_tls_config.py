@@ -392,6 +392,51 @@ def test_session_ticket_resumes(serve, tmp_path, maximum):
             assert tls.session_reused
 
 
+def s_client(port: int, files: TLSFiles, *args: str) -> str:
+    """`openssl s_client -tls1_3 -msg` asking GET / with Connection: close, reading until the
+    server closes (-ign_eof): its stdout (the handshake messages, the cipher line, the answer)."""
+    out = subprocess.run(
+        ["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", "localhost",
+         "-CAfile", str(files.ca_pem), "-tls1_3", "-msg", "-ign_eof", *args],
+        input=b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        capture_output=True, timeout=20, check=True).stdout.decode()
+    assert "HTTP/1.1 200 OK\r\n" in out, out
+    return out
+
+
+@pytest.mark.rule("RFC8446-tls13-suites-order")
+def test_tls13_suite_is_the_servers_first_offered(serve, tmp_path):
+    files = TLSFiles(tmp_path)
+    got = {}
+    with serve(CountingApp(), **files.server_config()) as srv:
+        for offer in ("", "TLS_CHACHA20_POLY1305_SHA256", "TLS_AES_256_GCM_SHA384"):
+            out = s_client(srv.port, files, *(["-ciphersuites", offer] if offer else []))
+            got[offer] = [line for line in out.splitlines() if ", Cipher is " in line]
+    with serve(CountingApp(), **files.server_config(ssl_ciphers="ECDHE-RSA-AES256-GCM-SHA384")) \
+            as srv:
+        out = s_client(srv.port, files)
+        got["--ssl-ciphers"] = [line for line in out.splitlines() if ", Cipher is " in line]
+    assert got == {
+        "": ["New, TLSv1.3, Cipher is TLS_AES_128_GCM_SHA256"],
+        "TLS_CHACHA20_POLY1305_SHA256": ["New, TLSv1.3, Cipher is TLS_CHACHA20_POLY1305_SHA256"],
+        "TLS_AES_256_GCM_SHA384": ["New, TLSv1.3, Cipher is TLS_AES_256_GCM_SHA384"],
+        "--ssl-ciphers": ["New, TLSv1.3, Cipher is TLS_AES_128_GCM_SHA256"],
+    }
+
+
+@pytest.mark.rule("skirr-tls13-one-ticket")
+def test_tls13_one_ticket_then_resumed(serve, tmp_path):
+    files = TLSFiles(tmp_path)
+    sess = tmp_path / "session.pem"
+    with serve(CountingApp(), **files.server_config()) as srv:
+        full = s_client(srv.port, files, "-sess_out", str(sess))
+        resumed = s_client(srv.port, files, "-sess_in", str(sess))
+    tickets = [line for line in full.splitlines()
+               if line.startswith("<<< ") and line.endswith(", NewSessionTicket")]
+    assert len(tickets) == 1, full
+    assert "\nNew, TLSv1.3, Cipher is " in full and "\nReused, TLSv1.3, Cipher is " in resumed
+
+
 # ---- the command line -------------------------------------------------------------------------
 
 
