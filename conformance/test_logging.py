@@ -138,6 +138,39 @@ def test_custom_access_format_on_stdout(tmp_path, loop):
     assert '"GET /x' not in err
 
 
+@pytest.mark.rule("skirr-log-streams")
+@_proc.each_loop
+def test_root_only_log_config_gets_every_line(tmp_path, loop):
+    """A --log-config that configures only the root logger (as many JSON-logging setups do)
+    gets skirr's lines, server and access, through its own handler and format: skirr adds no
+    handler of its own (uvicorn's lines reach such a configuration the same way)."""
+    cfg = tmp_path / "root.json"
+    cfg.write_text(json.dumps({
+        "version": 1, "disable_existing_loggers": False,
+        "formatters": {"f": {"format": "ROOT %(name)s %(levelname)s %(message)s"}},
+        "handlers": {"h": {"class": "logging.StreamHandler", "formatter": "f",
+                           "stream": "ext://sys.stderr"}},
+        "root": {"handlers": ["h"], "level": "INFO"},
+    }))
+    port = _proc.free_port()
+    with _proc.Skirr(["basic:app", "--loop", loop, "--port", str(port), "--log-config", str(cfg)],
+                     tmp_path) as proc:
+        proc.wait_accepting(port)
+        proc.wait_stderr("(Press CTRL+C to quit)")
+        status, me = get(port, "/x")
+        assert status == 200
+        proc.wait_stderr('"GET /x HTTP/1.1"')
+        assert proc.stop() == 0
+        pid = proc.proc.pid
+        out, err = proc.stdout, proc.stderr
+    assert out == ""
+    lines = err.splitlines()
+    assert lines[0] == f"ROOT skirr.error INFO Started server process [{pid}]", err
+    assert f'ROOT skirr.access INFO {me} - "GET /x HTTP/1.1" 200 OK' in lines, err
+    assert lines[-1] == f"ROOT skirr.error INFO Finished server process [{pid}]", err
+    assert all(line.startswith("ROOT skirr.") for line in lines), err
+
+
 @pytest.mark.rule("skirr-log-level-over-config")
 @_proc.each_loop
 @pytest.mark.parametrize("level", [None, "warning", "trace"])

@@ -1017,8 +1017,10 @@ def configure_logging(
     level (unless the configuration set it), and when ``level_given`` (``--log-level`` was given)
     the level of ``skirr.error`` and ``skirr.access`` over the configuration's (uvicorn's order:
     its ``configure_logging`` sets ``uvicorn.error`` and ``uvicorn.access`` after the config), and, unless ``skirr`` has a handler already (the
-    embedding program's or the configuration's are left alone), uvicorn's default handlers:
-    ``skirr.access`` on stdout, the rest on stderr (``skirr.logging.install_default_handlers``).
+    embedding program's or the configuration's are left alone) or ``log_config`` routes its
+    records to an ancestor's handlers (a root-only configuration, as uvicorn's lines reach it),
+    uvicorn's default handlers: ``skirr.access`` on stdout, the rest on stderr
+    (``skirr.logging.install_default_handlers``).
 
     Loggers: ``skirr.error`` (server and application errors; connection events at TRACE),
     ``skirr.access`` (the access log). use_colors: colour the level names (and the access
@@ -1032,6 +1034,10 @@ def configure_logging(
     if log_config is not None and level_given:
         for name in ("skirr.error", "skirr.access"):
             logging.getLogger(name).setLevel(level)
+    if log_config is not None and root.hasHandlers():
+        # The configuration routes skirr's records, to handlers of its own or of an ancestor:
+        # a configuration of the root logger alone gets every line, as uvicorn's does.
+        return
     from skirr.logging import install_default_handlers
 
     install_default_handlers(use_colors)
