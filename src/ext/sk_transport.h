@@ -105,20 +105,20 @@ typedef void *(*sk_handler_open_fn)(void *owner, sk_transport_t *t);
  * reactor's whole life. */
 typedef struct {
     sk_state *st;
-    PyObject *loop;              /* the running event loop */
-    PyObject *run_pending;       /* callable for loop.call_soon: must call sk_reactor_run_pending;
-                                  * borrowed, never used once the reactor is closed */
-    PyObject *const *context;    /* where the owner keeps the contextvars.Context run_pending is
-                               * scheduled in (read at each use: the owner may replace it) */
-    PyObject *call_soon_kw;      /* ("context",) */
-    const sk_handler_ops_t *ops; /* the protocol every accepted connection starts with */
-    sk_handler_open_fn open;     /* makes its handler */
-    void *owner;                 /* passed to open */
-    int listen_fd;               /* listening socket (not owned: the caller closes it) */
-    double write_timeout;        /* seconds without write progress before closing */
-    double batch_delay;          /* seconds a response queued with sk_transport_write_later (or
-                                  * written inside a reactor callback) may wait for the rest of its
-                                  * batch; 0 = written at once */
+    PyObject *loop;               /* the running event loop */
+    PyObject *run_pending;        /* callable for loop.call_soon: must call sk_reactor_run_pending;
+                                   * borrowed, never used once the reactor is closed */
+    PyObject *const *context;     /* where the owner keeps the contextvars.Context run_pending is
+                                   * scheduled in (read at each use: the owner may replace it) */
+    PyObject *call_soon_kw;       /* ("context",) */
+    const sk_handler_ops_t *ops;  /* the protocol every accepted connection starts with */
+    sk_handler_open_fn open;      /* makes its handler */
+    void *owner;                  /* passed to open */
+    int listen_fd;                /* listening socket (not owned: the caller closes it) */
+    double write_timeout;         /* seconds without write progress before closing */
+    double batch_delay;           /* seconds a response queued with sk_transport_write_later (or
+                                   * written inside a reactor callback) may wait for the rest of
+                                   * its batch; 0 = written at once */
     Py_ssize_t limit_connections; /* open connections before accepting pauses; 0 = unlimited */
     PyObject *logger; /* logging.Logger (or None): accepting paused (a warning, at most once per
                        * PAUSE_LOG_INTERVAL seconds) and resumed (info) */
