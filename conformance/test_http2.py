@@ -675,10 +675,9 @@ def test_app_error_before_and_after_the_head(serve):
 # ---- concurrency, GOAWAY -----------------------------------------------------------------------
 
 
-@pytest.mark.rule("h2-concurrent-streams")
-def test_streams_over_the_limit_refused_reset_ones_still_count(serve):
-    release = threading.Event()
-    calls: list = []
+def held_until(release: threading.Event, calls: list, swallow: bool = False):
+    """An app that records each path in `calls`, waits for `release`, then answers 200 "ok";
+    swallow: an exception from send() (its stream was reset) ends the call quietly."""
 
     async def app(scope, receive, send):
         calls.append(scope["path"])
@@ -688,7 +687,17 @@ def test_streams_over_the_limit_refused_reset_ones_still_count(serve):
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"ok"})
         except Exception:
-            pass
+            if not swallow:
+                raise
+
+    return app
+
+
+@pytest.mark.rule("h2-concurrent-streams")
+def test_streams_over_the_limit_refused_reset_ones_still_count(serve):
+    release = threading.Event()
+    calls: list = []
+    app = held_until(release, calls, swallow=True)
 
     with serve(app, http2_max_concurrent_streams=2) as srv:
         with H2Client.open(srv.port) as c:
@@ -718,13 +727,7 @@ def test_streams_over_the_limit_refused_reset_ones_still_count(serve):
 def test_limit_concurrency_counts_a_burst_in_one_write(serve):
     release = threading.Event()
     calls: list = []
-
-    async def app(scope, receive, send):
-        calls.append(scope["path"])
-        while not release.is_set():
-            await asyncio.sleep(0.01)
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"})
+    app = held_until(release, calls)
 
     with serve(app, limit_concurrency=2) as srv:
         with H2Client.open(srv.port) as c:

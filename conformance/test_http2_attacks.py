@@ -477,38 +477,34 @@ def test_continuation_flood(serve):
 # MadeYouReset (CVE-2025-8671): frames that make the server reset a stream
 
 
-@pytest.mark.rule("RFC9113-6.9-window-update-zero")
-def test_window_update_zero_on_a_stream(serve):
+def connection_error_on_an_open_stream(serve, bad: bytes, code: int) -> None:
+    """A GET whose app holds it open (it then receives), then the frame `bad` on its stream: a
+    connection error, GOAWAY `code` naming stream 1, no RST_STREAM; the app's receive() gets
+    http.disconnect; the server serves a new connection."""
     app = Hold(then_receive=True)
     with serve(app) as srv:
         c = Raw(srv.port)
         c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, GET_BLOCK))
         app.wait_calls(1)
-        c.send(frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 0)))
+        c.send(bad)
         g = c.until_goaway()
         c.until_eof()
-        assert (g.error_code, g.last_stream_id) == (PROTOCOL_ERROR, 1), g
+        assert (g.error_code, g.last_stream_id) == (code, 1), g
         assert c.resets() == {}
         assert app.wait_events(2) == ["http.request", "http.disconnect"]
         served(srv.port)
         c.close()
+
+
+@pytest.mark.rule("RFC9113-6.9-window-update-zero")
+def test_window_update_zero_on_a_stream(serve):
+    connection_error_on_an_open_stream(serve, frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 0)),
+                                       PROTOCOL_ERROR)
 
 
 @pytest.mark.rule("RFC9113-5.1-data-half-closed")
 def test_data_on_a_half_closed_stream(serve):
-    app = Hold(then_receive=True)
-    with serve(app) as srv:
-        c = Raw(srv.port)
-        c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, GET_BLOCK))
-        app.wait_calls(1)
-        c.send(frame(DATA, 0, 1, b"late"))
-        g = c.until_goaway()
-        c.until_eof()
-        assert (g.error_code, g.last_stream_id) == (STREAM_CLOSED, 1), g
-        assert c.resets() == {}
-        assert app.wait_events(2) == ["http.request", "http.disconnect"]
-        served(srv.port)
-        c.close()
+    connection_error_on_an_open_stream(serve, frame(DATA, 0, 1, b"late"), STREAM_CLOSED)
 
 
 @pytest.mark.rule("RFC9113-10.5-madeyoureset")

@@ -9,6 +9,7 @@ trustme for each case (conformance/tls_util.py).
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import signal
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import h11
@@ -842,22 +844,25 @@ def test_a_session_resumes_only_under_the_verification_it_was_made_with(serve, t
 # ---- workers ----------------------------------------------------------------------------------
 
 
-def both_serving(proc: _proc.Skirr) -> None:
-    """Waits until both workers serve (each logs its running line)."""
-    proc._wait_until(lambda: proc.stderr.count("skirr running on") == 2, "two workers serve",
-                     _proc.START_TIMEOUT, lambda: proc.stderr)
-
-
-@pytest.mark.rule("skirr-tls-tickets-workers")
-@pytest.mark.parametrize("loop", _proc.LOOPS)
-def test_ticket_from_one_worker_resumes_on_another(tmp_path, loop):
+@contextlib.contextmanager
+def two_tls_workers(tmp_path: Path, loop: str) -> Iterator[tuple[TLSFiles, int, _proc.Skirr]]:
+    """skirr with --workers 2 serving workers_app over TLS (certificates in tmp_path/certs),
+    yielded once both workers serve (each logs its running line): (files, port, proc)."""
     files = TLSFiles(tmp_path / "certs")
     port = _proc.free_port()
     args = ["workers_app:app", "--loop", loop, "--port", str(port), "--workers", "2",
             *files.server_args()]
     with _proc.Skirr(args, tmp_path) as proc:
         proc.wait_accepting(port)
-        both_serving(proc)
+        proc._wait_until(lambda: proc.stderr.count("skirr running on") == 2, "two workers serve",
+                         _proc.START_TIMEOUT, lambda: proc.stderr)
+        yield files, port, proc
+
+
+@pytest.mark.rule("skirr-tls-tickets-workers")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_ticket_from_one_worker_resumes_on_another(tmp_path, loop):
+    with two_tls_workers(tmp_path, loop) as (files, port, proc):
         ctx = files.client_context()
         with connect(port, ctx) as tls:
             issuer = get(tls).body.split()[0]
@@ -876,13 +881,7 @@ def test_ticket_from_one_worker_resumes_on_another(tmp_path, loop):
 @pytest.mark.rule("skirr-tls-reload")
 @pytest.mark.parametrize("loop", _proc.LOOPS)
 def test_workers_sighup_with_a_bad_file_keeps_the_workers(tmp_path, loop):
-    files = TLSFiles(tmp_path / "certs")
-    port = _proc.free_port()
-    args = ["workers_app:app", "--loop", loop, "--port", str(port), "--workers", "2",
-            *files.server_args()]
-    with _proc.Skirr(args, tmp_path) as proc:
-        proc.wait_accepting(port)
-        both_serving(proc)
+    with two_tls_workers(tmp_path, loop) as (files, port, proc):
         files.key_pem.write_text("garbage\n")
         proc.proc.send_signal(signal.SIGHUP)
         stderr = proc.wait_stderr("TLS reload failed")
@@ -900,13 +899,7 @@ def test_workers_sighup_with_a_bad_file_keeps_the_workers(tmp_path, loop):
 def test_workers_sighup_rolls_onto_the_new_certificate(tmp_path, loop):
     import re
 
-    files = TLSFiles(tmp_path / "certs")
-    port = _proc.free_port()
-    args = ["workers_app:app", "--loop", loop, "--port", str(port), "--workers", "2",
-            *files.server_args()]
-    with _proc.Skirr(args, tmp_path) as proc:
-        proc.wait_accepting(port)
-        both_serving(proc)
+    with two_tls_workers(tmp_path, loop) as (files, port, proc):
         old = re.findall(r"Started worker \[(\d+)\]", proc.stderr)
         assert len(old) == 2
         new_cert, new_key = files.issue("new", "127.0.0.1", "localhost")
