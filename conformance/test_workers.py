@@ -8,12 +8,14 @@ both loops. Every wait is bounded.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -857,3 +859,263 @@ def test_stop_during_startup_is_graceful(tmp_path, workers, signum, loop):
         name = signal.Signals(signum).name
         assert f"INFO:     {name}: stopping 1 worker(s)\n" in stderr
         assert re.search(r"INFO:     Worker \[\d+\] stopped \(exit status 0\)\n", stderr)
+
+
+# ----------------------------------------------------------------------------------------------
+# The supervisor's death: no worker outlives it (skirr._worker, _Orphan)
+
+# The parent of `python -m skirr` in these cases: a child subreaper, so the workers a killed
+# supervisor leaves behind become its children (not init's): it reaps each, writes "PID STATUS"
+# (os.waitstatus_to_exitcode) to argv[1], and exits once no descendant is left.
+_REAPER = r"""
+import ctypes, os, subprocess, sys
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0):  # PR_SET_CHILD_SUBREAPER
+    sys.exit("prctl(PR_SET_CHILD_SUBREAPER) failed")
+with open(sys.argv[1], "a", buffering=1) as out:
+    subprocess.Popen(sys.argv[2:])
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        out.write(f"{pid} {os.waitstatus_to_exitcode(status)}\n")
+"""
+
+
+class _Orphans:
+    """``python -m skirr ARGS`` under ``_REAPER``: ``reaped()`` says which of its processes
+    have exited and how; ``kill_supervisor()``; on exit every process still there is killed
+    (the workers of a killed supervisor included) and the reaper waited for."""
+
+    def __init__(self, tmp_path, args, env=None):
+        self.status = tmp_path / "reaped.txt"
+        self.status.touch()
+        self.skirr = _proc.Skirr(args, tmp_path, env=env, command=[
+            sys.executable, "-c", _REAPER, str(self.status), sys.executable, "-m", "skirr"])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            for _ in range(50):  # the reaper's children: the supervisor, then its orphans
+                left = self._children()
+                if not left:
+                    break
+                for pid in left:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.05)
+            self.skirr.wait()
+        finally:
+            self.skirr.__exit__(*exc)
+
+    def _children(self):
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        stat = f.read()
+                except OSError:
+                    continue
+                fields = stat.rpartition(")")[2].split()
+                if int(fields[1]) == self.skirr.proc.pid and fields[0] != "Z":
+                    pids.append(int(entry))
+        return pids
+
+    @property
+    def stderr(self):
+        return self.skirr.stderr
+
+    @property
+    def events(self):
+        return self.skirr.events
+
+    def supervisor(self):
+        return int(_wait_for(lambda: re.findall(r"Started supervisor \[(\d+)\]", self.stderr),
+                             _proc.START_TIMEOUT, "the supervisor", self.skirr)[0])
+
+    def reaped(self):
+        return {int(pid): int(status) for pid, status in
+                (line.split() for line in self.status.read_text().splitlines())}
+
+    def kill_supervisor(self):
+        os.kill(self.supervisor(), signal.SIGKILL)
+        return time.monotonic()
+
+    def wait_reaped(self, pids, timeout, what):
+        """The exit statuses of ``pids`` once all have exited (fails past ``timeout``)."""
+        _wait_for(lambda: set(pids) <= set(self.reaped()), timeout, what, self.skirr)
+        return {pid: self.reaped()[pid] for pid in pids}
+
+
+_HANG_STARTUP = {
+    "lifespan": "import asyncio\n"
+                "from basic import log\n"
+                "async def app(scope, receive, send):\n"
+                "    await receive()\n"
+                "    log('startup')\n"
+                "    await asyncio.Event().wait()\n",
+    "import": "import time\n"
+              "from basic import log\n"
+              "log('startup')\n"
+              "while True:\n"
+              "    time.sleep(1)\n",
+}
+
+
+@pytest.mark.rule("skirr-workers-orphan-starting")
+@pytest.mark.parametrize("hang", ["lifespan", "import"])
+def test_supervisor_killed_during_a_startup_that_never_ends(tmp_path, hang):
+    """The worker is in a lifespan startup that never completes (its loop runs), or in an import
+    that never returns (its loop is blocked): once the supervisor is SIGKILLed the worker exits 1
+    within a few seconds, with one line naming it and its supervisor."""
+    (tmp_path / "hangstart.py").write_text(_HANG_STARTUP[hang])
+    port = _proc.free_port()
+    with _Orphans(tmp_path, ["hangstart:app", "--app-dir", str(tmp_path), "--port", str(port),
+                             "--workers", "2"]) as run:
+        _wait_for(lambda: "startup" in run.events, _proc.START_TIMEOUT, "the startup", run.skirr)
+        (worker,) = _started_pids(run)
+        supervisor = run.supervisor()
+        killed = run.kill_supervisor()
+        assert run.wait_reaped([worker], 10, "the worker's exit") == {worker: 1}
+        # at once for a startup that can be cancelled; within 3 s (os._exit) for one that cannot
+        assert time.monotonic() - killed < (3 if hang == "lifespan" else 6)
+        assert run.skirr.wait(5) == 0  # the reaper: no process left
+        stderr = run.stderr
+    assert f"Worker [{worker}]: supervisor [{supervisor}] is gone: exiting before serving\n" \
+        in stderr
+    if hang == "import":
+        assert f"Worker [{worker}]: supervisor [{supervisor}] is gone and the worker did not " \
+            "exit within 3 s: exiting\n" in stderr
+    assert "skirr running on" not in stderr
+
+
+_SLOW_RESPONSE = (b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n"
+                  b"connection: close\r\n\r\ndone %d")
+
+
+def _slow_request(port, seconds):
+    sock = _proc.connect(port)
+    sock.sendall(b"GET /slow?s=%g HTTP/1.1\r\nhost: x\r\n\r\n" % seconds)
+    return sock
+
+
+def _read_to_eof(sock):
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+@pytest.mark.rule("skirr-workers-orphan-serving")
+def test_supervisor_killed_while_serving_drains_at_once(tmp_path):
+    """The supervisor is SIGKILLed while a request is in flight; its heartbeat interval (20 s
+    here) plays no part: both workers stop accepting at once, the request completes, both exit
+    0 after their lifespan shutdown."""
+    port = _proc.free_port()
+    with _Orphans(tmp_path, [APP, "--port", str(port), "--workers", "2", "--no-date-header",
+                             "--no-server-header", "--timeout-worker-healthcheck", "100"]) as run:
+        run.skirr.wait_accepting(port)
+        workers = _serving_pids(port, 2)
+        supervisor = run.supervisor()
+        with _slow_request(port, 4) as sock:
+            busy = int(_wait_for(lambda: [e for e in run.events if e.startswith("slow-start")],
+                                 5, "the slow request", run.skirr)[0].split()[1])
+            killed = run.kill_supervisor()
+            _wait_for(lambda: not _proc.accepts(port), 3, "new connections refused", run.skirr)
+            assert time.monotonic() - killed < 3
+            sock.settimeout(15)
+            body = b"done %d" % busy
+            assert _read_to_eof(sock) == _SLOW_RESPONSE % (len(body), busy)
+        assert run.wait_reaped(workers, 10, "the workers' exits") == dict.fromkeys(workers, 0)
+        assert run.skirr.wait(5) == 0
+        stderr = run.stderr
+        events = run.events
+    for pid in workers:
+        assert f"Worker [{pid}]: supervisor [{supervisor}] is gone: shutting down gracefully\n" \
+            in stderr
+        assert f"shutdown {pid}" in events
+
+
+@pytest.mark.rule("skirr-workers-orphan-serving")
+def test_supervisor_killed_while_draining_keeps_draining(tmp_path):
+    """SIGTERM to the supervisor (the workers drain), then SIGKILL: the drain goes on (the
+    supervisor's death is not a second, forcing, stop), the request in flight completes."""
+    port = _proc.free_port()
+    with _Orphans(tmp_path, [APP, "--port", str(port), "--workers", "2", "--no-date-header",
+                             "--no-server-header", "--timeout-worker-healthcheck", "1"]) as run:
+        run.skirr.wait_accepting(port)
+        _serving_pids(port, 2)
+        with _slow_request(port, 3) as sock:
+            busy = int(_wait_for(lambda: [e for e in run.events if e.startswith("slow-start")],
+                                 5, "the slow request", run.skirr)[0].split()[1])
+            os.kill(run.supervisor(), signal.SIGTERM)
+            _wait_for(lambda: "SIGTERM: stopping 2 worker(s)" in run.stderr, 5, "the stop",
+                      run.skirr)
+            time.sleep(0.5)  # a few heartbeats (every 0.2 s)
+            run.kill_supervisor()
+            sock.settimeout(15)
+            body = b"done %d" % busy
+            assert _read_to_eof(sock) == _SLOW_RESPONSE % (len(body), busy)
+        # (the idle worker exited before the supervisor, which reaped it)
+        assert run.wait_reaped([busy], 10, "the busy worker's exit") == {busy: 0}
+        assert run.skirr.wait(5) == 0
+        assert "Forced exit" not in run.stderr
+
+
+@pytest.mark.rule("skirr-workers-orphan-serving")
+def test_supervisor_killed_while_a_worker_loop_is_blocked(tmp_path):
+    """A worker's loop is blocked (time.sleep 60 s) when the supervisor is SIGKILLed: it exits 1
+    once it has not beaten for --timeout-worker-healthcheck (as the supervisor would have killed
+    it), with a line saying so; the other worker drains and exits 0."""
+    port = _proc.free_port()
+    with _Orphans(tmp_path, [APP, "--port", str(port), "--workers", "2",
+                             "--timeout-worker-healthcheck", "3"]) as run:
+        run.skirr.wait_accepting(port)
+        workers = _serving_pids(port, 2)
+        supervisor = run.supervisor()
+        sock = _proc.connect(port)
+        try:
+            sock.sendall(b"GET /block?s=60 HTTP/1.1\r\nhost: x\r\n\r\n")
+            blocked = int(_wait_for(lambda: [e for e in run.events if e.startswith("block ")],
+                                    5, "the block request", run.skirr)[0].split()[1])
+            killed = run.kill_supervisor()
+            other = (workers - {blocked}).pop()
+            assert run.wait_reaped(workers, 15, "the workers' exits") == {blocked: 1, other: 0}
+            assert time.monotonic() - killed < 8
+        finally:
+            sock.close()
+        assert run.skirr.wait(5) == 0
+        stderr = run.stderr
+    assert f"Worker [{blocked}]: supervisor [{supervisor}] is gone and the event loop did not " \
+        "answer the heartbeat for 3 s: exiting\n" in stderr
+
+
+@pytest.mark.rule("skirr-workers-orphan-starting")
+def test_supervisor_killed_before_its_worker_ran(tmp_path):
+    """The supervisor dies before its second worker's interpreter reached skirr's code (a
+    sitecustomize sleeps 1.5 s there), so the worker's parent is already the reaper when it
+    starts: it still knows its supervisor is gone, exits 1 before serving; the first drains."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, time\n"
+        "if 'SKIRR_WORKER' in os.environ:\n"
+        "    time.sleep(1.5)\n")
+    port = _proc.free_port()
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
+                                                       os.environ.get("PYTHONPATH")]))}
+    with _Orphans(tmp_path, [APP, "--port", str(port), "--workers", "2"], env=env) as run:
+        run.skirr.wait_accepting(port)
+        _wait_for(lambda: len(_started_pids(run)) == 2, 10, "the second worker", run.skirr)
+        first, second = _started_pids(run)
+        supervisor = run.supervisor()
+        run.kill_supervisor()  # the second is in its sitecustomize
+        assert run.wait_reaped([first, second], 10, "the workers' exits") == {first: 0,
+                                                                               second: 1}
+        assert run.skirr.wait(5) == 0
+        stderr = run.stderr
+    assert f"Worker [{second}]: supervisor [{supervisor}] is gone: exiting before serving\n" \
+        in stderr
+    assert f"Worker [{first}]: supervisor [{supervisor}] is gone: shutting down gracefully\n" \
+        in stderr

@@ -1,7 +1,8 @@
 """The protocol between the supervisor (``skirr.supervisor``) and its workers (``skirr._worker``).
 
 Owns: the name of the environment variable a worker is described by (``ENV``: JSON with the
-``config`` fields, the inherited listening ``fds`` and the ``pipe``'s write end), and the framing
+``config`` fields, the inherited listening ``fds``, the ``pipe``'s write end and the
+``supervisor``'s pid, the parent the worker must not outlive), and the framing
 of the messages a worker writes to that pipe. Each message is one byte, except S:
 
     R   accepting (the worker's startup is done)

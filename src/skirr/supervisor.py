@@ -33,6 +33,11 @@ Heartbeat. Each worker's event loop writes a byte to its pipe every fifth of
 ``timeout_worker_healthcheck``; a worker silent for that long (a blocked loop) is killed (SIGKILL)
 and replaced, with an error line naming it.
 
+Its own death. A supervisor that dies (SIGKILL, a crash) leaves no worker behind: each worker
+watches the pipe's read end (the supervisor's alone) and the supervisor's pid from its first line
+on, and then stops by itself (``skirr._worker``: exits 1 while still starting, shuts down
+gracefully while serving, within the bounds the supervisor would have kept).
+
 Metrics (``--metrics-port``). The supervisor serves the listener (``skirr.metrics``, bound before
 any worker starts); each worker sends its counters after every heartbeat and when it exits, and a
 scrape sums them (``skirr.metrics.Aggregate``: exited workers' final counters, live workers'
@@ -349,7 +354,10 @@ class Supervisor:
         read_end, write_end = os.pipe()
         try:
             os.set_blocking(read_end, False)
-            spec = {"config": fields, "fds": [slot.sock.fileno()], "pipe": write_end}
+            # "supervisor": the worker's parent, which it watches from its first line on (a
+            # ppid it read itself could already be the reaper's: skirr._worker, _Orphan)
+            spec = {"config": fields, "fds": [slot.sock.fileno()], "pipe": write_end,
+                    "supervisor": os.getpid()}
             if self._ticket_key is not None:
                 spec["tls_ticket_key"] = self._ticket_key.hex()
             env = dict(os.environ)
