@@ -1,10 +1,11 @@
 /* sk_tls.c — the TLS stream layer (sk_tls.h): libssl over two memory BIOs, the layer moving the
  * ciphertext between them and the socket itself.
  *
- * Owns: per connection (s->ctx, a tls_conn): the SSL object and its two memory BIOs (the write
- * BIO doubles as the buffer of ciphertext not yet taken by the kernel), the segments that say
- * which plaintext bytes that ciphertext carries (rule 3 of sk_stream.h: a writev reports
- * plaintext only once all of its records left), and the connection's sticky failure.
+ * Owns: per connection (s->ctx, a tls_conn): the SSL object, its read BIO (a memory BIO) and its
+ * write BIO (the layer's own BIO type, below: it appends libssl's ciphertext to the connection's
+ * output buffer, c->ob, the ciphertext not yet taken by the kernel), the segments that say which
+ * plaintext bytes that ciphertext carries (rule 3 of sk_stream.h: a writev reports plaintext only
+ * once all of its records left), and the connection's sticky failure.
  * Never: lets libssl touch the socket, closes the socket, touches epoll, blocks, or includes
  * Python (a layer is plain C: tested alone by src/ext/test/test_tls.c).
  *
@@ -23,7 +24,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/bio.h>
 #include <openssl/buffer.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/opensslv.h>
 
@@ -45,11 +48,16 @@
  * reset for unread input). */
 #define TLS_PLAIN_DRAIN (16 * 1024)
 
-/* A memory BIO whose buffer grew past this (bytes) is replaced by a new one once it is empty at
- * the end of a burst (a read that found the socket empty, a writev that took all it was offered
- * under the budget), so an idle connection does not keep a large response's or upload's
- * ciphertext buffer. */
+/* A buffer of ciphertext (the read BIO's, the output buffer) that grew past this (bytes) is freed
+ * once it is empty at the end of a burst (a read that found the socket empty, a writev that took
+ * all it was offered under the budget), so an idle connection does not keep a large response's or
+ * upload's ciphertext buffer. */
 #define TLS_BIO_KEEP (32 * 1024)
+/* The output buffer's size step (its smallest size), and the room reserved per record beyond its
+ * plaintext before a writev encrypts (header, explicit nonce, tag or MAC and padding: at most 5 + 16 + 64 + 256
+ * bytes), so a burst's ciphertext lands in a buffer sized once, never regrown record by record. */
+#define TLS_OB_MIN 4096
+#define TLS_RECORD_ROOM 512
 
 /* Ciphertext in the write BIO, in order: `ct` bytes carrying `plain` bytes of the caller's
  * plaintext (0: control records). */
@@ -62,6 +70,8 @@ typedef struct {
     const sk_stream_ops_t *ops; /* &sk_stream_tls: tells a TLS stream's ctx from another's */
     SSL *ssl;                   /* owns both BIOs */
     BIO *rbio, *wbio;           /* borrowed from ssl */
+    char *ob;                   /* output buffer: ciphertext not yet sent is ob[ob_head, ob_end) */
+    size_t ob_head, ob_end, ob_cap;
     tls_seg seg[TLS_SEGMENTS];
     int nseg;
     size_t tracked;  /* sum of seg[].ct: write BIO bytes beyond it are control bytes */
@@ -75,9 +85,8 @@ typedef struct {
     uint8_t eof;       /* close_notify received: read answers 0 */
     uint8_t more;      /* read stopped with input maybe held (rule 2b) */
     uint8_t reneg;     /* a renegotiation was attempted (TLS 1.2 ClientHello after the handshake) */
-    uint8_t shut_sent; /* our close_notify is in the write BIO */
-    uint8_t wgrown;    /* the write BIO held more than TLS_BIO_KEEP / 2 since its last trim
-                        * check: its buffer may have grown past TLS_BIO_KEEP (bio_trim) */
+    uint8_t shut_sent; /* our close_notify is in the output buffer */
+    uint8_t ob_nomem;  /* the output buffer could not grow: libssl's write failed for it */
 } tls_conn;
 
 /* The flags tls_close leaves in s->failure_flags (sk_stream.h). */
@@ -130,7 +139,134 @@ ssl_reason(const char *dflt)
 static size_t
 wbio_len(const tls_conn *c)
 {
-    return BIO_ctrl_pending(c->wbio);
+    return c->ob_end - c->ob_head;
+}
+
+/* Makes room for `n` more bytes at the output buffer's end: the bytes not yet sent moved to its
+ * start, then, if that is not enough, a buffer of what is needed (rounded up to TLS_OB_MIN: a
+ * writev reserves its records' room once, so a burst sizes it once). 0, or -1 (ENOMEM: the
+ * buffer's bytes are as they were). */
+static int
+ob_reserve(tls_conn *c, size_t n)
+{
+    size_t live = c->ob_end - c->ob_head;
+    if (c->ob_cap - c->ob_end >= n) {
+        return 0;
+    }
+    if (c->ob_head > 0) {
+        memmove(c->ob, c->ob + c->ob_head, live);
+        c->ob_head = 0;
+        c->ob_end = live;
+        if (c->ob_cap - live >= n) {
+            return 0;
+        }
+    }
+    if (n > SIZE_MAX - live - TLS_OB_MIN) {
+        return -1;
+    }
+    size_t cap = (live + n + TLS_OB_MIN - 1) / TLS_OB_MIN * TLS_OB_MIN;
+    char *b;
+    if (live == 0) {
+        b = malloc(cap); /* nothing to keep: no copy */
+        if (b != NULL) {
+            free(c->ob);
+        }
+    }
+    else {
+        b = realloc(c->ob, cap);
+    }
+    if (b == NULL) {
+        return -1;
+    }
+    c->ob = b;
+    c->ob_cap = cap;
+    return 0;
+}
+
+/* Frees the output buffer when it is empty and grew past TLS_BIO_KEEP (the end of a burst). */
+static void
+ob_trim(tls_conn *c)
+{
+    if (c->ob_end == c->ob_head && c->ob_cap > TLS_BIO_KEEP) {
+        free(c->ob);
+        c->ob = NULL;
+        c->ob_head = c->ob_end = c->ob_cap = 0;
+    }
+}
+
+/* The write BIO: a sink appending what libssl writes (whole records: libssl's write buffer is the
+ * staging) to the connection's output buffer, where ct_flush sends it from. A memory BIO would
+ * copy each byte out again to drop it (BIO_read), and zero, copy and cleanse its buffer as it
+ * grows and when it is freed; this one does none of that. It never touches the socket and never
+ * asks libssl to retry: a write fails only when the buffer cannot grow (ENOMEM). */
+static int
+ob_bio_write(BIO *b, const char *data, size_t n, size_t *written)
+{
+    tls_conn *c = BIO_get_data(b);
+    *written = 0;
+    BIO_clear_retry_flags(b);
+    if (c == NULL) {
+        return 0;
+    }
+    if (ob_reserve(c, n) != 0) {
+        c->ob_nomem = 1;
+        return 0;
+    }
+    memcpy(c->ob + c->ob_end, data, n);
+    c->ob_end += n;
+    *written = n;
+    return 1;
+}
+
+static long
+ob_bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    const tls_conn *c = BIO_get_data(b);
+    (void)num;
+    (void)ptr;
+    switch (cmd) {
+    case BIO_CTRL_FLUSH: return 1; /* the layer sends: nothing to do here */
+    case BIO_CTRL_PENDING: return c != NULL ? (long)wbio_len(c) : 0;
+    default: return 0; /* as a memory BIO for the rest (WPENDING, kTLS queries: 0) */
+    }
+}
+
+static int
+ob_bio_create(BIO *b)
+{
+    BIO_set_init(b, 1);
+    return 1;
+}
+
+static BIO_METHOD *ob_method;
+static CRYPTO_ONCE ob_method_once = CRYPTO_ONCE_STATIC_INIT;
+
+/* Made once per process, never freed (every connection's write BIO uses it). */
+static void
+ob_method_make(void)
+{
+    int type = BIO_get_new_index();
+    BIO_METHOD *m = type > 0 ? BIO_meth_new(type | BIO_TYPE_SOURCE_SINK, "skirr TLS output") : NULL;
+    if (m == NULL || !BIO_meth_set_write_ex(m, ob_bio_write) ||
+        !BIO_meth_set_ctrl(m, ob_bio_ctrl) || !BIO_meth_set_create(m, ob_bio_create)) {
+        BIO_meth_free(m);
+        ERR_clear_error();
+        return;
+    }
+    ob_method = m;
+}
+
+static BIO *
+ob_bio_new(tls_conn *c)
+{
+    if (!CRYPTO_THREAD_run_once(&ob_method_once, ob_method_make) || ob_method == NULL) {
+        return NULL;
+    }
+    BIO *b = BIO_new(ob_method);
+    if (b != NULL) {
+        BIO_set_data(b, c);
+    }
+    return b;
 }
 
 /* Queues `ct` ciphertext bytes carrying `plain` plaintext bytes behind the others. Control bytes
@@ -163,19 +299,14 @@ note_control(tls_conn *c)
     }
 }
 
-/* Drops n sent bytes from the head of the write BIO and of the segments; whole segments' plaintext
- * goes to c->done. */
+/* Drops n sent bytes from the head of the output buffer and of the segments; whole segments'
+ * plaintext goes to c->done. */
 static void
 ct_consume(tls_conn *c, size_t n)
 {
-    char scratch[16384];
-    size_t left = n;
-    while (left > 0) {
-        int k = BIO_read(c->wbio, scratch, (int)(left < sizeof(scratch) ? left : sizeof(scratch)));
-        if (k <= 0) {
-            break; /* not for a memory BIO holding the bytes just sent */
-        }
-        left -= (size_t)k;
+    c->ob_head += n;
+    if (c->ob_head == c->ob_end) {
+        c->ob_head = c->ob_end = 0;
     }
     c->tracked -= n;
     while (n > 0 && c->nseg > 0) {
@@ -191,24 +322,20 @@ ct_consume(tls_conn *c, size_t n)
     }
 }
 
-/* Sends the write BIO's bytes, one send per call while the kernel takes all. 0 all sent, 1 some
- * left (would block), -1 failed (errno). */
+/* Sends the output buffer's bytes, one send per call while the kernel takes all. 0 all sent, 1
+ * some left (would block), -1 failed (errno). */
 static int
 ct_flush(tls_conn *c, int fd)
 {
     for (;;) {
-        char *p = NULL;
-        long len = BIO_get_mem_data(c->wbio, &p);
-        if (len <= 0) {
+        size_t len = wbio_len(c);
+        if (len == 0) {
             return 0;
         }
-        if (len > TLS_BIO_KEEP / 2) {
-            c->wgrown = 1; /* every byte of the write BIO passes here before it leaves */
-        }
-        ssize_t n = send(fd, p, (size_t)len, MSG_NOSIGNAL);
+        ssize_t n = send(fd, c->ob + c->ob_head, len, MSG_NOSIGNAL);
         if (n > 0) {
             ct_consume(c, (size_t)n);
-            if (n == len) {
+            if ((size_t)n == len) {
                 return 0; /* all of it: no second look at the BIO */
             }
             continue;
@@ -226,16 +353,19 @@ ct_flush(tls_conn *c, int fd)
     }
 }
 
-/* A failure libssl reported: its alert (in the write BIO) leaves best effort, then EPROTO. */
+/* A failure libssl reported: its alert (in the output buffer) leaves best effort, then EPROTO;
+ * ENOMEM when it was the output buffer that could not grow. */
 static ssize_t
 fail_tls(tls_conn *c, int fd, const char *dflt)
 {
+    if (c->ob_nomem) {
+        return fail(c, ENOMEM, NULL);
+    }
     const char *why = ssl_reason(dflt);
-    char *p = NULL;
     note_control(c);
-    long len = BIO_get_mem_data(c->wbio, &p);
+    size_t len = wbio_len(c);
     if (len > 0) {
-        (void)send(fd, p, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)send(fd, c->ob + c->ob_head, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     return fail(c, EPROTO, why);
 }
@@ -310,23 +440,14 @@ pull(tls_conn *c, int fd)
     return (int)fail(c, errno, NULL);
 }
 
-/* Replaces the read (`write_side` 0) or write BIO by a new one when it is empty and its buffer
- * grew past TLS_BIO_KEEP (the SSL object frees the old one). Best effort: kept on ENOMEM. */
+/* Replaces the read BIO by a new one when it is empty and its buffer grew past TLS_BIO_KEEP (the
+ * SSL object frees the old one). Best effort: kept on ENOMEM. */
 static void
-bio_trim(tls_conn *c, int write_side)
+rbio_trim(tls_conn *c)
 {
-    BIO *b = write_side ? c->wbio : c->rbio;
     BUF_MEM *bm = NULL;
-    if (write_side && !c->wgrown) {
-        return; /* never held enough to grow past TLS_BIO_KEEP: no BIO call per response */
-    }
-    if (BIO_ctrl_pending(b) != 0 || BIO_get_mem_ptr(b, &bm) <= 0 || bm == NULL) {
-        return;
-    }
-    if (write_side) {
-        c->wgrown = 0; /* empty now: checked */
-    }
-    if (bm->max <= TLS_BIO_KEEP) {
+    if (BIO_ctrl_pending(c->rbio) != 0 || BIO_get_mem_ptr(c->rbio, &bm) <= 0 || bm == NULL ||
+        bm->max <= TLS_BIO_KEEP) {
         return;
     }
     BIO *fresh = BIO_new(BIO_s_mem());
@@ -335,14 +456,8 @@ bio_trim(tls_conn *c, int write_side)
         return;
     }
     BIO_set_mem_eof_return(fresh, -1);
-    if (write_side) {
-        SSL_set0_wbio(c->ssl, fresh);
-        c->wbio = fresh;
-    }
-    else {
-        SSL_set0_rbio(c->ssl, fresh);
-        c->rbio = fresh;
-    }
+    SSL_set0_rbio(c->ssl, fresh);
+    c->rbio = fresh;
 }
 
 /* Control bytes (no plaintext of the caller) wait in the write BIO. */
@@ -424,13 +539,12 @@ tls_open(sk_stream_t *s, void *arg)
     c->ops = &sk_stream_tls;
     c->ssl = SSL_new(src->ctx);
     rbio = BIO_new(BIO_s_mem());
-    wbio = BIO_new(BIO_s_mem());
+    wbio = ob_bio_new(c);
     if (c->ssl == NULL || rbio == NULL || wbio == NULL) {
         goto error;
     }
     BIO_set_mem_eof_return(rbio, -1); /* empty: "retry" (WANT_READ), never EOF */
-    BIO_set_mem_eof_return(wbio, -1);
-    SSL_set_bio(c->ssl, rbio, wbio); /* the SSL object owns both from here */
+    SSL_set_bio(c->ssl, rbio, wbio);  /* the SSL object owns both from here */
     c->rbio = rbio;
     c->wbio = wbio;
     rbio = wbio = NULL;
@@ -551,8 +665,8 @@ tls_read(sk_stream_t *s, char *buf, size_t cap, int *cut) // NOLINT(readability-
         errno = c->fail_errno;
         return SK_STREAM_ERROR;
     }
-    bio_trim(c, 0); /* input idle: the socket is empty */
-    bio_trim(c, 1);
+    rbio_trim(c); /* input idle: the socket is empty */
+    ob_trim(c);
     return read_nothing(c);
 }
 
@@ -573,8 +687,14 @@ static ssize_t
 encrypt(tls_conn *c, int fd, const struct iovec *iov, int iovcnt)
 {
     char stage[TLS_RECORD_PLAIN];
-    size_t taken = 0, off = 0;
+    size_t taken = 0, off = 0, plain = 0;
     int i = 0;
+    for (int k = 0; k < iovcnt && plain < TLS_WRITE_BUDGET; k++) {
+        plain += iov[k].iov_len;
+    }
+    plain = plain < TLS_WRITE_BUDGET ? plain : TLS_WRITE_BUDGET;
+    /* the room for all of this call's records at once (a failure here: the BIO's write retries) */
+    (void)ob_reserve(c, plain + (plain / TLS_RECORD_PLAIN + 1) * TLS_RECORD_ROOM);
     while (taken < TLS_WRITE_BUDGET && i < iovcnt) {
         size_t want = TLS_WRITE_BUDGET - taken < TLS_RECORD_PLAIN ? TLS_WRITE_BUDGET - taken
                                                                   : TLS_RECORD_PLAIN;
@@ -656,7 +776,7 @@ tls_writev(sk_stream_t *s, const struct iovec *iov, int iovcnt, int more)
         return fail(c, errno, NULL);
     }
     if (f == 0 && taken < TLS_WRITE_BUDGET) {
-        bio_trim(c, 1); /* all sent, and the caller offered no more: the end of a burst */
+        ob_trim(c); /* all sent, and the caller offered no more: the end of a burst */
     }
     if (c->done > 0) {
         size_t n = c->done;
@@ -720,10 +840,10 @@ tls_close(sk_stream_t *s, int reset)
             (void)SSL_shutdown(c->ssl);
             c->shut_sent = 1;
         }
-        char *p = NULL;
-        long len = BIO_get_mem_data(c->wbio, &p);
+        size_t len = wbio_len(c);
         if (len > 0) {
-            (void)send(s->fd, p, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT); /* best effort */
+            (void)send(s->fd, c->ob + c->ob_head, len,
+                       MSG_NOSIGNAL | MSG_DONTWAIT); /* best effort */
         }
     }
     /* kept for the handler's closed(), which runs after this (sk_tls_last_error, ...) */
@@ -733,6 +853,7 @@ tls_close(sk_stream_t *s, int reset)
                        (c->fail_errno == EPROTO ? TLS_KEPT_PROTOCOL : 0) | TLS_KEPT_CLOSED;
     SSL_free(c->ssl); /* and both BIOs */
     ERR_clear_error();
+    free(c->ob);
     free(c);
     s->ctx = NULL;
 }
@@ -791,6 +912,13 @@ sk_tls_last_error(const sk_stream_t *s)
 {
     tls_conn *c = conn_of(s);
     return c != NULL ? c->why : closed_tls(s) ? s->failure : NULL;
+}
+
+size_t
+sk_tls_output_capacity(const sk_stream_t *s)
+{
+    tls_conn *c = conn_of(s);
+    return c != NULL ? c->ob_cap : (size_t)-1;
 }
 
 int

@@ -6,15 +6,16 @@
  * `.stream = &sk_stream_tls` and `.stream_arg = <sk_tls_source_t *>`; every connection it accepts
  * gets its own SSL object (server mode) made in open from the source's current SSL_CTX.
  *
- * Sans-I/O: libssl never touches the socket. Each connection's SSL object reads and writes two
- * memory BIOs; the layer moves ciphertext between them and the socket itself (recv into the read
- * BIO, the write BIO's bytes out with one send per flush), so several records an iteration
- * completes leave in one write (the transport's one-send-per-batch rule holds under TLS), and the
- * layer always knows what it holds: ciphertext not yet sent (rule 3) and input not yet decrypted
- * or not yet returned (rule 2b, `pending`).
+ * Sans-I/O: libssl never touches the socket. Each connection's SSL object reads a memory BIO and
+ * writes a BIO of the layer's own type that only appends to a buffer the connection owns (never
+ * a socket call); the layer moves ciphertext between them and the socket itself (recv into the
+ * read BIO, the output buffer's bytes out with one send per flush, straight from that buffer), so
+ * several records an iteration completes leave in one write (the transport's one-send-per-batch
+ * rule holds under TLS), and the layer always knows what it holds: ciphertext not yet sent (rule
+ * 3) and input not yet decrypted or not yet returned (rule 2b, `pending`).
  *
- * What the layer owns per connection (s->ctx): the SSL object and its two BIOs, the ciphertext
- * not yet taken by the kernel, and the count of plaintext bytes that ciphertext carries (rule 3:
+ * What the layer owns per connection (s->ctx): the SSL object and its two BIOs, the output buffer
+ * of ciphertext not yet taken by the kernel, and the count of plaintext bytes that ciphertext carries (rule 3:
  * reported as written only once all of it left). Freed by close.
  *
  * Files and bytes by reference: sendfile answers SK_STREAM_NO_SENDFILE: the transport preads
@@ -47,7 +48,8 @@
  *     its whole record left (records of 16 KiB, at most 64 KiB encrypted per call), so a count
  *     may be short of what was offered; nothing taken: WANT_WRITE. Never re-encrypts: the bytes
  *     at the head of the next call (any address) are those already encrypted. One send per
- *     flush carries every record queued (the write BIO is the ciphertext buffer).
+ *     flush carries every record queued (the output buffer is the ciphertext buffer: room for
+ *     all of a call's records is reserved before it encrypts).
  *   shutdown: close_notify (once the handshake is done), then shutdown(SHUT_WR); WANT_WRITE
  *     while the kernel takes not all of it.
  *   close: frees the SSL object; unless reset or failed, a close_notify (if shutdown did not
@@ -125,6 +127,11 @@ int sk_tls_protocol_error(const sk_stream_t *s);
  * reason, "unexpected eof", "plain HTTP request", ...) or NULL when the last error was a socket
  * errno or nothing failed. Borrowed, static storage. */
 const char *sk_tls_last_error(const sk_stream_t *s);
+
+/* Bytes the connection's output buffer (ciphertext not yet taken by the kernel) has allocated,
+ * 0 when it holds none, or (size_t)-1 when `s` is not an open TLS stream. For tests: a buffer
+ * grown past 32 KiB is freed at the end of the burst, so idle connections hold no large one. */
+size_t sk_tls_output_capacity(const sk_stream_t *s);
 
 /* 1 when this process can send files through kernel TLS (the running kernel has the tls module
  * and libssl was built with kTLS), else 0: files go by pread and encryption. */
