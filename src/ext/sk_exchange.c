@@ -378,7 +378,15 @@ ext_recycle(sk_serve_t *srv, PyObject *ext, uint8_t extras)
         return;
     }
     int tls = ext_tls(ext, extras); /* its ring: TLS requests' dicts apart */
-    if (!ext_as_made(srv->st, ext, extras, 0, tls)) {
+#ifdef Py_GIL_DISABLED
+    /* Without the GIL, what another thread may hold (an app's thread, through the scope) is not
+     * read: a dict held elsewhere goes in line unread (ext_scope and the loop below read it
+     * once the ring holds it alone); one held by this reference alone is read as such. */
+    int unfit = Py_REFCNT(ext) == 1 && !ext_as_made(srv->st, ext, extras, 1, tls);
+#else
+    int unfit = !ext_as_made(srv->st, ext, extras, 0, tls);
+#endif
+    if (unfit) {
         Py_DECREF(ext);
         return;
     }
