@@ -261,7 +261,7 @@ def test_server_methods_refused_from_another_thread():
 
 SERVERS = 4  # loops, one thread and one native Server each
 CLIENTS = 3  # keep-alive connections per server, each in a thread of its own
-REQUESTS = 150  # requests per connection
+REQUESTS = 500  # requests per connection
 
 
 @rule("skirr-threads-free-threading")

@@ -485,6 +485,15 @@ sk_free(void *module)
 
 static PyModuleDef_Slot sk_slots[] = {
     {Py_mod_exec, sk_exec},
+#ifdef Py_mod_gil
+    /* 3.13+: safe without the GIL (a free-threaded build keeps it off when importing this):
+     * the module state is read-only after sk_exec but for its atomic live counts; a Server,
+     * its requests and sessions refuse every thread but their loop's (sk_serve_check_thread);
+     * what other threads read of them (metrics, counters) is atomic (sk_shared_*); a
+     * TLSContext's SSL_CTX is swapped under a lock; app objects are read through strong
+     * references. 3.11 and 3.12 have no such slot (and always a GIL). */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
     {0, NULL},
 };
 
