@@ -284,6 +284,56 @@ ext_as_made(sk_state *st, PyObject *ext, uint8_t extras, int alone, int tls)
     return ok;
 }
 
+#ifdef Py_GIL_DISABLED
+static int
+ext_as_made_shared(sk_state *st, PyObject *ext, uint8_t extras, int tls)
+{
+    /* ext_as_made(st, ext, extras, 0, tls) for a dict other threads may hold and change without
+     * the GIL (an app's thread, through the scope): ext and its tls entry are read under their
+     * critical sections (taken together, through a strong reference to the entry), so no
+     * borrowed value is freed while it is read; the entry's list (client_cert_chain) under its
+     * own. */
+    PyObject *tv = NULL, *name, *value;
+    Py_ssize_t pos = 0;
+    size_t i = 0;
+    int ok = 1;
+    if (tls && PyDict_GetItemRef(ext, st->s_tls, &tv) <= 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_BEGIN_CRITICAL_SECTION2(ext, tv != NULL ? tv : ext);
+    ok = PyDict_GET_SIZE(ext) == (Py_ssize_t)EXT_COUNT(extras) + (tls != 0);
+    while (ok && PyDict_Next(ext, &pos, &name, &value)) {
+        if (i == EXT_COUNT(extras)) {
+            /* the entry fetched above, still (else it is not locked: not read) */
+            ok = name == st->s_tls && value == tv && PyDict_CheckExact(tv);
+            Py_ssize_t tpos = 0;
+            PyObject *tname, *tval;
+            while (ok && PyDict_Next(tv, &tpos, &tname, &tval)) {
+                if (!PyList_CheckExact(tval)) {
+                    ok = tval == Py_None || PyUnicode_CheckExact(tval) || PyLong_CheckExact(tval);
+                    continue;
+                }
+                /* client_cert_chain: its items under its own lock, through a strong reference
+                 * (taking it may suspend the two above; PyDict_Next goes on safely after) */
+                PyObject *chain = Py_NewRef(tval);
+                Py_BEGIN_CRITICAL_SECTION(chain);
+                for (Py_ssize_t k = 0; ok && k < PyList_GET_SIZE(chain); k++) {
+                    ok = PyUnicode_CheckExact(PyList_GET_ITEM(chain, k));
+                }
+                Py_END_CRITICAL_SECTION();
+                Py_DECREF(chain);
+            }
+            break;
+        }
+        ok = name == ext_name(st, i++) && PyDict_CheckExact(value) && PyDict_GET_SIZE(value) == 0;
+    }
+    Py_END_CRITICAL_SECTION2();
+    Py_XDECREF(tv);
+    return ok;
+}
+#endif
+
 static inline int
 ext_tls(PyObject *ext, uint8_t extras)
 {
@@ -379,10 +429,8 @@ ext_recycle(sk_serve_t *srv, PyObject *ext, uint8_t extras)
     }
     int tls = ext_tls(ext, extras); /* its ring: TLS requests' dicts apart */
 #ifdef Py_GIL_DISABLED
-    /* Without the GIL, what another thread may hold (an app's thread, through the scope) is not
-     * read: a dict held elsewhere goes in line unread (ext_scope and the loop below read it
-     * once the ring holds it alone); one held by this reference alone is read as such. */
-    int unfit = Py_REFCNT(ext) == 1 && !ext_as_made(srv->st, ext, extras, 1, tls);
+    /* without the GIL another thread may hold it (an app's, through the scope) and change it */
+    int unfit = !ext_as_made_shared(srv->st, ext, extras, tls);
 #else
     int unfit = !ext_as_made(srv->st, ext, extras, 0, tls);
 #endif
