@@ -65,20 +65,24 @@ known_wrapper(PyObject *e)
 {
     /* 1 when e (borrowed, an exception instance) is an instance of one of WRAPPERS (its class
      * or a base), else 0. Never leaves an exception set. */
-    PyObject *mro = Py_TYPE(e)->tp_mro; /* borrowed: a tuple of classes */
+    /* a strong reference (not tp_mro, borrowed: the attribute lookups below run code, and
+     * another thread may give the class new bases meanwhile): a tuple of classes */
+    PyObject *mro = PyObject_GetAttrString((PyObject *)Py_TYPE(e), "__mro__");
+    int found = 0;
     if (mro == NULL || !PyTuple_Check(mro)) {
+        PyErr_Clear();
+        Py_XDECREF(mro);
         return 0;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); i++) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro) && !found; i++) {
         PyObject *cls = PyTuple_GET_ITEM(mro, i);
-        for (size_t k = 0; k < sizeof(WRAPPERS) / sizeof(WRAPPERS[0]); k++) {
-            if (name_is(cls, "__qualname__", WRAPPERS[k][1]) &&
-                name_is(cls, "__module__", WRAPPERS[k][0])) {
-                return 1;
-            }
+        for (size_t k = 0; k < sizeof(WRAPPERS) / sizeof(WRAPPERS[0]) && !found; k++) {
+            found = name_is(cls, "__qualname__", WRAPPERS[k][1]) &&
+                    name_is(cls, "__module__", WRAPPERS[k][0]);
         }
     }
-    return 0;
+    Py_DECREF(mro);
+    return found;
 }
 
 static int
@@ -285,12 +289,8 @@ sk_asgi_msg_get(PyObject *msg, PyObject *key, PyObject **out)
 {
     *out = NULL;
     if (PyDict_Check(msg)) {
-        PyObject *v = PyDict_GetItemWithError(msg, key); /* borrowed */
-        if (v == NULL) {
-            return PyErr_Occurred() ? -1 : 0;
-        }
-        *out = Py_NewRef(v);
-        return 1;
+        /* a strong reference at once: the app's dict, which another of its threads may change */
+        return PyDict_GetItemRef(msg, key, out);
     }
     PyObject *v = PyObject_GetItem(msg, key);
     if (v == NULL) {

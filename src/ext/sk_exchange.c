@@ -99,14 +99,14 @@ set_app(RequestObject *r, enum app_state to)
     int running = (to == APP_STARTED || to == APP_RUNNING);
     r->app = to;
     if (running && !was_running) {
-        r->srv->active_requests++;
+        SK_ADD(r->srv->active_requests, 1);
     }
     else if (was_running && !running) {
-        r->srv->active_requests--;
+        SK_ADD(r->srv->active_requests, -1);
     }
-    assert(r->srv->active_requests >= 0);
-    r->srv->unstarted += (to == APP_STARTED) - (from == APP_STARTED);
-    assert(r->srv->unstarted >= 0);
+    assert(SK_LOAD(r->srv->active_requests) >= 0);
+    SK_ADD(r->srv->unstarted, (to == APP_STARTED) - (from == APP_STARTED));
+    assert(SK_LOAD(r->srv->unstarted) >= 0);
 }
 
 /* ---- the response's end -------------------------------------------------------------------- */
@@ -284,6 +284,56 @@ ext_as_made(sk_state *st, PyObject *ext, uint8_t extras, int alone, int tls)
     return ok;
 }
 
+#ifdef Py_GIL_DISABLED
+static int
+ext_as_made_shared(sk_state *st, PyObject *ext, uint8_t extras, int tls)
+{
+    /* ext_as_made(st, ext, extras, 0, tls) for a dict other threads may hold and change without
+     * the GIL (an app's thread, through the scope): ext and its tls entry are read under their
+     * critical sections (taken together, through a strong reference to the entry), so no
+     * borrowed value is freed while it is read; the entry's list (client_cert_chain) under its
+     * own. */
+    PyObject *tv = NULL, *name, *value;
+    Py_ssize_t pos = 0;
+    size_t i = 0;
+    int ok = 1;
+    if (tls && PyDict_GetItemRef(ext, st->s_tls, &tv) <= 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_BEGIN_CRITICAL_SECTION2(ext, tv != NULL ? tv : ext);
+    ok = PyDict_GET_SIZE(ext) == (Py_ssize_t)EXT_COUNT(extras) + (tls != 0);
+    while (ok && PyDict_Next(ext, &pos, &name, &value)) {
+        if (i == EXT_COUNT(extras)) {
+            /* the entry fetched above, still (else it is not locked: not read) */
+            ok = name == st->s_tls && value == tv && PyDict_CheckExact(tv);
+            Py_ssize_t tpos = 0;
+            PyObject *tname, *tval;
+            while (ok && PyDict_Next(tv, &tpos, &tname, &tval)) {
+                if (!PyList_CheckExact(tval)) {
+                    ok = tval == Py_None || PyUnicode_CheckExact(tval) || PyLong_CheckExact(tval);
+                    continue;
+                }
+                /* client_cert_chain: its items under its own lock, through a strong reference
+                 * (taking it may suspend the two above; PyDict_Next goes on safely after) */
+                PyObject *chain = Py_NewRef(tval);
+                Py_BEGIN_CRITICAL_SECTION(chain);
+                for (Py_ssize_t k = 0; ok && k < PyList_GET_SIZE(chain); k++) {
+                    ok = PyUnicode_CheckExact(PyList_GET_ITEM(chain, k));
+                }
+                Py_END_CRITICAL_SECTION();
+                Py_DECREF(chain);
+            }
+            break;
+        }
+        ok = name == ext_name(st, i++) && PyDict_CheckExact(value) && PyDict_GET_SIZE(value) == 0;
+    }
+    Py_END_CRITICAL_SECTION2();
+    Py_XDECREF(tv);
+    return ok;
+}
+#endif
+
 static inline int
 ext_tls(PyObject *ext, uint8_t extras)
 {
@@ -329,7 +379,7 @@ ext_scope(sk_serve_t *srv, uint8_t extras, PyObject *tls)
                     break; /* an app wrote into it before it was free: ext_recycle drops it */
                 }
             }
-            srv->ext_reused++;
+            SK_ADD(srv->ext_reused, 1);
             return ext_pop(r);
         }
         if (tries > 0 || r->n == 1) {
@@ -378,7 +428,13 @@ ext_recycle(sk_serve_t *srv, PyObject *ext, uint8_t extras)
         return;
     }
     int tls = ext_tls(ext, extras); /* its ring: TLS requests' dicts apart */
-    if (!ext_as_made(srv->st, ext, extras, 0, tls)) {
+#ifdef Py_GIL_DISABLED
+    /* without the GIL another thread may hold it (an app's, through the scope) and change it */
+    int unfit = !ext_as_made_shared(srv->st, ext, extras, tls);
+#else
+    int unfit = !ext_as_made(srv->st, ext, extras, 0, tls);
+#endif
+    if (unfit) {
         Py_DECREF(ext);
         return;
     }
@@ -677,6 +733,9 @@ request_receive(PyObject *op, PyObject *Py_UNUSED(arg))
      * order they were made. */
     RequestObject *r = (RequestObject *)op;
     PyObject *msg = NULL;
+    if (sk_serve_check_thread(r->srv, "receive()", SK_ASGI_THREAD_HINT) < 0) {
+        return NULL; /* before anything is read or changed */
+    }
     if (r->receive_waiters == NULL || PyList_GET_SIZE(r->receive_waiters) == 0) {
         int rc = next_message(r, &msg);
         if (rc != 0) {
@@ -1413,6 +1472,9 @@ request_send(PyObject *op, PyObject *msg)
     RequestObject *r = (RequestObject *)op;
     PyObject *type = NULL;
     PyObject *res = NULL;
+    if (sk_serve_check_thread(r->srv, "send()", SK_ASGI_THREAD_HINT) < 0) {
+        return NULL; /* before anything is read or changed: the request goes on on its thread */
+    }
     if (r->in_send) {
         /* The message's own code (a __bool__, __iter__, __index__ ... run while it is read)
          * called send(): the outer send must find the state it started from. */
@@ -1499,7 +1561,7 @@ request_finish(RequestObject *r, PyObject *exc, int cancelled)
                           NULL);
     }
     if (r->tx == TX_GONE && r->srv->metrics != NULL) { /* the client left before the response */
-        r->srv->metrics->disconnects[SK_DISC_HTTP][how]++;
+        SK_ADD(r->srv->metrics->disconnects[SK_DISC_HTTP][how], 1);
     }
     if (r->wire != NULL && r->tx != TX_COMPLETE) {
         uint64_t sent;
@@ -1557,6 +1619,9 @@ request_ended(RequestObject *r, PySendResult res, PyObject **result)
 static PyMethodDef receive_def;
 static PyMethodDef send_def;
 
+/* The request's coroutine steps' refusal on another thread (sk_serve_check_thread). */
+#define TASK_THREAD_HINT "a request runs as a Task of the event loop that serves it"
+
 static int
 call_app(RequestObject *r)
 {
@@ -1602,7 +1667,7 @@ step_end(RequestObject *r)
     if (r->wire != NULL) {
         r->ops->stepped(r->wire); /* the first step's end releases held output */
     }
-    if (r->srv->unstarted == 0) {
+    if (SK_LOAD(r->srv->unstarted) == 0) {
         sk_reactor_flush(r->srv->reactor); /* the last request started has stepped: the batch
                                             * of responses waiting for it leaves (at the reactor
                                             * callback's end when this step ran inside it) */
@@ -1620,6 +1685,9 @@ request_am_send(PyObject *op, PyObject *arg, PyObject **result)
     RequestObject *r = (RequestObject *)op;
     PySendResult res;
     *result = NULL;
+    if (sk_serve_check_thread(r->srv, "a request's coroutine step", TASK_THREAD_HINT) < 0) {
+        return PYGEN_ERROR;
+    }
     if (r->app == APP_STARTED) {
         res = call_app(r) < 0 ? PYGEN_ERROR : PyIter_Send(r->coro, arg, result);
     }
@@ -1659,6 +1727,9 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     RequestObject *r = (RequestObject *)op;
     PyObject *result = NULL;
     PySendResult res;
+    if (sk_serve_check_thread(r->srv, "a request's coroutine throw()", TASK_THREAD_HINT) < 0) {
+        return NULL;
+    }
     if (r->coro == NULL) {
         sk_asgi_raise_thrown(args, nargs);
         if (r->app != APP_STARTED) {
@@ -1683,6 +1754,9 @@ request_close(PyObject *op, PyObject *Py_UNUSED(arg))
     /* New reference to None: coroutine.close(): closes the app's coroutine; the exchange is
      * finished as a cancelled one (500 or abort, nothing logged). */
     RequestObject *r = (RequestObject *)op;
+    if (sk_serve_check_thread(r->srv, "a request's coroutine close()", TASK_THREAD_HINT) < 0) {
+        return NULL;
+    }
     PyObject *coro = r->coro;
     r->coro = NULL;
     if (coro != NULL && sk_asgi_coro_close(r->st, coro) < 0) {
@@ -1719,7 +1793,7 @@ sk_exchange_new(sk_serve_t *srv, const sk_req_head_t *head, const sk_wire_ops_t 
         return NULL;
     }
     r->st = st;
-    st->live_requests++;
+    SK_ADD(st->live_requests, 1);
     r->owner = Py_NewRef(srv->owner);
     r->srv = srv;
     r->ops = ops;
@@ -1928,10 +2002,12 @@ request_clear(PyObject *op)
     Py_CLEAR(r->body);
     Py_CLEAR(r->scope);
     sk_access_req_clear(&r->acc);
-    /* last but the server: the app's coroutine and the scope, which reach the dict, are gone */
+    /* last but the server: the app's coroutine and the scope, which reach the dict, are gone.
+     * The ring is the loop thread's: a request freed on another (the last reference to its
+     * send() was an app thread's) lets its dict go. */
     PyObject *ext = r->ext;
     r->ext = NULL;
-    if (r->owner != NULL) {
+    if (r->owner != NULL && sk_serve_on_thread(r->srv)) {
         ext_recycle(r->srv, ext, r->extras);
     }
     else {
@@ -1947,7 +2023,7 @@ request_dealloc(PyObject *op)
     PyTypeObject *tp = Py_TYPE(op);
     PyObject_GC_UnTrack(op);
     if (((RequestObject *)op)->st != NULL) {
-        ((RequestObject *)op)->st->live_requests--;
+        SK_ADD(((RequestObject *)op)->st->live_requests, -1);
     }
     request_clear(op);
     tp->tp_free(op);

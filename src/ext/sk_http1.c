@@ -218,7 +218,7 @@ server_closes_after(http1_conn_t *c)
 {
     const sk_serve_t *srv = c->srv;
     if (srv->shutting_down || c->closed ||
-        (srv->max_requests != 0 && srv->total_requests >= srv->max_requests)) {
+        (srv->max_requests != 0 && SK_LOAD(srv->total_requests) >= srv->max_requests)) {
         return 1;
     }
     if (c->body_done) {
@@ -467,7 +467,7 @@ h1w_end(void *w)
     int keep_alive = c->resp.keep_alive;
     int follow = keep_alive && sk_transport_in_len(c->t) > 0;
     if (!follow) {
-        int batch = keep_alive && c->srv->unstarted > 0;
+        int batch = keep_alive && SK_LOAD(c->srv->unstarted) > 0;
         int rc = batch ? sk_transport_write_later(c->t) : sk_transport_write(c->t);
         if (rc < 0 || c->current == NULL) {
             return SK_WIRE_GONE;
@@ -712,11 +712,12 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
             if (kind == DL_HEAD || kind == DL_KEEPALIVE || kind == DL_SHUTDOWN) {
                 sk_transport_clear_deadline(c->t);
             }
-            if (srv->limit_concurrency > 0 && srv->active_requests >= srv->limit_concurrency) {
+            if (srv->limit_concurrency > 0 &&
+                SK_LOAD(srv->active_requests) >= srv->limit_concurrency) {
                 refuse(c, 503); /* --limit-concurrency: over capacity, try again later */
                 break;
             }
-            srv->total_requests++;
+            SK_ADD(srv->total_requests, 1);
             if (srv->ws.enabled && sk_ws_is_upgrade(&c->parser)) {
                 upgrade_websocket(c);
                 return total; /* the connection (and the rest of the input) moved on, or closed */
@@ -839,7 +840,7 @@ h1_data_received(void *h, const char *data, size_t len)
     } while (n > 0 && sk_transport_is_open(c->t) && c->current == NULL && total < len &&
              c->srv->eager_budget > 0 && c->srv->eager);
     if (c->srv->metrics != NULL) {
-        c->srv->metrics->bytes_in += total;
+        SK_ADD(c->srv->metrics->bytes_in, total);
     }
     if (!sk_transport_is_open(c->t)) {
         return total;
@@ -893,7 +894,7 @@ h1_deadline(void *h, int kind)
         static const int kinds[] = {[DL_HEAD] = SK_TIMEOUT_HEAD,
                                     [DL_KEEPALIVE] = SK_TIMEOUT_KEEPALIVE,
                                     [DL_BODY] = SK_TIMEOUT_BODY};
-        c->srv->metrics->timeouts[kinds[kind]]++;
+        SK_ADD(c->srv->metrics->timeouts[kinds[kind]], 1);
     }
     if (kind == DL_BODY) {
         /* No body byte for --timeout-request-body seconds: the app's receive() gets
@@ -1010,7 +1011,7 @@ h1_closed(void *h, int reason)
     char tls_event[160];
     c->closed = 1;
     if (c->srv->metrics != NULL && reason == SK_CLOSED_WRITE_TIMEOUT) {
-        c->srv->metrics->timeouts[SK_TIMEOUT_WRITE]++;
+        SK_ADD(c->srv->metrics->timeouts[SK_TIMEOUT_WRITE], 1);
     }
     tls_closed(c, tls_event, sizeof(tls_event));
     if (c->srv->trace != NULL) {

@@ -37,16 +37,18 @@ sk_metrics_response(sk_metrics_t *m, int method, int status, uint64_t bytes, dou
     if (cls < 0 || cls >= SK_M_CLASSES) {
         cls = SK_M_CLASSES - 1;
     }
-    m->requests[method][cls]++;
-    m->bytes_out += bytes;
+    SK_ADD(m->requests[method][cls], 1);
+    SK_ADD(m->bytes_out, bytes);
+    SK_STORE(m->sum, SK_LOAD(m->sum) + seconds); /* one writer: the loop's thread */
+    /* the count before its bucket, which the snapshot reads first (acquire), so a snapshot's
+     * buckets never add up to more than its count (the +Inf bucket) */
+    SK_ADD(m->count, 1);
     for (int i = 0; i < SK_M_BUCKETS; i++) {
         if (seconds <= BOUNDS[i]) {
-            m->buckets[i]++;
+            SK_ADD_RELEASE(m->buckets[i], 1);
             break;
         }
     }
-    m->count++;
-    m->sum += seconds;
 }
 
 void
@@ -56,7 +58,7 @@ sk_metrics_refusal(sk_metrics_t *m, int status)
     while (i < SK_M_REFUSALS - 1 && REFUSALS[i] != status) {
         i++;
     }
-    m->refusals[i]++;
+    SK_ADD(m->refusals[i], 1);
 }
 
 static int
@@ -81,37 +83,37 @@ sk_metrics_snapshot(const sk_metrics_t *m, Py_ssize_t connections, Py_ssize_t in
     }
     for (int i = 0; i < SK_M_METHODS; i++) {
         for (int c = 0; c < SK_M_CLASSES; c++) {
-            if (m->requests[i][c] > 0 &&
-                set_n(req, Py_BuildValue("(ss)", METHODS[i], CLASSES[c]), m->requests[i][c]) < 0) {
+            uint64_t n = SK_LOAD(m->requests[i][c]);
+            if (n > 0 && set_n(req, Py_BuildValue("(ss)", METHODS[i], CLASSES[c]), n) < 0) {
                 goto done;
             }
         }
     }
     for (int i = 0; i < SK_M_REFUSALS; i++) {
-        if (m->refusals[i] > 0 &&
-            set_n(ref,
-                  i < SK_M_REFUSALS - 1 ? PyUnicode_FromFormat("%d", REFUSALS[i])
-                                        : PyUnicode_FromString("other"),
-                  m->refusals[i]) < 0) {
+        uint64_t n = SK_LOAD(m->refusals[i]);
+        if (n > 0 && set_n(ref,
+                           i < SK_M_REFUSALS - 1 ? PyUnicode_FromFormat("%d", REFUSALS[i])
+                                                 : PyUnicode_FromString("other"),
+                           n) < 0) {
             goto done;
         }
     }
     for (int i = 0; i < SK_TIMEOUTS; i++) {
-        if (set_n(tmo, PyUnicode_FromString(TIMEOUTS[i]), m->timeouts[i]) < 0) {
+        if (set_n(tmo, PyUnicode_FromString(TIMEOUTS[i]), SK_LOAD(m->timeouts[i])) < 0) {
             goto done;
         }
     }
     for (int k = 0; k < SK_DISC_KINDS; k++) {
         for (int a = 0; a < SK_DISC_APPS; a++) {
             if (set_n(disc, Py_BuildValue("(ss)", DISC_KINDS[k], DISC_APPS[a]),
-                      m->disconnects[k][a]) < 0) {
+                      SK_LOAD(m->disconnects[k][a])) < 0) {
                 goto done;
             }
         }
     }
     uint64_t cumulative = 0;
     for (int i = 0; i < SK_M_BUCKETS; i++) {
-        cumulative += m->buckets[i];
+        cumulative += SK_LOAD_ACQUIRE(m->buckets[i]);
         PyObject *b = Py_BuildValue("(dK)", BOUNDS[i], (unsigned long long)cumulative);
         if (b == NULL || PyList_Append(buckets, b) < 0) {
             Py_XDECREF(b);
@@ -121,9 +123,10 @@ sk_metrics_snapshot(const sk_metrics_t *m, Py_ssize_t connections, Py_ssize_t in
     }
     PyObject *rest = Py_BuildValue(
         "{sOsOsOsOsOsKsKsKsdsnsn}", "requests", req, "refusals", ref, "timeouts", tmo,
-        "disconnects", disc, "buckets", buckets, "bytes_in", (unsigned long long)m->bytes_in,
-        "bytes_out", (unsigned long long)m->bytes_out, "count", (unsigned long long)m->count, "sum",
-        m->sum, "connections", connections, "in_flight", in_flight);
+        "disconnects", disc, "buckets", buckets, "bytes_in",
+        (unsigned long long)SK_LOAD(m->bytes_in), "bytes_out",
+        (unsigned long long)SK_LOAD(m->bytes_out), "count", (unsigned long long)SK_LOAD(m->count),
+        "sum", (double)SK_LOAD(m->sum), "connections", connections, "in_flight", in_flight);
     if (rest == NULL || PyDict_Update(out, rest) < 0) {
         Py_XDECREF(rest);
         goto done;

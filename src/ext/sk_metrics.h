@@ -7,8 +7,10 @@
  * handler when the snapshot is taken.
  * Never: allocates or calls Python on the request path; costs one NULL test per hook when
  * metrics are off (the Server holds no sk_metrics_t then).
- * Threading: bumped and read on the event loop's thread or under the GIL (the exporter's
- * thread calls the snapshot holding it).
+ * Threading: bumped on the event loop's thread alone; the snapshot is taken on any thread (the
+ * metrics listener's calls Server.metrics()). Under the GIL both hold it; on a free-threaded
+ * build every counter is an sk_shared_u64_t (sk_module.h: a C11 atomic), so the snapshot reads
+ * each whole, while the loop goes on bumping them (not one instant across counters).
  */
 #ifndef SK_METRICS_H
 #define SK_METRICS_H
@@ -39,14 +41,14 @@ enum sk_disconnect_app {
 };
 
 typedef struct sk_metrics {
-    uint64_t requests[SK_M_METHODS][SK_M_CLASSES];
-    uint64_t refusals[SK_M_REFUSALS];
-    uint64_t timeouts[SK_TIMEOUTS];
-    uint64_t disconnects[SK_DISC_KINDS][SK_DISC_APPS];
-    uint64_t bytes_in, bytes_out;   /* bytes: request bytes consumed; response content sent */
-    uint64_t buckets[SK_M_BUCKETS]; /* non-cumulative counts per bucket */
-    uint64_t count;                 /* observations (the +Inf bucket) */
-    double sum;                     /* seconds */
+    sk_shared_u64_t requests[SK_M_METHODS][SK_M_CLASSES];
+    sk_shared_u64_t refusals[SK_M_REFUSALS];
+    sk_shared_u64_t timeouts[SK_TIMEOUTS];
+    sk_shared_u64_t disconnects[SK_DISC_KINDS][SK_DISC_APPS];
+    sk_shared_u64_t bytes_in, bytes_out;   /* bytes: request bytes consumed; content sent */
+    sk_shared_u64_t buckets[SK_M_BUCKETS]; /* non-cumulative counts per bucket */
+    sk_shared_u64_t count;                 /* observations (the +Inf bucket) */
+    sk_shared_double_t sum;                /* seconds */
 } sk_metrics_t;
 
 /* The method's index for requests[] from its llhttp method number. */

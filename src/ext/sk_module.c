@@ -40,7 +40,7 @@ sk_ready_new(sk_state *st, PyObject *value, int yield_first)
     }
     self->value = value;
     self->yield_first = yield_first;
-    st->live_ready++;
+    SK_ADD(st->live_ready, 1);
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }
@@ -61,8 +61,13 @@ ready_send(PyObject *op, PyObject *Py_UNUSED(arg), PyObject **result)
         *result = Py_NewRef(Py_None); /* a bare yield: the task reschedules itself */
         return PYGEN_NEXT;
     }
-    /* The value is handed over once; the shared None instance has value == NULL forever. */
-    *result = self->value ? self->value : Py_NewRef(Py_None);
+    /* The value is handed over once. The shared None instance (send_done, awaited on every
+     * thread's loops at once) has value == NULL forever and is never written to. */
+    if (self->value == NULL) {
+        *result = Py_NewRef(Py_None);
+        return PYGEN_RETURN;
+    }
+    *result = self->value;
     self->value = NULL;
     return PYGEN_RETURN;
 }
@@ -155,7 +160,7 @@ ready_dealloc(PyObject *op)
      * A cleared type has no module: the module state may be gone, so nothing is counted. */
     PyObject *mod = ((PyHeapTypeObject *)tp)->ht_module; /* borrowed */
     if (mod != NULL) {
-        ((sk_state *)PyModule_GetState(mod))->live_ready--;
+        SK_ADD(((sk_state *)PyModule_GetState(mod))->live_ready, -1);
     }
     PyObject_GC_UnTrack(op);
     ready_clear(op);
@@ -268,9 +273,10 @@ sk_live(PyObject *module, PyObject *Py_UNUSED(arg))
     /* New reference: {"servers", "connections", "requests", "awaitables"} -> live counts. The
      * shared send-completion awaitable is not counted. */
     sk_state *st = PyModule_GetState(module);
-    return Py_BuildValue("{s:n,s:n,s:n,s:n}", "servers", st->live_servers, "connections",
-                         st->live_conns, "requests", st->live_requests, "awaitables",
-                         st->live_ready - (st->send_done != NULL));
+    return Py_BuildValue("{s:n,s:n,s:n,s:n}", "servers", (Py_ssize_t)SK_LOAD(st->live_servers),
+                         "connections", (Py_ssize_t)SK_LOAD(st->live_conns), "requests",
+                         (Py_ssize_t)SK_LOAD(st->live_requests), "awaitables",
+                         (Py_ssize_t)(SK_LOAD(st->live_ready) - (st->send_done != NULL)));
 }
 
 static PyObject *
@@ -479,6 +485,15 @@ sk_free(void *module)
 
 static PyModuleDef_Slot sk_slots[] = {
     {Py_mod_exec, sk_exec},
+#ifdef Py_mod_gil
+    /* 3.13+: safe without the GIL (a free-threaded build keeps it off when importing this):
+     * the module state is read-only after sk_exec but for its atomic live counts; a Server,
+     * its requests and sessions refuse every thread but their loop's (sk_serve_check_thread);
+     * what other threads read of them (metrics, counters) is atomic (sk_shared_*); a
+     * TLSContext's SSL_CTX is swapped under a lock; app objects are read through strong
+     * references. 3.11 and 3.12 have no such slot (and always a GIL). */
+    {Py_mod_gil, Py_MOD_GIL_NOT_USED},
+#endif
     {0, NULL},
 };
 

@@ -3,6 +3,9 @@
  * Owns: sk_state (every heap type, exception type, cached object and interned string) and the
  * ready awaitable. Never: declares an object layout (each file keeps its own private) or any
  * global mutable state (everything hangs off the module state, reached through a defining type).
+ * Threads: the module state is written only by its exec slot (and its clear), except for the
+ * live-object counters (sk_shared_ssize_t); every other field is read-only afterwards, so any
+ * thread may read it: the module runs without the GIL on a free-threaded build (Py_mod_gil).
  *
  * Files of the extension, each including only the headers below it:
  *   sk_server.c     the Server type: configuration, the reactor's Python callbacks, counters
@@ -41,6 +44,49 @@
 
 #define SK_METHOD_CACHE 64 /* llhttp method ids cached as interned str (sk_state.methods) */
 
+/* What 3.13 added for free threading, on 3.11 and 3.12 (which have a GIL): PyDict_GetItemRef
+ * (a strong reference, where PyDict_GetItemWithError's borrowed one may be freed by another
+ * thread changing the dict). */
+#if PY_VERSION_HEX < 0x030D0000
+static inline int
+PyDict_GetItemRef(PyObject *d, PyObject *key, PyObject **result)
+{
+    PyObject *v = PyDict_GetItemWithError(d, key); /* borrowed, safe under the GIL */
+    *result = Py_XNewRef(v);
+    return v != NULL ? 1 : (PyErr_Occurred() ? -1 : 0);
+}
+#endif
+
+/* Counters another thread reads while their owner writes them (the metrics listener's thread
+ * reads a Server's counters, _live() the live-object counts), or that several threads write
+ * (the live-object counts, when servers run on loops in several threads): the sk_shared_*_t
+ * types, read with SK_LOAD and changed with SK_ADD/SK_STORE. Under the GIL (every build but the
+ * free-threaded one) every reader and writer holds it, so they are plain; on a free-threaded
+ * build (Py_GIL_DISABLED) they are C11 atomics, used with relaxed order: a reader sees a whole
+ * value, never a torn one, and no order between two counters is promised (a snapshot is not
+ * one instant across counters) but where SK_ADD_RELEASE/SK_LOAD_ACQUIRE pair them. A plain
+ * `x++` or `x += n` on one is an atomic read-modify-write there too. */
+#ifdef Py_GIL_DISABLED
+#include <stdatomic.h>
+typedef _Atomic Py_ssize_t sk_shared_ssize_t;
+typedef _Atomic uint64_t sk_shared_u64_t;
+typedef _Atomic double sk_shared_double_t;
+#define SK_LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed)
+#define SK_ADD(x, n) ((void)atomic_fetch_add_explicit(&(x), (n), memory_order_relaxed))
+#define SK_STORE(x, v) atomic_store_explicit(&(x), (v), memory_order_relaxed)
+#define SK_ADD_RELEASE(x, n) ((void)atomic_fetch_add_explicit(&(x), (n), memory_order_release))
+#define SK_LOAD_ACQUIRE(x) atomic_load_explicit(&(x), memory_order_acquire)
+#else
+typedef Py_ssize_t sk_shared_ssize_t;
+typedef uint64_t sk_shared_u64_t;
+typedef double sk_shared_double_t;
+#define SK_LOAD(x) (x)
+#define SK_ADD(x, n) ((void)((x) += (n)))
+#define SK_STORE(x, v) ((void)((x) = (v)))
+#define SK_ADD_RELEASE(x, n) SK_ADD(x, n)
+#define SK_LOAD_ACQUIRE(x) (x)
+#endif
+
 typedef struct {
     PyTypeObject *server_type;
     PyTypeObject *request_type;
@@ -75,10 +121,16 @@ typedef struct {
     PyObject *s_websocket_disconnect, *s_websocket_accept, *s_websocket_send, *s_websocket_close;
     PyObject *s_websocket_http_response_start, *s_websocket_http_response_body;
     PyObject *s_text, *s_bytes, *s_code, *s_reason, *s_subprotocol, *s_subprotocols;
-    /* Live-object counters for the leak and lifetime checks (skirr._native._live()). */
-    Py_ssize_t live_servers, live_conns, live_requests, live_ready;
-    /* Request Tasks named so far on 3.11 ("skirr-request-N", sk_exchange.c task_name). */
+    /* Request Tasks named so far on 3.11 ("skirr-request-N", sk_exchange.c task_name; 3.11
+     * has a GIL). */
     unsigned long long task_names;
+    /* Live-object counters for the leak and lifetime checks (skirr._native._live()): changed
+     * by every thread that makes or frees a skirr object (servers on loops in several threads),
+     * so shared; kept on cache lines of their own, apart from the fields above, which every
+     * thread reads and none writes after the module's exec. */
+    char pad_before[64];
+    sk_shared_ssize_t live_servers, live_conns, live_requests, live_ready;
+    char pad_after[64];
 } sk_state;
 
 /* The module state for any object whose type was defined by this module. Borrowed pointer. */

@@ -22,6 +22,13 @@ sk_serve_date(sk_serve_t *srv)
 }
 
 int
+sk_serve_thread_refused(const char *what, const char *hint)
+{
+    PyErr_Format(PyExc_RuntimeError, "skirr: %s called from another thread; %s", what, hint);
+    return -1;
+}
+
+int
 sk_serve_addresses(sk_serve_t *srv, sk_transport_t *t, PyObject **client, PyObject **local)
 {
     if (*client == NULL) {

@@ -3,6 +3,8 @@
  * reads. Its owner (the Server object, sk_server.c) fills one sk_serve_t and embeds it; every
  * connection, request and WebSocket session reads it through a borrowed pointer, and each ASGI
  * Task holds a strong reference to the owner, so it outlives them all.
+ * Threads: all of it belongs to the thread of the server's event loop (srv->thread), except the
+ * sk_shared_* counters, which any thread may read.
  * Includes no handler's header: handlers include this one, so none reads another's settings.
  */
 #ifndef SK_SERVE_H
@@ -80,6 +82,9 @@ typedef struct {
 typedef struct sk_serve {
     sk_state *st;
     PyObject *owner;        /* the Server object embedding this struct (borrowed) */
+    unsigned long thread;   /* PyThread_get_thread_ident() of the thread that made the Server:
+                             * its event loop's, the only one that may drive it, its requests
+                             * and sessions (sk_serve_check_thread) */
     sk_reactor_t *reactor;  /* the owner's reactor (borrowed): sk_reactor_flush ends a batch */
     PyObject *app;          /* the ASGI 3 application */
     PyObject *loop;         /* the running event loop */
@@ -105,12 +110,6 @@ typedef struct sk_serve {
     double body_timeout; /* seconds: --timeout-request-body; 0 = none */
     Py_ssize_t limit_concurrency; /* requests in flight before 503; 0 = unlimited */
     uint8_t shutting_down;        /* graceful shutdown: responses say close, none follow */
-    Py_ssize_t active_requests;   /* app calls in flight (started, not ended) */
-    Py_ssize_t unstarted;         /* request Tasks made whose first step has not run: while
-                                   * any has, a final response waits for the batch
-                                   * (sk_transport_write_later) */
-    uint64_t total_requests;      /* requests started since the server was made */
-    uint64_t ext_reused;          /* scope["extensions"] dicts handed out again (ext_scope) */
     uint64_t max_requests;        /* --limit-max-requests: from this total on, responses say
                                    * close (the server is about to stop); 0 = no limit */
     int64_t date_sec;             /* the second `date` was formatted for */
@@ -125,7 +124,42 @@ typedef struct sk_serve {
     sk_metrics_t *metrics;        /* --metrics-port counters (PyMem, owned), or NULL: off */
     sk_ws_config_t ws;            /* --ws and the --ws-* options */
     sk_h2_config_t h2;            /* --http and the --http2-* options */
+
+    /* Counters Python may read from another thread (Server.metrics() in the metrics listener's
+     * thread, the getters): sk_shared_* (sk_module.h). */
+    sk_shared_ssize_t active_requests; /* app calls in flight (started, not ended) */
+    sk_shared_ssize_t unstarted;       /* request Tasks made whose first step has not run: while
+                                        * any has, a final response waits for the batch
+                                        * (sk_transport_write_later); also changed where a
+                                        * request is freed, maybe on another thread */
+    sk_shared_u64_t total_requests;    /* requests started since the server was made */
+    sk_shared_u64_t ext_reused;        /* scope["extensions"] dicts handed out again (ext_scope) */
 } sk_serve_t;
+
+/* 1 when the calling thread is the one the server belongs to (srv->thread), else 0. */
+static inline int
+sk_serve_on_thread(const sk_serve_t *srv)
+{
+    return PyThread_get_thread_ident() == srv->thread;
+}
+
+/* The ASGI callables' refusal: `what` (a "send()", "receive()") called from another thread. */
+#define SK_ASGI_THREAD_HINT                                                   \
+    "the ASGI send/receive callables belong to the event loop's thread (use " \
+    "asyncio.run_coroutine_threadsafe / anyio.from_thread)"
+
+/* 0 when called on the thread the server belongs to; else -1 with RuntimeError("skirr: <what>
+ * called from another thread; <hint>"). For every Python-facing entry point of an object bound
+ * to the server's loop (the ASGI send and receive callables, a request's or session's coroutine
+ * steps, the Server's methods that change it): asyncio objects are not thread-safe, and the
+ * server's own state is its loop thread's alone. Only the request that misused it fails.
+ * sk_serve_thread_refused raises that error and returns -1. */
+int sk_serve_thread_refused(const char *what, const char *hint);
+static inline int
+sk_serve_check_thread(const sk_serve_t *srv, const char *what, const char *hint)
+{
+    return sk_serve_on_thread(srv) ? 0 : sk_serve_thread_refused(what, hint);
+}
 
 /* The IMF-fixdate for now (RFC 9110 §5.6.7), formatted once per second: borrowed, valid until
  * the next second; NULL with --no-date-header. For the responses of every handler the server

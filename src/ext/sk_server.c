@@ -9,6 +9,9 @@
  * TLSContext, sk_tlsctx.h) every accepted connection gets the TLS stream layer (sk_tls.h) over
  * the context's source; the Server holds the context for the reactor's whole life.
  * Never: touches a socket itself, parses HTTP or talks ASGI.
+ * Threads: a Server belongs to the thread that made it, its event loop's (sk_serve_t.thread):
+ * the methods that drive or change it raise RuntimeError on any other; the read-only counters
+ * (connections, active_requests, total_requests, metrics()) may be read from any thread.
  */
 #include "sk_exchange.h"
 #include "sk_http1.h"
@@ -27,12 +30,22 @@ typedef struct {
     uint8_t started, closed;
 } ServerObject;
 
+/* Server methods' refusal on another thread than the server's (sk_serve_check_thread). */
+#define SERVER_THREAD_HINT                                                \
+    "a Server belongs to the thread of the event loop it serves on (use " \
+    "loop.call_soon_threadsafe)"
+#define SERVER_ON_THREAD(s, name)                                                    \
+    if (sk_serve_check_thread(&(s)->http, "Server." name, SERVER_THREAD_HINT) < 0) { \
+        return NULL;                                                                 \
+    }
+
 static PyObject *
 server_on_ready(PyObject *op, PyObject *Py_UNUSED(arg))
 {
     /* New reference to None. loop.add_reader callback: sk_reactor_on_ready (at most SK_MAX_EVENTS
      * ready descriptors), with a fresh eager-start budget (SK_MAX_EAGER). */
     ServerObject *s = (ServerObject *)op;
+    SERVER_ON_THREAD(s, "_on_ready()");
     if (s->reactor != NULL && !s->closed) {
         s->http.eager_budget = SK_MAX_EAGER;
         sk_reactor_on_ready(s->reactor);
@@ -46,6 +59,7 @@ server_run_pending(PyObject *op, PyObject *Py_UNUSED(arg))
     /* New reference to None. loop.call_soon target: feeds buffered input (pipelined requests,
      * more of a body once flow control let go). */
     ServerObject *s = (ServerObject *)op;
+    SERVER_ON_THREAD(s, "_run_pending()");
     if (s->reactor != NULL) {
         s->http.eager_budget = SK_MAX_EAGER;
         sk_reactor_run_pending(s->reactor);
@@ -62,6 +76,7 @@ server_start(PyObject *op, PyObject *Py_UNUSED(arg))
     ServerObject *s = (ServerObject *)op;
     sk_serve_t *h = &s->http;
     PyObject *factory = NULL, *asyncio = NULL, *res = NULL;
+    SERVER_ON_THREAD(s, "start()");
     if (s->started || s->closed) {
         PyErr_SetString(PyExc_RuntimeError, "server already started or closed");
         return NULL;
@@ -127,6 +142,7 @@ server_stop_accepting(PyObject *op, PyObject *Py_UNUSED(arg))
 {
     /* New reference to None. */
     ServerObject *s = (ServerObject *)op;
+    SERVER_ON_THREAD(s, "stop_accepting()");
     if (s->reactor != NULL) {
         sk_reactor_stop_accepting(s->reactor);
     }
@@ -138,6 +154,7 @@ server_shutdown(PyObject *op, PyObject *Py_UNUSED(arg))
 {
     /* New reference to None. Closes idle connections; busy ones close after their response. */
     ServerObject *s = (ServerObject *)op;
+    SERVER_ON_THREAD(s, "shutdown()");
     s->http.shutting_down = 1;
     if (s->reactor != NULL) {
         sk_reactor_shutdown(s->reactor);
@@ -179,6 +196,7 @@ static PyObject *
 server_close(PyObject *op, PyObject *Py_UNUSED(arg))
 {
     /* New reference to None. Idempotent. */
+    SERVER_ON_THREAD((ServerObject *)op, "close()");
     server_close_all((ServerObject *)op);
     Py_RETURN_NONE;
 }
@@ -195,14 +213,14 @@ static PyObject *
 server_get_total(PyObject *op, void *Py_UNUSED(closure))
 {
     /* New reference. */
-    return PyLong_FromUnsignedLongLong(((ServerObject *)op)->http.total_requests);
+    return PyLong_FromUnsignedLongLong(SK_LOAD(((ServerObject *)op)->http.total_requests));
 }
 
 static PyObject *
 server_get_ext_reused(PyObject *op, void *Py_UNUSED(closure))
 {
     /* New reference. */
-    return PyLong_FromUnsignedLongLong(((ServerObject *)op)->http.ext_reused);
+    return PyLong_FromUnsignedLongLong(SK_LOAD(((ServerObject *)op)->http.ext_reused));
 }
 
 static PyObject *
@@ -216,6 +234,10 @@ static int
 server_set_max_requests(PyObject *op, PyObject *value, void *Py_UNUSED(closure))
 {
     /* 0, or -1 with TypeError/ValueError/OverflowError set: not a non-negative int. */
+    if (sk_serve_check_thread(&((ServerObject *)op)->http, "Server.max_requests = n",
+                              SERVER_THREAD_HINT) < 0) {
+        return -1;
+    }
     if (value == NULL || !PyLong_Check(value)) {
         PyErr_SetString(PyExc_TypeError, "max_requests must be an int");
         return -1;
@@ -254,7 +276,7 @@ static PyObject *
 server_get_active(PyObject *op, void *Py_UNUSED(closure))
 {
     /* New reference. */
-    return PyLong_FromSsize_t(((ServerObject *)op)->http.active_requests);
+    return PyLong_FromSsize_t(SK_LOAD(((ServerObject *)op)->http.active_requests));
 }
 
 static int
@@ -308,13 +330,15 @@ server_opts(sk_serve_t *h, PyObject *server, PyObject *extra)
 static PyObject *
 server_metrics(PyObject *op, PyObject *Py_UNUSED(arg))
 {
-    /* New reference: the counters (sk_metrics_snapshot), or None when metrics are off. */
+    /* New reference: the counters (sk_metrics_snapshot), or None when metrics are off. From any
+     * thread (the metrics listener's): every counter it reads is an sk_shared_*, and the metrics and
+     * the reactor live as long as the Server, which the caller holds. */
     ServerObject *s = (ServerObject *)op;
     if (s->http.metrics == NULL) {
         Py_RETURN_NONE;
     }
     return sk_metrics_snapshot(s->http.metrics, s->reactor ? sk_reactor_connections(s->reactor) : 0,
-                               s->http.active_requests);
+                               SK_LOAD(s->http.active_requests));
 }
 
 static PyObject *
@@ -447,8 +471,9 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         }
         s->tls = Py_NewRef(ssl_context);
     }
-    h->st->live_servers++;
+    SK_ADD(h->st->live_servers, 1);
     h->owner = (PyObject *)s;
+    h->thread = PyThread_get_thread_ident(); /* the loop's: made where it serves (server.py) */
     h->app = Py_NewRef(app);
     h->loop = Py_NewRef(loop);
     h->logger = Py_NewRef(logger);
@@ -646,7 +671,7 @@ server_dealloc(PyObject *op)
     PyObject_GC_UnTrack(op);
     server_clear(op);
     if (s->http.st != NULL) {
-        s->http.st->live_servers--;
+        SK_ADD(s->http.st->live_servers, -1);
     }
     tp->tp_free(op);
     Py_DECREF(tp);

@@ -530,14 +530,17 @@ info_cb(const SSL *ssl, int where, int ret)
 static int
 tls_open(sk_stream_t *s, void *arg)
 {
-    const sk_tls_source_t *src = arg;
+    sk_tls_source_t *src = arg;
     tls_conn *c = calloc(1, sizeof(*c));
     BIO *rbio = NULL, *wbio = NULL;
-    if (c == NULL || src == NULL || src->ctx == NULL) {
+    if (c == NULL || src == NULL) {
         goto error;
     }
     c->ops = &sk_stream_tls;
-    c->ssl = SSL_new(src->ctx);
+    /* the current context, with the reference SSL_new takes, while no reload can free it */
+    pthread_mutex_lock(&src->lock);
+    c->ssl = src->ctx != NULL ? SSL_new(src->ctx) : NULL;
+    pthread_mutex_unlock(&src->lock);
     rbio = BIO_new(BIO_s_mem());
     wbio = ob_bio_new(c);
     if (c->ssl == NULL || rbio == NULL || wbio == NULL) {

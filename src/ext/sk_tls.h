@@ -80,6 +80,7 @@
 #define SK_TLS_H
 
 #include <openssl/ssl.h>
+#include <pthread.h>
 
 #include "sk_stream.h"
 
@@ -88,9 +89,12 @@
  * reactor config borrows it as stream_arg).
  * A reload replaces `ctx`: the source holds one reference; SSL_new takes its own on the SSL_CTX,
  * so connections already open keep theirs and nothing open is dropped; new connections get the
- * new context. */
+ * new context. One context may serve listeners on loops in several threads, so `ctx` is read
+ * (up to SSL_new's own reference) and replaced under `lock`: a reload never frees the SSL_CTX
+ * another thread is making a connection from. */
 typedef struct sk_tls_source {
-    SSL_CTX *ctx; /* current context, one reference owned by the source; never NULL */
+    SSL_CTX *ctx;         /* current context, one reference owned by the source; never NULL */
+    pthread_mutex_t lock; /* guards ctx (PTHREAD_MUTEX_INITIALIZER or pthread_mutex_init) */
 } sk_tls_source_t;
 
 /* The TLS layer. open's arg: an sk_tls_source_t * (borrowed). */

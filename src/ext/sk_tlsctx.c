@@ -715,6 +715,7 @@ tlsctx_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     if (o == NULL) {
         return NULL;
     }
+    pthread_mutex_init(&o->source.lock, NULL); /* destroyed in tlsctx_dealloc */
     o->st = sk_get_state_by_type(tp);
     o->cert_reqs = cert_reqs;
     o->http = http;
@@ -840,8 +841,10 @@ tlsctx_reload(PyObject *op, PyObject *Py_UNUSED(arg))
     if (ctx == NULL) {
         return NULL;
     }
+    pthread_mutex_lock(&o->source.lock); /* listeners on other threads' loops read it */
     SSL_CTX *old = o->source.ctx;
     o->source.ctx = ctx;
+    pthread_mutex_unlock(&o->source.lock);
     SSL_CTX_free(old); /* freed once no connection holds it */
     Py_RETURN_NONE;
 }
@@ -852,7 +855,11 @@ tlsctx_names(PyObject *op, PyObject *Py_UNUSED(arg))
     /* New reference: {name: certfile} of the SNI table of the current SSL_CTX (empty without
      * extra certificates). For the startup log and the tests. */
     TLSContextObject *o = (TLSContextObject *)op;
-    sni_table_t *t = SSL_CTX_get_ex_data(o->source.ctx, o->st->tls_sni_index);
+    pthread_mutex_lock(&o->source.lock); /* a reload on another thread frees the one it replaces */
+    SSL_CTX *ctx = o->source.ctx;
+    SSL_CTX_up_ref(ctx);
+    pthread_mutex_unlock(&o->source.lock);
+    sni_table_t *t = SSL_CTX_get_ex_data(ctx, o->st->tls_sni_index);
     PyObject *d = PyDict_New();
     for (size_t i = 0; d != NULL && t != NULL && i < t->nnames; i++) {
         PyObject *e = PyTuple_GET_ITEM(o->sni, (Py_ssize_t)t->target[i]);
@@ -860,6 +867,7 @@ tlsctx_names(PyObject *op, PyObject *Py_UNUSED(arg))
             Py_CLEAR(d);
         }
     }
+    SSL_CTX_free(ctx);
     return d;
 }
 
@@ -906,6 +914,7 @@ tlsctx_dealloc(PyObject *op)
     tlsctx_clear(op);
     SSL_CTX_free(o->source.ctx); /* connections still open hold their own reference */
     o->source.ctx = NULL;
+    pthread_mutex_destroy(&o->source.lock);
     OPENSSL_cleanse(o->ticket_key, sizeof(o->ticket_key));
     Py_CLEAR(o->certfile);
     Py_CLEAR(o->keyfile);

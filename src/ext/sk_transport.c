@@ -125,7 +125,7 @@ struct sk_reactor {
     uint8_t batching;          /* on_ready or run_pending is on the stack: it flushes at its end */
     uint8_t flushing;          /* flush_batch is on the stack */
     double pause_logged_at;    /* monotonic seconds of the last "accepting paused" warning */
-    Py_ssize_t connections;
+    sk_shared_ssize_t connections; /* read from any thread (Server.metrics()) */
     sk_transport_t *all_head;
     sk_transport_t *pending_head, *pending_tail;
     /* Transports whose output waits for the end of the batch (sk_transport_write_later, or a
@@ -247,7 +247,7 @@ accept_pause(sk_reactor_t *r, int err)
         (void)snprintf(msg, sizeof(msg),
                        "accept() failed (%s) with %zd connections open: out of file descriptors "
                        "or memory; accepting paused for 1 s",
-                       strerror(err), r->connections);
+                       strerror(err), (Py_ssize_t)SK_LOAD(r->connections));
     }
     else {
         (void)snprintf(msg, sizeof(msg),
@@ -268,7 +268,7 @@ accept_resume(sk_reactor_t *r)
     if (r->pause_logged) {
         r->pause_logged = 0;
         (void)snprintf(msg, sizeof(msg), "accepting resumed with %zd connections open",
-                       r->connections);
+                       (Py_ssize_t)SK_LOAD(r->connections));
         log_accepting(r, "info", msg);
     }
 }
@@ -394,9 +394,9 @@ tp_closed(sk_transport_t *t, int reason)
     if (t->all_next) {
         t->all_next->all_prev = t->all_prev;
     }
-    r->connections--;
+    SK_ADD(r->connections, -1);
     if (r->accept_paused && r->accepting && r->cfg.limit_connections > 0 &&
-        r->connections < r->cfg.limit_connections && listen_register(r, 1) == 0) {
+        SK_LOAD(r->connections) < r->cfg.limit_connections && listen_register(r, 1) == 0) {
         accept_resume(r);
     }
     t->reap_next = r->reap_head;
@@ -439,7 +439,7 @@ tp_free(sk_transport_t *t)
     sk_buf_free(&t->in);
     sk_buf_free(&t->out);
     sk_buf_free(&t->tail);
-    t->reactor->cfg.st->live_conns--;
+    SK_ADD(t->reactor->cfg.st->live_conns, -1);
     PyMem_Free(t);
 }
 
@@ -1352,14 +1352,14 @@ reactor_accept(sk_reactor_t *r)
         if (t == NULL) {
             return;
         }
-        r->cfg.st->live_conns++;
+        SK_ADD(r->cfg.st->live_conns, 1);
         t->all_next = r->all_head;
         if (r->all_head) {
             r->all_head->all_prev = t;
         }
         r->all_head = t;
-        r->connections++;
-        if (r->cfg.limit_connections > 0 && r->connections >= r->cfg.limit_connections) {
+        SK_ADD(r->connections, 1);
+        if (r->cfg.limit_connections > 0 && SK_LOAD(r->connections) >= r->cfg.limit_connections) {
             /* --limit-connections: resume when one closes (tp_closed) */
             if (listen_register(r, 0) == 0) {
                 accept_pause(r, 0);
@@ -1395,7 +1395,7 @@ reactor_tick(sk_reactor_t *r)
     /* EMFILE pauses accepting until this tick; --limit-connections until a connection closes
      * (tp_closed): a tick must not resume it over the cap. */
     if (r->accept_paused && r->accepting &&
-        (r->cfg.limit_connections == 0 || r->connections < r->cfg.limit_connections) &&
+        (r->cfg.limit_connections == 0 || SK_LOAD(r->connections) < r->cfg.limit_connections) &&
         listen_register(r, 1) == 0) {
         accept_resume(r);
     }
@@ -1620,7 +1620,7 @@ sk_reactor_free(sk_reactor_t *r)
 Py_ssize_t
 sk_reactor_connections(const sk_reactor_t *r)
 {
-    return r->connections;
+    return SK_LOAD(r->connections);
 }
 
 int

@@ -65,6 +65,9 @@ struct sk_wss {
 
 typedef struct sk_wss WebSocketObject;
 
+/* The session's Task steps' refusal on another thread (sk_serve_check_thread). */
+#define WS_TASK_THREAD_HINT "a WebSocket session runs as a Task of the event loop that serves it"
+
 static void
 record_answer(WebSocketObject *w, int status, uint64_t bytes)
 {
@@ -622,6 +625,9 @@ ws_send(PyObject *op, PyObject *msg)
     WebSocketObject *w = (WebSocketObject *)op;
     sk_state *st = w->st;
     PyObject *type = NULL, *res = NULL;
+    if (sk_serve_check_thread(w->srv, "send()", SK_ASGI_THREAD_HINT) < 0) {
+        return NULL; /* before anything is read or changed: the session goes on on its thread */
+    }
     int rc = sk_asgi_msg_get(msg, st->s_type, &type);
     if (rc <= 0) {
         if (rc == 0) {
@@ -704,6 +710,9 @@ ws_receive(PyObject *op, PyObject *Py_UNUSED(arg))
      * websocket.disconnect); NULL with an exception. */
     WebSocketObject *w = (WebSocketObject *)op;
     PyObject *msg = NULL;
+    if (sk_serve_check_thread(w->srv, "receive()", SK_ASGI_THREAD_HINT) < 0) {
+        return NULL;
+    }
     w->app_has_message = 0; /* the app is done with the last message it got */
     if (w->wire != NULL) {
         w->ops->receiving(w->wire); /* a protocol error held behind its messages may go now */
@@ -734,6 +743,9 @@ ws_app_done(PyObject *op, PyObject *task)
     WebSocketObject *w = (WebSocketObject *)op;
     sk_state *st = w->st;
     PyObject *exc = NULL;
+    if (sk_serve_check_thread(w->srv, "a WebSocket session's _done()", WS_TASK_THREAD_HINT) < 0) {
+        return NULL;
+    }
     PyObject *cancelled = PyObject_CallMethod(task, "cancelled", NULL);
     if (cancelled == NULL) {
         return NULL;
@@ -759,11 +771,11 @@ ws_app_done(PyObject *op, PyObject *task)
     Py_DECREF(cancelled);
     Py_XDECREF(exc);
     if (w->client_left && w->srv->metrics != NULL) {
-        w->srv->metrics->disconnects[SK_DISC_WEBSOCKET][how]++;
+        SK_ADD(w->srv->metrics->disconnects[SK_DISC_WEBSOCKET][how], 1);
     }
     if (w->app_running) {
         w->app_running = 0;
-        w->srv->active_requests--;
+        SK_ADD(w->srv->active_requests, -1);
     }
     Py_CLEAR(w->task);
     if (w->state == WS_HANDSHAKE) {
@@ -839,6 +851,10 @@ ws_am_send(PyObject *op, PyObject *arg, PyObject **result)
      * PYGEN_RETURN with None, or PYGEN_ERROR with the Task's cancellation set. */
     WebSocketObject *w = (WebSocketObject *)op;
     *result = NULL;
+    if (sk_serve_check_thread(w->srv, "a WebSocket session's coroutine step", WS_TASK_THREAD_HINT) <
+        0) {
+        return PYGEN_ERROR;
+    }
     if (w->coro == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited websocket coroutine");
         return PYGEN_ERROR;
@@ -870,6 +886,10 @@ ws_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     WebSocketObject *w = (WebSocketObject *)op;
     PyObject *result = NULL;
     PySendResult res;
+    if (sk_serve_check_thread(w->srv, "a WebSocket session's coroutine throw()",
+                              WS_TASK_THREAD_HINT) < 0) {
+        return NULL;
+    }
     if (w->coro == NULL) {
         sk_asgi_raise_thrown(args, nargs);
         return NULL;
@@ -885,6 +905,10 @@ ws_close_coro(PyObject *op, PyObject *Py_UNUSED(arg))
     /* New reference to None: coroutine.close(): closes the app's coroutine (an iterator without
      * close() is dropped); NULL with what that close raised. */
     WebSocketObject *w = (WebSocketObject *)op;
+    if (sk_serve_check_thread(w->srv, "a WebSocket session's coroutine close()",
+                              WS_TASK_THREAD_HINT) < 0) {
+        return NULL;
+    }
     PyObject *coro = w->coro;
     w->coro = NULL;
     if (coro != NULL && sk_asgi_coro_close(w->st, coro) < 0) {
@@ -949,7 +973,7 @@ ws_run(WebSocketObject *w)
     }
     w->task = Py_NewRef(task);
     w->app_running = 1;
-    srv->active_requests++;
+    SK_ADD(srv->active_requests, 1);
     rc = 0;
 done:
     if (task == NULL && coro != NULL) {
@@ -1074,7 +1098,7 @@ sk_wss_new(sk_serve_t *srv, PyObject *scope, const sk_wss_wire_ops_t *ops, void 
         return NULL;
     }
     w->st = st;
-    st->live_requests++;
+    SK_ADD(st->live_requests, 1);
     w->owner = Py_NewRef(srv->owner);
     w->srv = srv;
     w->ops = ops;
@@ -1225,7 +1249,7 @@ ws_tp_clear(PyObject *op)
     WebSocketObject *w = (WebSocketObject *)op;
     if (w->owner != NULL && w->app_running) { /* dropped unfinished: no longer in flight */
         w->app_running = 0;
-        w->srv->active_requests--;
+        SK_ADD(w->srv->active_requests, -1);
     }
     Py_CLEAR(w->owner);
     Py_CLEAR(w->scope);
@@ -1248,7 +1272,7 @@ ws_tp_dealloc(PyObject *op)
     WebSocketObject *w = (WebSocketObject *)op;
     PyObject_GC_UnTrack(op);
     if (w->st != NULL) {
-        w->st->live_requests--;
+        SK_ADD(w->st->live_requests, -1);
     }
     ws_tp_clear(op);
     tp->tp_free(op);

@@ -82,6 +82,13 @@ class Server:
             http2_initial_stream_window_size, http2_max_frame_size: HTTP/2 SETTINGS and limits
             (bytes; RFC 9113 §6.5.2 ranges, else ValueError).
 
+    Threads: a Server belongs to the thread that made it, which must be the thread running
+    ``loop``. ``start``, ``stop_accepting``, ``shutdown``, ``close`` and setting ``max_requests``
+    from another thread raise RuntimeError (use ``loop.call_soon_threadsafe``); so do the ASGI
+    ``send``/``receive`` callables it hands the app (use ``asyncio.run_coroutine_threadsafe``).
+    ``metrics()``, ``connections``, ``active_requests`` and ``total_requests`` may be read from
+    any thread. The module runs without the GIL on a free-threaded CPython.
+
     Raises:
         OSError: epoll/timerfd could not be created.
         TypeError: ssl_context is not a TLSContext.

@@ -100,6 +100,7 @@ conn_open(Conn *c, SSL_CTX *cctx)
     }
     c->s = (sk_stream_t){.fd = c->sv[0], .family = AF_UNIX};
     c->src.ctx = server_ctx;
+    pthread_mutex_init(&c->src.lock, NULL);
     if (sk_stream_tls.open(&c->s, &c->src) != 0) {
         return -1;
     }
