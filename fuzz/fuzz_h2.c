@@ -14,8 +14,10 @@
  *   - the server's services (sk_serve_date, sk_serve_addresses, sk_access_*, sk_metrics_refusal,
  *     sk_tls_ssl, sk_tls_info);
  *   - the few CPython entry points sk_h2.c's macros and calls reach (PyMem_* as libc malloc, so
- *     ASan sees every block; _Py_Dealloc for Py_DECREF; PyErr_WriteUnraisable, PyErr_Clear).
- *     No interpreter is started and libpython is not linked: Python.h is only compiled.
+ *     ASan sees every block; _Py_Dealloc for Py_DECREF; PyErr_WriteUnraisable, PyErr_Clear;
+ *     on a free-threaded build, _Py_MergeZeroLocalRefcount and _Py_DecRefShared, where its
+ *     Py_DECREF goes). No interpreter is started and libpython is not linked: Python.h is only
+ *     compiled.
  *
  * Input: 8 bytes of configuration, then the client's bytes (the connection preface, frames).
  *   [0] server: max concurrent streams {100,1,2,8} (bits 0-1), initial window {65535,16,1024,
@@ -398,6 +400,38 @@ _Py_Dealloc(PyObject *op)
     free(op);
 }
 
+#ifdef Py_GIL_DISABLED
+/* A free-threaded build's Py_DECREF (3.13t/3.14t refcount.h): an object owned by this thread (the
+ * stubs' are: stub_own) goes here when its local count reaches zero; one shared with another
+ * thread goes to _Py_DecRefShared, which this single-threaded harness never does. */
+void
+_Py_MergeZeroLocalRefcount(PyObject *op)
+{
+    if (op->ob_ref_shared != 0) {
+        die("Py_DECREF: a stub object with shared references");
+    }
+    _Py_Dealloc(op);
+}
+
+void
+_Py_DecRefShared(PyObject *op)
+{
+    (void)op;
+    die("Py_DECREF of an object no thread of the harness owns");
+}
+#endif
+
+/* Makes `o` the harness thread's own with one reference (on a free-threaded build, its local
+ * count: the owner's Py_INCREF/Py_DECREF then never reach _Py_DecRefShared). */
+static void
+stub_own(PyObject *o)
+{
+#ifdef Py_GIL_DISABLED
+    o->ob_tid = _Py_ThreadId();
+#endif
+    Py_SET_REFCNT(o, 1);
+}
+
 static PyObject *
 stub_object(size_t size)
 {
@@ -405,7 +439,7 @@ stub_object(size_t size)
     if (o == NULL) {
         die("out of memory");
     }
-    Py_SET_REFCNT(o, 1);
+    stub_own(o);
     Py_SET_TYPE(o, &stub_type);
     H.objects++;
     return o;
@@ -1711,7 +1745,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             REQUIRE(write(H.memfd, chunk, sizeof(chunk)) == (ssize_t)sizeof(chunk));
         }
     }
-    Py_SET_REFCNT(&H.dummy, 1);
+    stub_own(&H.dummy);
     Py_SET_TYPE(&H.dummy, &stub_type);
     if (nghttp2_hd_inflate_new(&H.inflater) != 0) {
         die("out of memory");
