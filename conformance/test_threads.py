@@ -306,7 +306,11 @@ def test_servers_on_loops_in_parallel_threads():
                     total = srv.total_requests
                     assert last[si] <= count <= CLIENTS * REQUESTS, (si, last[si], count)
                     assert snap["buckets"][-1][1] <= count, snap
-                    assert 0 <= srv.active_requests <= CLIENTS and 0 <= srv.connections <= CLIENTS
+                    # not <= CLIENTS: a connection's next request starts once the response
+                    # before it is out, maybe before that application call has returned (seen:
+                    # 4 with 3 clients under -X dev); a lost or torn update would still show
+                    assert 0 <= srv.active_requests <= CLIENTS * REQUESTS
+                    assert 0 <= srv.connections <= CLIENTS
                     assert 0 <= total <= CLIENTS * REQUESTS
                     last[si] = count
                 scrapes[0] += 1
