@@ -1,7 +1,9 @@
 /* sk_h2.c — the HTTP/2 protocol handler (RFC 9113) on nghttp2: see sk_h2.h.
  *
  * Owns, per connection: the nghttp2 server session (sans-I/O: mem_recv from data_received(),
- * mem_send into the transport's output by pump()), the streams (one h2_stream_t each, nghttp2's
+ * mem_send into the transport's output by pump(); a DATA frame's payload goes from the stream's
+ * queue or file range into that output once, by send_data(), never through nghttp2's frame
+ * buffer: NGHTTP2_DATA_FLAG_NO_COPY), the streams (one h2_stream_t each, nghttp2's
  * stream user data, freed when nghttp2 closes the stream), the exchanges whose app still runs
  * after their stream ended (`running`: they count against the concurrency limit), the budgets
  * (sk_h2guard.h), the idle / head / shutdown deadlines and the graceful shutdown's two GOAWAYs.
@@ -18,7 +20,8 @@
  *
  * State of a stream's response:
  *   head  held (start() recorded it) -> submitted (HEADERS queued: s->submitted)
- *   body  pieces queued in s->body (then a file range, then s->after) -> final (s->body_end)
+ *   body  pieces queued in s->body (then a file range, then s->after) -> final (s->body_end);
+ *         data_read() sizes each DATA frame, send_data() moves its bytes to the output
  *   end   END_STREAM on the HEADERS (bodyless), on the last DATA, or on the trailers' HEADERS
  */
 #include "sk_h2.h"
@@ -63,6 +66,7 @@ enum {
 #define MAX_OUTBOUND_ACK 1000     /* SETTINGS/PING ACKs queued unsent (a peer that never reads) */
 #define DISCARD_MAX (1024 * 1024) /* request content dropped after a complete response (bytes) */
 #define FIELD_OVERHEAD 32 /* RFC 9113 §6.5.2: bytes added per field to its name and value */
+#define FRAME_HEAD 9      /* RFC 9113 §4.1: a frame's header (bytes) */
 
 typedef struct h2_conn h2_conn_t;
 
@@ -554,54 +558,43 @@ server_lines(const char *s, size_t n, nghttp2_nv *nv, size_t room, char *lower, 
 
 /* ---- the response's DATA --------------------------------------------------------------------- */
 
+/* A DATA frame's payload is never copied into nghttp2's frame buffer: data_read() only says how
+ * many bytes the frame carries (NGHTTP2_DATA_FLAG_NO_COPY) and send_data() then writes the frame
+ * into the transport's output itself, its payload straight from the stream's queue or the file
+ * range. nghttp2 calls the two within one nghttp2_session_mem_send() (send_data() never answers
+ * NGHTTP2_ERR_WOULDBLOCK), so the queue send_data() takes from is the one data_read() measured. */
+
 static ssize_t
-data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
-          nghttp2_data_source *src, void *user)
+data_read(nghttp2_session *ng, int32_t id,
+          uint8_t *buf, // NOLINT(readability-non-const-parameter): nghttp2's type; unwritten
+          size_t length, uint32_t *flags, nghttp2_data_source *src, void *user)
 {
-    /* nghttp2 wants up to `length` bytes of the stream's content for one DATA frame: from the
-     * queued bytes, then the file range (pread(2), one frame at a time: never the whole file in
-     * memory), then what was given after it. None yet: deferred until the app gives more. At
-     * the end: EOF, with the trailers as a last HEADERS when announced (RFC 9113 §8.1). */
+    /* nghttp2 asks how many bytes, up to `length`, of the stream's content one DATA frame
+     * carries: from the queued bytes, then the file range, then what was given after it (one
+     * source per frame, as send_data() takes them). None yet: deferred until the app gives more.
+     * At the end: EOF, with the trailers as a last HEADERS when announced (RFC 9113 §8.1): they
+     * are submitted here, where nghttp2 expects them. Nothing is consumed here and `buf` is not
+     * written (NGHTTP2_DATA_FLAG_NO_COPY when n > 0): send_data() consumes the n bytes. */
+    (void)buf;
     (void)user;
     h2_stream_t *s = src->ptr;
     size_t n = 0;
+    int more; /* content is left after this frame's */
     if (sk_buf_len(&s->body) > 0) {
         n = sk_buf_len(&s->body) < length ? sk_buf_len(&s->body) : length;
-        memcpy(buf, sk_buf_head(&s->body), n);
-        sk_buf_consume(&s->body, n);
+        more = n < sk_buf_len(&s->body) || s->fd >= 0;
     }
     else if (s->fd >= 0) {
-        size_t want = s->fleft < length ? (size_t)s->fleft : length;
-        ssize_t r;
-        do {
-            r = pread(s->fd, buf, want, (off_t)s->foff);
-        } while (r < 0 && errno == EINTR);
-        if (r <= 0) {
-            /* the file shrank or failed: the response can never complete */
-            close(s->fd);
-            s->fd = -1;
-            s->app_reset = 1;
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM INTERNAL_ERROR */
-        }
-        n = (size_t)r;
-        s->foff += n;
-        s->fleft -= n;
-        if (s->fleft == 0) {
-            close(s->fd);
-            s->fd = -1;
-            sk_buf_t t = s->body; /* what was given meanwhile goes next */
-            s->body = s->after;
-            s->after = t;
-        }
+        n = s->fleft < length ? (size_t)s->fleft : length;
+        more = n < s->fleft || sk_buf_len(&s->after) > 0;
     }
-    if (sk_buf_len(&s->body) > 0 || s->fd >= 0 || !s->body_end) {
-        if (n == 0) {
-            s->deferred = 1;
-            return NGHTTP2_ERR_DEFERRED;
-        }
-        return (ssize_t)n;
+    else {
+        more = 0;
     }
-    if (s->trailers && !s->trailers_end) {
+    if (n > 0) {
+        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    }
+    if (more || !s->body_end || (s->trailers && !s->trailers_end)) {
         if (n == 0) {
             s->deferred = 1;
             return NGHTTP2_ERR_DEFERRED;
@@ -626,6 +619,79 @@ data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length, uint32_t
         }
     }
     return (ssize_t)n;
+}
+
+static int
+send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
+          nghttp2_data_source *src, void *user)
+{
+    /* One DATA frame data_read() measured, appended whole to the transport's output: the 9-byte
+     * header, the pad length when padded, `length` bytes taken from where data_read() found
+     * them (the queue: consumed; the file range: pread(2) into the output, and once it is done
+     * what was given meanwhile goes next), the padding. Nothing is appended unless all of it is:
+     * a file that shrank or fails resets the stream (NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE:
+     * RST_STREAM INTERNAL_ERROR). NGHTTP2_ERR_PAUSE once the output reaches
+     * SK_OUTPUT_HIGH_WATER: mem_send returns (0) and pump() stops there, as after any frame;
+     * else 0, and mem_send goes on to the next frame. */
+    (void)ng;
+    h2_conn_t *c = user;
+    h2_stream_t *s = src->ptr;
+    sk_buf_t *out = sk_transport_out(c->t);
+    /* skirr sets no padding callback, so padlen is 0; a padded frame is still written as
+     * nghttp2_send_data_callback says: pad length byte (padlen - 1), then padlen - 1 zeros */
+    size_t pad = frame->data.padlen;
+    if (sk_buf_reserve(out, FRAME_HEAD + pad + length) < 0) {
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    char *p = out->data + out->end;
+    memcpy(p, framehd, FRAME_HEAD);
+    p += FRAME_HEAD;
+    if (pad > 0) {
+        *p++ = (char)(pad - 1);
+    }
+    if (sk_buf_len(&s->body) > 0) {
+        if (length > sk_buf_len(&s->body)) {
+            return NGHTTP2_ERR_CALLBACK_FAILURE; /* not what data_read() measured */
+        }
+        memcpy(p, sk_buf_head(&s->body), length);
+        sk_buf_consume(&s->body, length);
+    }
+    else if (s->fd >= 0 && length <= s->fleft) {
+        size_t got = 0;
+        while (got < length) {
+            ssize_t r = pread(s->fd, p + got, length - got, (off_t)(s->foff + got));
+            if (r < 0 && errno == EINTR) {
+                continue;
+            }
+            if (r <= 0) {
+                /* the file shrank or failed: the response can never complete */
+                close(s->fd);
+                s->fd = -1;
+                s->app_reset = 1;
+                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM INTERNAL_ERROR */
+            }
+            got += (size_t)r;
+        }
+        s->foff += length;
+        s->fleft -= length;
+        if (s->fleft == 0) {
+            close(s->fd);
+            s->fd = -1;
+            sk_buf_t t = s->body; /* what was given meanwhile goes next */
+            s->body = s->after;
+            s->after = t;
+        }
+    }
+    else if (length > 0) {
+        return NGHTTP2_ERR_CALLBACK_FAILURE; /* not what data_read() measured */
+    }
+    p += length;
+    if (pad > 1) {
+        memset(p, 0, pad - 1);
+        p += pad - 1;
+    }
+    out->end = (size_t)(p - out->data);
+    return sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER ? NGHTTP2_ERR_PAUSE : 0;
 }
 
 static int
@@ -897,7 +963,8 @@ h2w_body(void *w, const char *data, size_t len, int more)
 static int
 h2w_body_ref(void *w, PyObject *bytes, int more)
 {
-    /* Copied: a DATA frame's payload is copied into nghttp2's frame buffer in any case. */
+    /* Copied into the stream's queue (the app's bytes may be given faster than the peer's
+     * window takes them); send_data() copies them from there into the transport's output. */
     return h2w_body(w, PyBytes_AS_STRING(bytes), (size_t)PyBytes_GET_SIZE(bytes), more);
 }
 
@@ -905,7 +972,8 @@ static int
 h2w_file(void *w, int fd, uint64_t off, uint64_t count, int more)
 {
     /* The range is read with pread(2) one DATA frame at a time as the peer's window opens
-     * (data_read): never the whole file in memory. One range at a time. */
+     * (send_data: into the transport's output): never the whole file in memory. One range at a
+     * time. */
     h2_stream_t *s = w;
     if (!s->started || s->body_end) {
         close(fd);
@@ -1699,7 +1767,10 @@ static void
 pump(h2_conn_t *c)
 {
     /* Moves nghttp2's output into the transport's until it has no more or the transport's
-     * output reaches SK_OUTPUT_HIGH_WATER (writable() pumps again); closes after the write once
+     * output reaches SK_OUTPUT_HIGH_WATER (writable() pumps again): the frames mem_send returns
+     * are appended here, the DATA frames by send_data() from within mem_send (which then returns
+     * 0, or the bytes of a frame that follows them); nghttp2 has no more when mem_send returns 0
+     * and nothing was appended. Closes after the write once
      * nghttp2 wants neither to read nor to write (GOAWAY done, no stream left). Appends only:
      * called where a write follows, at data_received()'s end (the transport writes when it
      * returns; sk_h2_start runs inside the HTTP/1.1 handler's) and in flush_how(). Every other
@@ -1715,17 +1786,20 @@ pump(h2_conn_t *c)
         int empty = 0; /* nghttp2 had nothing more to send */
         while (sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER) {
             const uint8_t *data;
+            size_t before = sk_transport_out_len(c->t);
             ssize_t n = nghttp2_session_mem_send(c->ng, &data);
             if (n < 0) {
                 fatal = 1;
                 break;
             }
-            if (n == 0) {
+            /* send_data() appends DATA frames itself, inside mem_send: 0 with output appended
+             * means those (then nothing, or a pause at the mark), not that nghttp2 is done */
+            if (n == 0 && sk_transport_out_len(c->t) == before) {
                 empty = 1;
                 break;
             }
             c->progress = 1;
-            if (sk_buf_append(sk_transport_out(c->t), data, (size_t)n) < 0) {
+            if (n > 0 && sk_buf_append(sk_transport_out(c->t), data, (size_t)n) < 0) {
                 fatal = 1;
                 break;
             }
@@ -2043,6 +2117,7 @@ sk_h2_start(sk_transport_t *t, sk_serve_t *srv)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_send_data_callback(cbs, send_data);
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
     nghttp2_option_set_max_continuations(opt, MAX_CONTINUATIONS);
