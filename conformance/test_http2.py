@@ -542,6 +542,61 @@ def test_body_file_body_and_trailers_over_a_small_window(serve, tmp_path):
     assert len(sizes) >= len(want) // 1000 and max(sizes) <= 1000
 
 
+@pytest.mark.rule("h2-trailers")
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_large_final_body_then_trailers_over_a_small_window(serve, method):
+    # A final body of 16 KiB or more is held by reference (body_ref) and sent in place a frame
+    # at a time as the 1000-byte window reopens; the trailers follow its last DATA. HEAD: none
+    # of it is sent.
+    body = os.urandom(100_000)
+
+    def steps(scope):
+        return [{"type": "http.response.start", "status": 200, "trailers": True,
+                 "headers": [(b"content-length", b"100000")]},
+                {"type": "http.response.body", "body": body},
+                {"type": "http.response.trailers", "headers": [(b"x-sum", b"ok")]}]
+
+    with serve(steps_app(steps)) as srv:
+        with H2Client.open(srv.port, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE:
+                                               1000}) as c:
+            a = c.answer(c.get("/", method=method))
+    want = body if method == "GET" else b""
+    assert (a.status, len(a.body), a.body == want, a.ended) == (200, len(want), True, True)
+    assert a.trailers == ([(b"x-sum", b"ok")] if method == "GET" else None)
+
+
+@pytest.mark.rule("h2-disconnect")
+def test_client_reset_while_a_large_body_waits_for_the_window(serve):
+    # The stream is freed with its body held by reference half sent; the connection goes on.
+    body = os.urandom(200_000)
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/big":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": body})
+        else:
+            await hello(scope, receive, send)
+
+    with serve(app) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.get("/big")
+            got = b""
+
+            def window_full(e) -> bool:
+                nonlocal got
+                if isinstance(e, h2.events.DataReceived):
+                    got += e.data
+                return len(got) >= 65_535
+
+            c.events_until(window_full, ack_data=False)
+            assert got == body[:65_535]
+            c.conn.increment_flow_control_window(len(got))   # the connection's, for the next
+            c.conn.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+            c.flush()
+            b = c.answer(c.get("/"))
+    assert (b.status, b.body, b.ended) == (200, b"hello", True)
+
+
 @pytest.mark.rule("h2-pathsend")
 def test_file_shrinking_while_sent_resets_the_stream(serve, tmp_path):
     # The range is read one DATA frame at a time as the window opens (send_data): a file cut

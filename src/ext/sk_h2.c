@@ -20,8 +20,9 @@
  *
  * State of a stream's response:
  *   head  held (start() recorded it) -> submitted (HEADERS queued: s->submitted)
- *   body  pieces queued in s->body (then a file range, then s->after) -> final (s->body_end);
- *         data_read() sizes each DATA frame, send_data() moves its bytes to the output
+ *   body  pieces queued in s->body (then a file range, then s->after), or a final body held
+ *         by reference alone (s->ref) -> final (s->body_end); data_read() sizes each DATA
+ *         frame, send_data() moves its bytes to the output
  *   end   END_STREAM on the HEADERS (bodyless), on the last DATA, or on the trailers' HEADERS
  */
 #include "sk_h2.h"
@@ -123,6 +124,10 @@ typedef struct h2_stream {
     int64_t clen;         /* the app's content-length, or -1 */
     uint64_t body_sent;   /* content bytes accepted */
     sk_buf_t body;        /* content waiting for the peer's window */
+    PyObject *ref;        /* strong, or NULL: the final body given by reference (body_ref) while
+                           * nothing else was queued, sent in place from ref_off: then the
+                           * stream's only content (body empty, no file range) */
+    size_t ref_off;       /* bytes of ref already sent */
     int fd;               /* a file range being sent (after body), or -1 */
     uint64_t foff, fleft; /* its next offset and bytes left */
     sk_buf_t after;       /* content given while the file range is pending (sent after it) */
@@ -145,6 +150,7 @@ struct h2_conn {
     uint8_t closed;         /* the transport told closed() */
     uint8_t in_recv;        /* data_received() is on the stack: entries only queue */
     uint8_t in_pump;        /* pump() is on the stack */
+    uint8_t data_paused;    /* send_data() paused mem_send at SK_OUTPUT_HIGH_WATER */
     uint8_t shutdown;       /* 1: the notice GOAWAY (2^31-1) and its PING sent; 2: the final one */
     uint8_t goaway_due;     /* the notice PING's ACK was read: the final GOAWAY once mem_recv
                              * returns (h2_data_received) */
@@ -303,6 +309,20 @@ detach(h2_stream_t *s)
     }
 }
 
+static size_t
+ref_len(const h2_stream_t *s)
+{
+    /* Bytes of the final body held by reference (s->ref) not yet sent. */
+    return s->ref != NULL ? (size_t)PyBytes_GET_SIZE(s->ref) - s->ref_off : 0;
+}
+
+static size_t
+queue_len(const h2_stream_t *s)
+{
+    /* Content bytes queued in memory ahead of any file range: s->body's, or s->ref's. */
+    return sk_buf_len(&s->body) + ref_len(s);
+}
+
 static void
 stream_free(h2_stream_t *s)
 {
@@ -310,6 +330,7 @@ stream_free(h2_stream_t *s)
     if (s->fd >= 0) {
         close(s->fd);
     }
+    Py_XDECREF(s->ref);
     sk_buf_free(&s->head);
     sk_buf_free(&s->cookie);
     sk_buf_free(&s->rh);
@@ -347,7 +368,7 @@ stalled(h2_conn_t *c)
      * connection's, RFC 9113 §6.9) keeps from leaving. */
     int conn_closed = nghttp2_session_get_remote_window_size(c->ng) <= 0;
     for (h2_stream_t *s = c->streams; s != NULL; s = s->next) {
-        if ((sk_buf_len(&s->body) > 0 || s->fd >= 0) && s->submitted &&
+        if ((queue_len(s) > 0 || s->fd >= 0) && s->submitted &&
             (conn_closed || nghttp2_session_get_stream_remote_window_size(c->ng, s->id) <= 0)) {
             return 1;
         }
@@ -570,8 +591,8 @@ data_read(nghttp2_session *ng, int32_t id,
           size_t length, uint32_t *flags, nghttp2_data_source *src, void *user)
 {
     /* nghttp2 asks how many bytes, up to `length`, of the stream's content one DATA frame
-     * carries: from the queued bytes, then the file range, then what was given after it (one
-     * source per frame, as send_data() takes them). None yet: deferred until the app gives more.
+     * carries: from the final body held by reference, or from the queued bytes, then the file
+     * range, then what was given after it (one source per frame, as send_data() takes them). None yet: deferred until the app gives more.
      * At the end: EOF, with the trailers as a last HEADERS when announced (RFC 9113 §8.1): they
      * are submitted here, where nghttp2 expects them. Nothing is consumed here and `buf` is not
      * written (NGHTTP2_DATA_FLAG_NO_COPY when n > 0): send_data() consumes the n bytes. */
@@ -580,7 +601,11 @@ data_read(nghttp2_session *ng, int32_t id,
     h2_stream_t *s = src->ptr;
     size_t n = 0;
     int more; /* content is left after this frame's */
-    if (sk_buf_len(&s->body) > 0) {
+    if (s->ref != NULL) {
+        n = ref_len(s) < length ? ref_len(s) : length;
+        more = n < ref_len(s);
+    }
+    else if (sk_buf_len(&s->body) > 0) {
         n = sk_buf_len(&s->body) < length ? sk_buf_len(&s->body) : length;
         more = n < sk_buf_len(&s->body) || s->fd >= 0;
     }
@@ -627,7 +652,8 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
 {
     /* One DATA frame data_read() measured, appended whole to the transport's output: the 9-byte
      * header, the pad length when padded, `length` bytes taken from where data_read() found
-     * them (the queue: consumed; the file range: pread(2) into the output, and once it is done
+     * them (the body held by reference: released once all sent; the queue: consumed; the file
+     * range: pread(2) into the output, and once it is done
      * what was given meanwhile goes next), the padding. Nothing is appended unless all of it is:
      * a file that shrank or fails resets the stream (NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE:
      * RST_STREAM INTERNAL_ERROR). NGHTTP2_ERR_PAUSE once the output reaches
@@ -649,7 +675,18 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
     if (pad > 0) {
         *p++ = (char)(pad - 1);
     }
-    if (sk_buf_len(&s->body) > 0) {
+    if (s->ref != NULL) {
+        if (length > ref_len(s)) {
+            return NGHTTP2_ERR_CALLBACK_FAILURE; /* not what data_read() measured */
+        }
+        memcpy(p, PyBytes_AS_STRING(s->ref) + s->ref_off, length);
+        s->ref_off += length;
+        if (ref_len(s) == 0) {
+            Py_CLEAR(s->ref); /* an exact bytes object: its release runs no Python code */
+            s->ref_off = 0;
+        }
+    }
+    else if (sk_buf_len(&s->body) > 0) {
         if (length > sk_buf_len(&s->body)) {
             return NGHTTP2_ERR_CALLBACK_FAILURE; /* not what data_read() measured */
         }
@@ -691,7 +728,12 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
         p += pad - 1;
     }
     out->end = (size_t)(p - out->data);
-    return sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER ? NGHTTP2_ERR_PAUSE : 0;
+    c->progress = 1;
+    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
+        c->data_paused = 1;
+        return NGHTTP2_ERR_PAUSE;
+    }
+    return 0;
 }
 
 static int
@@ -737,8 +779,7 @@ submit_head(h2_stream_t *s)
         n += server_lines(o->extra, o->extra_len, nv + n, room - n, lower + used,
                           sizeof(lower) - used);
     }
-    int eos =
-        s->bodyless || (s->body_end && sk_buf_len(&s->body) == 0 && s->fd < 0 && !s->trailers);
+    int eos = s->bodyless || (s->body_end && queue_len(s) == 0 && s->fd < 0 && !s->trailers);
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
     int rv = nghttp2_submit_response(c->ng, s->id, nv, n, eos ? NULL : &prd);
     if (nv != stack) {
@@ -789,7 +830,7 @@ congested(h2_stream_t *s)
     /* SK_WIRE_WAIT while the stream's queued content is at or over SK_OUTPUT_HIGH_WATER (the
      * peer's window is closed, or the transport's output is full), or a file range is pending. */
     h2_conn_t *c = s->c;
-    if (sk_buf_len(&s->body) + sk_buf_len(&s->after) >= SK_OUTPUT_HIGH_WATER || s->fd >= 0 ||
+    if (queue_len(s) + sk_buf_len(&s->after) >= SK_OUTPUT_HIGH_WATER || s->fd >= 0 ||
         sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
         s->waiting = 1;
         return SK_WIRE_WAIT;
@@ -806,7 +847,7 @@ wake_drained(h2_conn_t *c)
     }
     for (h2_stream_t *s = c->streams; s != NULL; s = s->next) {
         if (s->waiting && s->x != NULL &&
-            sk_buf_len(&s->body) + sk_buf_len(&s->after) < SK_OUTPUT_HIGH_WATER && s->fd < 0) {
+            queue_len(s) + sk_buf_len(&s->after) < SK_OUTPUT_HIGH_WATER && s->fd < 0) {
             s->waiting = 0;
             sk_exchange_drained(s->x);
         }
@@ -963,9 +1004,25 @@ h2w_body(void *w, const char *data, size_t len, int more)
 static int
 h2w_body_ref(void *w, PyObject *bytes, int more)
 {
-    /* Copied into the stream's queue (the app's bytes may be given faster than the peer's
-     * window takes them); send_data() copies them from there into the transport's output. */
-    return h2w_body(w, PyBytes_AS_STRING(bytes), (size_t)PyBytes_GET_SIZE(bytes), more);
+    /* The final body (an exact bytes object: immutable) held by reference while nothing else
+     * is queued (no earlier piece, no file range): send_data() copies it from there into the
+     * transport's output a frame at a time, so it is copied once, not into s->body first.
+     * Otherwise (a piece that is not the last, HEAD, 204, 304) copied as any body. */
+    h2_stream_t *s = w;
+    size_t len = (size_t)PyBytes_GET_SIZE(bytes);
+    if (more || len == 0 || s->bodyless || !s->started || s->body_end || s->ref != NULL ||
+        sk_buf_len(&s->body) > 0 || s->fd >= 0) {
+        return h2w_body(w, PyBytes_AS_STRING(bytes), len, more);
+    }
+    int rc = account(s, len, more);
+    if (rc < 0) {
+        return rc;
+    }
+    Py_INCREF(bytes);
+    s->ref = bytes;
+    s->ref_off = 0;
+    s->body_sent += len;
+    return queued(s, more);
 }
 
 static int
@@ -1082,6 +1139,8 @@ own_head(h2_stream_t *s, int status)
     s->own = 1;
     s->app_date = s->app_server = 0;
     sk_buf_free(&s->body);
+    Py_CLEAR(s->ref);
+    s->ref_off = 0;
     s->body_sent = 0;
     s->body_end = 0;
     int rc = h2w_start(s, status, f, 2, 0);
@@ -1769,8 +1828,8 @@ pump(h2_conn_t *c)
     /* Moves nghttp2's output into the transport's until it has no more or the transport's
      * output reaches SK_OUTPUT_HIGH_WATER (writable() pumps again): the frames mem_send returns
      * are appended here, the DATA frames by send_data() from within mem_send (which then returns
-     * 0, or the bytes of a frame that follows them); nghttp2 has no more when mem_send returns 0
-     * and nothing was appended. Closes after the write once
+     * the bytes of a frame that follows them, or 0: nothing more, or send_data() paused at the
+     * mark). Closes after the write once
      * nghttp2 wants neither to read nor to write (GOAWAY done, no stream left). Appends only:
      * called where a write follows, at data_received()'s end (the transport writes when it
      * returns; sk_h2_start runs inside the HTTP/1.1 handler's) and in flush_how(). Every other
@@ -1786,20 +1845,24 @@ pump(h2_conn_t *c)
         int empty = 0; /* nghttp2 had nothing more to send */
         while (sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER) {
             const uint8_t *data;
-            size_t before = sk_transport_out_len(c->t);
+            c->data_paused = 0;
             ssize_t n = nghttp2_session_mem_send(c->ng, &data);
             if (n < 0) {
                 fatal = 1;
                 break;
             }
-            /* send_data() appends DATA frames itself, inside mem_send: 0 with output appended
-             * means those (then nothing, or a pause at the mark), not that nghttp2 is done */
-            if (n == 0 && sk_transport_out_len(c->t) == before) {
+            if (n == 0) {
+                /* send_data() appends DATA frames itself, inside mem_send, which then goes on
+                 * to the next frame: 0 is "nothing more" unless send_data() paused it at the
+                 * mark (its frame appended; the loop's condition ends the round) */
+                if (c->data_paused) {
+                    continue;
+                }
                 empty = 1;
                 break;
             }
             c->progress = 1;
-            if (n > 0 && sk_buf_append(sk_transport_out(c->t), data, (size_t)n) < 0) {
+            if (sk_buf_append(sk_transport_out(c->t), data, (size_t)n) < 0) {
                 fatal = 1;
                 break;
             }
