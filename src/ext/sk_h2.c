@@ -752,7 +752,12 @@ submit_head(h2_stream_t *s)
         return SK_ENOMEM;
     }
     size_t n = 0;
-    snprintf(s->status_str, sizeof(s->status_str), "%03d", s->status);
+    /* three digits (h2w_start() takes 200..599, own_head() skirr's own codes): snprintf's
+     * "%03d" cost about 700 instructions per response, 1.5% of a small one's (callgrind) */
+    s->status_str[0] = (char)('0' + s->status / 100 % 10);
+    s->status_str[1] = (char)('0' + s->status / 10 % 10);
+    s->status_str[2] = (char)('0' + s->status % 10);
+    s->status_str[3] = '\0';
     nv[n++] = NV(":status", 7, s->status_str, 3);
     for (uint32_t i = 0; i < s->nrf; i++) {
         nv[n++] = NV(span_ptr(&s->rh, s->rf[i].name), s->rf[i].name.len,
