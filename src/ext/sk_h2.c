@@ -592,10 +592,11 @@ data_read(nghttp2_session *ng, int32_t id,
 {
     /* nghttp2 asks how many bytes, up to `length`, of the stream's content one DATA frame
      * carries: from the final body held by reference, or from the queued bytes, then the file
-     * range, then what was given after it (one source per frame, as send_data() takes them). None yet: deferred until the app gives more.
-     * At the end: EOF, with the trailers as a last HEADERS when announced (RFC 9113 §8.1): they
-     * are submitted here, where nghttp2 expects them. Nothing is consumed here and `buf` is not
-     * written (NGHTTP2_DATA_FLAG_NO_COPY when n > 0): send_data() consumes the n bytes. */
+     * range, then what was given after it (one source per frame, as send_data() takes them).
+     * None yet: deferred until the app gives more. At the end: EOF, with the trailers as a last
+     * HEADERS when announced (RFC 9113 §8.1): they are submitted here, where nghttp2 expects
+     * them. Nothing is consumed here and `buf` is not written (NGHTTP2_DATA_FLAG_NO_COPY when
+     * n > 0): send_data() consumes the n bytes. */
     (void)buf;
     (void)user;
     h2_stream_t *s = src->ptr;
@@ -653,12 +654,13 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
     /* One DATA frame data_read() measured, appended whole to the transport's output: the 9-byte
      * header, the pad length when padded, `length` bytes taken from where data_read() found
      * them (the body held by reference: released once all sent; the queue: consumed; the file
-     * range: pread(2) into the output, and once it is done
-     * what was given meanwhile goes next), the padding. Nothing is appended unless all of it is:
-     * a file that shrank or fails resets the stream (NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE:
-     * RST_STREAM INTERNAL_ERROR). NGHTTP2_ERR_PAUSE once the output reaches
-     * SK_OUTPUT_HIGH_WATER: mem_send returns (0) and pump() stops there, as after any frame;
-     * else 0, and mem_send goes on to the next frame. */
+     * range: pread(2) into the output, and once it is done what was given meanwhile goes next),
+     * the padding. Nothing is appended unless all of it is: a file that shrank or fails resets
+     * the stream (NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE: RST_STREAM INTERNAL_ERROR; a frame the
+     * new end cuts is dropped whole, where data_read() used to send its part first).
+     * NGHTTP2_ERR_PAUSE once the output reaches SK_OUTPUT_HIGH_WATER: mem_send returns 0 and
+     * pump() stops there, as after any frame; else 0, and mem_send goes on to the next frame
+     * (without the pause, one mem_send would append every DATA frame the windows allow). */
     (void)ng;
     h2_conn_t *c = user;
     h2_stream_t *s = src->ptr;
@@ -1834,13 +1836,12 @@ pump(h2_conn_t *c)
      * output reaches SK_OUTPUT_HIGH_WATER (writable() pumps again): the frames mem_send returns
      * are appended here, the DATA frames by send_data() from within mem_send (which then returns
      * the bytes of a frame that follows them, or 0: nothing more, or send_data() paused at the
-     * mark). Closes after the write once
-     * nghttp2 wants neither to read nor to write (GOAWAY done, no stream left). Appends only:
-     * called where a write follows, at data_received()'s end (the transport writes when it
-     * returns; sk_h2_start runs inside the HTTP/1.1 handler's) and in flush_how(). Every other
-     * entry (writable, deadline, shutdown, the wire) calls flush_how(): output appended and not
-     * written would wait for an event that may never come (the window is open, nothing is
-     * read). */
+     * mark: c->data_paused). Closes after the write once nghttp2 wants neither to read nor to
+     * write (GOAWAY done, no stream left). Appends only: called where a write follows, at
+     * data_received()'s end (the transport writes when it returns; sk_h2_start runs inside the
+     * HTTP/1.1 handler's) and in flush_how(). Every other entry (writable, deadline, shutdown,
+     * the wire) calls flush_how(): output appended and not written would wait for an event that
+     * may never come (the window is open, nothing is read). */
     if (c->in_pump || c->closed) {
         return;
     }
