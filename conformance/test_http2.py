@@ -511,6 +511,135 @@ def test_file_bodies(serve, tmp_path, kind):
     assert (a.status, len(a.body), a.body == want, a.ended) == (200, len(want), True, True)
 
 
+@pytest.mark.rule("h2-pathsend")
+@pytest.mark.rule("h2-trailers")
+def test_body_file_body_and_trailers_over_a_small_window(serve, tmp_path):
+    # Each DATA frame's payload is taken from one source in turn (the queued bytes, the file
+    # range, the bytes given after it) and written straight into the output (send_data): with a
+    # 1000-byte window every source spans many frames, and the trailers follow the last one.
+    data = os.urandom(50_000)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    head, tail = os.urandom(12_345), os.urandom(23_456)
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "trailers": True,
+                    "headers": []})
+        await send({"type": "http.response.body", "body": head, "more_body": True})
+        with open(path, "rb") as f:
+            await send({"type": "http.response.zerocopysend", "file": f, "offset": 7,
+                        "count": 40_000, "more_body": True})
+        await send({"type": "http.response.body", "body": tail})
+        await send({"type": "http.response.trailers", "headers": [(b"x-sum", b"ok")]})
+
+    with serve(app) as srv:
+        with H2Client.open(srv.port, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE:
+                                               1000}) as c:
+            a = c.answer(c.get("/"))
+    want = head + data[7:40_007] + tail
+    assert (a.status, len(a.body), a.body == want) == (200, len(want), True)
+    assert (a.trailers, a.ended, a.reset) == ([(b"x-sum", b"ok")], True, None)
+    sizes = [len(e.data) for e in a.events if isinstance(e, h2.events.DataReceived)]
+    assert len(sizes) >= len(want) // 1000 and max(sizes) <= 1000
+
+
+@pytest.mark.rule("h2-trailers")
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_large_final_body_then_trailers_over_a_small_window(serve, method):
+    # A final body of 16 KiB or more is held by reference (body_ref) and sent in place a frame
+    # at a time as the 1000-byte window reopens; the trailers follow its last DATA. HEAD: none
+    # of it is sent.
+    body = os.urandom(100_000)
+
+    def steps(scope):
+        return [{"type": "http.response.start", "status": 200, "trailers": True,
+                 "headers": [(b"content-length", b"100000")]},
+                {"type": "http.response.body", "body": body},
+                {"type": "http.response.trailers", "headers": [(b"x-sum", b"ok")]}]
+
+    with serve(steps_app(steps)) as srv:
+        with H2Client.open(srv.port, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE:
+                                               1000}) as c:
+            a = c.answer(c.get("/", method=method))
+    want = body if method == "GET" else b""
+    assert (a.status, len(a.body), a.body == want, a.ended) == (200, len(want), True, True)
+    assert a.trailers == ([(b"x-sum", b"ok")] if method == "GET" else None)
+
+
+@pytest.mark.rule("h2-disconnect")
+def test_client_reset_while_a_large_body_waits_for_the_window(serve):
+    # The stream is freed with its body held by reference half sent; the connection goes on.
+    body = os.urandom(200_000)
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/big":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": body})
+        else:
+            await hello(scope, receive, send)
+
+    with serve(app) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.get("/big")
+            got = b""
+
+            def window_full(e) -> bool:
+                nonlocal got
+                if isinstance(e, h2.events.DataReceived):
+                    got += e.data
+                return len(got) >= 65_535
+
+            c.events_until(window_full, ack_data=False)
+            assert got == body[:65_535]
+            c.conn.increment_flow_control_window(len(got))   # the connection's, for the next
+            c.conn.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+            c.flush()
+            b = c.answer(c.get("/"))
+    assert (b.status, b.body, b.ended) == (200, b"hello", True)
+
+
+@pytest.mark.rule("h2-pathsend")
+def test_file_shrinking_while_sent_resets_the_stream(serve, tmp_path):
+    # The range is read one DATA frame at a time as the window opens (send_data): a file cut
+    # short meanwhile resets the stream with INTERNAL_ERROR after the frames that were whole
+    # (the client sees no response that looks complete), and the connection goes on.
+    data = os.urandom(200_000)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    cut = 65_535 + 16_384   # the window's worth, then one whole frame of the default size
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/file":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.pathsend", "path": str(path)})
+        else:
+            await hello(scope, receive, send)
+
+    with serve(app) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.get("/file")
+            got = b""
+
+            def window_full(e) -> bool:
+                nonlocal got
+                if isinstance(e, h2.events.DataReceived):
+                    got += e.data
+                return len(got) >= 65_535
+
+            c.events_until(window_full, ack_data=False)
+            assert got == data[:65_535]
+            os.truncate(path, cut)
+            c.conn.acknowledge_received_data(len(got), sid)
+            c.conn.increment_flow_control_window(1 << 20, sid)
+            c.conn.increment_flow_control_window(1 << 20)
+            c.flush()
+            a = c.answer(sid)
+            assert (got + a.body == data[:cut], a.ended) == (True, False)
+            assert a.reset == h2.errors.ErrorCodes.INTERNAL_ERROR
+            b = c.answer(c.get("/"))
+    assert (b.status, b.body, b.ended) == (200, b"hello", True)
+
+
 # ---- backpressure and disconnects --------------------------------------------------------------
 
 

@@ -1,7 +1,9 @@
 /* sk_h2.c — the HTTP/2 protocol handler (RFC 9113) on nghttp2: see sk_h2.h.
  *
  * Owns, per connection: the nghttp2 server session (sans-I/O: mem_recv from data_received(),
- * mem_send into the transport's output by pump()), the streams (one h2_stream_t each, nghttp2's
+ * mem_send into the transport's output by pump(); a DATA frame's payload goes from the stream's
+ * queue or file range into that output once, by send_data(), never through nghttp2's frame
+ * buffer: NGHTTP2_DATA_FLAG_NO_COPY), the streams (one h2_stream_t each, nghttp2's
  * stream user data, freed when nghttp2 closes the stream), the exchanges whose app still runs
  * after their stream ended (`running`: they count against the concurrency limit), the budgets
  * (sk_h2guard.h), the idle / head / shutdown deadlines and the graceful shutdown's two GOAWAYs.
@@ -18,7 +20,9 @@
  *
  * State of a stream's response:
  *   head  held (start() recorded it) -> submitted (HEADERS queued: s->submitted)
- *   body  pieces queued in s->body (then a file range, then s->after) -> final (s->body_end)
+ *   body  pieces queued in s->body (then a file range, then s->after), or a final body held
+ *         by reference alone (s->ref) -> final (s->body_end); data_read() sizes each DATA
+ *         frame, send_data() moves its bytes to the output
  *   end   END_STREAM on the HEADERS (bodyless), on the last DATA, or on the trailers' HEADERS
  */
 #include "sk_h2.h"
@@ -63,6 +67,7 @@ enum {
 #define MAX_OUTBOUND_ACK 1000     /* SETTINGS/PING ACKs queued unsent (a peer that never reads) */
 #define DISCARD_MAX (1024 * 1024) /* request content dropped after a complete response (bytes) */
 #define FIELD_OVERHEAD 32 /* RFC 9113 §6.5.2: bytes added per field to its name and value */
+#define FRAME_HEAD 9      /* RFC 9113 §4.1: a frame's header (bytes) */
 
 typedef struct h2_conn h2_conn_t;
 
@@ -119,6 +124,10 @@ typedef struct h2_stream {
     int64_t clen;         /* the app's content-length, or -1 */
     uint64_t body_sent;   /* content bytes accepted */
     sk_buf_t body;        /* content waiting for the peer's window */
+    PyObject *ref;        /* strong, or NULL: the final body given by reference (body_ref) while
+                           * nothing else was queued, sent in place from ref_off: then the
+                           * stream's only content (body empty, no file range) */
+    size_t ref_off;       /* bytes of ref already sent */
     int fd;               /* a file range being sent (after body), or -1 */
     uint64_t foff, fleft; /* its next offset and bytes left */
     sk_buf_t after;       /* content given while the file range is pending (sent after it) */
@@ -141,6 +150,7 @@ struct h2_conn {
     uint8_t closed;         /* the transport told closed() */
     uint8_t in_recv;        /* data_received() is on the stack: entries only queue */
     uint8_t in_pump;        /* pump() is on the stack */
+    uint8_t data_paused;    /* send_data() paused mem_send at SK_OUTPUT_HIGH_WATER */
     uint8_t shutdown;       /* 1: the notice GOAWAY (2^31-1) and its PING sent; 2: the final one */
     uint8_t goaway_due;     /* the notice PING's ACK was read: the final GOAWAY once mem_recv
                              * returns (h2_data_received) */
@@ -299,6 +309,20 @@ detach(h2_stream_t *s)
     }
 }
 
+static size_t
+ref_len(const h2_stream_t *s)
+{
+    /* Bytes of the final body held by reference (s->ref) not yet sent. */
+    return s->ref != NULL ? (size_t)PyBytes_GET_SIZE(s->ref) - s->ref_off : 0;
+}
+
+static size_t
+queue_len(const h2_stream_t *s)
+{
+    /* Content bytes queued in memory ahead of any file range: s->body's, or s->ref's. */
+    return sk_buf_len(&s->body) + ref_len(s);
+}
+
 static void
 stream_free(h2_stream_t *s)
 {
@@ -306,6 +330,7 @@ stream_free(h2_stream_t *s)
     if (s->fd >= 0) {
         close(s->fd);
     }
+    Py_XDECREF(s->ref);
     sk_buf_free(&s->head);
     sk_buf_free(&s->cookie);
     sk_buf_free(&s->rh);
@@ -343,7 +368,7 @@ stalled(h2_conn_t *c)
      * connection's, RFC 9113 §6.9) keeps from leaving. */
     int conn_closed = nghttp2_session_get_remote_window_size(c->ng) <= 0;
     for (h2_stream_t *s = c->streams; s != NULL; s = s->next) {
-        if ((sk_buf_len(&s->body) > 0 || s->fd >= 0) && s->submitted &&
+        if ((queue_len(s) > 0 || s->fd >= 0) && s->submitted &&
             (conn_closed || nghttp2_session_get_stream_remote_window_size(c->ng, s->id) <= 0)) {
             return 1;
         }
@@ -554,54 +579,48 @@ server_lines(const char *s, size_t n, nghttp2_nv *nv, size_t room, char *lower, 
 
 /* ---- the response's DATA --------------------------------------------------------------------- */
 
+/* A DATA frame's payload is never copied into nghttp2's frame buffer: data_read() only says how
+ * many bytes the frame carries (NGHTTP2_DATA_FLAG_NO_COPY) and send_data() then writes the frame
+ * into the transport's output itself, its payload straight from the stream's queue or the file
+ * range. nghttp2 calls the two within one nghttp2_session_mem_send() (send_data() never answers
+ * NGHTTP2_ERR_WOULDBLOCK), so the queue send_data() takes from is the one data_read() measured. */
+
 static ssize_t
-data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length, uint32_t *flags,
-          nghttp2_data_source *src, void *user)
+data_read(nghttp2_session *ng, int32_t id,
+          uint8_t *buf, // NOLINT(readability-non-const-parameter): nghttp2's type; unwritten
+          size_t length, uint32_t *flags, nghttp2_data_source *src, void *user)
 {
-    /* nghttp2 wants up to `length` bytes of the stream's content for one DATA frame: from the
-     * queued bytes, then the file range (pread(2), one frame at a time: never the whole file in
-     * memory), then what was given after it. None yet: deferred until the app gives more. At
-     * the end: EOF, with the trailers as a last HEADERS when announced (RFC 9113 §8.1). */
+    /* nghttp2 asks how many bytes, up to `length`, of the stream's content one DATA frame
+     * carries: from the final body held by reference, or from the queued bytes, then the file
+     * range, then what was given after it (one source per frame, as send_data() takes them).
+     * None yet: deferred until the app gives more. At the end: EOF, with the trailers as a last
+     * HEADERS when announced (RFC 9113 §8.1): they are submitted here, where nghttp2 expects
+     * them. Nothing is consumed here and `buf` is not written (NGHTTP2_DATA_FLAG_NO_COPY when
+     * n > 0): send_data() consumes the n bytes. */
+    (void)buf;
     (void)user;
     h2_stream_t *s = src->ptr;
     size_t n = 0;
-    if (sk_buf_len(&s->body) > 0) {
+    int more; /* content is left after this frame's */
+    if (s->ref != NULL) {
+        n = ref_len(s) < length ? ref_len(s) : length;
+        more = n < ref_len(s);
+    }
+    else if (sk_buf_len(&s->body) > 0) {
         n = sk_buf_len(&s->body) < length ? sk_buf_len(&s->body) : length;
-        memcpy(buf, sk_buf_head(&s->body), n);
-        sk_buf_consume(&s->body, n);
+        more = n < sk_buf_len(&s->body) || s->fd >= 0;
     }
     else if (s->fd >= 0) {
-        size_t want = s->fleft < length ? (size_t)s->fleft : length;
-        ssize_t r;
-        do {
-            r = pread(s->fd, buf, want, (off_t)s->foff);
-        } while (r < 0 && errno == EINTR);
-        if (r <= 0) {
-            /* the file shrank or failed: the response can never complete */
-            close(s->fd);
-            s->fd = -1;
-            s->app_reset = 1;
-            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM INTERNAL_ERROR */
-        }
-        n = (size_t)r;
-        s->foff += n;
-        s->fleft -= n;
-        if (s->fleft == 0) {
-            close(s->fd);
-            s->fd = -1;
-            sk_buf_t t = s->body; /* what was given meanwhile goes next */
-            s->body = s->after;
-            s->after = t;
-        }
+        n = s->fleft < length ? (size_t)s->fleft : length;
+        more = n < s->fleft || sk_buf_len(&s->after) > 0;
     }
-    if (sk_buf_len(&s->body) > 0 || s->fd >= 0 || !s->body_end) {
-        if (n == 0) {
-            s->deferred = 1;
-            return NGHTTP2_ERR_DEFERRED;
-        }
-        return (ssize_t)n;
+    else {
+        more = 0;
     }
-    if (s->trailers && !s->trailers_end) {
+    if (n > 0) {
+        *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    }
+    if (more || !s->body_end || (s->trailers && !s->trailers_end)) {
         if (n == 0) {
             s->deferred = 1;
             return NGHTTP2_ERR_DEFERRED;
@@ -629,6 +648,97 @@ data_read(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t length, uint32_t
 }
 
 static int
+send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
+          nghttp2_data_source *src, void *user)
+{
+    /* One DATA frame data_read() measured, appended whole to the transport's output: the 9-byte
+     * header, the pad length when padded, `length` bytes taken from where data_read() found
+     * them (the body held by reference: released once all sent; the queue: consumed; the file
+     * range: pread(2) into the output, and once it is done what was given meanwhile goes next),
+     * the padding. Nothing is appended unless all of it is: a file that shrank or fails resets
+     * the stream (NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE: RST_STREAM INTERNAL_ERROR; a frame the
+     * new end cuts is dropped whole, where data_read() used to send its part first).
+     * NGHTTP2_ERR_PAUSE once the output reaches SK_OUTPUT_HIGH_WATER: mem_send returns 0 and
+     * pump() stops there, as after any frame; else 0, and mem_send goes on to the next frame
+     * (without the pause, one mem_send would append every DATA frame the windows allow). */
+    (void)ng;
+    h2_conn_t *c = user;
+    h2_stream_t *s = src->ptr;
+    sk_buf_t *out = sk_transport_out(c->t);
+    /* skirr sets no padding callback, so padlen is 0; a padded frame is still written as
+     * nghttp2_send_data_callback says: pad length byte (padlen - 1), then padlen - 1 zeros */
+    size_t pad = frame->data.padlen;
+    if (sk_buf_reserve(out, FRAME_HEAD + pad + length) < 0) {
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    char *p = out->data + out->end;
+    memcpy(p, framehd, FRAME_HEAD);
+    p += FRAME_HEAD;
+    if (pad > 0) {
+        *p++ = (char)(pad - 1);
+    }
+    if (s->ref != NULL) {
+        if (length > ref_len(s)) {
+            return NGHTTP2_ERR_CALLBACK_FAILURE; /* not what data_read() measured */
+        }
+        memcpy(p, PyBytes_AS_STRING(s->ref) + s->ref_off, length);
+        s->ref_off += length;
+        if (ref_len(s) == 0) {
+            Py_CLEAR(s->ref); /* an exact bytes object: its release runs no Python code */
+            s->ref_off = 0;
+        }
+    }
+    else if (sk_buf_len(&s->body) > 0) {
+        if (length > sk_buf_len(&s->body)) {
+            return NGHTTP2_ERR_CALLBACK_FAILURE; /* not what data_read() measured */
+        }
+        memcpy(p, sk_buf_head(&s->body), length);
+        sk_buf_consume(&s->body, length);
+    }
+    else if (s->fd >= 0 && length <= s->fleft) {
+        size_t got = 0;
+        while (got < length) {
+            ssize_t r = pread(s->fd, p + got, length - got, (off_t)(s->foff + got));
+            if (r < 0 && errno == EINTR) {
+                continue;
+            }
+            if (r <= 0) {
+                /* the file shrank or failed: the response can never complete */
+                close(s->fd);
+                s->fd = -1;
+                s->app_reset = 1;
+                return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM INTERNAL_ERROR */
+            }
+            got += (size_t)r;
+        }
+        s->foff += length;
+        s->fleft -= length;
+        if (s->fleft == 0) {
+            close(s->fd);
+            s->fd = -1;
+            sk_buf_t t = s->body; /* what was given meanwhile goes next */
+            s->body = s->after;
+            s->after = t;
+        }
+    }
+    else if (length > 0) {
+        return NGHTTP2_ERR_CALLBACK_FAILURE; /* not what data_read() measured */
+    }
+    p += length;
+    if (pad > 1) {
+        memset(p, 0, pad - 1);
+        p += pad - 1;
+    }
+    out->end = (size_t)(p - out->data);
+    c->progress = 1;
+    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
+        c->data_paused = 1;
+        return NGHTTP2_ERR_PAUSE;
+    }
+    return 0;
+}
+
+static int
 submit_head(h2_stream_t *s)
 {
     /* Queues the response's HEADERS (:status, the app's fields, date and the server's own
@@ -644,7 +754,12 @@ submit_head(h2_stream_t *s)
         return SK_ENOMEM;
     }
     size_t n = 0;
-    snprintf(s->status_str, sizeof(s->status_str), "%03d", s->status);
+    /* three digits (h2w_start() takes 200..599, own_head() skirr's own codes): snprintf's
+     * "%03d" cost about 700 instructions per response, 1.5% of a small one's (callgrind) */
+    s->status_str[0] = (char)('0' + s->status / 100 % 10);
+    s->status_str[1] = (char)('0' + s->status / 10 % 10);
+    s->status_str[2] = (char)('0' + s->status % 10);
+    s->status_str[3] = '\0';
     nv[n++] = NV(":status", 7, s->status_str, 3);
     for (uint32_t i = 0; i < s->nrf; i++) {
         nv[n++] = NV(span_ptr(&s->rh, s->rf[i].name), s->rf[i].name.len,
@@ -671,8 +786,7 @@ submit_head(h2_stream_t *s)
         n += server_lines(o->extra, o->extra_len, nv + n, room - n, lower + used,
                           sizeof(lower) - used);
     }
-    int eos =
-        s->bodyless || (s->body_end && sk_buf_len(&s->body) == 0 && s->fd < 0 && !s->trailers);
+    int eos = s->bodyless || (s->body_end && queue_len(s) == 0 && s->fd < 0 && !s->trailers);
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
     int rv = nghttp2_submit_response(c->ng, s->id, nv, n, eos ? NULL : &prd);
     if (nv != stack) {
@@ -723,7 +837,7 @@ congested(h2_stream_t *s)
     /* SK_WIRE_WAIT while the stream's queued content is at or over SK_OUTPUT_HIGH_WATER (the
      * peer's window is closed, or the transport's output is full), or a file range is pending. */
     h2_conn_t *c = s->c;
-    if (sk_buf_len(&s->body) + sk_buf_len(&s->after) >= SK_OUTPUT_HIGH_WATER || s->fd >= 0 ||
+    if (queue_len(s) + sk_buf_len(&s->after) >= SK_OUTPUT_HIGH_WATER || s->fd >= 0 ||
         sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
         s->waiting = 1;
         return SK_WIRE_WAIT;
@@ -740,7 +854,7 @@ wake_drained(h2_conn_t *c)
     }
     for (h2_stream_t *s = c->streams; s != NULL; s = s->next) {
         if (s->waiting && s->x != NULL &&
-            sk_buf_len(&s->body) + sk_buf_len(&s->after) < SK_OUTPUT_HIGH_WATER && s->fd < 0) {
+            queue_len(s) + sk_buf_len(&s->after) < SK_OUTPUT_HIGH_WATER && s->fd < 0) {
             s->waiting = 0;
             sk_exchange_drained(s->x);
         }
@@ -897,15 +1011,33 @@ h2w_body(void *w, const char *data, size_t len, int more)
 static int
 h2w_body_ref(void *w, PyObject *bytes, int more)
 {
-    /* Copied: a DATA frame's payload is copied into nghttp2's frame buffer in any case. */
-    return h2w_body(w, PyBytes_AS_STRING(bytes), (size_t)PyBytes_GET_SIZE(bytes), more);
+    /* The final body (an exact bytes object: immutable) held by reference while nothing else
+     * is queued (no earlier piece, no file range): send_data() copies it from there into the
+     * transport's output a frame at a time, so it is copied once, not into s->body first.
+     * Otherwise (a piece that is not the last, HEAD, 204, 304) copied as any body. */
+    h2_stream_t *s = w;
+    size_t len = (size_t)PyBytes_GET_SIZE(bytes);
+    if (more || len == 0 || s->bodyless || !s->started || s->body_end || s->ref != NULL ||
+        sk_buf_len(&s->body) > 0 || s->fd >= 0) {
+        return h2w_body(w, PyBytes_AS_STRING(bytes), len, more);
+    }
+    int rc = account(s, len, more);
+    if (rc < 0) {
+        return rc;
+    }
+    Py_INCREF(bytes);
+    s->ref = bytes;
+    s->ref_off = 0;
+    s->body_sent += len;
+    return queued(s, more);
 }
 
 static int
 h2w_file(void *w, int fd, uint64_t off, uint64_t count, int more)
 {
     /* The range is read with pread(2) one DATA frame at a time as the peer's window opens
-     * (data_read): never the whole file in memory. One range at a time. */
+     * (send_data: into the transport's output): never the whole file in memory. One range at a
+     * time. */
     h2_stream_t *s = w;
     if (!s->started || s->body_end) {
         close(fd);
@@ -1014,6 +1146,8 @@ own_head(h2_stream_t *s, int status)
     s->own = 1;
     s->app_date = s->app_server = 0;
     sk_buf_free(&s->body);
+    Py_CLEAR(s->ref);
+    s->ref_off = 0;
     s->body_sent = 0;
     s->body_end = 0;
     int rc = h2w_start(s, status, f, 2, 0);
@@ -1699,13 +1833,15 @@ static void
 pump(h2_conn_t *c)
 {
     /* Moves nghttp2's output into the transport's until it has no more or the transport's
-     * output reaches SK_OUTPUT_HIGH_WATER (writable() pumps again); closes after the write once
-     * nghttp2 wants neither to read nor to write (GOAWAY done, no stream left). Appends only:
-     * called where a write follows, at data_received()'s end (the transport writes when it
-     * returns; sk_h2_start runs inside the HTTP/1.1 handler's) and in flush_how(). Every other
-     * entry (writable, deadline, shutdown, the wire) calls flush_how(): output appended and not
-     * written would wait for an event that may never come (the window is open, nothing is
-     * read). */
+     * output reaches SK_OUTPUT_HIGH_WATER (writable() pumps again): the frames mem_send returns
+     * are appended here, the DATA frames by send_data() from within mem_send (which then returns
+     * the bytes of a frame that follows them, or 0: nothing more, or send_data() paused at the
+     * mark: c->data_paused). Closes after the write once nghttp2 wants neither to read nor to
+     * write (GOAWAY done, no stream left). Appends only: called where a write follows, at
+     * data_received()'s end (the transport writes when it returns; sk_h2_start runs inside the
+     * HTTP/1.1 handler's) and in flush_how(). Every other entry (writable, deadline, shutdown,
+     * the wire) calls flush_how(): output appended and not written would wait for an event that
+     * may never come (the window is open, nothing is read). */
     if (c->in_pump || c->closed) {
         return;
     }
@@ -1715,12 +1851,19 @@ pump(h2_conn_t *c)
         int empty = 0; /* nghttp2 had nothing more to send */
         while (sk_transport_out_len(c->t) < SK_OUTPUT_HIGH_WATER) {
             const uint8_t *data;
+            c->data_paused = 0;
             ssize_t n = nghttp2_session_mem_send(c->ng, &data);
             if (n < 0) {
                 fatal = 1;
                 break;
             }
             if (n == 0) {
+                /* send_data() appends DATA frames itself, inside mem_send, which then goes on
+                 * to the next frame: 0 is "nothing more" unless send_data() paused it at the
+                 * mark (its frame appended; the loop's condition ends the round) */
+                if (c->data_paused) {
+                    continue;
+                }
                 empty = 1;
                 break;
             }
@@ -2043,6 +2186,7 @@ sk_h2_start(sk_transport_t *t, sk_serve_t *srv)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_send_data_callback(cbs, send_data);
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
     nghttp2_option_set_max_continuations(opt, MAX_CONTINUATIONS);
