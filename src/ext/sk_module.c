@@ -325,7 +325,8 @@ static PyMethodDef sk_functions[] = {
      "name (RFC 9110 section 15, else the IANA registry's), from the C core's one table."},
     {"tls_ktls_available", sk_tlsctx_ktls_available, METH_NOARGS,
      "tls_ktls_available() -> bool: the kernel offers kernel TLS (the tls ULP). Files on TLS "
-     "connections are read in bounded chunks and encrypted either way (memory BIOs)."},
+     "connections are read in bounded chunks and encrypted either way (libssl never has the "
+     "socket)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -27,7 +27,7 @@
  *   sk_h2guard.c/.h the HTTP/2 defences' per-connection token buckets (layer 1, beside the
  *                   transport: plain C, no Python, no nghttp2)
  *   sk_stream.c/.h  the stream layer under each transport (plain sockets)
- *   sk_tls.c/.h     the TLS stream layer (libssl over memory BIOs; plain C, no Python) and the
+ *   sk_tls.c/.h     the TLS stream layer (libssl over BIOs of its own; plain C, no Python) and the
  *                   SSL_CTX source it reads
  *   sk_module.c/.h  this module: init, state, the ready awaitable
  * and the byte-level core (src/core/: buffers, the request parser, the response serializer).

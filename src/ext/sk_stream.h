@@ -5,7 +5,7 @@
  * never calls recv, send, sendmsg, sendfile or shutdown itself but the entries of its layer's
  * sk_stream_ops_t. The layer turns wire bytes into the stream the handler reads and the
  * handler's stream into wire bytes: the plain layer passes them through; the TLS layer (sk_tls.c,
- * libssl over memory BIOs; its place is described below, its answers in sk_tls.h) decrypts
+ * libssl over BIOs of its own; its place is described below, its answers in sk_tls.h) decrypts
  * ciphertext into plaintext and encrypts the other way. A handler never knows which layer its
  * transport has: it sees sk_transport.h only (and may ask sk_tls.h about its stream's TLS state
  * through sk_transport_stream).

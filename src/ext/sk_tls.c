@@ -1,5 +1,5 @@
-/* sk_tls.c — the TLS stream layer (sk_tls.h): libssl over two memory BIOs, the layer moving the
- * ciphertext between them and the socket itself.
+/* sk_tls.c — the TLS stream layer (sk_tls.h): libssl over two BIOs (a memory BIO in, the layer's
+ * own out), the layer moving the ciphertext between them and the socket itself.
  *
  * Owns: per connection (s->ctx, a tls_conn): the SSL object, its read BIO (a memory BIO) and its
  * write BIO (the layer's own BIO type, below: it appends libssl's ciphertext to the connection's
@@ -799,7 +799,7 @@ tls_sendfile(sk_stream_t *s, int file_fd,
     (void)file_fd;
     (void)offset;
     (void)count;
-    return SK_STREAM_NO_SENDFILE; /* memory BIOs: every byte is encrypted here (sk_tls.h) */
+    return SK_STREAM_NO_SENDFILE; /* libssl never has the socket: every byte is encrypted here */
 }
 
 static int

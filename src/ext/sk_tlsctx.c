@@ -953,7 +953,7 @@ PyObject *
 sk_tlsctx_ktls_available(PyObject *module, PyObject *Py_UNUSED(arg))
 {
     /* New reference: True when the kernel offers kernel TLS (sk_tls_ktls_available); the layer
-     * does not use it (memory BIOs): files are read and encrypted either way. */
+     * does not use it (libssl never has the socket): files are read and encrypted either way. */
     (void)module;
     return PyBool_FromLong(sk_tls_ktls_available());
 }

@@ -327,8 +327,9 @@ class Server:
                 for native in natives:
                     native.start()
                 if self._tls is not None:
-                    # The TLS layer runs libssl over memory BIOs, which kernel TLS cannot carry:
-                    # files are always read and encrypted; the line says whether the kernel could.
+                    # The TLS layer runs libssl over BIOs of its own (never the socket), which
+                    # kernel TLS cannot carry: files are always read and encrypted; the line says
+                    # whether the kernel could.
                     low, high = self._tls.min_version[4:], self._tls.max_version
                     logger.info("TLS on: TLS %s; files: pread + encrypt (%s)",
                                 f"{low} only" if low == "1.3" or high is not None
