@@ -566,30 +566,42 @@ def test_large_final_body_then_trailers_over_a_small_window(serve, method):
     assert a.trailers == ([(b"x-sum", b"ok")] if method == "GET" else None)
 
 
+def one_answer_at(path: str, body_message: dict):
+    """An app answering `path` with 200 and `body_message` (an http.response.body or pathsend
+    message), every other path with hello's."""
+    async def app(scope, receive, send):
+        if scope["path"] == path:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send(body_message)
+        else:
+            await hello(scope, receive, send)
+    return app
+
+
+def first_window(c) -> bytes:
+    """The DATA bytes received until the peer's default initial window (65,535 bytes) is used,
+    none of them acknowledged (the stream's window stays closed)."""
+    got = b""
+
+    def window_full(e) -> bool:
+        nonlocal got
+        if isinstance(e, h2.events.DataReceived):
+            got += e.data
+        return len(got) >= 65_535
+
+    c.events_until(window_full, ack_data=False)
+    return got
+
+
 @pytest.mark.rule("h2-disconnect")
 def test_client_reset_while_a_large_body_waits_for_the_window(serve):
     # The stream is freed with its body held by reference half sent; the connection goes on.
     body = os.urandom(200_000)
-
-    async def app(scope, receive, send):
-        if scope["path"] == "/big":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.body", "body": body})
-        else:
-            await hello(scope, receive, send)
-
+    app = one_answer_at("/big", {"type": "http.response.body", "body": body})
     with serve(app) as srv:
         with H2Client.open(srv.port) as c:
             sid = c.get("/big")
-            got = b""
-
-            def window_full(e) -> bool:
-                nonlocal got
-                if isinstance(e, h2.events.DataReceived):
-                    got += e.data
-                return len(got) >= 65_535
-
-            c.events_until(window_full, ack_data=False)
+            got = first_window(c)
             assert got == body[:65_535]
             c.conn.increment_flow_control_window(len(got))   # the connection's, for the next
             c.conn.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
@@ -607,26 +619,11 @@ def test_file_shrinking_while_sent_resets_the_stream(serve, tmp_path):
     path = tmp_path / "f.bin"
     path.write_bytes(data)
     cut = 65_535 + 16_384   # the window's worth, then one whole frame of the default size
-
-    async def app(scope, receive, send):
-        if scope["path"] == "/file":
-            await send({"type": "http.response.start", "status": 200, "headers": []})
-            await send({"type": "http.response.pathsend", "path": str(path)})
-        else:
-            await hello(scope, receive, send)
-
+    app = one_answer_at("/file", {"type": "http.response.pathsend", "path": str(path)})
     with serve(app) as srv:
         with H2Client.open(srv.port) as c:
             sid = c.get("/file")
-            got = b""
-
-            def window_full(e) -> bool:
-                nonlocal got
-                if isinstance(e, h2.events.DataReceived):
-                    got += e.data
-                return len(got) >= 65_535
-
-            c.events_until(window_full, ack_data=False)
+            got = first_window(c)
             assert got == data[:65_535]
             os.truncate(path, cut)
             c.conn.acknowledge_received_data(len(got), sid)
