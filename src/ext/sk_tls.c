@@ -86,6 +86,9 @@ typedef struct {
     uint8_t more;      /* read stopped with input maybe held (rule 2b) */
     uint8_t reneg;     /* a renegotiation was attempted (TLS 1.2 ClientHello after the handshake) */
     uint8_t shut_sent; /* our close_notify is in the output buffer */
+    uint8_t wr_shut;   /* close_notify sent and the socket shut for writing (tls_shutdown): what
+                        * libssl writes after it (KeyUpdate replies to a reading drain) is
+                        * dropped, never sent (RFC 8446 §6.1: nothing follows close_notify) */
     uint8_t ob_nomem;  /* the output buffer could not grow: libssl's write failed for it */
 } tls_conn;
 
@@ -327,6 +330,13 @@ ct_consume(tls_conn *c, size_t n)
 static int
 ct_flush(tls_conn *c, int fd)
 {
+    if (c->wr_shut) {
+        /* our side is closed: a send would fail (EPIPE) and fail a connection whose input is
+         * still being drained; the bytes are dropped as sent */
+        note_control(c);
+        ct_consume(c, wbio_len(c));
+        return 0;
+    }
     for (;;) {
         size_t len = wbio_len(c);
         if (len == 0) {
@@ -364,7 +374,7 @@ fail_tls(tls_conn *c, int fd, const char *dflt)
     const char *why = ssl_reason(dflt);
     note_control(c);
     size_t len = wbio_len(c);
-    if (len > 0) {
+    if (len > 0 && !c->wr_shut) {
         (void)send(fd, c->ob + c->ob_head, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     return fail(c, EPROTO, why);
@@ -824,9 +834,10 @@ tls_shutdown(sk_stream_t *s)
     if (f == 1) {
         return SK_STREAM_WANT_WRITE;
     }
-    if (shutdown(s->fd, SHUT_WR) != 0) {
+    if (!c->wr_shut && shutdown(s->fd, SHUT_WR) != 0) {
         return (int)fail(c, errno, NULL);
     }
+    c->wr_shut = 1;
     return 0;
 }
 
@@ -844,7 +855,7 @@ tls_close(sk_stream_t *s, int reset)
             c->shut_sent = 1;
         }
         size_t len = wbio_len(c);
-        if (len > 0) {
+        if (len > 0 && !c->wr_shut) {
             (void)send(s->fd, c->ob + c->ob_head, len,
                        MSG_NOSIGNAL | MSG_DONTWAIT); /* best effort */
         }

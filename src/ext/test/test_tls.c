@@ -812,6 +812,42 @@ test_shutdown_close(T *t)
     conn_close(&c, 1);
 }
 
+/* After our close_notify and FIN, the input is still read (a drain): a KeyUpdate asking for ours
+ * (RFC 8446 §4.6.3) and data behind it are read as usual and the reply is dropped, not sent on the
+ * shut socket (that failed the read with EPIPE: the close became a reset, cutting the response's
+ * tail still queued for the client). */
+static void
+test_key_update_after_shutdown(T *t)
+{
+    Conn c;
+    char buf[64];
+    int cut = 0;
+    if (connected(&c, client_ctx) != 0) {
+        CHECK(t, !"handshake");
+        return;
+    }
+    struct iovec iov = {"the response", 12};
+    CHECK(t, sk_stream_tls.writev(&c.s, &iov, 1, 0) == 12);
+    CHECK(t, sk_stream_tls.shutdown(&c.s) == 0);
+    for (int k = 0; k < 3; k++) {
+        CHECK(t, SSL_key_update(c.cl, SSL_KEY_UPDATE_REQUESTED) == 1);
+        CHECK(t, SSL_write(c.cl, "more", 4) == 4);
+        CHECK(t, client_out(&c, 0) > 0);
+        ssize_t r = sk_stream_tls.read(&c.s, buf, sizeof(buf), &cut);
+        CHECK(t, r == 4 && memcmp(buf, "more", 4) == 0);
+        CHECK(t, sk_stream_tls.read(&c.s, buf, sizeof(buf), &cut) == SK_STREAM_WANT_READ);
+    }
+    client_in(&c);
+    size_t r = 0;
+    CHECK(t, SSL_read_ex(c.cl, buf, sizeof(buf), &r) == 1 && r == 12);
+    CHECK(t, memcmp(buf, "the response", 12) == 0);
+    CHECK(t, SSL_read_ex(c.cl, buf, sizeof(buf), &r) == 0);
+    CHECK(t, SSL_get_error(c.cl, 0) == SSL_ERROR_ZERO_RETURN);
+    CHECK(t, recv(c.sv[1], buf, sizeof(buf), MSG_DONTWAIT) == 0); /* the FIN, nothing after */
+    CHECK(t, sk_stream_tls.shutdown(&c.s) == 0);                  /* again: still done */
+    conn_close(&c, 0);
+}
+
 /* TLS 1.2 renegotiation asked by the client: EPROTO, never a loop. */
 static void
 test_renegotiation(T *t)
@@ -872,6 +908,7 @@ main(void)
     test_garbage(&t);
     test_plain_http(&t);
     test_shutdown_close(&t);
+    test_key_update_after_shutdown(&t);
     test_renegotiation(&t);
     test_sendfile(&t);
     SSL_CTX_free(server_ctx);
