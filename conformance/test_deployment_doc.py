@@ -314,7 +314,8 @@ def test_nginx_block_as_documented(tmp_path, loop, upstream):
             with nginx(tmp_path, block) as port:
                 status, http_scope = via_nginx_http(port)
                 ws_status, ws_fields, ws_scope = via_nginx_websocket(port)
-            assert proc.stop() == 0
+            rc = proc.stop()
+            assert rc == 0, proc.stderr
     assert status == 200
     assert ws_status == b"HTTP/1.1 101 Switching Protocols"
     assert (ws_fields[b"upgrade"].lower(), ws_fields[b"sec-websocket-accept"]) == (b"websocket", ACCEPT)
