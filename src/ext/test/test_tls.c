@@ -199,6 +199,17 @@ connected(Conn *c, SSL_CTX *cctx)
     return conn_open(c, cctx) == 0 && handshake(c, ans, &n) == 0 ? 0 : -1;
 }
 
+/* connected(), a failed check when it is not: 1 connected, 0 (the case returns). */
+static int
+connected_or_fail(T *t, Conn *c, SSL_CTX *cctx)
+{
+    if (connected(c, cctx) != 0) {
+        CHECK(t, !"handshake");
+        return 0;
+    }
+    return 1;
+}
+
 /* The handshake answers WANT_READ until the client's flights come, then is established. */
 static void
 test_handshake(T *t)
@@ -309,8 +320,7 @@ test_plaintext(T *t)
     Conn c;
     char buf[64];
     int cut = 0;
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     size_t w = 0;
@@ -343,8 +353,7 @@ test_write_bio_trimmed(T *t)
     Conn c;
     static char big[48 * 1024];
     char buf[16384];
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     memset(big, 'b', sizeof(big));
@@ -375,8 +384,7 @@ test_pending(T *t)
     Conn c;
     static char msg[10000], buf[8192];
     int cut = 0;
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     for (size_t i = 0; i < sizeof(msg); i++) {
@@ -412,8 +420,7 @@ test_partial(T *t)
     Conn c;
     enum { TOTAL = 300000 };
     static char msg[TOTAL], got[TOTAL];
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     int small = 4096;
@@ -469,8 +476,7 @@ test_gather(T *t)
     Conn c;
     enum { HEAD = 100, TAIL = 100000 };
     static char head[HEAD], tail[TAIL], got[HEAD + TAIL];
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     int big = 1 << 20;
@@ -541,8 +547,7 @@ test_output_buffer(T *t)
     enum { HEAD = 77, BODY = 150001, MORE = 60000, TOTAL = HEAD + BODY + MORE };
     static char msg[TOTAL], got[TOTAL];
     char end[16];
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     int small = 4096;
@@ -628,8 +633,7 @@ test_one_byte(T *t)
     Conn c;
     char buf[64];
     int cut = 0;
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     static const char req[] = "GET / HTTP/1.1\r\nhost: a\r\n\r\n";
@@ -659,8 +663,7 @@ test_peer_end(T *t)
     Conn c;
     char buf[64];
     int cut = 0;
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     size_t w = 0;
@@ -674,8 +677,7 @@ test_peer_end(T *t)
     CHECK(t, sk_stream_tls.read(&c.s, buf, sizeof(buf), &cut) == 0);
     conn_close(&c, 0);
 
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     CHECK(t, SSL_write_ex(c.cl, "cut", 3, &w) == 1);
@@ -693,8 +695,7 @@ test_peer_end(T *t)
     conn_close(&c, 1);
 
     /* mid-record: half a record, then the FIN */
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     CHECK(t, SSL_write_ex(c.cl, "truncated", 9, &w) == 1);
@@ -777,8 +778,7 @@ test_shutdown_close(T *t)
 {
     Conn c;
     char buf[64];
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     CHECK(t, sk_stream_tls.shutdown(&c.s) == 0);
@@ -789,8 +789,7 @@ test_shutdown_close(T *t)
     CHECK(t, recv(c.sv[1], buf, sizeof(buf), MSG_DONTWAIT) == 0); /* the FIN */
     conn_close(&c, 0);
 
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     client_in(&c); /* the session tickets */
@@ -801,8 +800,7 @@ test_shutdown_close(T *t)
     CHECK(t, SSL_get_error(c.cl, 0) == SSL_ERROR_ZERO_RETURN);
     conn_close(&c, 0);
 
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     client_in(&c);
@@ -822,8 +820,7 @@ test_key_update_after_shutdown(T *t)
     Conn c;
     char buf[64];
     int cut = 0;
-    if (connected(&c, client_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client_ctx)) {
         return;
     }
     struct iovec iov = {"the response", 12};
@@ -855,8 +852,7 @@ test_renegotiation(T *t)
     Conn c;
     char buf[64];
     int cut = 0;
-    if (connected(&c, client12_ctx) != 0) {
-        CHECK(t, !"handshake");
+    if (!connected_or_fail(t, &c, client12_ctx)) {
         return;
     }
     CHECK(t, SSL_version(sk_tls_ssl(&c.s)) == TLS1_2_VERSION);
