@@ -28,7 +28,7 @@ BENCH_PLAN_TEST := $(VPY) -m pytest bench/test_plan.py -q -p no:cacheprovider
 # ($(MAKE) stays in the recipes themselves, where make knows the line for a recursive one.)
 BENCH_REFUSE = { echo "$@: 'make conformance' failed: refusing to measure this build" >&2; exit 1; }
 
-.PHONY: bench bench-targets bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers bench-ws bench-tls bench-h2
+.PHONY: bench bench-targets bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers bench-threads bench-ws bench-tls bench-h2
 
 # The full matrix (about 2 hours: 11 minutes of conformance, 117 of matrix), only on a build that passes
 # the conformance suite; writes the raw results to bench/results/ and the summary to
@@ -112,6 +112,18 @@ bench-costs: build
 # skirr-workers-cpu-per-request's case reads the newest of it and bench/RESULTS.md.
 bench-workers: build
 	$(BENCH_RUN) matrix --profile workers --summary bench/WORKERS.md $(BENCH_ARGS)
+
+# Thread workers on a free-threaded Python (issue 34, about 4 minutes; refused on a GIL build):
+# make bench-threads PY=/path/to/python3.14t VENV=.venv314t. FastAPI `async def` (fastapi_json)
+# and `def` doing pure-Python work (fastapi_cpu) at c64, unpinned with wrk -t2 as the workers
+# row: skirr --worker-kind thread (2 loops, one process) beside 2 worker processes and one process,
+# and granian's 2 workers (threads on its free-threaded build), 5 rounds. The peers get their own
+# venv per interpreter (bench/.venv-peers-<X.Y>[t]/); the summary goes to bench/THREADS-<X.Y>t.md.
+bench-threads: build
+	$(BENCH_PLAN_TEST)
+	@v=$$($(VPY) -c 'import sys, sysconfig; print("%d.%d" % sys.version_info[:2] + ("t" if sysconfig.get_config_var("Py_GIL_DISABLED") else ""))') && \
+	  set -x && BENCH_PEERS_VENV=$(CURDIR)/bench/.venv-peers-$$v \
+	  $(BENCH_RUN) matrix --profile threads --summary bench/THREADS-$$v.md $(BENCH_ARGS)
 
 # The WebSocket rows of the matrix alone (issue 14, about 6 minutes): echo over 64 connections
 # driven by bench/ws_load.c (built into bench/build/), ws_echo_64 (round-trip p50/p99, msgs/s)

@@ -6,6 +6,9 @@
     run.py matrix --profile costs [--summary bench/COSTS.md]          the cost rows alone: access
                                                                       log and metrics on vs off
     run.py matrix --profile workers [--summary bench/WORKERS.md]      the workers row alone
+    run.py matrix --profile threads [--summary bench/THREADS.md]      on a free-threaded Python:
+                                                                      thread workers against process
+                                                                      workers and granian's threads
     run.py matrix --profile ws                                        the WebSocket rows alone:
                                                                       echo msgs/s, p50/p99, CPU/msg
     run.py matrix --profile tls [--summary bench/TLS.md]              the TLS rows alone: CPU/req

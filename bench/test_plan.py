@@ -151,3 +151,26 @@ def test_h2_rows_follow_workloads_conns_streams_rounds_and_h2_servers():
     with pytest.raises(SystemExit) as e:
         planned("--profile", "h2", "--h2-servers", "nope-h2")
     assert str(e.value).startswith("unknown server nope-h2")
+
+
+def test_threads_profile_rows_servers_and_command_lines():
+    prof, servers, rows = planned("--profile", "threads")
+    assert (servers, rows, prof["costs"], prof["ws"]) == ([], [], None, None)
+    assert prof["workers"] == {"servers": ["skirr-w1", "skirr-w2", "skirr-t2", "granian-t2"],
+                               "rows": [("fastapi_json", 64), ("fastapi_cpu", 64)], "rounds": 5}
+    assert planned("--profile", "threads", "--workloads", "fastapi_cpu",
+                   "--rounds", "2")[0]["workers"]["rows"] == [("fastapi_cpu", 64)]
+    from harness.peers import SERVERS
+    argv = SERVERS["skirr-t2"].argv("fastapi_json:app", 8000, "/tmp")
+    assert argv[argv.index("--workers") + 1] == "2" and argv[-2:] == ["--worker-kind", "thread"]
+    # unpinned as the workers row (1), without waiting for worker processes it does not have
+    assert (SERVERS["skirr-t2"].workers, SERVERS["granian-t2"].workers) == (1, 1)
+    assert "fastapi_cpu" not in SERVERS["limit-c"].serves
+
+
+def test_fastapi_cpu_expects_the_apps_own_answer():
+    from harness.workloads import WORKLOADS
+    import cpu_work
+    assert WORKLOADS["fastapi_cpu"]["expect"] == b'{"n":20000,"sum":%d}' % sum(
+        i * i % 7 for i in range(20000))
+    assert cpu_work.CPU_BODY is WORKLOADS["fastapi_cpu"]["expect"]

@@ -125,6 +125,12 @@ def interp_identity(python):
     return run_text([python, "-c", code])
 
 
+def gil_enabled(python):
+    """Whether `python` runs with the GIL (every build but a free-threaded one with it off)."""
+    code = "import sys; print(getattr(sys, '_is_gil_enabled', lambda: True)())"
+    return run_text([python, "-c", code]) != "False"
+
+
 def git_commit():
     rev = run_text(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
     dirty = run_text(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])

@@ -24,8 +24,8 @@ import random
 import re
 from pathlib import Path
 
-from .env import (CLIENT_CPU, PEERS_VENV, ROOT, SKIRR_VENV, ensure_tools, git_commit, interp_identity,
-                  log, machine_info, new_run_dir, run_text, venv_python)
+from .env import (CLIENT_CPU, PEERS_VENV, ROOT, SKIRR_VENV, ensure_tools, gil_enabled, git_commit,
+                  interp_identity, log, machine_info, new_run_dir, run_text, venv_python)
 from .costs import cost_servers, run_round
 from . import h2 as h2_part
 from . import tls as tls_part
@@ -143,6 +143,19 @@ PROFILES = {
         fixed_rate=[], fixed_pcts=[], fixed_duration=0, fixed_rounds=0, stream_samples=0,
         stream_rounds=0,
         workers=None, costs=None, ws=None, tls=None, h2=h2_part.H2_FULL,
+    ),
+    # `make bench-threads PY=.../python3.14t` (issue 34, a free-threaded Python only; about 4
+    # minutes): the workers row's setup (unpinned, wrk -t2) with skirr's thread workers (2 loops
+    # in one process) beside its process workers and one process, and granian's 2 workers (threads
+    # on a free-threaded build), on FastAPI `async def` (fastapi_json) and `def` endpoints doing
+    # pure-Python work in the thread pool (fastapi_cpu).
+    "threads": dict(
+        servers=[], rows=[], rounds=5, duration=5, warmup=1,
+        fixed_rate=[], fixed_pcts=[], fixed_duration=0, fixed_rounds=0, stream_samples=0,
+        stream_rounds=0,
+        workers=dict(servers=["skirr-w1", "skirr-w2", "skirr-t2", "granian-t2"],
+                     rows=[("fastapi_json", 64), ("fastapi_cpu", 64)], rounds=5),
+        costs=None, ws=None,
     ),
 }
 
@@ -331,6 +344,10 @@ def run(args):
     """The whole matrix as `run.py matrix` describes it; returns the exit status."""
     prof, servers, rows = plan(args)
     why = summary_mismatch(args.summary, interp_identity(venv_python(SKIRR_VENV)))
+    if args.profile == "threads" and gil_enabled(venv_python(SKIRR_VENV)):
+        why = (f"--profile threads measures thread workers, which need a free-threaded Python with "
+               f"the GIL off; the skirr venv ({SKIRR_VENV}) has the GIL: make bench-threads "
+               "PY=.../python3.14t")
     if why:
         raise SystemExit(why)
     os.sched_setaffinity(0, {int(CLIENT_CPU)})

@@ -311,6 +311,13 @@ def skirr_h2_argv(app, port, tmp):
     return skirr_argv(app, port, tmp) + ["--http", "auto"]
 
 
+def with_args(argv_of, *extra):
+    """The command line of `argv_of` with `extra` appended."""
+    def argv(app, port, tmp):
+        return argv_of(app, port, tmp) + list(extra)
+    return argv
+
+
 def with_option(argv_of, flag, value=None):
     """The command line of `argv_of` with `flag`'s value replaced by `value`, or `flag` (and its
     value) removed when `value` is None."""
@@ -390,7 +397,7 @@ SERVERS = {
                                set(WS_WORKLOADS)),
     "uvicorn-wsproto": Peer(uvicorn_argv("httptools", ws="wsproto"), "uvicorn-ws", "peer",
                             set(WS_WORKLOADS)),
-    "limit-c": Peer(limit_argv, None, "limit", set(WORKLOADS) - {"file_1m"}),
+    "limit-c": Peer(limit_argv, None, "limit", set(WORKLOADS) - {"file_1m", "fastapi_cpu"}),
     "nginx": Peer(nginx_argv, None, "limit",
                   {"raw_get", "get_64k", "fastapi_json", "pipelined_get", "file_1m"}),
     # The TLS rows (issue 32): uvicorn and hypercorn through CPython's ssl, granian with rustls,
@@ -440,6 +447,13 @@ SERVERS = {
     "granian-w2": Peer(with_workers(granian_argv, 2), "granian", "peer", ALL_WORKLOADS, 2),
     "gunicorn-uvicorn-w2": Peer(with_workers(gunicorn_argv, 2), "gunicorn-uvicorn", "peer",
                                 ALL_WORKLOADS, 2),
+    # The threads profile (issue 34, a free-threaded Python): 2 event loops, one per thread, in one
+    # worker process (skirr's --worker-kind thread, under its supervisor: 2 processes) and
+    # granian's 2 workers, which a free-threaded build of granian runs as threads of its one
+    # process. `workers` 1: unpinned like the workers row, without waiting for worker processes.
+    "skirr-t2": Peer(with_args(with_workers(skirr_argv, 2), "--worker-kind", "thread"), None,
+                     "skirr", ALL_WORKLOADS, 1),
+    "granian-t2": Peer(with_workers(granian_argv, 2), "granian", "peer", ALL_WORKLOADS, 1),
 }
 
 

@@ -213,19 +213,33 @@ def rerender(run_dir, summary=None):
 
 
 def render_workers(L, wruns):
-    """The workers row: 2 worker processes per server, unpinned, beside skirr with 1."""
+    """The workers row: 2 worker processes per server, unpinned, beside skirr with 1; with
+    skirr-t2 in the runs (the threads profile) the thread workers are the base the others are
+    compared with."""
     agg = aggregate(wruns, 0)
-    cmp = compare(wruns, base="skirr-w2")
-    L.append("\n## Workers (2 worker processes, one per CPU)\n")
-    L.append("Not pinned: each server (its manager and its 2 workers) and `wrk -t2` share both CPUs, "
-             "so wrk takes CPU the servers could use and req/s is lower than 2× the pinned "
-             "figure. CPU/request is summed over every process of the server (manager and "
-             "workers) and must not grow with the worker count: compare skirr-w2 with skirr-w1 "
-             "(plain skirr, one process, the same unpinned setup). `per process`: each process's "
-             "CPU seconds over the measured interval in the median round, busiest first (both "
-             "workers busy = the connections were spread).\n")
+    base = "skirr-t2" if any(r["server"] == "skirr-t2" for r in wruns) else "skirr-w2"
+    cmp = compare(wruns, base=base)
+    if base == "skirr-t2":
+        L.append("\n## Thread workers (free-threaded Python: 2 event loops in one process)\n")
+        L.append("Not pinned, as the workers row: each server and `wrk -t2` share both CPUs. "
+                 "skirr-t2: `--workers 2 --worker-kind thread` (the supervisor and one worker "
+                 "process running 2 event loops, one per thread); skirr-w2: 2 worker processes; "
+                 "skirr-w1: one process; granian-t2: granian's `--workers 2`, which its "
+                 "free-threaded build runs as 2 threads of one process. fastapi_cpu's `def` "
+                 "endpoint runs in FastAPI's thread pool, so on this Python even one process can "
+                 "use both CPUs there. `per process`: each process's CPU seconds over the "
+                 "measured interval in the median round, busiest first.\n")
+    else:
+        L.append("\n## Workers (2 worker processes, one per CPU)\n")
+        L.append("Not pinned: each server (its manager and its 2 workers) and `wrk -t2` share both "
+                 "CPUs, so wrk takes CPU the servers could use and req/s is lower than 2× the "
+                 "pinned figure. CPU/request is summed over every process of the server (manager "
+                 "and workers) and must not grow with the worker count: compare skirr-w2 with "
+                 "skirr-w1 (plain skirr, one process, the same unpinned setup). `per process`: "
+                 "each process's CPU seconds over the measured interval in the median round, "
+                 "busiest first (both workers busy = the connections were spread).\n")
     L.append("| workload | conns | server | req/s | min–max | p99 ms | CPU µs/req | per process s "
-             "| RSS MiB | PSS MiB | errors | gen CPU | vs skirr-w2 (req/s ratio, verdict) |")
+             f"| RSS MiB | PSS MiB | errors | gen CPU | vs {base} (req/s ratio, verdict) |")
     L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     notes = []
     for w, c in workload_order({(w, c) for (w, c, _) in agg}):

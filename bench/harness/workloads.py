@@ -25,6 +25,7 @@ if str(APPS) not in sys.path:
     sys.path.insert(0, str(APPS))  # the apps are imported by name: raw_apps here, any in direct_caller
 import raw_apps  # noqa: E402  (the expected bodies come from the apps themselves)
 import file_apps  # noqa: E402
+import cpu_work  # noqa: E402
 
 HELLO = raw_apps.HELLO
 BIG = raw_apps.BIG
@@ -58,6 +59,11 @@ WORKLOADS = {
                     wrk_lua=LUA_POST),
     "get_64k": dict(app="raw_apps:big", path="/64k", method="GET", body=b"", expect=BIG),
     "fastapi_json": dict(app="fastapi_json:app", path="/json", method="GET", body=b"", expect=JSON_BODY),
+    # a `def` endpoint doing ~1 ms of pure-Python work in FastAPI's thread pool (bench/apps/
+    # cpu_work.py): the threads profile's row (issue 34), where a free-threaded Python's thread
+    # workers can use every core from one process
+    "fastapi_cpu": dict(app="fastapi_json:app", path="/cpu", method="GET", body=b"",
+                        expect=cpu_work.CPU_BODY),
     "pipelined_get": dict(app="raw_apps:raw", path="/", method="GET", body=b"", expect=HELLO,
                           pipeline=PIPELINE_DEPTH, wrk_lua=LUA_PIPELINE),
     # Starlette FileResponse of 1 MiB (issue 17); the app's own CPU is measured with pathsend
