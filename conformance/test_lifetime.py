@@ -138,6 +138,32 @@ def test_closed_server_is_freed_without_the_cycle_collector(loop_name):
     assert (held, after) == (1, 0)
 
 
+@pytest.mark.rule("skirr-lifetime-closed-server-freed")
+def test_refused_server_leaves_the_live_count_unchanged(loop_name):
+    """A native server whose construction is refused after its allocation (an ssl_context that is
+    not a TLSContext: TypeError with that message) is freed without changing skirr._native._live()
+    (it was counted down without having been counted up: -1 for each refusal)."""
+    loop = new_loop(loop_name)
+
+    async def refuse(bad: object) -> str:
+        sock = socket.socket()
+        try:
+            with pytest.raises(TypeError) as exc:
+                _native.Server(tiny_app, asyncio.get_running_loop(), sock.fileno(), ssl_context=bad)
+        finally:
+            sock.close()
+        return str(exc.value)
+
+    before = _native._live()["servers"]
+    try:
+        messages = [loop.run_until_complete(refuse(bad)) for bad in (object(), "cert.pem")]
+    finally:
+        loop.close()
+    assert messages == ["ssl_context must be a skirr._native.TLSContext, got object",
+                        "ssl_context must be a skirr._native.TLSContext, got str"]
+    assert _native._live()["servers"] == before
+
+
 @pytest.mark.rule("skirr-lifetime-keepalive-bounded")
 @pytest.mark.timeout(300)  # 100,000 requests: ~70 s under PYTHONMALLOC=debug -X dev on a quiet
 # machine, and make conformance runs the plain and debug legs side by side on 2 cores

@@ -463,6 +463,8 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     if (h->st == NULL) {
         goto error;
     }
+    /* counted from here on: every failure below frees through server_dealloc, which uncounts */
+    SK_ADD(h->st->live_servers, 1);
     if (ssl_context != Py_None) {
         /* TLS: every connection gets the TLS stream layer over the context's source */
         tls_source = sk_tlsctx_source(h->st, ssl_context);
@@ -471,7 +473,6 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
         }
         s->tls = Py_NewRef(ssl_context);
     }
-    SK_ADD(h->st->live_servers, 1);
     h->owner = (PyObject *)s;
     h->thread = PyThread_get_thread_ident(); /* the loop's: made where it serves (server.py) */
     h->app = Py_NewRef(app);
