@@ -52,23 +52,55 @@ ready_await(PyObject *self)
     return Py_NewRef(self);
 }
 
+/* Take a Ready's flag or value, leaving 0 or NULL; a field already 0/NULL is only read, never
+ * written (the shared send_done instance, awaited on every thread's loops at once, stays
+ * untouched). On a free-threaded build two threads driving one awaitable at once (a misuse the
+ * loop-thread checks of send/receive do not see: the awaitable itself can be handed to another
+ * thread) each take it with an atomic exchange, so one of them gets the value and the other None,
+ * never both the one reference. */
+static int
+ready_take_flag(int *flag)
+{
+#ifdef Py_GIL_DISABLED
+    return __atomic_load_n(flag, __ATOMIC_RELAXED) &&
+           __atomic_exchange_n(flag, 0, __ATOMIC_RELAXED);
+#else
+    int v = *flag;
+    if (v) {
+        *flag = 0;
+    }
+    return v;
+#endif
+}
+
+static PyObject *
+ready_take_value(PyObject **value)
+{
+    /* The reference the field held (the caller's now), or NULL. */
+#ifdef Py_GIL_DISABLED
+    return __atomic_load_n(value, __ATOMIC_RELAXED)
+               ? __atomic_exchange_n(value, NULL, __ATOMIC_ACQ_REL)
+               : NULL;
+#else
+    PyObject *v = *value;
+    if (v != NULL) {
+        *value = NULL;
+    }
+    return v;
+#endif
+}
+
 static PySendResult
 ready_send(PyObject *op, PyObject *Py_UNUSED(arg), PyObject **result)
 {
     ReadyObject *self = (ReadyObject *)op;
-    if (self->yield_first) {
-        self->yield_first = 0;
+    if (ready_take_flag(&self->yield_first)) {
         *result = Py_NewRef(Py_None); /* a bare yield: the task reschedules itself */
         return PYGEN_NEXT;
     }
-    /* The value is handed over once. The shared None instance (send_done, awaited on every
-     * thread's loops at once) has value == NULL forever and is never written to. */
-    if (self->value == NULL) {
-        *result = Py_NewRef(Py_None);
-        return PYGEN_RETURN;
-    }
-    *result = self->value;
-    self->value = NULL;
+    /* The value is handed over once; None after that (and for the shared send_done). */
+    PyObject *value = ready_take_value(&self->value);
+    *result = value != NULL ? value : Py_NewRef(Py_None);
     return PYGEN_RETURN;
 }
 
