@@ -92,6 +92,9 @@ bench-syscalls: build
 # Over TLS (issue 32; skirr-tls and each peer's own TLS with a test certificate made for the run,
 # every connection handshaken in the warm-up, so the record layer is what is counted):
 # CALLGRIND_ARGS='--tls --workload fastapi_json --conns 64'; its cleartext twin without --tls.
+# Over HTTP/2 (issue 33; skirr-h2c or skirr-h2 and each peer's, driven by h2load: one phase of
+# --n requests over --conns connections of --streams streams, exact answers checked with curl):
+# CALLGRIND_ARGS='--h2 h2c --workload get_64k --streams 10 --servers peregrine'.
 CALLGRIND_ARGS ?=
 bench-callgrind: build
 	$(BENCH_TRACED_TEST)

@@ -21,6 +21,7 @@
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000] [--workload raw_get] [--conns 1]      instructions per request
                      [--servers skirr,peregrine]                      (skirr's, and peers' beside it)
+                     [--tls | --h2 h2c|h2 [--streams 10]]             over TLS, over HTTP/2 (h2load)
     run.py report bench/results/<run> [--summary bench/RESULTS.md]    re-render a run's report
                                                                       and its charts
     run.py setup [--servers ...]                                      install peers, build the limit
@@ -87,6 +88,19 @@ def cmd_callgrind(args):
     skirr = ("skirr-access-log" if args.access_log else "skirr-metrics" if args.metrics
              else "skirr")
     names = [skirr] + [s for s in (args.servers or "").split(",") if s and s != "skirr"]
+    if args.h2:
+        if skirr != "skirr" or args.tls:
+            raise SystemExit("callgrind: --h2 counts skirr-h2c or skirr-h2 alone or beside peers' "
+                             "HTTP/2 servers (h2 is over TLS already; no access-log or metrics "
+                             "variant)")
+        suffix = "-" + args.h2
+        names = [n if n.endswith(suffix) else n + suffix for n in names]
+        if not args.streams:
+            args.streams = 1
+        if args.streams < 1:
+            raise SystemExit("callgrind: --streams must be at least 1")
+    elif args.streams:
+        raise SystemExit("callgrind: --streams is for --h2 (concurrent streams a connection)")
     if args.tls:
         if skirr != "skirr":
             raise SystemExit("callgrind: --tls counts skirr-tls alone or beside peers' -tls "
@@ -110,11 +124,13 @@ def cmd_callgrind(args):
                              + state[failed[0]]["error"][-400:])
     if "limit-c" in names:
         peers.build_limit()
-    if not args.tls:
-        return traced.callgrind(args.n, names, args.workload, args.conns)
+    over_tls = args.tls or args.h2 == "h2"
+    if not over_tls:
+        return traced.callgrind(args.n, names, args.workload, args.conns, streams=args.streams)
     d, _ = tls.make_cert()
     try:
-        return traced.callgrind(args.n, names, args.workload, args.conns, tls=True)
+        return traced.callgrind(args.n, names, args.workload, args.conns, tls=True,
+                                streams=args.streams)
     finally:
         shutil.rmtree(d, ignore_errors=True)
         os.environ.pop(TLS_DIR_ENV, None)
@@ -199,6 +215,12 @@ def build_parser():
     cg.add_argument("--tls", action="store_true",
                     help="over TLS (issue 32): skirr-tls and each peer's -tls server with the "
                     "run's test certificate, every connection handshaken in the warm-up")
+    cg.add_argument("--h2", choices=["h2c", "h2"],
+                    help="over HTTP/2 (issue 33): skirr-h2c (prior knowledge) or skirr-h2 (TLS, "
+                    "ALPN) and each peer's, driven by h2load; one phase of --n requests over "
+                    "--conns connections of --streams streams")
+    cg.add_argument("--streams", type=int, default=0,
+                    help="with --h2: concurrent streams a connection (h2load -m; default 1)")
     rp = sub.add_parser("report", help="re-render a finished matrix run's report and charts "
                         "(results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")

@@ -1,11 +1,13 @@
 """The callgrind count's own parts checked without valgrind: the closed-loop client that drives
 the concurrent phase, against scripted servers on loopback, and the overlay of extension modules
-stripped of debug information that peers run from.
+stripped of debug information that peers run from, and the HTTP/2 phase's h2load run and exact
+check against a scripted h2c server.
 
 Run before the counts are taken (`make bench-callgrind`) and by hand:
 `.venv/bin/python -m pytest bench/test_traced.py -q`. Every check the client makes is shown to
 fail when it should (a wrong status, a wrong body, a closed connection, silence) and to pass when
-it should. Stdlib, pytest and the C compiler only.
+it should. Stdlib, pytest, the C compiler, and for the HTTP/2 phase the h2 library (the suite's
+oracle), h2load and curl.
 """
 from __future__ import annotations
 
@@ -142,3 +144,78 @@ def test_the_overlay_strips_debug_information_and_leaves_the_venv_alone(tmp_path
     nm = subprocess.run(["nm", "-D", str(overlay / "top.so")], capture_output=True, text=True)
     assert "skirr_test_answer" in nm.stdout  # symbols stay: callgrind still names functions
     assert traced.nodebug_overlay(venv) == overlay  # made once for the same files
+
+
+class ScriptedH2:
+    """An h2c server (prior knowledge, the h2 library) on a loopback port answering every stream
+    with answer(i) -> (status, body) for the i-th request; counts the requests."""
+
+    def __init__(self, answer):
+        import h2.config
+        import h2.connection
+        import h2.events
+        self.h2, self.answer, self.count = (h2.config, h2.connection, h2.events), answer, 0
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        config, connection, events = self.h2
+        c = connection.H2Connection(config.H2Configuration(client_side=False))
+        c.initiate_connection()
+        conn.sendall(c.data_to_send())
+        with conn:
+            while data := conn.recv(65536):
+                for ev in c.receive_data(data):
+                    if isinstance(ev, events.RequestReceived):
+                        with self.lock:
+                            i, self.count = self.count, self.count + 1
+                        status, body = self.answer(i)
+                        c.send_headers(ev.stream_id, [(":status", str(status)),
+                                                      ("content-length", str(len(body)))])
+                        c.send_data(ev.stream_id, body, end_stream=True)
+                conn.sendall(c.data_to_send())
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def scripted_h2():
+    made = []
+
+    def make(answer):
+        made.append(ScriptedH2(answer))
+        return made[-1]
+
+    yield make
+    for srv in made:
+        srv.close()
+
+
+def test_h2load_phase_counts_exact_answers(scripted_h2):
+    """callgrind --h2's phase (h2load_exact): every request h2load counts, then curl's exact check."""
+    srv = scripted_h2(lambda i: (200, BODY))
+    assert traced.h2load_exact(srv.port, "raw_get", 100, 2, 10, False, "h2c") == 100
+    assert srv.count == 101  # and curl's one
+
+
+@pytest.mark.parametrize("answer, error", [
+    (lambda i: (500, BODY) if i == 7 else (200, BODY), RuntimeError),  # h2load: a non-2xx
+    (lambda i: (200, b"Hello, world?") if i == 100 else (200, BODY), AssertionError),  # curl's
+])
+def test_h2load_phase_refuses_a_wrong_status_or_body(scripted_h2, answer, error):
+    srv = scripted_h2(answer)
+    with pytest.raises(error):
+        traced.h2load_exact(srv.port, "raw_get", 100, 2, 10, False, "h2c")

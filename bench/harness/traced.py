@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from .env import BUILD, PEERS_VENV, ROOT, git_commit, new_run_dir
+from .measure import check_h2, h2_url, parse_h2load
 from .peers import SERVERS, Server, proc_tree, require_listening
 from .workloads import (PIPELINE_DEPTH, WORKLOADS, Conn, close_conns, exact_concurrent,
                         exact_pipelined, exact_sequential, open_conns)
@@ -218,11 +219,32 @@ def traced_pids(root):
     return sorted(traced & set(proc_tree(root)))
 
 
-def callgrind_server(name, workload, n, conns, outdir, tls=False):
+def h2load_exact(port, workload, n, conns, streams, tls, proto):
+    """`n` requests of `workload` by h2load (-n, over `conns` new connections of `streams`
+    concurrent streams each; h2c with prior knowledge, or ALPN h2 over TLS), unpinned beside a
+    server under valgrind; then the exact status and body once with curl (check_h2). Returns the
+    requests h2load counted as succeeded; RuntimeError when any failed, errored, timed out, was
+    not 2xx or spoke another protocol (parse_h2load), AssertionError for a wrong body."""
+    argv = ["h2load", "-t1", f"-n{n}", f"-c{conns}", f"-m{streams}"]
+    if tls:
+        argv.append("--npn-list=h2")
+    p = subprocess.run(argv + [h2_url(workload, port, tls)], capture_output=True, text=True,
+                       timeout=1800)
+    if p.returncode != 0:
+        raise RuntimeError(f"h2load failed ({p.returncode}): {(p.stdout + p.stderr)[-600:]}")
+    res = parse_h2load(p.stdout, proto)
+    check_h2(workload, port, tls)
+    return res["requests"]
+
+
+def callgrind_server(name, workload, n, conns, outdir, tls=False, streams=0):
     """One server under callgrind (its whole process tree, children included) serving `workload`:
     after a warm-up, each phase between a zeroing and a dump of every traced process; per phase
     the exact answers and the instructions summed over the processes' dumps. `tls`: the clients
-    speak TLS (each connection handshaken in the warm-up: the phases count the record layer)."""
+    speak TLS (each connection handshaken in the warm-up: the phases count the record layer).
+    An HTTP/2 server (SERVERS[name].h2) is driven by h2load with `streams` concurrent streams a
+    connection (h2load_exact): the warm-up and the phase each open their `conns` connections, so
+    over TLS the phase counts their handshakes too (spread over `n` requests)."""
     spec = WORKLOADS[workload]
     out_file = outdir / f"callgrind-{name}.out"
     wrap = ["valgrind", "--tool=callgrind", "--trace-children=yes", "--compress-strings=no",
@@ -236,10 +258,16 @@ def callgrind_server(name, workload, n, conns, outdir, tls=False):
         return {"server": name, "ok": False, "error": f"did not start: {exc}", "phases": []}
     expect = spec["expect"]
     phases, pids = [], []
+    proto = SERVERS[name].h2
     with srv:
-        c = Conn(srv.port, timeout=60, tls=tls)
-        req = c.request_bytes(spec["method"], spec["path"], spec["body"])
-        if conns == 1:
+        c = None if proto else Conn(srv.port, timeout=60, tls=tls)
+        req = c.request_bytes(spec["method"], spec["path"], spec["body"]) if c else b""
+        if proto:
+            h2load_exact(srv.port, workload, CALLGRIND_WARMUP, conns, streams, tls, proto)
+            run = [(f"{conns} connection{'s' if conns != 1 else ''} of {streams} stream"
+                    f"{'s' if streams != 1 else ''} (h2load)", n,
+                    lambda: h2load_exact(srv.port, workload, n, conns, streams, tls, proto))]
+        elif conns == 1:
             # warm-up: imports, caches, the first allocations
             exact_sequential(c, req, CALLGRIND_WARMUP, expect)
             run = [("sequential on one connection", n,
@@ -262,9 +290,9 @@ def callgrind_server(name, workload, n, conns, outdir, tls=False):
                 subprocess.run(["callgrind_control", "-d", str(pid)], check=True, timeout=120,
                                capture_output=True)
             phases.append({"phase": label, "expected": expected, "requests": good})
-        if conns == 1:
+        if c is not None and conns == 1:
             c.close()
-        else:
+        elif not proto:
             close_conns(socks)
     for i, ph in enumerate(phases, 1):
         irs = [callgrind_ir(f"{out_file}.{pid}.{i}") for pid in pids]
@@ -276,7 +304,7 @@ def callgrind_server(name, workload, n, conns, outdir, tls=False):
             "phases": phases}
 
 
-def callgrind(n, servers=("skirr",), workload="raw_get", conns=1, tls=False):
+def callgrind(n, servers=("skirr",), workload="raw_get", conns=1, tls=False, streams=0):
     """Instructions per request in each server's whole process tree (Python, C, libc; not the
     kernel) under callgrind: deterministic, unlike timings on a noisy machine, so a hot-path
     change shows its cost as a difference of counts, and two servers running the same app compare
@@ -284,11 +312,13 @@ def callgrind(n, servers=("skirr",), workload="raw_get", conns=1, tls=False):
     requests: with one connection, `n` sequential requests of `workload` on one keep-alive
     connection, then `n` more as batches of PIPELINE_DEPTH pipelined requests; with `conns` > 1,
     `n` requests over `conns` closed-loop connections. Prints one line per server and phase, and
-    each peer's count over skirr's; 1 if a phase lacks exact answers or a count."""
+    each peer's count over skirr's; 1 if a phase lacks exact answers or a count. HTTP/2 servers
+    (`servers` named -h2c or -h2): one phase of `n` requests by h2load over `conns` connections of
+    `streams` streams each (callgrind_server)."""
     outdir = new_run_dir("callgrind")
     results, rc = [], 0
     for name in servers:
-        r = callgrind_server(name, workload, n, conns, outdir, tls)
+        r = callgrind_server(name, workload, n, conns, outdir, tls, streams)
         results.append(r)
         rc |= not r["ok"]
         if r.get("error"):
@@ -308,6 +338,6 @@ def callgrind(n, servers=("skirr",), workload="raw_get", conns=1, tls=False):
                       f"{ph['ir_per_request'] / b:.3f}")
     (outdir / "callgrind.json").write_text(json.dumps(
         {"commit": git_commit(), "workload": workload, "n": n, "conns": conns, "tls": tls,
-         "servers": results}, indent=1))
+         "streams": streams, "servers": results}, indent=1))
     print(f"dumps in {outdir.relative_to(ROOT)} (callgrind_annotate <dump> for the profile)")
     return rc
