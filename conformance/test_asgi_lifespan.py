@@ -278,3 +278,40 @@ def test_shutdown_waits_for_in_flight_request(serve):
         assert srv.server.exit_code == 0
     kinds = [x if isinstance(x, str) else x[0] for x in log.items]
     assert kinds.index("slow-end") < kinds.index("lifespan.shutdown"), kinds
+
+
+@rule("skirr-server-shutdown-before-serving")
+@pytest.mark.parametrize("calls", [1, 2])
+def test_request_shutdown_before_run_counts_as_when_serving(loop_name, calls):
+    """Server.request_shutdown() called before run(): once, and run() does the lifespan startup,
+    logs that it is not serving, runs the lifespan shutdown and returns 0; twice, and the second
+    forces the exit as it does while serving: the startup is cancelled and run() returns 1. The
+    server never accepts either way."""
+    import skirr
+
+    log = Recorder()
+    server = skirr.Server(skirr.Config(lifespan_app(log), host="127.0.0.1", port=0,
+                                       loop=loop_name, lifespan="on"))
+    handler = _Capture()
+    logging.getLogger("skirr.error").addHandler(handler)
+    try:
+        for _ in range(calls):
+            server.request_shutdown()
+        result = []
+        thread = threading.Thread(target=lambda: result.append(server.run()), daemon=True)
+        thread.start()
+        thread.join(10)
+        assert not thread.is_alive(), "run() did not return within 10 s"
+    finally:
+        logging.getLogger("skirr.error").removeHandler(handler)
+    texts = handler.texts(logging.INFO)
+    assert not server.started.is_set()
+    if calls == 1:
+        assert result == [0]
+        assert [x for x in log.items if isinstance(x, str)] == ["lifespan.startup",
+                                                                "lifespan.shutdown"]
+        assert "Shutdown requested during startup: not serving" in texts, texts
+    else:
+        assert result == [1]
+        assert "lifespan.shutdown" not in log.items
+        assert "Forced exit: cancelling application startup" in texts, texts

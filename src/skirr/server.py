@@ -83,7 +83,10 @@ class Server:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
-        self._stop_requested = False
+        # request_shutdown() calls made before serve() had a loop to hand them to: serve() replays
+        # them (the second forces, as when serving); the lock orders the two threads' views.
+        self._early_requests = 0
+        self._early_lock = threading.Lock()
         # Shutdown requests (signals, request_shutdown) seen, and how many there were when serve()
         # ended: one after that forces the end of the wait for cancelled tasks (_reap).
         self._requests = 0
@@ -236,12 +239,16 @@ class Server:
 
     def request_shutdown(self) -> None:
         """Starts the graceful shutdown (as SIGTERM does); a second call forces exit. Thread-safe;
-        returns at once (wait for :meth:`run` to return)."""
-        self._stop_requested = True
-        loop = self._loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(self._on_shutdown_request)
+        returns at once (wait for :meth:`run` to return). Calls made before serving began count
+        the same: one, and the server stops before serving (lifespan startup, then shutdown:
+        exit 0); two, and it exits forced (exit 1, the startup cancelled)."""
+        with self._early_lock:
+            loop = self._loop
+            if loop is None:
+                self._early_requests += 1
+                return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._on_shutdown_request)
 
     async def serve(self) -> None:
         """Serves on the running loop until shutdown; sets ``exit_code``.
@@ -255,9 +262,11 @@ class Server:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
-        self._loop = loop
-        if self._stop_requested:
-            self._stop.set()
+        with self._early_lock:
+            self._loop = loop
+            early, self._early_requests = self._early_requests, 0
+        for _ in range(early):
+            self._on_shutdown_request()
 
         owned = self._given is None
         # Before the bind: a bad certificate or key file is reported with nothing bound.
