@@ -6,6 +6,17 @@ session-ticket key, hex), serving them with ``skirr.Server``, and the write end
 of the pipe to the supervisor: messages (``skirr._pipe``: R accepting, H heartbeat, M retire me,
 S counters) written from the event loop, so a blocked loop writes nothing.
 
+Thread workers (``"threads"`` in the specification: ``--worker-kind thread``): one ``Server`` per
+listener in ``fds`` (or ``threads`` of them sharing the one listener), each ``run()`` in a thread
+of its own with its own event loop (``_Threads``). The main thread imports the application once
+(the threads' Servers then find its module; a GIL that import turned back on is a failed startup,
+the module named), starts the first loop alone and the others once it accepts (a failed startup
+is then reported once), and owns the pipe: R once every loop accepts, H (with the sum of the
+loops' counters) only while every loop has beaten within two beat intervals, M once the requests
+of all the loops reach --limit-max-requests. SIGTERM (handled in the main thread) drains every
+loop; a loop that ends unasked (a failed startup) stops the others gracefully. The exit status is
+0 only when every loop's is.
+
 Bytes the pipe cannot take at once wait in the worker (in order) for the next heartbeat, so a
 message is never cut; past 64 KiB of them nothing more is queued (a pipe that full says "alive"
 already). On exit the last bytes get up to 2 s.

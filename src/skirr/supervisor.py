@@ -16,6 +16,15 @@ they wait for a replacement), which keeps the order of the kernel's reuse-port g
 SIGTTOU. ``reuse_port=False``, a Unix-domain socket or an inherited ``fd`` share one listener
 between every slot instead.
 
+Thread workers (``worker_kind="thread"``, free-threaded Python only). One slot, whose one worker
+process runs ``workers`` event loops in as many threads (``skirr._worker``): the slot holds
+``workers`` ``SO_REUSEPORT`` listeners (one per thread; or the one shared listener, every loop
+accepting from it), all handed to its worker. Everything below applies with that process as the
+unit: it is ready once every loop accepts, its heartbeat stops when any loop is blocked (the whole
+process is killed and replaced), SIGTERM drains every loop, SIGHUP and --limit-max-requests
+(counted over the loops) replace the whole process. SIGTTIN and SIGTTOU log one warning line and
+change nothing.
+
 Startup. The first worker starts alone; once it accepts, the others start. If it fails (an import
 error, a failed lifespan startup) its error was printed once and the supervisor exits 1, with no
 restart loop. Later, a worker that dies before accepting is restarted after a back-off that
