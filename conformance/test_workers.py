@@ -1461,3 +1461,30 @@ def test_thread_worker_of_a_killed_supervisor_drains_every_loop(tmp_path, loop):
     assert stderr.count(f"Worker [{worker}]: supervisor [{supervisor}] is gone: shutting down "
                         "gracefully\n") == 1
     assert len(_events(run.skirr, "shutdown")) == 2
+
+
+@pytest.mark.rule("skirr-signals-during-startup")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_worker_stop_during_the_import_is_graceful(tmp_path, loop):
+    """SIGTERM while a thread worker imports the app (once, in its main thread): the import
+    finishes, the first loop's lifespan starts and shuts down, no loop serves, exit 0."""
+    marker = tmp_path / "importing"
+    (tmp_path / "slowimport.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "time.sleep(1.5)\n"
+        "from basic import app\n")
+    port = _proc.free_port()
+    with _proc.Skirr(["slowimport:app", "--app-dir", str(tmp_path), "--port", str(port),
+                      "--loop", loop, "--workers", "2", "--worker-kind", "thread"], tmp_path,
+                     env=_threads_env()) as proc:
+        _wait_for(marker.exists, _proc.START_TIMEOUT, "the import", proc)
+        proc.proc.send_signal(signal.SIGTERM)
+        assert proc.wait() == 0, proc.stderr
+        stderr = proc.stderr
+        events = proc.events
+    assert stderr.count("INFO:     Shutdown requested during startup: not serving\n") == 1
+    assert "skirr running on" not in stderr
+    assert events == ["startup", "shutdown"]
+    assert "INFO:     SIGTERM: stopping 1 worker(s)\n" in stderr
+    assert re.search(r"INFO:     Worker \[\d+\] stopped \(exit status 0\)\n", stderr)

@@ -371,6 +371,9 @@ class _Threads:
 
     def _start(self, thread: threading.Thread) -> None:
         self.started.append(thread)
+        if self.stopping:  # SIGTERM came while the application imported: as a process worker,
+            # its lifespan starts and shuts down, and nothing is served
+            self.servers[self.threads.index(thread)].request_shutdown()
         thread.start()
 
     def _watch(self) -> None:
