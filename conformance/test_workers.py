@@ -16,14 +16,16 @@ import re
 import signal
 import socket
 import sys
+import sysconfig
 import threading
 import time
+import urllib.request
 from collections import Counter
 
 import h11
 import pytest
 
-from skirr.config import ConfigError
+from skirr.config import Config, ConfigError
 
 try:
     from . import _proc
@@ -1119,3 +1121,370 @@ def test_supervisor_killed_before_its_worker_ran(tmp_path):
         in stderr
     assert f"Worker [{first}]: supervisor [{supervisor}] is gone: shutting down gracefully\n" \
         in stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# Thread workers (issue 34 item 3): --worker-kind thread, one worker process of N event loops
+
+THREADS_APP = "threads_app:app"
+# A free-threaded build (3.13t/3.14t) runs thread workers as users do; on a build with the GIL
+# (CI's) the cases set skirr's test-only variable.
+_FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+THREADS_WITH_GIL_ENV = "SKIRR_THREAD_WORKERS_WITH_GIL"  # for skirr's tests alone
+
+
+def _threads_env(extra=None):
+    env = {} if _FREE_THREADED else {THREADS_WITH_GIL_ENV: "1"}
+    env.update(extra or {})
+    return env
+
+
+def _serve_threads(tmp_path, n, loop, *args, env=None):
+    port = _proc.free_port()
+    proc = _proc.Skirr([THREADS_APP, "--port", str(port), "--workers", str(n), "--worker-kind",
+                        "thread", "--loop", loop, *args], tmp_path, env=_threads_env(env))
+    return proc, port
+
+
+def _wait_loops(proc, port, n):
+    """Until all ``n`` loops accept (the first accepts alone while the others start)."""
+    proc.wait_accepting(port)
+    _wait_for(lambda: proc.stderr.count("skirr running on") >= n, _proc.START_TIMEOUT,
+              f"{n} loops accepting", proc)
+
+
+def _who(port, target="/"):
+    """(pid, thread ident) of the loop that answered ``target``, and the body."""
+    body = _get(port, target)
+    pid, tid = body.split()[1:3] if body.startswith("done ") else body.split()[:2]
+    return int(pid), int(tid), body
+
+
+def _events(proc, kind):
+    """The (pid, thread ident) of each "KIND PID TID" event the app logged."""
+    return [(int(e.split()[1]), int(e.split()[2])) for e in proc.events
+            if e.startswith(kind + " ")]
+
+
+@pytest.mark.rule("skirr-threads-refused-with-gil")
+@pytest.mark.parametrize("how", ["flag", "env", "reload"])
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_workers_refused_on_a_gil_build(tmp_path, monkeypatch, how, loop):
+    port = _proc.free_port()
+    args = [THREADS_APP, "--port", str(port), "--workers", "2", "--loop", loop]
+    # the GIL on: a build with it, or a free-threaded build told to keep it (PYTHON_GIL=1)
+    env = {THREADS_WITH_GIL_ENV: "", "PYTHON_GIL": "1"} if _FREE_THREADED else \
+        {THREADS_WITH_GIL_ENV: ""}
+    if how == "env":
+        env["SKIRR_WORKER_KIND"] = "thread"
+    else:
+        args += ["--worker-kind", "thread"]
+    if how == "reload":  # refused with --reload even where thread workers may run
+        env = _threads_env()
+        args.append("--reload")
+    with _proc.Skirr(args, tmp_path, env=env) as proc:
+        status = proc.wait()
+        stderr, stdout = proc.stderr, proc.stdout
+    what = "SKIRR_WORKER_KIND" if how == "env" else "--worker-kind"
+    why = ("cannot be used with --reload" if how == "reload" else
+           "needs a free-threaded Python (3.13t/3.14t) with the GIL disabled; this interpreter "
+           "has the GIL: use --worker-kind process")
+    assert (status, stderr, stdout) == (2, f"skirr: error: {what} thread {why}\n", "")
+    with socket.socket() as probe:  # nothing was bound (nor left bound)
+        probe.bind(("127.0.0.1", port))
+    if how == "flag" and not _FREE_THREADED:  # Config's own refusal (skirr.run(...))
+        monkeypatch.delenv(THREADS_WITH_GIL_ENV, raising=False)
+        with pytest.raises(ConfigError, match=r"^worker_kind 'thread' needs a free-threaded "
+                           r"Python \(3\.13t/3\.14t\) with the GIL disabled"):
+            Config(THREADS_APP, workers=2, worker_kind="thread")
+
+@pytest.mark.rule("skirr-threads-serve", "skirr-threads-replace")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_workers_serve_from_every_loop_of_one_process(tmp_path, loop):
+    proc, port = _serve_threads(tmp_path, 3, loop)
+    with proc:
+        _wait_loops(proc, port, 3)
+        answers = [_who(port) for _ in range(60)]  # a new connection each
+        pids = {pid for pid, _, _ in answers}
+        tids = {tid for _, tid, _ in answers}
+        assert len(pids) == 1, answers
+        pid = next(iter(pids))
+        assert all(body == f"{pid} {tid} v1" for _, tid, body in answers), answers
+        assert len(tids) == 3, answers  # each loop's SO_REUSEPORT listener got connections
+        assert _get(port, "/gil") == ("0" if _FREE_THREADED else "1")
+        assert proc.events.count(f"import {pid}") == 1  # the application imported once
+        assert sorted(_events(proc, "startup")) == sorted((pid, t) for t in tids)
+        # the thread count is fixed: SIGTTIN and SIGTTOU are one line each, nothing changes
+        for signum in (signal.SIGTTIN, signal.SIGTTOU):
+            proc.proc.send_signal(signum)
+            proc.wait_stderr(f"{signum.name}: not supported with --worker-kind thread: "
+                             "keeping 3 threads\n")
+        assert {_who(port)[0] for _ in range(10)} == {pid}
+        assert proc.stop() == 0
+        stderr = proc.stderr
+    assert sorted(_events(proc, "shutdown")) == sorted((pid, t) for t in tids)
+    assert _started_pids(proc) == [pid]
+    assert f"for 1 worker process of 3 threads on http://127.0.0.1:{port}\n" in stderr
+    assert stderr.count("Application startup complete.") == 3
+    assert f"Worker [{pid}] stopped (exit status 0)\n" in stderr
+
+
+@pytest.mark.rule("skirr-threads-serve")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_workers_share_one_listener_without_reuse_port(tmp_path, loop):
+    """--no-reuse-port: every loop accepts from the one listener; while one loop is blocked the
+    other answers."""
+    proc, port = _serve_threads(tmp_path, 2, loop, "--no-reuse-port")
+    with proc:
+        _wait_loops(proc, port, 2)
+        blocked = []
+        thread = threading.Thread(target=lambda: blocked.append(_who(port, "/block?s=1.5")))
+        thread.start()
+        pid, busy = _wait_for(lambda: _events(proc, "block"), 5, "the block request", proc)[0]
+        started = time.monotonic()
+        other = _who(port)
+        assert time.monotonic() - started < 1.0  # not waiting for the blocked loop
+        assert other[0] == pid and other[1] != busy
+        assert other[2] == f"{pid} {other[1]} v1"
+        thread.join(10)
+        assert blocked[0][2] == f"{pid} {busy}"
+        assert proc.stop() == 0
+    assert _started_pids(proc) == [pid]
+
+
+@pytest.mark.rule("skirr-threads-startup-failure")
+@pytest.mark.parametrize("nth", [1, 2])
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_worker_startup_failure_in_one_loop_exits_1_once(tmp_path, loop, nth):
+    """The nth lifespan startup fails: the first loop's (the others never start) or a later
+    one's (the first loop, already serving, stops with the rest)."""
+    proc, _port = _serve_threads(tmp_path, 3, loop,
+                                 env={"SKIRR_TEST_FAIL_STARTUP": str(nth)})
+    with proc:
+        status = proc.wait()
+        stderr = proc.stderr
+    assert status == 1, stderr
+    assert stderr.count(f"refused startup {nth}") == 1, stderr
+    assert len(_started_pids(proc)) == 1
+    started = _events(proc, "startup")
+    assert len(started) == (0 if nth == 1 else 2)
+    assert sorted(_events(proc, "shutdown")) == sorted(started)  # the started loops stopped
+
+
+@pytest.mark.rule("skirr-threads-term-graceful")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_workers_sigterm_drains_every_loop(tmp_path, loop):
+    proc, port = _serve_threads(tmp_path, 2, loop)
+    with proc:
+        _wait_loops(proc, port, 2)
+        results = []
+        lock = threading.Lock()
+
+        def slow():
+            try:
+                body = _get(port, "/slow?s=1.5")
+            except (OSError, AssertionError) as exc:
+                body = exc
+            with lock:
+                results.append(body)
+
+        threads = []
+        for _ in range(40):
+            t = threading.Thread(target=slow, daemon=True)
+            t.start()
+            threads.append(t)
+            time.sleep(0.01)
+            busy = set(_events(proc, "slow-start"))
+            if len({tid for _, tid in busy}) == 2:
+                break
+        assert len({tid for _, tid in busy}) == 2, busy
+        proc.proc.send_signal(signal.SIGTERM)
+        assert proc.wait(10) == 0
+        for t in threads:
+            t.join(10)
+    starts = _events(proc, "slow-start")
+    assert len(results) == len(threads) == len(starts)
+    assert sorted(results) == sorted(f"done {pid} {tid}" for pid, tid in starts)
+    assert len(_events(proc, "shutdown")) == 2
+
+
+@pytest.mark.rule("skirr-threads-heartbeat")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_worker_with_one_blocked_loop_is_replaced(tmp_path, loop):
+    proc, port = _serve_threads(tmp_path, 2, loop, "--timeout-worker-healthcheck", "1")
+    with proc:
+        _wait_loops(proc, port, 2)
+        first = _who(port)[0]
+        blocked = []
+
+        def block():
+            try:
+                blocked.append(_get(port, "/block?s=30", timeout=15))
+            except (OSError, AssertionError, h11.RemoteProtocolError) as exc:
+                blocked.append(exc)
+
+        thread = threading.Thread(target=block, daemon=True)
+        thread.start()
+        victim, _tid = _wait_for(lambda: _events(proc, "block"), 5, "the block request",
+                                 proc)[0]
+        assert victim == first
+        started = time.monotonic()
+        _wait_for(lambda: f"Worker [{victim}] (slot 0) did not answer the heartbeat for 1 s: "
+                  "killing it\n" in proc.stderr, 4, "the heartbeat kill", proc)
+        # the other loop kept beating; the blocked one's last beat came up to a fifth of the
+        # timeout before it blocked, and two fifths without one stop the worker's heartbeat
+        assert 0.7 <= time.monotonic() - started < 3.5
+        thread.join(10)
+        assert isinstance(blocked[0], (OSError, h11.RemoteProtocolError)), blocked
+        _wait_for(lambda: _who(port)[0] not in (first,), 10, "a replacement serves", proc)
+        assert len(_started_pids(proc)) == 2
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-threads-replace")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_worker_sighup_roll_under_load_without_failures(tmp_path, loop):
+    version = tmp_path / "version"
+    version.write_text("v1")
+    proc, port = _serve_threads(tmp_path, 2, loop,
+                                env={"SKIRR_TEST_VERSION_FILE": str(version)})
+    with proc:
+        _wait_loops(proc, port, 2)
+        old = _who(port)[0]
+        with Load(port, new=2, keep=2) as load:
+            time.sleep(0.5)
+            version.write_text("v2")
+            hup_at = time.monotonic()
+            proc.proc.send_signal(signal.SIGHUP)
+            _wait_for(lambda: f"Worker [{old}] stopped (exit status 0)" in proc.stderr, 15,
+                      "the old worker stopped", proc)
+            done_at = time.monotonic()
+            time.sleep(0.3)
+        assert load.failures == [], (load.failures, load.retries)
+        # Load records "PID" and the rest ("TID VERSION")
+        before = [v.split()[1] for t, _, v in load.answers if t < hup_at]
+        after = [(p, v.split()[1]) for t, p, v in load.answers if t > done_at]
+        assert before and set(before) == {"v1"}
+        new = _started_pids(proc)[1]
+        assert after and set(after) == {(new, "v2")}
+        assert "SIGHUP: restarting the worker process of 2 threads\n" in proc.stderr
+        assert f"Worker [{new}] serves slot 0: stopping worker [{old}]\n" in proc.stderr
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-threads-replace")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_worker_max_requests_counts_every_loop(tmp_path, loop):
+    """--limit-max-requests 20 with 2 loops: 19 requests spread over both loops retire
+    nothing, the 20th (whichever loop serves it) starts the process's replacement."""
+    proc, port = _serve_threads(tmp_path, 2, loop, "--limit-max-requests", "20")
+    with proc:
+        _wait_loops(proc, port, 2)
+        answers = [_who(port) for _ in range(19)]
+        assert len({pid for pid, _, _ in answers}) == 1
+        assert len({tid for _, tid, _ in answers}) == 2  # neither loop alone reached 20
+        old = answers[0][0]
+        time.sleep(0.3)
+        assert "request limit" not in proc.stderr
+        _who(port)
+        proc.wait_stderr(f"Worker [{old}] reached its request limit: starting its replacement",
+                         3)
+        with Load(port, new=2, keep=1) as load:
+            _wait_for(lambda: f"Worker [{old}] stopped (exit status 0)" in proc.stderr, 15,
+                      "the old worker stopped", proc)
+            time.sleep(0.2)
+        assert load.failures == [], (load.failures, load.retries)
+        new = _started_pids(proc)[1]
+        assert f"Worker [{new}] serves slot 0: stopping worker [{old}]\n" in proc.stderr
+        assert proc.stderr.count(f"Worker [{old}] reached its request limit") == 1
+        assert _who(port)[0] != old  # (the new worker may have reached its own limit by now)
+        assert proc.stop() == 0
+
+
+def _scrape(mport):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+@pytest.mark.rule("skirr-threads-metrics")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_worker_metrics_sum_every_loop(tmp_path, loop):
+    mport = _proc.free_port()
+    proc, port = _serve_threads(tmp_path, 2, loop, "--metrics-port", str(mport),
+                                "--timeout-worker-healthcheck", "1")
+    with proc:
+        _wait_loops(proc, port, 2)
+        answers = [_who(port) for _ in range(30)]
+        assert len({tid for _, tid, _ in answers}) == 2
+        key = ("skirr_requests_total", (("method", "GET"), ("status", "2xx")))
+        deadline = time.monotonic() + 5
+        while (m := _scrape(mport)).get(key) != 30:
+            assert m.get(key, 0) < 30, m.get(key)
+            assert time.monotonic() < deadline, (m.get(key), proc.stderr)
+            time.sleep(0.05)
+        assert m[("skirr_request_duration_seconds_count", ())] == 30
+        assert proc.stop() == 0
+
+
+@pytest.mark.rule("skirr-workers-orphan-serving")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_worker_of_a_killed_supervisor_drains_every_loop(tmp_path, loop):
+    """The supervisor is SIGKILLed while a request is in flight on one loop of a thread worker:
+    every loop stops accepting at once, the request completes, the worker exits 0 after each
+    loop's lifespan shutdown."""
+    port = _proc.free_port()
+    with _Orphans(tmp_path, [THREADS_APP, "--port", str(port), "--workers", "2",
+                             "--worker-kind", "thread", "--loop", loop, "--no-date-header",
+                             "--no-server-header", "--timeout-worker-healthcheck", "100"],
+                  env=_threads_env()) as run:
+        _wait_loops(run.skirr, port, 2)
+        worker = _who(port)[0]
+        supervisor = run.supervisor()
+        with _slow_request(port, 1.5) as sock:
+            pid, tid = _wait_for(lambda: _events(run.skirr, "slow-start"), 5,
+                                 "the slow request", run.skirr)[0]
+            killed = run.kill_supervisor()
+            _wait_for(lambda: not _proc.accepts(port), 3, "new connections refused", run.skirr)
+            assert time.monotonic() - killed < 3
+            sock.settimeout(15)
+            body = b"done %d %d" % (pid, tid)
+            assert _read_to_eof(sock) == (
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: %d\r\n"
+                b"connection: close\r\n\r\n%s" % (len(body), body))
+        assert run.wait_reaped([worker], 10, "the worker's exit") == {worker: 0}
+        stderr = run.stderr
+    assert pid == worker
+    assert stderr.count(f"Worker [{worker}]: supervisor [{supervisor}] is gone: shutting down "
+                        "gracefully\n") == 1
+    assert len(_events(run.skirr, "shutdown")) == 2
+
+
+@pytest.mark.rule("skirr-signals-during-startup")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_worker_stop_during_the_import_is_graceful(tmp_path, loop):
+    """SIGTERM while a thread worker imports the app (once, in its main thread): the import
+    finishes, the first loop's lifespan starts and shuts down, no loop serves, exit 0."""
+    marker = tmp_path / "importing"
+    (tmp_path / "slowimport.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        "time.sleep(1.5)\n"
+        "from basic import app\n")
+    port = _proc.free_port()
+    with _proc.Skirr(["slowimport:app", "--app-dir", str(tmp_path), "--port", str(port),
+                      "--loop", loop, "--workers", "2", "--worker-kind", "thread"], tmp_path,
+                     env=_threads_env()) as proc:
+        _wait_for(marker.exists, _proc.START_TIMEOUT, "the import", proc)
+        proc.proc.send_signal(signal.SIGTERM)
+        assert proc.wait() == 0, proc.stderr
+        stderr = proc.stderr
+        events = proc.events
+    assert stderr.count("INFO:     Shutdown requested during startup: not serving\n") == 1
+    assert "skirr running on" not in stderr
+    assert events == ["startup", "shutdown"]
+    assert "INFO:     SIGTERM: stopping 1 worker(s)\n" in stderr
+    assert re.search(r"INFO:     Worker \[\d+\] stopped \(exit status 0\)\n", stderr)

@@ -6,6 +6,17 @@ session-ticket key, hex), serving them with ``skirr.Server``, and the write end
 of the pipe to the supervisor: messages (``skirr._pipe``: R accepting, H heartbeat, M retire me,
 S counters) written from the event loop, so a blocked loop writes nothing.
 
+Thread workers (``"threads"`` in the specification: ``--worker-kind thread``): one ``Server`` per
+listener in ``fds`` (or ``threads`` of them sharing the one listener), each ``run()`` in a thread
+of its own with its own event loop (``_Threads``). The main thread imports the application once
+(the threads' Servers then find its module; a GIL that import turned back on is a failed startup,
+the module named), starts the first loop alone and the others once it accepts (a failed startup
+is then reported once), and owns the pipe: R once every loop accepts, H (with the sum of the
+loops' counters) only while every loop has beaten within two beat intervals, M once the requests
+of all the loops reach --limit-max-requests. SIGTERM (handled in the main thread) drains every
+loop; a loop that ends unasked (a failed startup) stops the others gracefully. The exit status is
+0 only when every loop's is.
+
 Bytes the pipe cannot take at once wait in the worker (in order) for the next heartbeat, so a
 message is never cut; past 64 KiB of them nothing more is queued (a pipe that full says "alive"
 already). On exit the last bytes get up to 2 s.
@@ -34,19 +45,32 @@ cannot hide the death. Once the supervisor is gone the thread does the superviso
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import json
 import logging
 import os
+import random
+import re
 import select
 import signal
 import socket
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 from ._pipe import ENV, HEARTBEAT, READY, RETIRE, frame
-from .config import SHUTDOWN_MARGIN, Config, ConfigError, report_error
+from .config import (
+    SHUTDOWN_MARGIN,
+    Config,
+    ConfigError,
+    configure_logging,
+    gil_enabled,
+    import_from_string,
+    report_error,
+)
 
 logger = logging.getLogger("skirr.error")
 
@@ -57,21 +81,24 @@ _ORPHAN_STOP = 3.0  # seconds an orphan still starting (or done serving) gets to
 
 
 class _Pipe:
-    """The write end of the pipe to the supervisor, fed from the worker's event loop."""
+    """The write end of the pipe to the supervisor, fed from the worker's event loop (with
+    thread workers, from the main thread: ``_Threads``). ``send`` is thread-safe."""
 
     def __init__(self, fd: int, interval: float) -> None:
         self.fd = fd
         self.interval = interval
-        self.server: Any = None
+        self.server: Any = None  # what metrics() is read from (a Server, or _Threads)
         self.last_beat = time.monotonic()  # the loop's latest beat (the orphan watch reads it)
         self._queue = bytearray()  # bytes the pipe has not taken yet
+        self._lock = threading.Lock()
         os.set_blocking(fd, False)
 
     def send(self, message: bytes) -> None:
-        if len(self._queue) + len(message) > _QUEUE_MAX:
-            return  # the supervisor reads nothing: a full pipe already says "alive"
-        self._queue += message
-        self._flush()
+        with self._lock:
+            if len(self._queue) + len(message) > _QUEUE_MAX:
+                return  # the supervisor reads nothing: a full pipe already says "alive"
+            self._queue += message
+            self._flush()
 
     def _flush(self) -> None:
         try:
@@ -104,7 +131,8 @@ class _Pipe:
         deadline = time.monotonic() + _EXIT_WAIT
         while self._queue and (left := deadline - time.monotonic()) > 0:
             select.select([], [self.fd], [], left)
-            self._flush()
+            with self._lock:
+                self._flush()
         os.close(self.fd)
 
 
@@ -119,7 +147,7 @@ class _Orphan(threading.Thread):
         # A parent other than the supervisor from the start: it died already (the pipe says so
         # too) or runs the worker through a wrapper process; the pipe alone decides then.
         self._parent_check = os.getppid() == supervisor
-        self.server: Any = None
+        self.servers: list[Any] = []  # the worker's Server (one per thread with thread workers)
         self.pipe: _Pipe | None = None
         self.config: Config | None = None
         self.finished_at: float | None = None  # main() is done serving, the process exits
@@ -136,23 +164,24 @@ class _Orphan(threading.Thread):
         while not self.gone(_ORPHAN_CHECK):
             pass
         since = time.monotonic()
-        server = self.server
-        serving = server is not None and server.started.is_set()
+        servers = list(self.servers)
+        serving = bool(servers) and all(server.started.is_set() for server in servers)
         if serving:
             logger.warning("Worker [%d]: supervisor [%d] is gone: shutting down gracefully",
                            os.getpid(), self.supervisor)
-            loop = server._loop
-            try:
-                loop.call_soon_threadsafe(self._stop_once, server)
-            except RuntimeError:  # its loop closed: serving is over
-                pass
+            for server in servers:
+                try:
+                    server._loop.call_soon_threadsafe(self._stop_once, server)
+                except RuntimeError:  # its loop closed: serving is over
+                    pass
         else:
             logger.warning("Worker [%d]: supervisor [%d] is gone: exiting before serving",
                            os.getpid(), self.supervisor)
-            if server is None or server._loop is None:
+            if all(server._loop is None for server in servers):
                 os._exit(1)  # no application code has run yet: nothing to cancel
-            server.request_shutdown()
-            server.request_shutdown()  # forced: the startup is cancelled, exit status 1
+            for server in servers:
+                server.request_shutdown()
+                server.request_shutdown()  # forced: the startup is cancelled, exit status 1
         while True:
             time.sleep(0.05)
             self._check_bounds(since, serving)
@@ -187,6 +216,207 @@ class _Orphan(threading.Thread):
         os._exit(1)
 
 
+_TICK = 0.05  # seconds between two looks of a thread worker's main thread at its loops
+_STALE = 2  # beats (fifths of the health-check timeout) a loop may miss before the worker's
+# heartbeat stops (thread workers)
+_GIL_WARNING = re.compile(r"has been enabled to load module '([^']+)'")
+
+
+class _Threads:
+    """--worker-kind thread: ``spec["threads"]`` Servers in as many threads of this process, one
+    event loop each, as one worker to the supervisor (see the module's docstring)."""
+
+    def __init__(self, config: Config, spec: dict[str, Any], orphan: _Orphan | None) -> None:
+        from .server import Server
+
+        self.config = config
+        self.count: int = spec["threads"]
+        self.orphan = orphan
+        fds: list[int] = spec["fds"]
+        if len(fds) == self.count:  # one SO_REUSEPORT listener each
+            sockets = [socket.socket(fileno=fd) for fd in fds]
+        else:  # the one shared listener: a descriptor each (each Server closes its own)
+            sockets = [socket.socket(fileno=fds[0])]
+            sockets += [socket.socket(fileno=os.dup(fds[0])) for _ in range(self.count - 1)]
+        # --limit-max-requests counts the whole process's requests (here), not each loop's.
+        self.limit = 0
+        each = config
+        if config.limit_max_requests:
+            self.limit = config.limit_max_requests + random.randint(
+                0, config.limit_max_requests_jitter)
+            each = dataclasses.replace(config, limit_max_requests=None,
+                                       limit_max_requests_jitter=0)
+        self.pipe = _Pipe(spec["pipe"], config.timeout_worker_healthcheck / 5)
+        self.pipe.server = self  # metrics(): the sum of the threads'
+        self.servers: list[Any] = []
+        for index, sock in enumerate(sockets):
+            server = Server(each, sockets=[sock])
+            if "tls_ticket_key" in spec:
+                server._ticket_key = bytes.fromhex(spec["tls_ticket_key"])
+            server._signals = ()  # the main thread takes SIGTERM for every loop
+            server._serve_metrics = False  # the supervisor serves the sum of its workers
+            server._on_loop = functools.partial(self._on_loop, index)
+            self.servers.append(server)
+        self.beats = [0.0] * self.count  # each loop's latest beat (monotonic; 0 = none yet)
+        self.results: list[int | None] = [None] * self.count
+        self.threads = [threading.Thread(target=self._serve, args=(i,), name=f"skirr-loop-{i}")
+                        for i in range(self.count)]
+        self.started: list[threading.Thread] = []
+        self.stopping = False
+
+    def metrics(self) -> dict[str, Any] | None:
+        """The threads' ``Server.metrics()`` summed (``skirr.metrics.merge``); None when off."""
+        snaps = [snap for server in self.servers if (snap := server.metrics()) is not None]
+        if not snaps:
+            return None
+        from .metrics import merge
+
+        return snaps[0] if len(snaps) == 1 else merge(snaps)
+
+    def _requests(self) -> int:
+        """Requests started so far over every loop (the native counters, read from here as
+        metrics() reads them: a snapshot)."""
+        return sum(n.total_requests for server in self.servers for n in list(server._natives))
+
+    def _on_loop(self, index: int, loop: asyncio.AbstractEventLoop) -> None:
+        loop.call_soon(self._beat, index, loop)
+
+    def _beat(self, index: int, loop: asyncio.AbstractEventLoop) -> None:
+        """In loop ``index``: its beat (a blocked loop makes none: the main thread then stops
+        the worker's heartbeat)."""
+        self.beats[index] = time.monotonic()
+        loop.call_later(self.pipe.interval, self._beat, index, loop)
+
+    def _serve(self, index: int) -> None:
+        try:
+            self.results[index] = self.servers[index].run()
+        except ConfigError as exc:
+            report_error(exc)
+            self.results[index] = 1
+        except BaseException:
+            logger.exception("Worker [%d]: the event loop of thread %d failed", os.getpid(), index)
+            self.results[index] = 1
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        """In the main thread: every loop started stops gracefully (a second SIGTERM forces
+        them); those not started yet never start."""
+        self.stopping = True
+        for thread in self.started:
+            self.servers[self.threads.index(thread)].request_shutdown()
+
+    @staticmethod
+    def _stop_gracefully(server: Any) -> None:
+        """The graceful shutdown of ``server`` unless one is under way (from any thread)."""
+        loop = server._loop
+        if loop is None:
+            server.request_shutdown()  # not serving yet: it stops before it does
+            return
+        try:
+            loop.call_soon_threadsafe(_Orphan._stop_once, server)
+        except RuntimeError:  # its loop closed: it is done
+            pass
+
+    def _load(self) -> bool:
+        """Imports the application (once: every thread's Server then finds its module) and the
+        loop; False when that failed (reported once) or turned the GIL back on."""
+        config = self.config
+        gil_before = gil_enabled()
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("default")
+                if isinstance(config.app, str):
+                    import_from_string(config.app, config.app_dir)
+                config.loop_factory()
+        except ConfigError as exc:
+            report_error(exc)
+            return False
+        culprit = None
+        for warning in caught:
+            found = _GIL_WARNING.search(str(warning.message))
+            if found:
+                culprit = culprit or found.group(1)
+                continue
+            warnings.showwarning(warning.message, warning.category, warning.filename,
+                                 warning.lineno)
+        if not gil_before and gil_enabled():
+            logger.error("Worker [%d]: importing the application turned the GIL back on (module "
+                         "%s does not declare that it runs without the GIL): --worker-kind "
+                         "thread cannot run; use --worker-kind process", os.getpid(),
+                         repr(culprit) if culprit else "(unknown)")
+            return False
+        return True
+
+    def run(self) -> int:
+        """Serves until SIGTERM; returns the exit status: 0 only when every thread's is 0."""
+        config, pipe = self.config, self.pipe
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        if self.orphan is not None:
+            self.orphan.config, self.orphan.pipe = config, pipe
+            self.orphan.servers = self.servers
+        try:
+            configure_logging(config.log_level_number, config.log_config, config.use_colors,
+                              config.log_level is not None)
+            if not self._load():
+                return 1
+            self._start(self.threads[0])  # alone first: a failed startup is reported once
+            self._watch()
+            for thread in self.started:
+                thread.join()
+            return 0 if all(self.results[self.threads.index(t)] == 0 for t in self.started) \
+                else 1
+        finally:
+            if self.orphan is not None:
+                self.orphan.finished_at = time.monotonic()
+            pipe.close()
+
+    def _start(self, thread: threading.Thread) -> None:
+        self.started.append(thread)
+        if self.stopping:  # SIGTERM came while the application imported: as a process worker,
+            # its lifespan starts and shuts down, and nothing is served
+            self.servers[self.threads.index(thread)].request_shutdown()
+        thread.start()
+
+    def _watch(self) -> None:
+        """The main thread until every loop started has ended: starts the other loops once the
+        first accepts, sends READY once all accept, the heartbeat while every loop beats, RETIRE
+        at the request limit; stops every loop once one ends unasked (a failed startup)."""
+        pipe = self.pipe
+        ready = retired = False
+        beat_at = 0.0
+        while any(thread.is_alive() for thread in self.started):
+            time.sleep(_TICK)  # the SIGTERM handler runs here
+            if self.stopping:
+                ready = True  # no READY, no more loops
+            elif any(not t.is_alive() for t in self.started):
+                # A loop ended without a SIGTERM: its startup failed (the supervisor then sees
+                # no READY: a failed startup, reported once), its server failed, or the orphan
+                # watch stopped it: every loop stops, gracefully (never forcing a drain under
+                # way).
+                self.stopping = True
+                for thread in self.started:
+                    self._stop_gracefully(self.servers[self.threads.index(thread)])
+            elif len(self.started) < self.count and self.servers[0].started.is_set():
+                for thread in self.threads[1:]:
+                    self._start(thread)
+            elif not ready and all(server.started.is_set() for server in self.servers):
+                ready = True
+                pipe.send(READY)
+            now = time.monotonic()
+            if now >= beat_at:
+                beat_at = now + pipe.interval
+                live = [self.beats[i] for i, t in enumerate(self.threads)
+                        if t in self.started and t.is_alive() and self.beats[i]]
+                if live and now - min(live) <= _STALE * pipe.interval:
+                    pipe.last_beat = now
+                    pipe.send(HEARTBEAT)
+                    pipe.send_metrics()
+            if self.limit and not retired and not self.stopping and self._requests() >= self.limit:
+                retired = True
+                logger.info("Maximum request limit of %d exceeded. Asking for a replacement.",
+                            self.limit)
+                pipe.send(RETIRE)
+
+
 def main() -> int:
     """Runs the worker described by ``$SKIRR_WORKER``; returns its exit status."""
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
@@ -199,6 +429,8 @@ def main() -> int:
     from .server import Server
 
     config = Config(**spec["config"])
+    if "threads" in spec:
+        return _Threads(config, spec, orphan).run()
     sockets = [socket.socket(fileno=fd) for fd in spec["fds"]]
     pipe = _Pipe(spec["pipe"], config.timeout_worker_healthcheck / 5)
     server = Server(config, sockets=sockets)
@@ -206,7 +438,7 @@ def main() -> int:
         server._ticket_key = bytes.fromhex(spec["tls_ticket_key"])
     pipe.server = server
     if orphan is not None:
-        orphan.config, orphan.pipe, orphan.server = config, pipe, server
+        orphan.config, orphan.pipe, orphan.servers = config, pipe, [server]
     server._signals = (signal.SIGTERM,)
     server._on_loop = pipe.start
     server._on_started = lambda: pipe.send(READY)

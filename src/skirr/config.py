@@ -77,6 +77,13 @@ MAX_BACKLOG = 65535
 DEFAULT_TIMEOUT_WORKER_HEALTHCHECK = 5.0
 # The mode of a Unix-domain socket file (--uds-perms): connectable by any user, as uvicorn's.
 DEFAULT_UDS_PERMS = 0o666
+# --worker-kind: what one of --workers N is. "process": N worker processes (each its own
+# interpreter); "thread": one worker process running N event loops in N threads (free-threaded
+# Python only: see skirr.supervisor).
+WORKER_KINDS = ("process", "thread")
+# For skirr's own tests, not for users: set to 1, it lets --worker-kind thread run on an
+# interpreter with the GIL (CI has no free-threaded Python), where its threads take turns.
+THREADS_WITH_GIL_ENV = "SKIRR_THREAD_WORKERS_WITH_GIL"
 # TLS (--ssl-*): uvicorn's defaults. --ssl-version is an ssl.PROTOCOL_* number: 17
 # (PROTOCOL_TLS_SERVER, uvicorn's default) and 2 (PROTOCOL_TLS) negotiate TLS 1.2 or 1.3, 5
 # (PROTOCOL_TLSv1_2) TLS 1.2 alone; the others are obsolete (RFC 8996) or a client's.
@@ -90,6 +97,26 @@ SSL_CERT_REQS = (0, 1, 2)
 # --reload's patterns when none are given (uvicorn's): watch Python files, not editor droppings.
 DEFAULT_RELOAD_INCLUDES = ("*.py",)
 DEFAULT_RELOAD_EXCLUDES = (".*", ".py[cod]", ".sw.*", "~*")
+
+
+def gil_enabled() -> bool:
+    """Whether this interpreter runs with the GIL: True on a default build, and on a free-threaded
+    (3.13t/3.14t) one where it was turned back on (``PYTHON_GIL=1``, ``-X gil=1``, or an
+    extension module without ``Py_mod_gil`` imported)."""
+    is_enabled = getattr(sys, "_is_gil_enabled", None)
+    return True if is_enabled is None else bool(is_enabled())
+
+
+def thread_workers_refused() -> bool:
+    """Whether ``worker_kind="thread"`` is refused here: the GIL is on (and the test-only
+    ``$SKIRR_THREAD_WORKERS_WITH_GIL`` is not 1)."""
+    return gil_enabled() and os.environ.get(THREADS_WITH_GIL_ENV) != "1"
+
+
+# What --worker-kind thread on an interpreter with the GIL is refused with (after "--worker-kind
+# thread" or the variable's name).
+THREADS_NEED_NO_GIL = ("needs a free-threaded Python (3.13t/3.14t) with the GIL disabled; this "
+                       "interpreter has the GIL: use --worker-kind process")
 
 
 def default_limit_connections() -> int:
@@ -280,6 +307,12 @@ class Config:
         reuse_port: with ``workers`` > 1 on TCP (Linux), each worker slot gets its own
             ``SO_REUSEPORT`` listener so the kernel spreads connections (default True); False
             shares one listener.
+        worker_kind: ``"process"`` (the default): ``workers`` worker processes; ``"thread"``:
+            one worker process running ``workers`` event loops in as many threads (each with
+            its own listener as above, and its own lifespan), replaced as a whole by the
+            supervisor. ``"thread"`` needs a free-threaded Python with the GIL disabled
+            (``ConfigError`` otherwise) and cannot be used with ``reload``; with ``workers``
+            1 it changes nothing (one loop, no supervisor).
         timeout_worker_healthcheck: seconds a worker may leave the supervisor's heartbeat
             unanswered (a blocked event loop) before it is killed and replaced (default 5, > 0).
         reload: restart the worker when a watched file changes (development; needs watchfiles).
@@ -421,6 +454,7 @@ class Config:
     uds_perms: int | None = None
     workers: int = 1
     reuse_port: bool = True
+    worker_kind: str = "process"
     timeout_worker_healthcheck: float = DEFAULT_TIMEOUT_WORKER_HEALTHCHECK
     reload: bool = False
     reload_dirs: list[str] = dataclasses.field(default_factory=list)
@@ -649,6 +683,14 @@ class Config:
         _check_number("workers", self.workers, integer=True, minimum=1)
         if not isinstance(self.reuse_port, bool):
             raise ConfigError(f"reuse_port must be True or False; got {self.reuse_port!r}")
+        if self.worker_kind not in WORKER_KINDS:
+            raise ConfigError(f"worker_kind must be 'process' or 'thread'; got "
+                              f"{self.worker_kind!r}")
+        if self.worker_kind == "thread":
+            if self.reload:
+                raise ConfigError("worker_kind 'thread' cannot be used with reload")
+            if thread_workers_refused():
+                raise ConfigError(f"worker_kind 'thread' {THREADS_NEED_NO_GIL}")
         _check_number("timeout_worker_healthcheck", self.timeout_worker_healthcheck,
                       integer=False, positive=True)
         _check_number("drain_delay", self.drain_delay, integer=False)

@@ -37,12 +37,15 @@ from .config import (
     PROXY_HEADERS_MODES,
     WS_MODES,
     HTTP_MODES,
+    THREADS_NEED_NO_GIL,
+    WORKER_KINDS,
     AppImportError,
     Config,
     ConfigError,
     LogConfigError,
     load_env_file,
     report_error,
+    thread_workers_refused,
 )
 
 ENV_PREFIX = "SKIRR_"  # SKIRR_<OPTION>: --limit-concurrency -> SKIRR_LIMIT_CONCURRENCY
@@ -166,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--reuse-port", action=argparse.BooleanOptionalAction, default=True,
         help="with --workers on Linux TCP, one SO_REUSEPORT listener per worker, so the kernel "
         "spreads connections; --no-reuse-port shares one listener (default: on)")
+    add("--worker-kind", choices=WORKER_KINDS, default="process",
+        help="what --workers N runs: N worker processes, or one worker process with N event "
+        "loops in N threads (needs a free-threaded Python: 3.13t/3.14t) (default: process)")
     add("--timeout-worker-healthcheck", type=_positive_seconds,
         default=DEFAULT_TIMEOUT_WORKER_HEALTHCHECK, metavar="SECONDS",
         help="kill and replace a worker whose event loop has not answered the supervisor's "
@@ -476,6 +482,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"{flag(dest)} cannot be used together with {where}")
     if args.uds_perms is not None and args.uds is None:
         parser.error(f"{flag('uds_perms')} needs {flag('uds')}")
+    if args.worker_kind == "thread":
+        # Before the per-variable checks: the flag's own words, whichever way it was set.
+        if thread_workers_refused():
+            parser.error(f"{flag('worker_kind')} thread {THREADS_NEED_NO_GIL}")
+        if args.reload:
+            parser.error(f"{flag('worker_kind')} thread cannot be used with {flag('reload')}")
     try:
         check_env_values(args, env)
     except ValueError as exc:
@@ -502,6 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             uds_perms=args.uds_perms,
             workers=_web_concurrency() if args.workers is None else args.workers,
             reuse_port=args.reuse_port,
+            worker_kind=args.worker_kind,
             timeout_worker_healthcheck=args.timeout_worker_healthcheck,
             reload=args.reload,
             reload_dirs=args.reload_dirs,

@@ -16,6 +16,15 @@ they wait for a replacement), which keeps the order of the kernel's reuse-port g
 SIGTTOU. ``reuse_port=False``, a Unix-domain socket or an inherited ``fd`` share one listener
 between every slot instead.
 
+Thread workers (``worker_kind="thread"``, free-threaded Python only). One slot, whose one worker
+process runs ``workers`` event loops in as many threads (``skirr._worker``): the slot holds
+``workers`` ``SO_REUSEPORT`` listeners (one per thread; or the one shared listener, every loop
+accepting from it), all handed to its worker. Everything below applies with that process as the
+unit: it is ready once every loop accepts, its heartbeat stops when any loop is blocked (the whole
+process is killed and replaced), SIGTERM drains every loop, SIGHUP and --limit-max-requests
+(counted over the loops) replace the whole process. SIGTTIN and SIGTTOU log one warning line and
+change nothing.
+
 Startup. The first worker starts alone; once it accepts, the others start. If it fails (an import
 error, a failed lifespan startup) its error was printed once and the supervisor exits 1, with no
 restart loop. Later, a worker that dies before accepting is restarted after a back-off that
@@ -114,6 +123,9 @@ class _Slot:
     index: int
     sock: socket.socket
     own: bool  # the slot's own SO_REUSEPORT listener (closed with the slot)
+    # --worker-kind thread: every listener of the one slot (one per thread; the one shared
+    # listener once when they share it), ``sock`` first; else ``[sock]``.
+    socks: list[socket.socket] = dataclasses.field(default_factory=list)
     listening: bool = False  # its own listener has joined the kernel's reuse-port group
     retired_at: float = 0.0  # SIGTTOU removed it: when (its queue drains before it closes)
     current: _Worker | None = None
@@ -122,6 +134,10 @@ class _Slot:
     restart_at: float | None = None
     restart_successor: bool = False  # the start due at restart_at replaces a serving worker
     spawn_errors: int = 0  # consecutive starts the system refused a resource for
+
+    def __post_init__(self) -> None:
+        if not self.socks:
+            self.socks = [self.sock]
 
 
 @dataclasses.dataclass(eq=False)
@@ -190,6 +206,8 @@ class Supervisor:
         self._metrics: Any = None  # skirr.metrics.Aggregate with --metrics-port
         # TLS: the session-ticket key of this run, shared by every worker (see TLS above)
         self._ticket_key: bytes | None = os.urandom(80) if config.ssl_certfile else None
+        # --worker-kind thread: one slot, whose worker process runs config.workers threads
+        self._threads = config.workers if config.worker_kind == "thread" else 0
 
     # -- the main loop
 
@@ -226,8 +244,12 @@ class Supervisor:
         previous = {signum: signal.signal(signum, self._on_signal) for signum in _SIGNALS}
         reloader = None
         try:
-            logger.info("Started supervisor [%d] for %d worker(s) on %s", os.getpid(),
-                        config.workers, self._where)
+            if self._threads:
+                logger.info("Started supervisor [%d] for 1 worker process of %d threads on %s",
+                            os.getpid(), self._threads, self._where)
+            else:
+                logger.info("Started supervisor [%d] for %d worker(s) on %s", os.getpid(),
+                            config.workers, self._where)
             if config.reload:
                 from .reload import Reloader
 
@@ -356,8 +378,11 @@ class Supervisor:
             os.set_blocking(read_end, False)
             # "supervisor": the worker's parent, which it watches from its first line on (a
             # ppid it read itself could already be the reaper's: skirr._worker, _Orphan)
-            spec = {"config": fields, "fds": [slot.sock.fileno()], "pipe": write_end,
-                    "supervisor": os.getpid()}
+            fds = [sock.fileno() for sock in slot.socks]
+            spec: dict[str, Any] = {"config": fields, "fds": fds, "pipe": write_end,
+                                    "supervisor": os.getpid()}
+            if self._threads:
+                spec["threads"] = self._threads
             if self._ticket_key is not None:
                 spec["tls_ticket_key"] = self._ticket_key.hex()
             env = dict(os.environ)
@@ -365,7 +390,7 @@ class Supervisor:
             try:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "skirr._worker"],
-                    pass_fds=(write_end, slot.sock.fileno()),
+                    pass_fds=(write_end, *fds),
                     env=env,
                     stdin=subprocess.DEVNULL,
                 )
@@ -549,13 +574,21 @@ class Supervisor:
             return
         if self._stopping:
             return
+        if signum in (signal.SIGTTIN, signal.SIGTTOU) and self._threads:
+            logger.warning("%s: not supported with --worker-kind thread: keeping %d threads",
+                           signal.Signals(signum).name, self._threads)
+            return
         if signum == signal.SIGHUP:
             try:
                 self.config.tls_context(self._ticket_key)  # the files the new workers read
             except ConfigError as exc:
                 logger.error("SIGHUP: TLS reload failed, keeping the current workers: %s", exc)
                 return
-            logger.info("SIGHUP: restarting %d worker(s) one at a time", len(self.slots))
+            if self._threads:
+                logger.info("SIGHUP: restarting the worker process of %d threads",
+                            self._threads)
+            else:
+                logger.info("SIGHUP: restarting %d worker(s) one at a time", len(self.slots))
             self._roll = [s for s in self.slots if s is not self._rolling]
             self._advance_roll()
         elif signum == signal.SIGTTIN:
@@ -644,7 +677,8 @@ class Supervisor:
     def _close_slot(self, slot: _Slot) -> None:
         """Closes a removed slot's own listener; the kernel moves the group's last socket into
         its place."""
-        slot.sock.close()
+        for sock in slot.socks:
+            sock.close()
         if self._group is not None and slot in self._group:
             i = self._group.index(slot)
             self._group[i] = self._group[-1]
@@ -688,7 +722,9 @@ class Supervisor:
         )
         if not reuse:
             self._shared = bind_socket(config)
-            for index in range(config.workers):
+            if self._threads:  # every thread's loop accepts from the one listener
+                self.slots.append(_Slot(0, self._shared, own=False))
+            for index in range(0 if self._threads else config.workers):
                 self.slots.append(_Slot(index, self._shared, own=False))
             self._where = self._describe(self._shared)
             return
@@ -698,7 +734,12 @@ class Supervisor:
         self._port = probe.getsockname()[1]
         probe.close()
         try:
-            for _ in range(config.workers):
+            if self._threads:  # one listener per thread, all in the one slot
+                socks = [bind_tcp(config.host, self._port, reuse_port=True)]
+                self.slots.append(_Slot(0, socks[0], own=True, socks=socks))
+                for _ in range(self._threads - 1):
+                    socks.append(bind_tcp(config.host, self._port, reuse_port=True))
+            for _ in range(0 if self._threads else config.workers):
                 self._add_slot()
         except BaseException:
             self._close_sockets()
@@ -722,7 +763,8 @@ class Supervisor:
 
     def _close_sockets(self) -> None:
         for slot in self.slots + self._retiring:
-            slot.sock.close()
+            for sock in slot.socks:
+                sock.close()
         if self._shared is not None:
             self._shared.close()
             if self.config.uds and self.config.fd is None and not self._stopping_keeps_file():
