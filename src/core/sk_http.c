@@ -1121,6 +1121,24 @@ sk_parser_idle(const sk_parser_t *p)
     return !p->dead && !p->method_pending && !p->in_message;
 }
 
+void
+sk_parser_trim(sk_parser_t *p)
+{
+    if (!sk_parser_idle(p)) {
+        return; /* spans of the message being parsed point into the head block */
+    }
+    free(p->head);
+    free(p->fields);
+    p->head = NULL;
+    p->fields = NULL;
+    p->head_len = 0;
+    p->head_cap = 0;
+    p->nfields = 0;
+    p->fields_cap = 0;
+    p->target.off = 0; /* the finished message's spans pointed into the freed block */
+    p->target.len = 0;
+}
+
 int
 sk_http_method_id(const char *m, size_t n)
 {

@@ -130,6 +130,9 @@ int sk_parser_eof_mid_message(const sk_parser_t *p);
 
 /* 1 while between requests (no byte of the next request seen yet). */
 int sk_parser_idle(const sk_parser_t *p);
+/* Between messages (sk_parser_idle), frees the head block and the field array (made again by
+ * the next message's first bytes); does nothing otherwise. */
+void sk_parser_trim(sk_parser_t *p);
 
 /* Helpers for the embedder. */
 static inline const char *

@@ -1058,6 +1058,24 @@ h1_release(void *h)
     PyMem_Free(c);
 }
 
+static void
+h1_idle(void *h)
+{
+    /* Between requests only (none current, the parser between messages, no body being dropped,
+     * no input held back): the head block and field array, the response head's storage and the
+     * scope's addresses are made again by the next request. The TLS extension stays: its
+     * certificates' PEM strings are made once per connection (ASGI-tls-extension). */
+    http1_conn_t *c = h;
+    if (c->current != NULL || c->closed || c->switched || c->discarding || c->held_back ||
+        !sk_parser_idle(&c->parser)) {
+        return;
+    }
+    sk_parser_trim(&c->parser);
+    sk_resp_free(&c->resp);
+    Py_CLEAR(c->client);
+    Py_CLEAR(c->local);
+}
+
 static int
 h1_traverse(void *h, visitproc visit, void *arg)
 {
@@ -1073,6 +1091,7 @@ const sk_handler_ops_t sk_http1_ops = {
     .shutdown = h1_shutdown,
     .closed = h1_closed,
     .release = h1_release,
+    .idle = h1_idle,
     .traverse = h1_traverse,
 };
 

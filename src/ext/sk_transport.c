@@ -6,7 +6,9 @@
  * arrived: rearm; input the layer holds: read_soon), the input and output buffers, the epoll mask
  * they imply (64 KiB marks: flow control, and the readiness the layer asks for), writing and
  * EPOLLOUT (batching, by-reference ranges, file ranges: sendfile or pread when the layer cannot),
- * the one-second timer (timerfd in the same set) that checks every transport's deadlines, linger
+ * the one-second timer (timerfd in the same set) that checks every transport's deadlines and frees
+ * what idle ones keep between messages (tp_trim, the handlers' idle op; malloc_trim once many
+ * connections have gone), linger
  * after a server-side close, closing, and freeing closed transports once no frame holds them
  * (reap).
  * Never: moves a byte on the socket but through its stream layer (sk_stream_ops_t), knows what
@@ -32,12 +34,18 @@
 #include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h> /* malloc_trim */
+#endif
 #include <unistd.h>
 
 #define READ_SIZE (64 * 1024)        /* one layer read into the reactor's shared read buffer */
 #define MAX_ACCEPTS 16               /* accept4() calls per listening-socket readiness */
 #define INPUT_HIGH_WATER (64 * 1024) /* stop reading while this much input is unconsumed */
 #define PAUSE_LOG_INTERVAL 5.0       /* seconds between two "accepting paused" warnings */
+/* Connections that must have closed since the tick's peak (and at least half of them) before the
+ * tick asks glibc to give the freed heap back (malloc_trim): memory after a crowd leaves. */
+#define TRIM_AFTER_CLOSED 1024
 #define LINGER_SECONDS 2.0           /* after a server-side close: read and discard this long */
 #define SENDFILE_MAX (1024 * 1024)   /* bytes asked of one sendfile() call */
 /* Bytes of a file range read at once (pread into the output buffer, then written) when the layer
@@ -77,7 +85,8 @@ struct sk_transport {
     sk_reactor_t *reactor; /* borrowed: the reactor closes every transport before it goes */
     const sk_handler_ops_t *ops;
     void *h;                             /* the handler, owned through ops->release */
-    const sk_handler_ops_t *retired_ops; /* a handler switched away from, released at reap */
+    const sk_handler_ops_t *retired_ops; /* a handler switched away from, released at the next
+                                          * tick (tp_trim) or at reap */
     void *retired_h;
     sk_buf_t in;  /* received bytes the handler has not consumed */
     sk_buf_t out; /* bytes the kernel has not accepted */
@@ -126,6 +135,7 @@ struct sk_reactor {
     uint8_t flushing;          /* flush_batch is on the stack */
     double pause_logged_at;    /* monotonic seconds of the last "accepting paused" warning */
     sk_shared_ssize_t connections; /* read from any thread (Server.metrics()) */
+    Py_ssize_t trim_peak;          /* the most connections a tick saw since the last trim */
     sk_transport_t *all_head;
     sk_transport_t *pending_head, *pending_tail;
     /* Transports whose output waits for the end of the batch (sk_transport_write_later, or a
@@ -1243,7 +1253,7 @@ sk_transport_switch(sk_transport_t *t, const sk_handler_ops_t *ops, void *h)
     if (t->state != TP_OPEN || t->retired_ops != NULL) {
         return;
     }
-    t->retired_ops = t->ops; /* its frames may still be on the stack: released at reap */
+    t->retired_ops = t->ops; /* its frames may still be on the stack: released at the next tick */
     t->retired_h = t->h;
     t->ops = ops;
     t->h = h;
@@ -1369,6 +1379,32 @@ reactor_accept(sk_reactor_t *r)
     }
 }
 
+/* The tick's visit of an open transport (issue 37: memory per idle connection). A handler
+ * switched away from is released now that none of its frames can be on the stack (a tick runs
+ * from the reactor's own callback, never inside a handler call); with nothing unsent and no
+ * input unconsumed, the transport's buffers are freed (made again by the next read or write)
+ * and the handler frees what it keeps between messages (its idle op). */
+static void
+tp_trim(sk_transport_t *t)
+{
+    if (t->retired_ops != NULL) {
+        const sk_handler_ops_t *ops = t->retired_ops;
+        void *h = t->retired_h;
+        t->retired_ops = NULL;
+        t->retired_h = NULL;
+        ops->release(h);
+    }
+    if (t->dispatching || pending_out(t) != 0 || range_pending(t) || sk_buf_len(&t->in) != 0) {
+        return;
+    }
+    sk_buf_free(&t->in);
+    sk_buf_free(&t->out);
+    sk_buf_free(&t->tail);
+    if (t->ops->idle != NULL) {
+        t->ops->idle(t->h);
+    }
+}
+
 static void
 reactor_tick(sk_reactor_t *r)
 {
@@ -1390,8 +1426,24 @@ reactor_tick(sk_reactor_t *r)
             t->deadline_kind = 0;
             t->ops->deadline(t->h, kind);
         }
+        if (t->state == TP_OPEN) { /* the deadline may have closed it */
+            tp_trim(t);
+        }
         t = next;
     }
+#ifdef __GLIBC__
+    /* glibc keeps the heap pages of freed blocks (the connections' structs and buffers are
+     * scattered among live blocks, so the heap's top rarely shrinks): once many connections have
+     * gone, hand the free pages back (issue 37: RSS after 10,000 closed stayed 1.8x the start). */
+    Py_ssize_t open_now = SK_LOAD(r->connections);
+    if (open_now > r->trim_peak) {
+        r->trim_peak = open_now;
+    }
+    else if (r->trim_peak - open_now >= TRIM_AFTER_CLOSED && open_now <= r->trim_peak / 2) {
+        malloc_trim(0);
+        r->trim_peak = open_now;
+    }
+#endif
     /* EMFILE pauses accepting until this tick; --limit-connections until a connection closes
      * (tp_closed): a tick must not resume it over the cap. */
     if (r->accept_paused && r->accepting &&

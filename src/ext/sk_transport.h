@@ -93,6 +93,12 @@ typedef struct sk_handler_ops {
     void (*release)(void *h);
     /* GC support: visits the Python objects `h` holds strongly. */
     int (*traverse)(void *h, visitproc visit, void *arg);
+    /* Once a second (the reactor's tick) while the transport is open with nothing unsent and no
+     * input left unconsumed (the transport's own buffers were just freed): the handler frees the
+     * storage it keeps between messages, to be made again by the next one, so an idle connection
+     * costs only its structs (issue 37: memory per idle connection). Never writes or closes;
+     * the handler decides whether it is between messages. NULL: nothing to free. */
+    void (*idle)(void *h);
 } sk_handler_ops_t;
 
 /* Makes the handler for a transport just accepted (its deadline, if any, is set here). Returns

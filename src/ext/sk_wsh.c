@@ -372,6 +372,24 @@ ws_release(void *h)
     PyMem_Free(w);
 }
 
+static void
+ws_idle(void *h)
+{
+    /* Nothing unsent or unread: a message buffer that is empty (no message half reassembled, no
+     * compressed one waiting) gives its storage back, and once the session is open the
+     * handshake's response storage is no longer needed. */
+    ws1_t *w = h;
+    if (sk_buf_len(&w->msg) == 0) {
+        sk_buf_free(&w->msg);
+    }
+    if (sk_buf_len(&w->zout) == 0) {
+        sk_buf_free(&w->zout);
+    }
+    if (w->state == WS_OPEN) {
+        sk_resp_free(&w->resp);
+    }
+}
+
 static int
 ws_traverse(void *h, visitproc visit, void *arg)
 {
@@ -387,6 +405,7 @@ const sk_handler_ops_t sk_wsh_ops = {
     .closed = ws_closed,
     .release = ws_release,
     .traverse = ws_traverse,
+    .idle = ws_idle,
 };
 
 static int

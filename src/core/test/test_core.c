@@ -885,6 +885,13 @@ test_parser_api(T *t)
     CHECK(t, strcmp(sk_parser_method_name(&p), "POST") == 0);
     CHECK(t, p.nfields == 2 && p.has_content_length && p.content_length == 5);
     CHECK(t, sk_parser_idle(&p) == 0 && sk_parser_eof_mid_message(&p) == 1);
+    {
+        /* inside a message the head block stays (its spans are read until the next one) */
+        const char *head_before = p.head;
+        size_t cap_before = p.head_cap;
+        sk_parser_trim(&p);
+        CHECK(t, p.head == head_before && p.head_cap == cap_before && p.nfields == 2);
+    }
     off += c;
     c = sk_parser_execute(&p, d + off, n - off, &ev);
     CHECK(t, ev.type == SK_EV_BODY && ev.len == 5 && ev.data == d + off && c == 5);
@@ -896,9 +903,17 @@ test_parser_api(T *t)
     CHECK(t, sk_parser_idle(&p) == 1);
     /* the head stays readable after END until the next request begins */
     CHECK(t, p.target.len == 2 && memcmp(sk_parser_ptr(&p, p.target), "/x", sizeof("/x") - 1) == 0);
+    /* between messages the storage goes (an idle keep-alive connection, issue 37) and the next
+     * request makes it again */
+    sk_parser_trim(&p);
+    CHECK(t, p.head == NULL && p.head_cap == 0 && p.fields == NULL && p.fields_cap == 0);
+    CHECK(t, p.target.len == 0 && p.nfields == 0);
+    CHECK(t, sk_parser_idle(&p) == 1);
     c = sk_parser_execute(&p, d + off, n - off, &ev);
     CHECK(t, ev.type == SK_EV_HEAD && off + c == n);
     CHECK(t, strcmp(sk_parser_method_name(&p), "GET") == 0);
+    CHECK(t, p.nfields == 1 && p.target.len == 1 && *sk_parser_ptr(&p, p.target) == '/');
+    CHECK(t, p.fields[0].value.len == 1 && *sk_parser_ptr(&p, p.fields[0].value) == 'b');
     CHECK(t, sk_parser_eof_mid_message(&p) == 0); /* bodyless: complete at its head */
     c = sk_parser_execute(&p, NULL, 0, &ev);
     CHECK(t, ev.type == SK_EV_END && c == 0);
