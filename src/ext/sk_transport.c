@@ -43,14 +43,14 @@
 #define MAX_ACCEPTS 16               /* accept4() calls per listening-socket readiness */
 #define INPUT_HIGH_WATER (64 * 1024) /* stop reading while this much input is unconsumed */
 #define PAUSE_LOG_INTERVAL 5.0       /* seconds between two "accepting paused" warnings */
-/* Connections that must have closed since the tick's peak (and at least half of them) before the
- * tick asks glibc to give the freed heap back (malloc_trim): memory after a crowd leaves. */
-#define TRIM_AFTER_CLOSED 1024
 #define LINGER_SECONDS 2.0           /* after a server-side close: read and discard this long */
 #define SENDFILE_MAX (1024 * 1024)   /* bytes asked of one sendfile() call */
 /* Bytes of a file range read at once (pread into the output buffer, then written) when the layer
  * cannot sendfile. */
 #define PREAD_MAX (64 * 1024)
+/* Connections that must have closed since the tick's peak (and at least half of them) before the
+ * tick asks glibc to give the freed heap back (malloc_trim): memory after a crowd leaves. */
+#define TRIM_AFTER_CLOSED 1024
 /* Connections are edge-triggered, so that epoll reports them in the order their input arrived.
  * Level-triggered, epoll puts every descriptor it reports back at the end of its ready list,
  * where it stays until an epoll_wait finds it drained: the next iteration's. A connection read
