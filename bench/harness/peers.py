@@ -111,7 +111,8 @@ def build_c(name, flags=("-O2", "-Wall", "-Wextra")):
     BUILD.mkdir(parents=True, exist_ok=True)
     exe = BUILD / name
     src = BENCH / f"{name}.c"
-    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+    newest = max(f.stat().st_mtime for f in [src, *BENCH.glob("*.h")])  # its shared headers
+    if not exe.exists() or exe.stat().st_mtime < newest:
         cc = os.environ.get("CC", "cc")
         subprocess.run([cc, *flags, "-o", str(exe), str(src)], check=True)
     return exe
