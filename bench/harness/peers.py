@@ -127,6 +127,11 @@ def build_ws_load():
     return build_c("ws_load", ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"))
 
 
+def build_scale_client():
+    """The scale rows' connection holder (bench/scale_client.c), warnings as errors."""
+    return build_c("scale_client", ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"))
+
+
 # ----------------------------------------------------------------------------------------------
 # Command lines: each builder takes (app "module:attr" in bench/apps, port, a private temporary
 # folder the server may write into) and returns the argv
