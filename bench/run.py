@@ -15,6 +15,9 @@
                                                                       and h2 over TLS, CPU/req
                                                                       against peers and nginx,
                                                                       HTTP/2 against HTTP/1.1
+    run.py scale [--rows http:10000,ws:10000] [--servers ...]    the scale rows (issue 37): memory
+                 [--summary bench/SCALE.md]                        per idle connection held by
+                                                                      bench/scale_client.c
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000] [--workload raw_get] [--conns 1]      instructions per request
                      [--servers skirr,peregrine]                      (skirr's, and peers' beside it)
@@ -42,7 +45,7 @@ import os
 import shutil
 import sys
 
-from harness import charts, matrix, measure, peers, report, tls, traced
+from harness import charts, matrix, measure, peers, report, scale, tls, traced
 from harness.env import CLIENT_CPU, TLS_DIR_ENV, ensure_tools
 from harness.matrix import PROFILES
 from harness.peers import SERVERS
@@ -115,6 +118,10 @@ def cmd_callgrind(args):
     finally:
         shutil.rmtree(d, ignore_errors=True)
         os.environ.pop(TLS_DIR_ENV, None)
+
+
+def cmd_scale(args):
+    return scale.main(args)
 
 
 def cmd_report(args):
@@ -196,6 +203,18 @@ def build_parser():
     cg.add_argument("--tls", action="store_true",
                     help="over TLS (issue 32): skirr-tls and each peer's -tls server with the "
                     "run's test certificate, every connection handshaken in the warm-up")
+    sc = sub.add_parser("scale", help="the scale rows (issue 37): idle HTTP and WebSocket "
+                        "connections held, memory per connection, open time, errors, leak")
+    sc.add_argument("--rows", help="comma-separated mode:count (mode http or ws; default "
+                    "http:10000,http:50000,ws:10000,ws:50000)")
+    sc.add_argument("--servers", help="comma-separated subset (skirr is always included)")
+    sc.add_argument("--rounds", type=int, help="rounds of every row (default 1)")
+    sc.add_argument("--seed", type=int, default=None, help="random seed for the server order")
+    sc.add_argument("--summary", help="also write the report here (bench/SCALE.md), its chart "
+                    "into charts/SCALE/ beside it")
+    sc.add_argument("--reinstall", action="store_true", help="retry peers that failed to install")
+    sc.add_argument("--rerender", metavar="RUN", help="re-render a finished scale run's report "
+                    "from its results.json (bench/results/<run>) instead of measuring")
     rp = sub.add_parser("report", help="re-render a finished matrix run's report and charts "
                         "(results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")
@@ -209,7 +228,8 @@ def build_parser():
 def main():
     args = build_parser().parse_args()
     commands = {"matrix": cmd_matrix, "syscalls": cmd_syscalls, "setup": cmd_setup,
-                "report": cmd_report, "callgrind": cmd_callgrind, "app-cpu": cmd_app_cpu}
+                "report": cmd_report, "callgrind": cmd_callgrind, "scale": cmd_scale,
+                "app-cpu": cmd_app_cpu}
     return commands[args.cmd](args)
 
 
