@@ -10,7 +10,9 @@
  *            `Upgrade: websocket` and the right Sec-WebSocket-Accept, and nothing after the head.
  * Then the connection idles: nothing more is sent or read. A wrong status, body or accept key, a
  * refused or reset connection, an early close or a connection not answered within -t seconds is
- * an error counted by kind, never a success.
+ * an error counted by kind, never a success. When no connection at all has been answered for -t
+ * seconds, the ones not yet started are not tried and are counted as "stalled" (a server that
+ * stops accepting must not hold the run for N / -w times -t seconds).
  *
  * Protocol on stdout (one JSON object per line, each prefixed `SCALE `, flushed):
  *   1. when every connection has succeeded or failed: {"phase": "open", "n", "ok", "open_s" (from
@@ -54,9 +56,12 @@
 #define FD_SPARE 16   /* descriptors beyond the N connections: stdio, epoll */
 
 /* Error kinds, in the order reported. */
-enum { E_CONNECT, E_SEND, E_RESET, E_EOF, E_STATUS, E_BODY, E_ACCEPT, E_EXTRA, E_TIMEOUT, E_KINDS };
-static const char *const KIND[E_KINDS] = {"connect", "send",   "reset",  "eof",    "status",
-                                          "body",    "accept", "extra", "timeout"};
+enum {
+    E_CONNECT, E_SEND, E_RESET, E_EOF, E_STATUS, E_BODY, E_ACCEPT, E_EXTRA, E_TIMEOUT, E_STALLED,
+    E_KINDS
+};
+static const char *const KIND[E_KINDS] = {"connect", "send",  "reset",   "eof",    "status",
+                                          "body",    "accept", "extra", "timeout", "stalled"};
 
 enum { S_FREE, S_CONNECTING, S_READING, S_HELD, S_FAILED };
 
@@ -459,7 +464,7 @@ main(int argc, char **argv)
         die("setup");
     }
     long next = 0, nflight = 0, ok = 0;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = now_ns(), last_ok = t0;
     struct epoll_event evs[256];
     while (next < o.n || nflight) {
         while (next < o.n && nflight < o.window) {
@@ -490,12 +495,24 @@ main(int argc, char **argv)
                 fail(c, flight[f], E_TIMEOUT, "no complete answer in time");
             }
             if (c->state == S_HELD || c->state == S_FAILED) {
-                ok += c->state == S_HELD;
+                if (c->state == S_HELD) {
+                    ok++;
+                    last_ok = now;
+                }
                 flight[f] = flight[--nflight];
             }
             else {
                 f++;
             }
+        }
+        if (next < o.n && now - last_ok > (uint64_t)(o.timeout_s * 1e9)) {
+            if (!first_error[0]) {
+                snprintf(first_error, sizeof first_error,
+                         "stalled: no connection answered in %.0f s; %ld not tried", o.timeout_s,
+                         o.n - next);
+            }
+            errors[E_STALLED] += o.n - next;
+            next = o.n;
         }
     }
     print_open(&o, ok, (double)(now_ns() - t0) / 1e9);

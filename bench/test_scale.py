@@ -170,6 +170,15 @@ def test_websocket_accept_is_checked(client):
     assert rc == 1 and got["open"]["errors"] == {"status": 3}
 
 
+def test_silent_server_times_out_then_stalls(client):
+    srv = Scripted(lambda head: b"")  # reads the request, never answers
+    try:
+        got, rc, _ = run_client(client, srv.port, 10, "-t", "1", "-w", "2")
+    finally:
+        srv.close()
+    assert rc == 1 and got["open"]["errors"] == {"timeout": 2, "stalled": 8}
+
+
 def test_refused_is_a_connect_error(client):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
