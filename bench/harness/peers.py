@@ -373,7 +373,9 @@ IDLE_KEEPALIVE = {
 # a row; granian has none for HTTP/1.1; nginx's is in NGINX_SCALE), its WebSocket keepalive pings
 # off (0 = none for skirr, uvicorn's wsproto and peregrine; uvicorn's websockets takes no "none"
 # from the command line and 0 there means a ping at every turn, so a day: no ping in a row; granian
-# sends none), and peregrine's per-worker connection cap (4,096) raised above the row's count.
+# sends none), and the connection caps raised above the row's count: peregrine's per worker
+# (4,096), granian's --backpressure (concurrent connections per worker; by default its backlog,
+# 1,024, so it would not answer the 1,025th).
 # Memory is not what the timeouts change: no timer fires during a row.
 SCALE_FLAGS = {
     "skirr": {"http": ["--timeout-keep-alive", "3600"], "ws": ["--ws-ping-interval", "0"]},
@@ -381,6 +383,7 @@ SCALE_FLAGS = {
     "uvicorn-websockets": {"ws": ["--ws-ping-interval", "86400"]},
     "uvicorn-wsproto": {"ws": ["--ws-ping-interval", "0"]},
     "hypercorn": {"http": ["--keep-alive", "3600"]},
+    "granian": {"http": ["--backpressure", "100000"], "ws": ["--backpressure", "100000"]},
     "peregrine": {"http": ["--keep-alive", "3600000", "--max-connections", "100000"],
                   "ws": ["--ws-ping-interval", "0", "--max-connections", "100000"]},
 }

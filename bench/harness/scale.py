@@ -178,9 +178,10 @@ def hold_once(srv, mode, n, fd0):
 def idle_row(name, mode, n, outdir, tag, cycles=2):
     """One idle row: `name` started with its SCALE_FLAGS for `mode`, checked with one connection,
     then `cycles` times `n` connections opened, held and closed by the client (CPU 1; the server
-    on CPU 0). Memory (bytes, summed over the server's processes, /proc/PID/smaps_rollup) is read
-    before the first cycle, SETTLE_S after every connection is answered and SETTLE_S after the
-    server has closed them all. Returns the row: "ok" (the run completed, whatever the client
+    on CPU 0; no further cycle once the server has not closed a cycle's connections). Memory
+    (bytes, summed over the server's processes, /proc/PID/smaps_rollup) is read before the first
+    cycle, SETTLE_S after every connection is answered and SETTLE_S after the server has closed
+    them all. Returns the row: "ok" (the run completed, whatever the client
     counted); from the first cycle: KiB per held connection of RSS and PSS growth, open_s
     (seconds, the client's), the client's errors by kind and its held check, the after-close RSS
     as a share of the before; "not_closed", connections the server still held CLOSE_WAIT_S after
@@ -197,7 +198,9 @@ def idle_row(name, mode, n, outdir, tag, cycles=2):
             pids = srv.pids()
             rss0, pss0 = memory(pids)
             fd0 = fd_count(pids)
-            cs = [hold_once(srv, mode, n, fd0) for _ in range(cycles)]
+            cs = [hold_once(srv, mode, n, fd0)]
+            while len(cs) < cycles and not cs[-1]["fds_after"] > fd0:  # closed them all
+                cs.append(hold_once(srv, mode, n, fd0))
             c = cs[0]
             got = c["open"]["ok"]
             out.update(
