@@ -46,7 +46,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
-#include "ws_accept.h"
+#include "bench_client.h"
 
 #ifndef IP_BIND_ADDRESS_NO_PORT
 #define IP_BIND_ADDRESS_NO_PORT 24
@@ -89,21 +89,6 @@ typedef struct {
 static long errors[E_KINDS];
 static char first_error[256];
 static uint64_t rng;
-
-static uint64_t
-now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void
-die(const char *what)
-{
-    perror(what);
-    exit(1);
-}
 
 static int
 usage(const char *why)
@@ -213,15 +198,6 @@ fail(conn_t *c, long id, int kind, const char *msg)
     c->state = S_FAILED;
 }
 
-static uint64_t
-next_random(void)
-{ /* xorshift64*: the keys need be varied only */
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 0x2545f4914f6cdd1dULL;
-}
-
 /* Starts connection i: a socket bound to its source address, a nonblocking connect(). */
 static void
 start(const opts_t *o, int ep, conn_t *c, long i)
@@ -269,7 +245,7 @@ send_request(const opts_t *o, int ep, conn_t *c, long i)
     int n;
     if (o->ws) {
         unsigned char raw[16];
-        uint64_t a = next_random(), b = next_random();
+        uint64_t a = xorshift64s(&rng), b = xorshift64s(&rng);
         memcpy(raw, &a, 8);
         memcpy(raw + 8, &b, 8);
         char key[25];

@@ -45,7 +45,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
-#include "ws_accept.h"
+#include "bench_client.h"
 
 #define MAX_EVENTS 64
 #define HEAD_MAX 8192              /* the 101 response's head, at most */
@@ -97,14 +97,6 @@ typedef struct {
 
 /* ------------------------------------------------------------------------------------------- */
 
-static uint64_t
-now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static double
 cpu_seconds(void)
 {
@@ -112,22 +104,6 @@ cpu_seconds(void)
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
-
-static uint64_t
-next_random(gen_t *g)
-{ /* xorshift64*: masking keys need not be secret here, only varied */
-    g->rng ^= g->rng >> 12;
-    g->rng ^= g->rng << 25;
-    g->rng ^= g->rng >> 27;
-    return g->rng * 0x2545f4914f6cdd1dULL;
-}
-
-static void
-die(const char *what)
-{
-    perror(what);
-    exit(1);
 }
 
 static void *
@@ -223,7 +199,7 @@ put_frame(gen_t *g, conn_t *c, int opcode, const unsigned char *payload, size_t 
             p[h++] = (unsigned char)((uint64_t)n >> (8 * i));
         }
     }
-    uint32_t key = (uint32_t)next_random(g);
+    uint32_t key = (uint32_t)xorshift64s(&g->rng);
     unsigned char mask[4] = {(unsigned char)(key >> 24), (unsigned char)(key >> 16),
                              (unsigned char)(key >> 8), (unsigned char)key};
     memcpy(p + h, mask, 4);
@@ -470,7 +446,7 @@ handshake(gen_t *g, conn_t *c, char *err, size_t errcap)
     }
     unsigned char raw[16];
     for (int i = 0; i < 16; i++) {
-        raw[i] = (unsigned char)next_random(g);
+        raw[i] = (unsigned char)xorshift64s(&g->rng);
     }
     char key[25], want[29], got[128], req[512];
     base64(raw, sizeof raw, key);

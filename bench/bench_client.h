@@ -1,17 +1,48 @@
-/* The WebSocket opening handshake's checks shared by the benchmark's C clients (ws_load.c,
- * scale_client.c): Sec-WebSocket-Accept computed from a key (SHA-1 and base64, RFC 6455 §4.2.2),
- * and one header's value read from a response head. Header-only (static functions): each client
- * is one translation unit, built by bench/harness/peers.py's build_c.
+/* What the benchmark's C clients (ws_load.c, scale_client.c) share: the monotonic clock in
+ * nanoseconds, dying with errno's text, an xorshift64* step (varied, not secret: masking and
+ * handshake keys), the WebSocket opening handshake's checks (Sec-WebSocket-Accept computed from a
+ * key: SHA-1 and base64, RFC 6455 §4.2.2; kept apart from skirr's own in src/core so the clients
+ * check the server with code that is not the server's) and one header's value read from a response
+ * head. Header-only (static functions): each client is one translation unit, built by
+ * bench/harness/peers.py's build_c.
  */
-#ifndef BENCH_WS_ACCEPT_H
-#define BENCH_WS_ACCEPT_H
+#ifndef BENCH_CLIENT_H
+#define BENCH_CLIENT_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+static uint64_t
+now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void
+die(const char *what)
+{
+    perror(what);
+    exit(1);
+}
+
+/* The next value of the xorshift64* generator whose (nonzero) state is *s. */
+static uint64_t
+xorshift64s(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545f4914f6cdd1dULL;
+}
 
 /* SHA-1 (FIPS 180-4 §6.1) and base64 (RFC 4648 §4), for Sec-WebSocket-Accept only. */
 
