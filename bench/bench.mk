@@ -158,7 +158,7 @@ bench-access: build
 	$(BENCH_RUN) callgrind --access-log $(CALLGRIND_ARGS)
 	$(BENCH_RUN) matrix --profile costs $(BENCH_ARGS)
 
-# The scale rows (issue 37; bench/harness/scale.py), about 10 minutes at 10,000 connections:
+# The scale rows (issue 37; bench/harness/scale.py), about 15 minutes at 10,000 connections:
 # 10,000 and 50,000 idle connections held by bench/scale_client.c (built into bench/build/) from
 # 64 source addresses in 127.0.0.0/8, each after one exact HTTP/1.1 keep-alive request (skirr beside
 # uvicorn, granian, hypercorn, peregrine and nginx) or an accepted WebSocket with pings off (skirr
@@ -166,7 +166,10 @@ bench-access: build
 # for the row; per server RSS and PSS growth per connection (KiB), the time to open them all,
 # errors, and RSS after all closed (a leak: over 1.1x the start), two open-hold-close cycles per
 # server. RLIMIT_NOFILE is raised as far as the machine allows; a row it cannot hold is reported
-# not run, with the reason. The summary, with the targets judged, goes to bench/SCALE.md.
+# not run, with the reason. Then churn: raw_get and fastapi_json with `Connection: close` (a new
+# connection per request), wrk -c64 on CPU 1, the server on CPU 0, the same servers, 3 rounds:
+# CPU per request against each peer per round and against nginx. The summary, with the targets
+# judged, goes to bench/SCALE.md.
 bench-scale: build
 	$(BENCH_SCALE_TEST)
 	$(BENCH_RUN) scale --summary bench/SCALE.md $(BENCH_ARGS)

@@ -208,7 +208,11 @@ def build_parser():
     sc.add_argument("--rows", help="comma-separated mode:count (mode http or ws; default "
                     "http:10000,http:50000,ws:10000,ws:50000)")
     sc.add_argument("--servers", help="comma-separated subset (skirr is always included)")
-    sc.add_argument("--rounds", type=int, help="rounds of every row (default 1)")
+    sc.add_argument("--rounds", type=int, help="rounds of every idle row (default 1)")
+    sc.add_argument("--churn-rounds", type=int, help="rounds of the churn rows (default 3)")
+    sc.add_argument("--no-idle", action="store_true", help="skip the idle-connection rows")
+    sc.add_argument("--no-churn", action="store_true",
+                    help="skip the churn rows (wrk -c64, a new connection per request)")
     sc.add_argument("--seed", type=int, default=None, help="random seed for the server order")
     sc.add_argument("--summary", help="also write the report here (bench/SCALE.md), its chart "
                     "into charts/SCALE/ beside it")

@@ -306,3 +306,27 @@ def test_too_many_and_plan():
         scale.plan(Namespace(rows="h2:100", servers=None, rounds=None))
     with pytest.raises(SystemExit):
         scale.plan(Namespace(rows=None, servers="nginx", rounds=None))
+
+
+def churn_run(server, wl, rnd, cpu, ok=True):
+    return {"server": server, "workload": wl, "conns": 64, "round": rnd, "ok": ok,
+            "cpu_us_per_req": cpu if ok else None, "error": None if ok else "wrk failed"}
+
+
+def test_churn_verdicts_exact():
+    runs = [churn_run("skirr", "raw_get_close", r, 20.0) for r in range(3)]
+    runs += [churn_run("granian", "raw_get_close", r, c) for r, c in enumerate((30.0, 25.0, 40.0))]
+    runs += [churn_run("peregrine", "raw_get_close", r, c) for r, c in enumerate((30.0, 19.0, 40.0))]
+    runs += [churn_run("hypercorn", "raw_get_close", r, 90.0, ok=r != 1) for r in range(3)]
+    runs += [churn_run("nginx-scale", "raw_get_close", r, c) for r, c in enumerate((16.0, 10.0, 14.0))]
+    got = [(v["target"], v["verdict"], v["detail"]) for v in scale.churn_verdicts(runs, 3)]
+    assert got == [
+        ("churn raw_get_close c64: skirr's CPU per request ahead of granian in every round", "met",
+         "granian ÷ skirr per round: 1.50, 1.25, 2.00"),
+        ("churn raw_get_close c64: skirr's CPU per request ahead of hypercorn in every round",
+         "unproven", "hypercorn ÷ skirr per round: 4.50, 4.50"),
+        ("churn raw_get_close c64: skirr's CPU per request ahead of peregrine in every round",
+         "MISSED", "peregrine ÷ skirr per round: 1.50, 0.95, 2.00"),
+        ("churn raw_get_close c64: skirr's CPU per request <= 1.5x nginx's in every round",
+         "MISSED", "skirr ÷ nginx per round: 1.25, 2.00, 1.43"),
+    ]

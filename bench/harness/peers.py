@@ -437,7 +437,8 @@ SERVERS = {
     "limit-c": Peer(limit_argv, None, "limit", set(WORKLOADS) - {"file_1m"}),
     "nginx": Peer(nginx_argv, None, "limit",
                   {"raw_get", "get_64k", "fastapi_json", "pipelined_get", "file_1m"}),
-    "nginx-scale": Peer(nginx_scale_argv, None, "limit", {"raw_get", "fastapi_json"}),
+    "nginx-scale": Peer(nginx_scale_argv, None, "limit",
+                        {"raw_get", "fastapi_json", "raw_get_close", "fastapi_json_close"}),
     # The TLS rows (issue 32): uvicorn and hypercorn through CPython's ssl, granian with rustls,
     # peregrine with BoringSSL, nginx (the reference) and skirr with OpenSSL.
     "skirr-tls": Peer(with_tls(skirr_argv, "--ssl-keyfile", "--ssl-certfile"), None, "skirr",

@@ -871,28 +871,53 @@ def render_report(result, agg, fixed_agg, cmp, status, chart_lines=()):
 # bench/SCALE.md (issue 37): the scale rows, from scale.py's figures and verdicts
 
 SCALE_NAMES = {"nginx-scale": "nginx"}  # the servers' names in SCALE.md
-SCALE_NOT_BUILT = [
-    "Churn (a new connection per request, raw_get and fastapi_json at c64): CPU per request ahead "
-    "of every peer in every round and at most 1.5x nginx's",
-    "Fan-out (one publisher message to 1,000 and 5,000 WebSocket clients, 64 B and 1 KiB): CPU "
-    "per delivered message ahead of every peer in every round",
-]
+SCALE_NOT_BUILT = {
+    "churn": "Churn (a new connection per request, raw_get and fastapi_json at c64): CPU per "
+             "request ahead of every peer in every round and at most 1.5x nginx's",
+    "accept": "Churn: the accept path's share of skirr's CPU (a profile)",
+    "fanout": "Fan-out (one publisher message to 1,000 and 5,000 WebSocket clients, 64 B and "
+              "1 KiB): CPU per delivered message ahead of every peer in every round",
+}
 
 
 def render_scale(result, chart_lines=()):
-    """bench/SCALE.md from a scale run's results.json: the method, a table per row, the
-    verdicts (scale.verdicts), what was not measured or not run, what is not built yet."""
-    part, meta = result["scale"], result["meta"]
-    sp = part["config"]
-    sp["rows"] = [tuple(r) for r in sp["rows"]]
-    figs = scale.figures(part["rows"])
+    """bench/SCALE.md from a scale run's results.json: the method, a table per idle row and the
+    churn rows' table, the verdicts (scale.verdicts, scale.churn_verdicts), what was not
+    measured or not run, what is not built yet."""
+    part, churn, meta = result.get("scale"), result.get("churn"), result["meta"]
     m = meta["machine"]
     L = ["# Scale (issue 37)\n",
          f"Run {meta['started']}, skirr {meta['git']}, Python {meta['python']}; {m['cpu']}, "
          f"{m['cores']} CPUs, kernel {m['kernel']}, load average at start "
-         f"{' '.join(m['loadavg_at_start'])}. {sp['rounds']} round(s); each row's servers in a "
-         f"fresh random order (seed {meta['seed']}). RLIMIT_NOFILE {part['nofile']:,}.\n",
-         "## How it is measured\n",
+         f"{' '.join(m['loadavg_at_start'])}. Each row's servers in a fresh random order every "
+         f"round (seed {meta['seed']})"
+         + (f"; RLIMIT_NOFILE {part['nofile']:,}" if part else "") + ".\n",
+         "## How it is measured\n"]
+    verdicts = []
+    if part:
+        verdicts += _render_idle(L, part)
+    if churn:
+        verdicts += _render_churn(L, churn)
+    L.append("## Targets\n")
+    L.append("| target | verdict | figures |")
+    L.append("|---|---|---|")
+    for v in verdicts:
+        L.append(f"| {v['target']} | **{v['verdict']}** | {v['detail']} |")
+    for key, why in SCALE_NOT_BUILT.items():
+        if key == "churn" and churn:
+            continue
+        L.append(f"| {why} | **not built** | not measured yet |")
+    L.append("")
+    L.extend(chart_lines)
+    return "\n".join(L) + "\n"
+
+
+def _render_idle(L, part):
+    """The idle rows' method and tables into L; returns their verdicts."""
+    sp = part["config"]
+    sp["rows"] = [tuple(r) for r in sp["rows"]]
+    figs = scale.figures(part["rows"])
+    L.extend([
          "- **Idle connections** (`bench/run.py scale`, `make bench-scale`): each server serves "
          "the same app files (bench/apps: `raw_apps:raw`, 13 bytes `Hello, world!`, for HTTP; "
          "`ws_apps:echo` for WebSocket), one process pinned to CPU 0 (nginx: a master and one "
@@ -922,7 +947,9 @@ def render_scale(result, chart_lines=()):
          "HTTP/1.1 idle timeout, no WebSocket pings); nginx as in the other rows with "
          "`worker_connections 65536`, `worker_rlimit_nofile 131072`, `keepalive_timeout 3600s`.",
          "- **Memory per connection in the verdicts** is the RSS growth; PSS is shown beside it "
-         "(the same for one process; nginx's worker shares pages with its master).\n"]
+         "(the same for one process; nginx's worker shares pages with its master).\n"
+    ])
+    L.append(f"- Idle rows: {sp['rounds']} round(s).")
     for key, why in part.get("skipped_rows", {}).items():
         mode, n = key.split()
         L.append(f"- **{mode} {int(n):,} connections**: {why}")
@@ -960,22 +987,43 @@ def render_scale(result, chart_lines=()):
                      f"{errs} | {mib} | {f['after_ratio']:.2f} | {leak} | "
                      f"{f['cycle_ratio']:.2f} |")
         L.append("")
-    L.append("## Targets\n")
-    L.append("| target | verdict | figures |")
-    L.append("|---|---|---|")
-    for v in scale.verdicts(figs, sp, part.get("skipped_rows")):
-        L.append(f"| {v['target']} | **{v['verdict']}** | {v['detail']} |")
-    for why in SCALE_NOT_BUILT:
-        L.append(f"| {why} | **not built** | not measured yet |")
+    return scale.verdicts(figs, sp, part.get("skipped_rows"))
+
+
+def _render_churn(L, churn):
+    """The churn rows' method and table into L; returns their verdicts."""
+    cp = churn["config"]
+    runs, rounds = churn["runs"], cp["rounds"]
+    L.append(
+        f"- **Churn** (`bench/run.py scale`): wrk `-t1 -c{cp['rows'][0][1]}` on CPU 1 sends every "
+        "request with `Connection: close`, so each request is a new TCP connection (the server "
+        "closes after its response, wrk reconnects); the server alone on CPU 0, one process, as "
+        f"the matrix's rows (nginx: a master and one worker). {cp['warmup']} s of warm-up, then "
+        f"{cp['duration']} s measured, {rounds} rounds. CPU per request = the server's "
+        "utime+stime (all its processes) over wrk's run ÷ requests completed; status and exact "
+        "body checked before and after each run, any wrk error fails it. **The rates are "
+        "noisy**: another job shared this 2-CPU machine during the run (the column 'other load "
+        "on CPU 0' is the busiest share of CPU 0 that was not the server's).\n")
+    agg = aggregate(runs, rounds)
+    order = charts.server_order([k[2] for k in agg])
+    L.append(f"## Churn: a new connection per request, {rounds} rounds\n")
+    L.append("| workload | server | req/s (median, min–max) | CPU µs/request (median) | rounds ok "
+             "| other load on CPU 0 (max) | first error |")
+    L.append("|---|---|---:|---:|---:|---:|---|")
+    for w, c, s in sorted(agg, key=lambda k: (k[0], k[1], order.index(k[2]))):
+        a = agg[(w, c, s)]
+        L.append(f"| {w} c{c} | {SCALE_NAMES.get(s, s)} | {fmt(a['rps'])} "
+                 f"({fmt(a['rps_min'])}–{fmt(a['rps_max'])}) | {fmt(a['cpu_us_per_req'], '.1f')} "
+                 f"| {a['rounds_ok']}/{a['rounds']} | {fmt(a['other_cpu0'], '.0%')} | "
+                 f"{(a['errors_first'] or '')[:160]} |")
     L.append("")
-    L.extend(chart_lines)
-    return "\n".join(L) + "\n"
+    return scale.churn_verdicts(runs, rounds)
 
 
 def write_scale_report(result, outdir, summary=None, charts_python=None):
     """report.md in the scale run's folder `outdir` (and `summary`: bench/SCALE.md) with the
     memory chart drawn beside each (charts/scale/ beside the summary); returns the markdown."""
-    figs = scale.figures(result["scale"]["rows"])
+    figs = scale.figures((result.get("scale") or {}).get("rows", []))
     drawn = charts.draw({charts.SCALE_MEMORY: charts.scale_chart(figs)}, outdir, charts_python)
     report = render_scale(result, charts.markdown(drawn))
     (Path(outdir) / "report.md").write_text(report)

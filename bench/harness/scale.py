@@ -26,7 +26,8 @@ from pathlib import Path
 
 from .env import (BUILD, CLIENT_CPU, PEERS_VENV, SKIRR_VENV, describe, ensure_tools, git_commit,
                   interp_identity, log, machine_info, new_run_dir, venv_python)
-from .measure import memory
+from .measure import measure_row, memory
+from .tls import peer_ratios
 from .peers import (SCALE_FLAGS, SERVERS, Server, build_scale_client, ensure_peers, peer_groups,
                     pip_versions)
 from .workloads import WORKLOADS, WS_WORKLOADS
@@ -47,6 +48,14 @@ SETTLE_S = 1.0  # seconds between the last answer (or the last close) and a memo
 CLOSE_WAIT_S = 60.0  # at most this long for a server to close its side after the client's FINs
 FD_SPARE = 256  # descriptors a server holds besides its connections, at most (a generous bound)
 LEAK_RATIO = 1.10  # RSS after all closed at most this times the RSS before: no leak
+
+# The churn rows: a new connection per request (wrk -c64 with `Connection: close`, on CPU 1; the
+# server on CPU 0, as the matrix's rows), CPU per request per round.
+CHURN = dict(servers=["skirr", "uvicorn-httptools", "granian", "hypercorn", "peregrine",
+                      "nginx-scale"],
+             rows=[("raw_get_close", 64), ("fastapi_json_close", 64)], rounds=3, warmup=2,
+             duration=10)
+TARGET_CHURN_NGINX = 1.5  # skirr's churn CPU per request at most this times nginx's, every round
 
 # The targets (issue 37), each judged by `verdicts`.
 TARGET_PEER_SHARE = 0.25  # skirr's KiB per idle connection at most this times the lowest peer's
@@ -265,6 +274,59 @@ def run(sp, status, outdir):
             "config": sp}
 
 
+def run_churn(cp, status, outdir):
+    """The churn rows every round, each row's servers in a fresh random order, through
+    measure.py's `measure_row` (the server's CPU over wrk's measured interval ÷ its requests;
+    exact status and body checked before and after; any wrk error fails the run). Returns
+    {"runs": [...], "config"}."""
+    runs = []
+    for rnd in range(cp["rounds"]):
+        for wl, conns in cp["rows"]:
+            order = [s for s in cp["servers"] if s not in status]
+            random.shuffle(order)
+            for s in order:
+                r = measure_row(s, wl, conns, cp, outdir, f"churn{rnd}-{wl}-c{conns}-{s}")
+                r["round"] = rnd
+                runs.append(r)
+                (Path(outdir) / "churn.json").write_text(json.dumps(runs, indent=1))
+                log(f"churn r{rnd} {wl} c{conns} {s}: " + (
+                    f"{r['rps']:,.0f} req/s cpu {r['cpu_us_per_req']:.1f} us/req "
+                    f"other cpu0 {r['other_cpu0']:.0%}" if r["ok"]
+                    else f"FAILED {r['error'][:300]}"))
+    return {"runs": runs, "config": cp}
+
+
+def churn_verdicts(runs, rounds):
+    """The churn targets from the rows: per (workload, peer) skirr's CPU per request ahead in
+    every round (tls.peer_ratios' verdict), and per workload skirr ÷ nginx at most
+    TARGET_CHURN_NGINX in every round ("unproven" when a round of either failed). A list of
+    {"target", "verdict", "detail"} as `verdicts`."""
+    out = []
+    for (w, c, s), v in peer_ratios(runs, rounds, base="skirr",
+                                    peers=lambda s: SERVERS[s].kind == "peer").items():
+        out.append({"target": f"churn {w} c{c}: skirr's CPU per request ahead of {s} in every "
+                              "round",
+                    "verdict": v["verdict"],
+                    "detail": f"{s} ÷ skirr per round: "
+                              + (", ".join(f"{x:.2f}" for x in v["ratios"]) or "none")})
+    by = {(r["workload"], r["conns"], r["round"], r["server"]): r for r in runs if r["ok"]}
+    for w, c in dict.fromkeys((r["workload"], r["conns"]) for r in runs):
+        ratios, missing = [], 0
+        for rnd in range(rounds):
+            k, n = by.get((w, c, rnd, "skirr")), by.get((w, c, rnd, "nginx-scale"))
+            if k is None or n is None:
+                missing += 1
+            else:
+                ratios.append(k["cpu_us_per_req"] / n["cpu_us_per_req"])
+        over = sum(x > TARGET_CHURN_NGINX for x in ratios)
+        out.append({"target": f"churn {w} c{c}: skirr's CPU per request <= "
+                              f"{TARGET_CHURN_NGINX:g}x nginx's in every round",
+                    "verdict": "MISSED" if over else "unproven" if missing else "met",
+                    "detail": "skirr ÷ nginx per round: "
+                              + (", ".join(f"{x:.2f}" for x in ratios) or "none")})
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # Figures and verdicts (report.py renders them)
 
@@ -415,6 +477,18 @@ def plan(args):
     return sp
 
 
+def plan_churn(args):
+    """The churn rows' settings: CHURN with --servers (a subset; skirr always) and
+    --churn-rounds applied."""
+    cp = dict(CHURN)
+    if args.servers:
+        want = ["skirr", *(s for s in args.servers.split(",") if s != "skirr")]
+        cp["servers"] = [s for s in cp["servers"] if s in want]
+    if args.churn_rounds:
+        cp["rounds"] = args.churn_rounds
+    return cp
+
+
 def main(args):
     """`run.py scale`: the idle rows, their results in bench/results/<time>-scale/ and the report
     (report.md there, and --summary); the exit status is 1 when skirr failed a row."""
@@ -429,8 +503,9 @@ def main(args):
     random.seed(seed)
     outdir = new_run_dir("scale")
     log(f"results in {outdir}")
-    servers = list(dict.fromkeys(s for m in sp["servers"].values() for s in m))
-    tools = ensure_tools(["taskset", "gcc"] + (["nginx"] if "nginx-scale" in servers else []))
+    servers = list(dict.fromkeys([*(s for m in sp["servers"].values() for s in m),
+                                  *plan_churn(args)["servers"]]))
+    tools = ensure_tools(["taskset", "gcc", "wrk"] + (["nginx"] if "nginx-scale" in servers else []))
     groups = peer_groups(servers)
     install = ensure_peers(groups, reinstall=args.reinstall) if groups else {}
     build_scale_client()
@@ -446,9 +521,12 @@ def main(args):
             "python": interp_identity(venv_python(SKIRR_VENV)),
             "versions": pip_versions(venv_python(PEERS_VENV)) if groups else {},
             "install": install}
-    part = run(sp, status, outdir)
-    result = {"meta": meta, "scale": part}
+    part = run(sp, status, outdir) if not args.no_idle else None
+    churn = run_churn(plan_churn(args), status, outdir) if not args.no_churn else None
+    result = {"meta": meta, "scale": part, "churn": churn}
     (outdir / "results.json").write_text(json.dumps(result, indent=1))
     print(write_scale_report(result, outdir, args.summary))
-    failed = any(r["server"] == "skirr" and (not r["ok"] or row_errors(r)) for r in part["rows"])
+    failed = any(r["server"] == "skirr" and (not r["ok"] or row_errors(r))
+                 for r in (part or {}).get("rows", []))
+    failed |= any(r["server"] == "skirr" and not r["ok"] for r in (churn or {}).get("runs", []))
     return 1 if failed else 0
