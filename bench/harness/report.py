@@ -1002,8 +1002,9 @@ def _render_churn(L, churn):
         f"{cp['duration']} s measured, {rounds} rounds. CPU per request = the server's "
         "utime+stime (all its processes) over wrk's run ÷ requests completed; status and exact "
         "body checked before and after each run, any wrk error fails it. **The rates are "
-        "noisy**: another job shared this 2-CPU machine during the run (the column 'other load "
-        "on CPU 0' is the busiest share of CPU 0 that was not the server's).\n")
+        "noisy** when another job shares the machine: the column 'other load on CPU 0' is the "
+        "largest share of CPU 0 in a round that was not the server's process time (other jobs, "
+        "and the kernel's softirq work for the connections, which churn makes large).\n")
     agg = aggregate(runs, rounds)
     order = charts.server_order([k[2] for k in agg])
     L.append(f"## Churn: a new connection per request, {rounds} rounds\n")
