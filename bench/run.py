@@ -205,8 +205,9 @@ def build_parser():
                     "run's test certificate, every connection handshaken in the warm-up")
     sc = sub.add_parser("scale", help="the scale rows (issue 37): idle HTTP and WebSocket "
                         "connections held, memory per connection, open time, errors, leak")
-    sc.add_argument("--rows", help="comma-separated mode:count (mode http or ws; default "
-                    "http:10000,http:50000,ws:10000,ws:50000)")
+    sc.add_argument("--rows", help="comma-separated mode:count (mode http: after one request, "
+                    "ws: an idle WebSocket, tcp: nothing sent; default tcp:10000,http:10000,"
+                    "http:50000,ws:10000,ws:50000)")
     sc.add_argument("--servers", help="comma-separated subset (skirr is always included)")
     sc.add_argument("--rounds", type=int, help="rounds of every idle row (default 1)")
     sc.add_argument("--churn-rounds", type=int, help="rounds of the churn rows (default 3)")

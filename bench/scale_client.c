@@ -7,7 +7,9 @@
  *   -m http  one complete HTTP/1.1 keep-alive GET of -p PATH; the response must be -s STATUS with
  *            a Content-Length body equal byte for byte to -b BODY and nothing after it;
  *   -m ws    the RFC 6455 opening handshake on -p PATH; the answer must be `101`, carry
- *            `Upgrade: websocket` and the right Sec-WebSocket-Accept, and nothing after the head.
+ *            `Upgrade: websocket` and the right Sec-WebSocket-Accept, and nothing after the head;
+ *   -m tcp   none: the connection is held as soon as it is established, having sent nothing (the
+ *            baseline of what a server spends on a connection before any request).
  * Then the connection idles: nothing more is sent or read. A wrong status, body or accept key, a
  * refused or reset connection, an early close or a connection not answered within -t seconds is
  * an error counted by kind, never a success. When no connection at all has been answered for -t
@@ -78,6 +80,7 @@ typedef struct {
     int port;
     long n;
     int ws;
+    int tcp;
     const char *path;
     const char *body;
     int status;
@@ -94,8 +97,8 @@ static int
 usage(const char *why)
 {
     fprintf(stderr,
-            "scale_client: %s\nusage: scale_client PORT -n N [-m http|ws] [-p PATH] [-b BODY] "
-            "[-s STATUS] [-a ADDRS] [-w WINDOW] [-t TIMEOUT_S]\n",
+            "scale_client: %s\nusage: scale_client PORT -n N [-m http|ws|tcp] [-p PATH] "
+            "[-b BODY] [-s STATUS] [-a ADDRS] [-w WINDOW] [-t TIMEOUT_S]\n",
             why);
     return 2;
 }
@@ -145,10 +148,11 @@ parse_args(int argc, char **argv, opts_t *o)
             }
         }
         else if (!strcmp(f, "-m")) {
-            if (strcmp(v, "http") && strcmp(v, "ws")) {
-                return usage("-m is http or ws");
+            if (strcmp(v, "http") && strcmp(v, "ws") && strcmp(v, "tcp")) {
+                return usage("-m is http, ws or tcp");
             }
             o->ws = v[0] == 'w';
+            o->tcp = v[0] == 't';
         }
         else if (!strcmp(f, "-p")) {
             if (v[0] != '/' || strpbrk(v, " \r\n")) {
@@ -172,8 +176,8 @@ parse_args(int argc, char **argv, opts_t *o)
     if (o->n < 1) {
         return usage("-n N is required");
     }
-    if (o->ws && status_given) {
-        return usage("-s is for -m http (a WebSocket answer must be 101)");
+    if ((o->ws || o->tcp) && status_given) {
+        return usage("-s is for -m http (a WebSocket answer must be 101; -m tcp has none)");
     }
     if (strlen(o->body) > HEAD_MAX / 2) {
         return usage("-b: at most 4096 bytes");
@@ -230,7 +234,7 @@ start(const opts_t *o, int ep, conn_t *c, long i)
     }
 }
 
-/* The connection is up: sends its one request and waits for the answer. */
+/* The connection is up: sends its one request and waits for the answer (-m tcp: holds it). */
 static void
 send_request(const opts_t *o, int ep, conn_t *c, long i)
 {
@@ -239,6 +243,13 @@ send_request(const opts_t *o, int ep, conn_t *c, long i)
     getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
     if (err) {
         fail(c, i, E_CONNECT, strerror(err));
+        return;
+    }
+    if (o->tcp) { /* established: held, having sent nothing */
+        if (epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL) < 0) {
+            die("epoll_ctl");
+        }
+        c->state = S_HELD;
         return;
     }
     char req[512];

@@ -179,6 +179,16 @@ def test_silent_server_times_out_then_stalls(client):
     assert rc == 1 and got["open"]["errors"] == {"timeout": 2, "stalled": 8}
 
 
+def test_tcp_mode_holds_without_sending(client):
+    srv = Scripted(lambda head: b"")
+    try:
+        got, rc, err = run_client(client, srv.port, 30, "-m", "tcp")
+    finally:
+        srv.close()
+    assert rc == 0, err
+    assert got["open"]["ok"] == 30 and got["held"]["still_open"] == 30
+
+
 def test_refused_is_a_connect_error(client):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -194,7 +204,8 @@ def test_refused_is_a_connect_error(client):
     (["80"], "-n N is required"),
     (["80", "-n", "0"], "positive integer"),
     (["80", "-n", "x"], "positive integer"),
-    (["80", "-n", "1", "-m", "h2"], "-m is http or ws"),
+    (["80", "-n", "1", "-m", "h2"], "-m is http, ws or tcp"),
+    (["80", "-n", "1", "-m", "tcp", "-s", "200"], "-s is for -m http"),
     (["80", "-n", "1", "-p", "no-slash"], "-p must start with /"),
     (["80", "-n", "1", "-t", "0"], "-t takes"),
     (["80", "-n", "1", "-a", "70000"], "at most 64516"),
@@ -301,7 +312,7 @@ def test_too_many_and_plan():
     sp = scale.plan(args)
     assert sp["rows"] == [("http", 100), ("ws", 200)] and sp["rounds"] == 2
     assert sp["servers"] == {"http": ["skirr", "granian", "nginx-scale"],
-                             "ws": ["skirr", "granian"]}
+                             "ws": ["skirr", "granian"], "tcp": ["skirr", "granian", "nginx-scale"]}
     with pytest.raises(SystemExit):
         scale.plan(Namespace(rows="h2:100", servers=None, rounds=None))
     with pytest.raises(SystemExit):

@@ -228,14 +228,15 @@ def latency_chart(fixed):
 
 
 def scale_chart(figs):
-    """The scale rows' chart (issue 37): one facet per mode (HTTP keep-alive after one request,
-    WebSocket), the connection counts along x, a bar per server (KiB of RSS growth per idle
+    """The scale rows' chart (issue 37): one facet per mode (connected with nothing sent, HTTP
+    keep-alive after one request, WebSocket), the connection counts along x, a bar per server (KiB of RSS growth per idle
     connection, the median of its rounds); (spec, None) or (None, why not). `figs`:
     scale.figures()."""
     if not any(f["kib_rss"] is not None for f in figs.values()):
         return None, "no scale row held its connections"
     facets = []
-    for mode, title in (("http", "HTTP keep-alive, after one request"), ("ws", "WebSocket")):
+    for mode, title in (("tcp", "connected, nothing sent"),
+                        ("http", "HTTP keep-alive, after one request"), ("ws", "WebSocket")):
         keys = [k for k in figs if k[0] == mode]
         if not keys:
             continue

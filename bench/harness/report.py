@@ -926,7 +926,8 @@ def _render_idle(L, part):
          "its port chosen at connect()), at most 128 "
          "opening at once; on each, one HTTP/1.1 keep-alive GET answered 200 with the exact body "
          "(Content-Length) and nothing more, or a WebSocket handshake answered 101 with the right "
-         "Sec-WebSocket-Accept and `Upgrade: websocket`; any other answer, a refused, reset or "
+         "Sec-WebSocket-Accept and `Upgrade: websocket`, or (the baseline rows) nothing at all: "
+         "held once established; any other answer, a refused, reset or "
          "closed connection, or none within 30 s is an error counted by kind. Then they idle "
          "(nothing sent either way). Memory: RSS and PSS from /proc/PID/smaps_rollup summed over "
          "the server's processes, read 1 s after one checked connection (before), 1 s after the "
@@ -961,8 +962,9 @@ def _render_idle(L, part):
         keys = [k for k in figs if k[:2] == (mode, n)]
         if not keys:
             continue
-        what = "HTTP keep-alive connections, each after one request" if mode == "http" else \
-            "idle WebSocket connections"
+        what = {"http": "HTTP keep-alive connections, each after one request",
+                "ws": "idle WebSocket connections",
+                "tcp": "connections that have sent nothing (the baseline; no target)"}[mode]
         L.append(f"## {n:,} {what}\n")
         L.append("| server | KiB/conn RSS | KiB/conn PSS | open (s) | errors | RSS before / held / "
                  "after (MiB) | after ÷ before | leak | 2nd cycle: after ÷ 1st after |")

@@ -35,15 +35,20 @@ from .workloads import WORKLOADS, WS_WORKLOADS
 # RLIMIT_NOFILE for the harness and everything it starts (soft and hard): 50,000 connections on
 # one side each, with room; skirr's default --limit-connections is 7/8 of its soft limit.
 NOFILE = 131072
-MODES = {  # mode: (the app every server serves, its path, the exact body; None: WebSocket)
+MODES = {  # mode: (the app every server serves, its path, the exact body; None: none checked)
     "http": (WORKLOADS["raw_get"]["app"], WORKLOADS["raw_get"]["path"],
              WORKLOADS["raw_get"]["expect"]),
     "ws": (WS_WORKLOADS["ws_echo_64"]["app"], WS_WORKLOADS["ws_echo_64"]["path"], None),
+    # connected, nothing sent: what a server spends on a connection before any request (the
+    # baseline of the "after one request" figure; no target of its own)
+    "tcp": (WORKLOADS["raw_get"]["app"], WORKLOADS["raw_get"]["path"], None),
 }
+FLAGS_OF = {"http": "http", "ws": "ws", "tcp": "http"}  # mode -> its SCALE_FLAGS entry
 HTTP_SERVERS = ["skirr", "uvicorn-httptools", "granian", "hypercorn", "peregrine", "nginx-scale"]
 WS_SERVERS = ["skirr", "uvicorn-websockets", "uvicorn-wsproto", "granian", "peregrine"]
-SCALE_FULL = dict(servers={"http": HTTP_SERVERS, "ws": WS_SERVERS},
-                  rows=[("http", 10000), ("http", 50000), ("ws", 10000), ("ws", 50000)], rounds=1)
+SCALE_FULL = dict(servers={"http": HTTP_SERVERS, "ws": WS_SERVERS, "tcp": HTTP_SERVERS},
+                  rows=[("tcp", 10000), ("http", 10000), ("http", 50000), ("ws", 10000),
+                        ("ws", 50000)], rounds=1)
 SETTLE_S = 1.0  # seconds between the last answer (or the last close) and a memory reading
 CLOSE_WAIT_S = 60.0  # at most this long for a server to close its side after the client's FINs
 FD_SPARE = 256  # descriptors a server holds besides its connections, at most (a generous bound)
@@ -199,10 +204,10 @@ def idle_row(name, mode, n, outdir, tag, cycles=2):
     complete."""
     app, _, _ = MODES[mode]
     out = {"server": name, "mode": mode, "n": n, "ok": False, "error": None}
-    extra = SCALE_FLAGS.get(name, {}).get(mode, [])
+    extra = SCALE_FLAGS.get(name, {}).get(FLAGS_OF[mode], [])
     with Server(name, app, Path(outdir) / "logs", tag, extra=extra) as srv:
-        try:
-            srv.wait_ready(check_one(mode), timeout=60)
+        try:  # (a tcp row's server is checked with one exact request first)
+            srv.wait_ready(check_one("http" if mode == "tcp" else mode), timeout=60)
             time.sleep(SETTLE_S)
             pids = srv.pids()
             rss0, pss0 = memory(pids)
@@ -385,6 +390,8 @@ def verdicts(figs, sp, skipped=None):
     skipped = skipped or {}
     out = []
     for mode, n in sp["rows"]:
+        if mode == "tcp":  # the baseline: no target of its own
+            continue
         sk = figs.get((mode, n, "skirr"))
         skirr_ok = sk is not None and sk["kib_rss"] is not None and sk["errors"] == 0
         peer, low = _lowest_peer(figs, mode, n)
@@ -459,7 +466,7 @@ def plan(args):
         for item in args.rows.split(","):
             mode, _, n = item.partition(":")
             if mode not in MODES or not n.isdigit() or int(n) < 1:
-                raise SystemExit(f"scale: --rows takes mode:count,... with mode http or ws; "
+                raise SystemExit(f"scale: --rows takes mode:count,... with mode http, ws or tcp; "
                                  f"got {item!r}")
             rows.append((mode, int(n)))
         sp["rows"] = rows
