@@ -159,6 +159,7 @@ bench-access: build
 	$(BENCH_RUN) matrix --profile costs $(BENCH_ARGS)
 
 # The scale rows (issue 37; bench/harness/scale.py), about 15 minutes at 10,000 connections:
+# 10,000 connections that have sent nothing (the baseline) on the HTTP servers, then
 # 10,000 and 50,000 idle connections held by bench/scale_client.c (built into bench/build/) from
 # 64 source addresses in 127.0.0.0/8, each after one exact HTTP/1.1 keep-alive request (skirr beside
 # uvicorn, granian, hypercorn, peregrine and nginx) or an accepted WebSocket with pings off (skirr

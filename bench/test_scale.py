@@ -99,12 +99,19 @@ def run_client(client, port, n, *extra):
     return scale.client_lines(p.stdout), p.returncode, p.stderr
 
 
-def test_http_right_answers_are_held_from_spread_addresses(client):
-    srv = Scripted(lambda head: http_answer())
+def against(client, answer, n, *extra):
+    """run_client against a Scripted server answering with `answer`: (its phases, exit status,
+    stderr, the server, closed)."""
+    srv = Scripted(answer)
     try:
-        got, rc, err = run_client(client, srv.port, 300, "-b", "Hello, world!", "-a", "300")
+        return (*run_client(client, srv.port, n, *extra), srv)
     finally:
         srv.close()
+
+
+def test_http_right_answers_are_held_from_spread_addresses(client):
+    got, rc, err, srv = against(client, lambda head: http_answer(), 300, "-b", "Hello, world!",
+                                "-a", "300")
     assert rc == 0, err
     assert got["open"]["ok"] == 300 and got["open"]["errors"] == {}
     assert got["held"] == {"phase": "held", "still_open": 300, "closed_by_server": 0,
@@ -123,11 +130,7 @@ def test_http_right_answers_are_held_from_spread_addresses(client):
      "body"),
 ])
 def test_http_wrong_answers_are_errors(client, answer, kind):
-    srv = Scripted(lambda head: answer)
-    try:
-        got, rc, _ = run_client(client, srv.port, 5, "-b", "Hello, world!")
-    finally:
-        srv.close()
+    got, rc, _, _ = against(client, lambda head: answer, 5, "-b", "Hello, world!")
     assert rc == 1
     assert got["open"]["ok"] == 0 and got["open"]["errors"] == {kind: 5}
     assert got["open"]["first_error"].startswith("connection ")
@@ -149,42 +152,23 @@ def test_closed_while_held_is_counted(client):
 
 
 def test_websocket_accept_is_checked(client):
-    srv = Scripted(ws_answer())
-    try:
-        got, rc, err = run_client(client, srv.port, 50, "-m", "ws")
-    finally:
-        srv.close()
+    got, rc, err, _ = against(client, ws_answer(), 50, "-m", "ws")
     assert rc == 0, err
     assert got["open"]["ok"] == 50 and got["held"]["still_open"] == 50
-    srv = Scripted(ws_answer(right=False))
-    try:
-        got, rc, _ = run_client(client, srv.port, 3, "-m", "ws")
-    finally:
-        srv.close()
+    got, rc, _, _ = against(client, ws_answer(right=False), 3, "-m", "ws")
     assert rc == 1 and got["open"]["errors"] == {"accept": 3}
-    srv = Scripted(lambda head: http_answer())
-    try:
-        got, rc, _ = run_client(client, srv.port, 3, "-m", "ws")
-    finally:
-        srv.close()
+    got, rc, _, _ = against(client, lambda head: http_answer(), 3, "-m", "ws")
     assert rc == 1 and got["open"]["errors"] == {"status": 3}
 
 
 def test_silent_server_times_out_then_stalls(client):
-    srv = Scripted(lambda head: b"")  # reads the request, never answers
-    try:
-        got, rc, _ = run_client(client, srv.port, 10, "-t", "1", "-w", "2")
-    finally:
-        srv.close()
+    # the server reads the request and never answers
+    got, rc, _, _ = against(client, lambda head: b"", 10, "-t", "1", "-w", "2")
     assert rc == 1 and got["open"]["errors"] == {"timeout": 2, "stalled": 8}
 
 
 def test_tcp_mode_holds_without_sending(client):
-    srv = Scripted(lambda head: b"")
-    try:
-        got, rc, err = run_client(client, srv.port, 30, "-m", "tcp")
-    finally:
-        srv.close()
+    got, rc, err, _ = against(client, lambda head: b"", 30, "-m", "tcp")
     assert rc == 0, err
     assert got["open"]["ok"] == 30 and got["held"]["still_open"] == 30
 
