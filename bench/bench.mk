@@ -20,6 +20,9 @@ BENCH_TLS_TEST := $(VPY) -m pytest bench/test_tls.py -q -p no:cacheprovider
 # The HTTP/2 rows' figures, h2load's summary as the harness reads it and their report section
 # (issue 33) judged from synthetic rounds.
 BENCH_H2_TEST := $(VPY) -m pytest bench/test_h2.py -q -p no:cacheprovider
+# The scale rows' connection holder (bench/scale_client.c) against scripted servers, and their
+# figures and verdicts (issue 37) from fixed rows.
+BENCH_SCALE_TEST := $(VPY) -m pytest bench/test_scale.py -q -p no:cacheprovider
 # The matrix's plan from the command line (rows, servers, phases; a --workloads name no row has is
 # refused), checked before anything is measured.
 BENCH_PLAN_TEST := $(VPY) -m pytest bench/test_plan.py -q -p no:cacheprovider
@@ -28,7 +31,7 @@ BENCH_PLAN_TEST := $(VPY) -m pytest bench/test_plan.py -q -p no:cacheprovider
 # ($(MAKE) stays in the recipes themselves, where make knows the line for a recursive one.)
 BENCH_REFUSE = { echo "$@: 'make conformance' failed: refusing to measure this build" >&2; exit 1; }
 
-.PHONY: bench bench-targets bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers bench-threads bench-ws bench-tls bench-h2
+.PHONY: bench bench-targets bench-quick bench-syscalls bench-callgrind bench-access bench-costs bench-workers bench-threads bench-ws bench-tls bench-h2 bench-scale
 
 # The full matrix (about 2 hours: 11 minutes of conformance, 117 of matrix), only on a build that passes
 # the conformance suite; writes the raw results to bench/results/ and the summary to
@@ -169,3 +172,20 @@ bench-access: build
 	$(BENCH_RUN) callgrind $(CALLGRIND_ARGS)
 	$(BENCH_RUN) callgrind --access-log $(CALLGRIND_ARGS)
 	$(BENCH_RUN) matrix --profile costs $(BENCH_ARGS)
+
+# The scale rows (issue 37; bench/harness/scale.py), about 15 minutes at 10,000 connections:
+# 10,000 connections that have sent nothing (the baseline) on the HTTP servers, then
+# 10,000 and 50,000 idle connections held by bench/scale_client.c (built into bench/build/) from
+# 64 source addresses in 127.0.0.0/8, each after one exact HTTP/1.1 keep-alive request (skirr beside
+# uvicorn, granian, hypercorn, peregrine and nginx) or an accepted WebSocket with pings off (skirr
+# beside uvicorn with websockets and wsproto, granian and peregrine), keep-alive timeouts raised
+# for the row; per server RSS and PSS growth per connection (KiB), the time to open them all,
+# errors, and RSS after all closed (a leak: over 1.1x the start), two open-hold-close cycles per
+# server. RLIMIT_NOFILE is raised as far as the machine allows; a row it cannot hold is reported
+# not run, with the reason. Then churn: raw_get and fastapi_json with `Connection: close` (a new
+# connection per request), wrk -c64 on CPU 1, the server on CPU 0, the same servers, 3 rounds:
+# CPU per request against each peer per round and against nginx. The summary, with the targets
+# judged, goes to bench/SCALE.md.
+bench-scale: build
+	$(BENCH_SCALE_TEST)
+	$(BENCH_RUN) scale --summary bench/SCALE.md $(BENCH_ARGS)

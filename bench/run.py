@@ -18,6 +18,9 @@
                                                                       and h2 over TLS, CPU/req
                                                                       against peers and nginx,
                                                                       HTTP/2 against HTTP/1.1
+    run.py scale [--rows http:10000,ws:10000] [--servers ...]    the scale rows (issue 37): memory
+                 [--summary bench/SCALE.md]                        per idle connection held by
+                                                                      bench/scale_client.c
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000] [--workload raw_get] [--conns 1]      instructions per request
                      [--servers skirr,peregrine]                      (skirr's, and peers' beside it)
@@ -46,7 +49,7 @@ import os
 import shutil
 import sys
 
-from harness import charts, matrix, measure, peers, report, tls, traced
+from harness import charts, matrix, measure, peers, report, scale, tls, traced
 from harness.env import CLIENT_CPU, TLS_DIR_ENV, ensure_tools
 from harness.matrix import PROFILES
 from harness.peers import SERVERS
@@ -136,6 +139,10 @@ def cmd_callgrind(args):
         os.environ.pop(TLS_DIR_ENV, None)
 
 
+def cmd_scale(args):
+    return scale.main(args)
+
+
 def cmd_report(args):
     """Re-renders the report of a finished matrix run, and its charts, from its results.json."""
     print(report.rerender(args.results, args.summary))
@@ -221,6 +228,23 @@ def build_parser():
                     "--conns connections of --streams streams")
     cg.add_argument("--streams", type=int, default=0,
                     help="with --h2: concurrent streams a connection (h2load -m; default 1)")
+    sc = sub.add_parser("scale", help="the scale rows (issue 37): idle HTTP and WebSocket "
+                        "connections held, memory per connection, open time, errors, leak")
+    sc.add_argument("--rows", help="comma-separated mode:count (mode http: after one request, "
+                    "ws: an idle WebSocket, tcp: nothing sent; default tcp:10000,http:10000,"
+                    "http:50000,ws:10000,ws:50000)")
+    sc.add_argument("--servers", help="comma-separated subset (skirr is always included)")
+    sc.add_argument("--rounds", type=int, help="rounds of every idle row (default 1)")
+    sc.add_argument("--churn-rounds", type=int, help="rounds of the churn rows (default 3)")
+    sc.add_argument("--no-idle", action="store_true", help="skip the idle-connection rows")
+    sc.add_argument("--no-churn", action="store_true",
+                    help="skip the churn rows (wrk -c64, a new connection per request)")
+    sc.add_argument("--seed", type=int, default=None, help="random seed for the server order")
+    sc.add_argument("--summary", help="also write the report here (bench/SCALE.md), its chart "
+                    "into charts/SCALE/ beside it")
+    sc.add_argument("--reinstall", action="store_true", help="retry peers that failed to install")
+    sc.add_argument("--rerender", metavar="RUN", help="re-render a finished scale run's report "
+                    "from its results.json (bench/results/<run>) instead of measuring")
     rp = sub.add_parser("report", help="re-render a finished matrix run's report and charts "
                         "(results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")
@@ -234,7 +258,8 @@ def build_parser():
 def main():
     args = build_parser().parse_args()
     commands = {"matrix": cmd_matrix, "syscalls": cmd_syscalls, "setup": cmd_setup,
-                "report": cmd_report, "callgrind": cmd_callgrind, "app-cpu": cmd_app_cpu}
+                "report": cmd_report, "callgrind": cmd_callgrind, "scale": cmd_scale,
+                "app-cpu": cmd_app_cpu}
     return commands[args.cmd](args)
 
 

@@ -45,11 +45,12 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 
+#include "bench_client.h"
+
 #define MAX_EVENTS 64
 #define HEAD_MAX 8192              /* the 101 response's head, at most */
 #define ECHO_TIMEOUT_NS 5000000000 /* a message not echoed within 5 s is an error */
 #define CLOSE_TIMEOUT_NS 2000000000
-#define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 enum { OP_CONT = 0, OP_TEXT = 1, OP_BINARY = 2, OP_CLOSE = 8, OP_PING = 9, OP_PONG = 10 };
 enum { PH_WARM, PH_MEASURE, PH_DRAIN, PH_CLOSE, PH_DONE };
@@ -95,126 +96,6 @@ typedef struct {
 } gen_t;
 
 /* ------------------------------------------------------------------------------------------- */
-/* SHA-1 (FIPS 180-4 §6.1) and base64 (RFC 4648 §4), for Sec-WebSocket-Accept only. */
-
-static uint32_t
-rol(uint32_t x, int n)
-{
-    return (x << n) | (x >> (32 - n));
-}
-
-static void
-sha1_block(uint32_t h[5], const unsigned char *p)
-{
-    uint32_t w[80];
-    for (int t = 0; t < 16; t++) {
-        w[t] = (uint32_t)p[4 * t] << 24 | (uint32_t)p[4 * t + 1] << 16 |
-               (uint32_t)p[4 * t + 2] << 8 | (uint32_t)p[4 * t + 3];
-    }
-    for (int t = 16; t < 80; t++) {
-        w[t] = rol(w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16], 1);
-    }
-    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
-    for (int t = 0; t < 80; t++) {
-        uint32_t f, k;
-        if (t < 20) {
-            f = (b & c) | (~b & d);
-            k = 0x5a827999;
-        }
-        else if (t < 40) {
-            f = b ^ c ^ d;
-            k = 0x6ed9eba1;
-        }
-        else if (t < 60) {
-            f = (b & c) | (b & d) | (c & d);
-            k = 0x8f1bbcdc;
-        }
-        else {
-            f = b ^ c ^ d;
-            k = 0xca62c1d6;
-        }
-        uint32_t tmp = rol(a, 5) + f + e + k + w[t];
-        e = d;
-        d = c;
-        c = rol(b, 30);
-        b = a;
-        a = tmp;
-    }
-    h[0] += a;
-    h[1] += b;
-    h[2] += c;
-    h[3] += d;
-    h[4] += e;
-}
-
-/* The 20-byte digest of data[0, n), n < 128 (a key and the GUID). */
-static void
-sha1(const unsigned char *data, size_t n, unsigned char out[20])
-{
-    uint32_t h[5] = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0};
-    unsigned char buf[192] = {0};
-    memcpy(buf, data, n);
-    buf[n] = 0x80;
-    size_t total = (n + 8) / 64 * 64 + 64;
-    uint64_t bits = (uint64_t)n * 8;
-    for (int i = 0; i < 8; i++) {
-        buf[total - 1 - i] = (unsigned char)(bits >> (8 * i));
-    }
-    for (size_t off = 0; off < total; off += 64) {
-        sha1_block(h, buf + off);
-    }
-    for (int i = 0; i < 5; i++) {
-        out[4 * i] = (unsigned char)(h[i] >> 24);
-        out[4 * i + 1] = (unsigned char)(h[i] >> 16);
-        out[4 * i + 2] = (unsigned char)(h[i] >> 8);
-        out[4 * i + 3] = (unsigned char)h[i];
-    }
-}
-
-/* base64 of in[0, n) into out (4 * ceil(n / 3) + 1 bytes), NUL-terminated. */
-static void
-base64(const unsigned char *in, size_t n, char *out)
-{
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        uint32_t v = (uint32_t)in[i] << 16;
-        if (i + 1 < n) {
-            v |= (uint32_t)in[i + 1] << 8;
-        }
-        if (i + 2 < n) {
-            v |= in[i + 2];
-        }
-        out[o++] = tab[(v >> 18) & 63];
-        out[o++] = tab[(v >> 12) & 63];
-        out[o++] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
-        out[o++] = i + 2 < n ? tab[v & 63] : '=';
-    }
-    out[o] = '\0';
-}
-
-/* Sec-WebSocket-Accept for `key` (RFC 6455 §4.2.2 item 5.4) into out[29]. */
-static void
-accept_for(const char *key, char out[29])
-{
-    unsigned char buf[128];
-    unsigned char digest[20];
-    size_t k = strlen(key);
-    memcpy(buf, key, k);
-    memcpy(buf + k, WS_GUID, sizeof WS_GUID - 1);
-    sha1(buf, k + sizeof WS_GUID - 1, digest);
-    base64(digest, sizeof digest, out);
-}
-
-/* ------------------------------------------------------------------------------------------- */
-
-static uint64_t
-now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static double
 cpu_seconds(void)
@@ -223,22 +104,6 @@ cpu_seconds(void)
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
            (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-}
-
-static uint64_t
-next_random(gen_t *g)
-{ /* xorshift64*: masking keys need not be secret here, only varied */
-    g->rng ^= g->rng >> 12;
-    g->rng ^= g->rng << 25;
-    g->rng ^= g->rng >> 27;
-    return g->rng * 0x2545f4914f6cdd1dULL;
-}
-
-static void
-die(const char *what)
-{
-    perror(what);
-    exit(1);
 }
 
 static void *
@@ -334,7 +199,7 @@ put_frame(gen_t *g, conn_t *c, int opcode, const unsigned char *payload, size_t 
             p[h++] = (unsigned char)((uint64_t)n >> (8 * i));
         }
     }
-    uint32_t key = (uint32_t)next_random(g);
+    uint32_t key = (uint32_t)xorshift64s(&g->rng);
     unsigned char mask[4] = {(unsigned char)(key >> 24), (unsigned char)(key >> 16),
                              (unsigned char)(key >> 8), (unsigned char)key};
     memcpy(p + h, mask, 4);
@@ -560,37 +425,6 @@ on_readable(gen_t *g, conn_t *c)
 /* ------------------------------------------------------------------------------------------- */
 /* The opening handshake, one connection at a time (blocking, 5 s timeouts). */
 
-static int
-header_value(const char *head, const char *name, char *out, size_t cap)
-{
-    size_t nlen = strlen(name);
-    const char *line = strstr(head, "\r\n");
-    while (line && line[2] != '\r') {
-        line += 2;
-        const char *eol = strstr(line, "\r\n");
-        if (!eol) {
-            break;
-        }
-        if ((size_t)(eol - line) > nlen && strncasecmp(line, name, nlen) == 0 &&
-            line[nlen] == ':') {
-            const char *v = line + nlen + 1;
-            while (v < eol && (*v == ' ' || *v == '\t')) {
-                v++;
-            }
-            const char *e = eol;
-            while (e > v && (e[-1] == ' ' || e[-1] == '\t')) {
-                e--;
-            }
-            size_t len = (size_t)(e - v) < cap - 1 ? (size_t)(e - v) : cap - 1;
-            memcpy(out, v, len);
-            out[len] = '\0';
-            return 1;
-        }
-        line = eol;
-    }
-    return 0;
-}
-
 /* Connects c and completes its handshake; 0, or -1 with the reason in err. */
 static int
 handshake(gen_t *g, conn_t *c, char *err, size_t errcap)
@@ -612,7 +446,7 @@ handshake(gen_t *g, conn_t *c, char *err, size_t errcap)
     }
     unsigned char raw[16];
     for (int i = 0; i < 16; i++) {
-        raw[i] = (unsigned char)next_random(g);
+        raw[i] = (unsigned char)xorshift64s(&g->rng);
     }
     char key[25], want[29], got[128], req[512];
     base64(raw, sizeof raw, key);

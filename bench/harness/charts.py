@@ -32,9 +32,11 @@ DRAW = Path(__file__).resolve().with_name("draw.py")
 
 # The charts in the report's order: (file, what it shows).
 CPU, RPS, LATENCY = "cpu-per-request.png", "rps-vs-connections.png", "fixed-rate-latency.png"
+SCALE_MEMORY = "scale-memory-per-connection.png"  # bench/SCALE.md's (issue 37)
 CHARTS = {CPU: "server CPU per request by workload and connections",
           RPS: "requests per second against connections",
-          LATENCY: "latency percentiles at fixed rates"}
+          LATENCY: "latency percentiles at fixed rates",
+          SCALE_MEMORY: "memory per idle connection by server"}
 
 # Figures: WIDTH inches wide at DPI, HEADER inches for the title, the legend (LEGEND of it) and the
 # footnote plus ROW inches per row of facets, so a chart's pixel size follows from its rows alone.
@@ -48,7 +50,7 @@ COLORS = {
     "skirr": "#d62728", "uvicorn-httptools": "#1f77b4", "uvicorn-h11": "#17becf",
     "granian": "#2ca02c", "hypercorn": "#9467bd", "peregrine": "#ff7f0e", "weft": "#8c564b",
     "gunicorn-uvicorn": "#e377c2", "uvicorn-websockets": "#1f77b4", "uvicorn-wsproto": "#17becf",
-    "limit-c": "#404040", "nginx": "#a0a0a0",
+    "limit-c": "#404040", "nginx": "#a0a0a0", "nginx-scale": "#a0a0a0",
 }
 SPARE = ("#bcbd22", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2")
 KIND_RANK = {"skirr": 0, "peer": 1, "limit": 2}
@@ -223,6 +225,37 @@ def latency_chart(fixed):
     return {"file": LATENCY, **layout(len(rows), note), "rows": rows, "columns": None,
             "legend": legend(names), "legend_kind": "line",
             "title": "Latency percentiles at fixed rates (ms, log scale; lower is better)"}, None
+
+
+def scale_chart(figs):
+    """The scale rows' chart (issue 37): one facet per mode (connected with nothing sent, HTTP
+    keep-alive after one request, WebSocket), the connection counts along x, a bar per server (KiB of RSS growth per idle
+    connection, the median of its rounds); (spec, None) or (None, why not). `figs`:
+    scale.figures()."""
+    if not any(f["kib_rss"] is not None for f in figs.values()):
+        return None, "no scale row held its connections"
+    facets = []
+    for mode, title in (("tcp", "connected, nothing sent"),
+                        ("http", "HTTP keep-alive, after one request"), ("ws", "WebSocket")):
+        keys = [k for k in figs if k[0] == mode]
+        if not keys:
+            continue
+        groups = sorted({n for _, n, _ in keys})
+        series = []
+        for s in server_order(s for _, _, s in keys):
+            ys = [figs[(mode, n, s)]["kib_rss"] if (mode, n, s) in figs else None for n in groups]
+            marks = ["failed" if (mode, n, s) in figs and figs[(mode, n, s)]["kib_rss"] is None
+                     else "" for n in groups]
+            series.append({"label": s, "color": color(s), "y": ys, "marks": marks})
+        facets.append({"kind": "bars", "title": title, "groups": [f"{n:,}" for n in groups],
+                       "series": series, "ylabel": "RSS growth per connection (KiB)",
+                       "value_fmt": "{:.2f}"})
+    names = server_order(s for _, _, s in figs)
+    note = ("(RSS with all held - RSS before) / connections held, summed over the server's "
+            "processes; server pinned to CPU 0, bench/scale_client.c on CPU 1.")
+    return {"file": SCALE_MEMORY, **layout(1, note), "rows": [facets], "columns": None,
+            "legend": legend(names), "legend_kind": "patch",
+            "title": "Memory per idle connection (KiB; lower is better)"}, None
 
 
 def chart_specs(result, agg, fixed_agg=()):

@@ -111,7 +111,8 @@ def build_c(name, flags=("-O2", "-Wall", "-Wextra")):
     BUILD.mkdir(parents=True, exist_ok=True)
     exe = BUILD / name
     src = BENCH / f"{name}.c"
-    if not exe.exists() or exe.stat().st_mtime < src.stat().st_mtime:
+    newest = max(f.stat().st_mtime for f in [src, *BENCH.glob("*.h")])  # its shared headers
+    if not exe.exists() or exe.stat().st_mtime < newest:
         cc = os.environ.get("CC", "cc")
         subprocess.run([cc, *flags, "-o", str(exe), str(src)], check=True)
     return exe
@@ -124,6 +125,11 @@ def build_limit():
 def build_ws_load():
     """The WebSocket load generator (bench/ws_load.c), warnings as errors as skirr's own C."""
     return build_c("ws_load", ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"))
+
+
+def build_scale_client():
+    """The scale rows' connection holder (bench/scale_client.c), warnings as errors."""
+    return build_c("scale_client", ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -256,6 +262,24 @@ def nginx_argv(app, port, tmp):
     return [tool_path("nginx"), "-c", str(conf), "-e", str(tmp / "error.log")]
 
 
+# The scale rows (issue 37): nginx as above with room for 50,000 connections (worker_connections
+# is 8,192 in the other rows) and its keep-alive timeout raised as every server's is there
+# (SCALE_FLAGS).
+NGINX_SCALE = {"worker_connections 8192;": "worker_connections 65536;",
+               "keepalive_timeout 75s;": "keepalive_timeout 3600s;",
+               "daemon off;": "daemon off;\nworker_rlimit_nofile 131072;"}
+
+
+def nginx_scale_argv(app, port, tmp):
+    argv = nginx_argv(app, port, tmp)
+    conf = Path(tmp) / "nginx.conf"
+    text = conf.read_text()
+    for old, new in NGINX_SCALE.items():
+        text = text.replace(old, new)
+    conf.write_text(text)
+    return argv
+
+
 # ----------------------------------------------------------------------------------------------
 # The TLS rows (issue 32): each server with its own TLS on the run's test certificate
 # (env.tls_files(): ECDSA P-256, made by harness/tls.py). Protocols and cipher suites are each
@@ -352,6 +376,26 @@ IDLE_KEEPALIVE = {
 }
 
 
+# The scale rows (issue 37): every server's idle keep-alive timeout raised to an hour (longer than
+# a row; granian has none for HTTP/1.1; nginx's is in NGINX_SCALE), its WebSocket keepalive pings
+# off (0 = none for skirr, uvicorn's wsproto and peregrine; uvicorn's websockets takes no "none"
+# from the command line and 0 there means a ping at every turn, so a day: no ping in a row; granian
+# sends none), and the connection caps raised above the row's count: peregrine's per worker
+# (4,096), granian's --backpressure (concurrent connections per worker; by default its backlog,
+# 1,024, so it would not answer the 1,025th).
+# Memory is not what the timeouts change: no timer fires during a row.
+SCALE_FLAGS = {
+    "skirr": {"http": ["--timeout-keep-alive", "3600"], "ws": ["--ws-ping-interval", "0"]},
+    "uvicorn-httptools": {"http": ["--timeout-keep-alive", "3600"]},
+    "uvicorn-websockets": {"ws": ["--ws-ping-interval", "86400"]},
+    "uvicorn-wsproto": {"ws": ["--ws-ping-interval", "0"]},
+    "hypercorn": {"http": ["--keep-alive", "3600"]},
+    "granian": {"http": ["--backpressure", "100000"], "ws": ["--backpressure", "100000"]},
+    "peregrine": {"http": ["--keep-alive", "3600000", "--max-connections", "100000"],
+                  "ws": ["--ws-ping-interval", "0", "--max-connections", "100000"]},
+}
+
+
 def with_tls(argv_of, key_flag, cert_flag, before_last=False):
     """The command line of `argv_of` with the test key and certificate given as `key_flag` and
     `cert_flag` (after the other options, or before the last argument: granian's app)."""
@@ -400,6 +444,8 @@ SERVERS = {
     "limit-c": Peer(limit_argv, None, "limit", set(WORKLOADS) - {"file_1m", "fastapi_cpu"}),
     "nginx": Peer(nginx_argv, None, "limit",
                   {"raw_get", "get_64k", "fastapi_json", "pipelined_get", "file_1m"}),
+    "nginx-scale": Peer(nginx_scale_argv, None, "limit",
+                        {"raw_get", "fastapi_json", "raw_get_close", "fastapi_json_close"}),
     # The TLS rows (issue 32): uvicorn and hypercorn through CPython's ssl, granian with rustls,
     # peregrine with BoringSSL, nginx (the reference) and skirr with OpenSSL.
     "skirr-tls": Peer(with_tls(skirr_argv, "--ssl-keyfile", "--ssl-certfile"), None, "skirr",

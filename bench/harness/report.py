@@ -7,7 +7,7 @@ client-bound), efficiency against the limit, the WebSocket rows' table (the same
 verdict per message), the TLS rows' section (tls.py's figures: CPU per request against each peer,
 the TLS cost against nginx's, handshakes per CPU second, memory per idle connection), the HTTP/2
 rows' section (h2.py's figures: CPU per request against each peer and nginx, HTTP/2 against
-HTTP/1.1), the Targets
+HTTP/1.1), bench/SCALE.md (the scale rows, issue 37: scale.py's figures and verdicts), the Targets
 section (targets.py judges it), and the markdown of report.md
 and bench/RESULTS.md (LEVERS.md appended) with its charts embedded (charts.py draws them beside
 it: in the run folder, and in summary_charts() beside the summary), rendered from a run's
@@ -22,7 +22,7 @@ import json
 import statistics
 from pathlib import Path
 
-from . import charts, h2, targets, tls
+from . import charts, h2, scale, targets, tls
 from .costs import COSTS, TARGET_ACCESS
 from .env import LEVERS
 from .peers import SERVERS
@@ -879,3 +879,175 @@ def render_report(result, agg, fixed_agg, cmp, status, chart_lines=()):
     if LEVERS.exists():
         L.append("\n" + LEVERS.read_text().strip() + "\n")
     return "\n".join(L)
+
+
+# ----------------------------------------------------------------------------------------------
+# bench/SCALE.md (issue 37): the scale rows, from scale.py's figures and verdicts
+
+SCALE_NAMES = {"nginx-scale": "nginx"}  # the servers' names in SCALE.md
+SCALE_NOT_BUILT = {
+    "churn": "Churn (a new connection per request, raw_get and fastapi_json at c64): CPU per "
+             "request ahead of every peer in every round and at most 1.5x nginx's",
+    "accept": "Churn: the accept path's share of skirr's CPU (a profile)",
+    "fanout": "Fan-out (one publisher message to 1,000 and 5,000 WebSocket clients, 64 B and "
+              "1 KiB): CPU per delivered message ahead of every peer in every round",
+}
+
+
+def render_scale(result, chart_lines=()):
+    """bench/SCALE.md from a scale run's results.json: the method, a table per idle row and the
+    churn rows' table, the verdicts (scale.verdicts, scale.churn_verdicts), what was not
+    measured or not run, what is not built yet."""
+    part, churn, meta = result.get("scale"), result.get("churn"), result["meta"]
+    m = meta["machine"]
+    L = ["# Scale (issue 37)\n",
+         f"Run {meta['started']}, skirr {meta['git']}, Python {meta['python']}; {m['cpu']}, "
+         f"{m['cores']} CPUs, kernel {m['kernel']}, load average at start "
+         f"{' '.join(m['loadavg_at_start'])}. Each row's servers in a fresh random order every "
+         f"round (seed {meta['seed']})"
+         + (f"; RLIMIT_NOFILE {part['nofile']:,}" if part else "") + ".\n",
+         "## How it is measured\n"]
+    verdicts = []
+    if part:
+        verdicts += _render_idle(L, part)
+    if churn:
+        verdicts += _render_churn(L, churn)
+    L.append("## Targets\n")
+    L.append("| target | verdict | figures |")
+    L.append("|---|---|---|")
+    for v in verdicts:
+        L.append(f"| {v['target']} | **{v['verdict']}** | {v['detail']} |")
+    for key, why in SCALE_NOT_BUILT.items():
+        if key == "churn" and churn:
+            continue
+        L.append(f"| {why} | **not built** | not measured yet |")
+    L.append("")
+    L.extend(chart_lines)
+    return "\n".join(L) + "\n"
+
+
+def _render_idle(L, part):
+    """The idle rows' method and tables into L; returns their verdicts."""
+    sp = part["config"]
+    sp["rows"] = [tuple(r) for r in sp["rows"]]
+    figs = scale.figures(part["rows"])
+    L.extend([
+         "- **Idle connections** (`bench/run.py scale`, `make bench-scale`): each server serves "
+         "the same app files (bench/apps: `raw_apps:raw`, 13 bytes `Hello, world!`, for HTTP; "
+         "`ws_apps:echo` for WebSocket), one process pinned to CPU 0 (nginx: a master and one "
+         "worker). `bench/scale_client.c` (pinned to CPU 1) opens N connections, each bound to "
+         "one of 64 source addresses, 127.0.1.1 to 127.0.1.64, in turn (`IP_BIND_ADDRESS_NO_PORT`: "
+         "its port chosen at connect()), at most 128 "
+         "opening at once; on each, one HTTP/1.1 keep-alive GET answered 200 with the exact body "
+         "(Content-Length) and nothing more, or a WebSocket handshake answered 101 with the right "
+         "Sec-WebSocket-Accept and `Upgrade: websocket`, or (the baseline rows) nothing at all: "
+         "held once established; any other answer, a refused, reset or "
+         "closed connection, or none within 30 s is an error counted by kind. Then they idle "
+         "(nothing sent either way). Memory: RSS and PSS from /proc/PID/smaps_rollup summed over "
+         "the server's processes, read 1 s after one checked connection (before), 1 s after the "
+         "last connection is answered (held), and 1 s after the server has closed every one "
+         "following the client's FINs (after: its descriptor count back to the start, waited "
+         f"for at most {scale.CLOSE_WAIT_S:.0f} s). The cycle (open, hold, close) runs twice on "
+         "the same server: the figures are the first's; RSS after the second against after the "
+         "first tells memory kept for reuse (flat) from memory that grows with every cycle. "
+         "KiB per connection = (held - before) / connections held. Before the client closes them "
+         "each is checked still open (no EOF, reset or byte from the server). No leak: RSS after "
+         f"at most {scale.LEAK_RATIO:.2f}x RSS before. Open time: the client's, from its first "
+         "connect() to the last complete answer (seconds).",
+         "- **Keep-alive and pings for these rows** (bench/harness/peers.py SCALE_FLAGS): skirr "
+         "`--timeout-keep-alive 3600 --ws-ping-interval 0`; uvicorn (httptools) "
+         "`--timeout-keep-alive 3600`; uvicorn `--ws websockets --ws-ping-interval 86400` (0 "
+         "there means a ping at every turn, not none); uvicorn `--ws wsproto --ws-ping-interval "
+         "0`; hypercorn `--keep-alive 3600`; peregrine `--keep-alive 3600000` (ms) "
+         "`--ws-ping-interval 0 --max-connections 100000`; granian as in the other rows (no "
+         "HTTP/1.1 idle timeout, no WebSocket pings); nginx as in the other rows with "
+         "`worker_connections 65536`, `worker_rlimit_nofile 131072`, `keepalive_timeout 3600s`.",
+         "- **Memory per connection in the verdicts** is the RSS growth; PSS is shown beside it "
+         "(the same for one process; nginx's worker shares pages with its master).\n"
+    ])
+    L.append(f"- Idle rows: {sp['rounds']} round(s).")
+    for key, why in part.get("skipped_rows", {}).items():
+        mode, n = key.split()
+        L.append(f"- **{mode} {int(n):,} connections**: {why}")
+    for s, why in part["not_measured"].items():
+        L.append(f"- **{SCALE_NAMES.get(s, s)}** not measured: {why[:300]}")
+    L.append("")
+    for mode, n in sp["rows"]:
+        keys = [k for k in figs if k[:2] == (mode, n)]
+        if not keys:
+            continue
+        what = {"http": "HTTP keep-alive connections, each after one request",
+                "ws": "idle WebSocket connections",
+                "tcp": "connections that have sent nothing (the baseline; no target)"}[mode]
+        L.append(f"## {n:,} {what}\n")
+        L.append("| server | KiB/conn RSS | KiB/conn PSS | open (s) | errors | RSS before / held / "
+                 "after (MiB) | after ÷ before | leak | 2nd cycle: after ÷ 1st after |")
+        L.append("|---|---:|---:|---:|---:|---|---:|---|---:|")
+        for (_, _, s) in sorted(keys, key=lambda k: (charts.server_order([x[2] for x in keys])
+                                                     .index(k[2]))):
+            f = figs[(mode, n, s)]
+            name = SCALE_NAMES.get(s, s)
+            if f["kib_rss"] is None:
+                L.append(f"| {name} | failed: {(f['error'] or f['first_error'] or '?')[:200]} "
+                         "| | | | | | | |")
+                continue
+            rs = [r for r in part["rows"] if (r["mode"], r["n"], r["server"]) == (mode, n, s)
+                  and r["ok"]]
+            mib = " / ".join(fmt(median([r[k] for r in rs]), ".1f")
+                             for k in ("rss_before_mib", "rss_held_mib", "rss_after_mib"))
+            errs = str(f["errors"]) + (f" ({', '.join(f'{k} {v}' for k, v in f['error_kinds'].items())})"
+                                       if f["error_kinds"] else "")
+            leak = ("yes" if f["leak"] else "no" if f["leak"] is False else
+                    f"unjudged: {f['not_closed']:,} still open {scale.CLOSE_WAIT_S:.0f} s after "
+                    "the client closed them")
+            L.append(f"| {name} | {f['kib_rss']:.2f} | {f['kib_pss']:.2f} | {f['open_s']:.2f} | "
+                     f"{errs} | {mib} | {f['after_ratio']:.2f} | {leak} | "
+                     f"{f['cycle_ratio']:.2f} |")
+        L.append("")
+    return scale.verdicts(figs, sp, part.get("skipped_rows"))
+
+
+def _render_churn(L, churn):
+    """The churn rows' method and table into L; returns their verdicts."""
+    cp = churn["config"]
+    runs, rounds = churn["runs"], cp["rounds"]
+    L.append(
+        f"- **Churn** (`bench/run.py scale`): wrk `-t1 -c{cp['rows'][0][1]}` on CPU 1 sends every "
+        "request with `Connection: close`, so each request is a new TCP connection (the server "
+        "closes after its response, wrk reconnects); the server alone on CPU 0, one process, as "
+        f"the matrix's rows (nginx: a master and one worker). {cp['warmup']} s of warm-up, then "
+        f"{cp['duration']} s measured, {rounds} rounds. CPU per request = the server's "
+        "utime+stime (all its processes) over wrk's run ÷ requests completed; status and exact "
+        "body checked before and after each run, any wrk error fails it. **The rates are "
+        "noisy** when another job shares the machine: the column 'other load on CPU 0' is the "
+        "largest share of CPU 0 in a round that was not the server's process time (other jobs, "
+        "and the kernel's softirq work for the connections, which churn makes large).\n")
+    agg = aggregate(runs, rounds)
+    order = charts.server_order([k[2] for k in agg])
+    L.append(f"## Churn: a new connection per request, {rounds} rounds\n")
+    L.append("| workload | server | req/s (median, min–max) | CPU µs/request (median) | rounds ok "
+             "| other load on CPU 0 (max) | first error |")
+    L.append("|---|---|---:|---:|---:|---:|---|")
+    for w, c, s in sorted(agg, key=lambda k: (k[0], k[1], order.index(k[2]))):
+        a = agg[(w, c, s)]
+        L.append(f"| {w} c{c} | {SCALE_NAMES.get(s, s)} | {fmt(a['rps'])} "
+                 f"({fmt(a['rps_min'])}–{fmt(a['rps_max'])}) | {fmt(a['cpu_us_per_req'], '.1f')} "
+                 f"| {a['rounds_ok']}/{a['rounds']} | {fmt(a['other_cpu0'], '.0%')} | "
+                 f"{(a['errors_first'] or '')[:160]} |")
+    L.append("")
+    return scale.churn_verdicts(runs, rounds)
+
+
+def write_scale_report(result, outdir, summary=None, charts_python=None):
+    """report.md in the scale run's folder `outdir` (and `summary`: bench/SCALE.md) with the
+    memory chart drawn beside each (charts/scale/ beside the summary); returns the markdown."""
+    figs = scale.figures((result.get("scale") or {}).get("rows", []))
+    drawn = charts.draw({charts.SCALE_MEMORY: charts.scale_chart(figs)}, outdir, charts_python)
+    report = render_scale(result, charts.markdown(drawn))
+    (Path(outdir) / "report.md").write_text(report)
+    if summary:
+        rel = summary_charts(summary)
+        if drawn:
+            charts.copy_drawn(drawn, outdir, Path(summary).parent / rel)
+        Path(summary).write_text(render_scale(result, charts.markdown(drawn, f"{rel}/")))
+    return report

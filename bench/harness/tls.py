@@ -146,17 +146,21 @@ def spread(xs):
     return (statistics.median(xs), min(xs), max(xs)) if xs else (None, None, None)
 
 
-def peer_ratios(runs, rounds, base="skirr-tls", key="cpu_us_per_req", higher_better=False):
+def peer_ratios(runs, rounds, base="skirr-tls", key="cpu_us_per_req", higher_better=False,
+                peers=None):
     """Per (workload, conns, peer): the peer's figure ÷ `base`'s within each round (CPU per
     request: above 1 = `base` ahead), as {"ratios", "rounds", "ahead", "verdict"}; `ahead`: the
     rounds where `base` was ahead. The verdict: "met" when `base` ran and was ahead in all
     `rounds` rounds, "MISSED" when it was behind in one or failed one, "unproven" otherwise (the
-    peer failed a round)."""
+    peer failed a round). The peers compared: `peers` (a predicate on a server's name), by
+    default the TLS peers."""
+    if peers is None:
+        peers = lambda s: SERVERS[s].tls and SERVERS[s].kind == "peer"  # noqa: E731
     by = _by_round(runs)
     all_rows = {(r["workload"], r["conns"], r["round"], r["server"]) for r in runs}
     out = {}
     for w, c, s in sorted({(w, c, s) for (w, c, _, s) in all_rows if s != base}):
-        if not SERVERS[s].tls or SERVERS[s].kind != "peer":
+        if not peers(s):
             continue
         ratios, ahead, behind, missing = [], 0, 0, 0
         for rnd in range(rounds):

@@ -51,6 +51,12 @@ end
 request = function() return batch end
 """ % PIPELINE_DEPTH
 
+# The churn rows (issue 37): every request asks for its connection to be closed, so wrk opens a new
+# TCP connection per request (it reconnects when the server closes).
+LUA_CLOSE = """
+wrk.headers["Connection"] = "close"
+"""
+
 # name -> app (module:attr in bench/apps), request path, method, request body, exact response body,
 # requests per write when pipelined, wrk's Lua request shape
 WORKLOADS = {
@@ -70,6 +76,12 @@ WORKLOADS = {
     # offered, as skirr and granian run it
     "file_1m": dict(app="file_apps:app", path="/file_1m", method="GET", body=b"", expect=FILE_1M,
                     extensions={"http.response.pathsend": {}}),
+    # The churn rows (issue 37, bench/harness/scale.py): raw_get and fastapi_json, a new
+    # connection per request
+    "raw_get_close": dict(app="raw_apps:raw", path="/", method="GET", body=b"", expect=HELLO,
+                          wrk_lua=LUA_CLOSE),
+    "fastapi_json_close": dict(app="fastapi_json:app", path="/json", method="GET", body=b"",
+                               expect=JSON_BODY, wrk_lua=LUA_CLOSE),
 }
 # The WebSocket rows (issue 14), driven by bench/ws_load.c instead of wrk: every connection a closed
 # loop of one masked frame of `size` bytes out and its echo back (compared byte for byte);

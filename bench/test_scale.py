@@ -1,0 +1,330 @@
+"""The scale rows (issue 37): bench/scale_client.c against scripted servers, and the figures and
+verdicts of bench/harness/scale.py from fixed rows.
+
+Run before the scale rows are measured (`make bench-scale`) and by hand:
+`.venv/bin/python -m pytest bench/test_scale.py -q`. Each scripted server answers every
+connection the same way (right, or with a wrong status, body or accept key, or closing it while
+held), so every check the client makes is shown to count an error when it should and to pass when
+it should. Stdlib and pytest only.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import socket
+import subprocess
+import sys
+import threading
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import scale  # noqa: E402
+from harness.peers import build_scale_client  # noqa: E402
+
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+HELLO = b"Hello, world!"
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def client():
+    return str(build_scale_client())
+
+
+def http_answer(status=200, body=HELLO):
+    return (f"HTTP/1.1 {status} OK\r\ncontent-length: {len(body)}\r\n\r\n").encode() + body
+
+
+class Scripted:
+    """Every connection on a free loopback port: the request head read, then `answer(head)`'s
+    bytes sent; with `close_after`, the connection closed once answered (the held check must see
+    it), else kept open until the client closes it."""
+
+    def __init__(self, answer, close_after=False):
+        self.answer, self.close_after = answer, close_after
+        self.ls = socket.create_server(("127.0.0.1", 0), backlog=256)
+        self.port = self.ls.getsockname()[1]
+        self.peers = []  # the source addresses seen
+        self.conns = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, addr = self.ls.accept()
+            except OSError:
+                return
+            self.peers.append(addr[0])
+            self.conns.append(conn)
+            threading.Thread(target=self.one, args=(conn,), daemon=True).start()
+
+    def one(self, conn):
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                data = conn.recv(4096)
+                if not data:
+                    return
+                head += data
+            conn.sendall(self.answer(head))
+            if self.close_after:
+                conn.close()
+        except OSError:  # close() shut it under this thread: the test is over
+            return
+
+    def close(self):
+        self.ls.close()
+        for c in self.conns:
+            c.close()
+
+
+def ws_answer(right=True):
+    def answer(head):
+        key = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"sec-websocket-key:"))
+        accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
+        if not right:
+            accept = base64.b64encode(hashlib.sha1(key).digest())
+        return (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+    return answer
+
+
+def run_client(client, port, n, *extra):
+    """The client's three phases ({phase: object}) and exit status; it holds until stdin's EOF,
+    which here is at once."""
+    p = subprocess.run([client, str(port), "-n", str(n), *extra], input="close\n",
+                       capture_output=True, text=True, timeout=50)
+    return scale.client_lines(p.stdout), p.returncode, p.stderr
+
+
+def against(client, answer, n, *extra):
+    """run_client against a Scripted server answering with `answer`: (its phases, exit status,
+    stderr, the server, closed)."""
+    srv = Scripted(answer)
+    try:
+        return (*run_client(client, srv.port, n, *extra), srv)
+    finally:
+        srv.close()
+
+
+def test_http_right_answers_are_held_from_spread_addresses(client):
+    got, rc, err, srv = against(client, lambda head: http_answer(), 300, "-b", "Hello, world!",
+                                "-a", "300")
+    assert rc == 0, err
+    assert got["open"]["ok"] == 300 and got["open"]["errors"] == {}
+    assert got["held"] == {"phase": "held", "still_open": 300, "closed_by_server": 0,
+                           "reset": 0, "data_while_idle": 0}
+    assert got["closed"]["closed"] == 300
+    assert len(set(srv.peers)) == 300  # -a 300: one address each, 127.0.1.1 on
+    assert "127.0.1.1" in srv.peers and "127.0.1.254" in srv.peers and "127.0.2.1" in srv.peers
+
+
+@pytest.mark.parametrize("answer,kind", [
+    (http_answer(404), "status"),
+    (http_answer(body=b"Hello, World!"), "body"),
+    (http_answer(body=b"Hello"), "body"),
+    (http_answer() + b"X", "extra"),
+    (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nd\r\nHello, world!\r\n0\r\n\r\n",
+     "body"),
+])
+def test_http_wrong_answers_are_errors(client, answer, kind):
+    got, rc, _, _ = against(client, lambda head: answer, 5, "-b", "Hello, world!")
+    assert rc == 1
+    assert got["open"]["ok"] == 0 and got["open"]["errors"] == {kind: 5}
+    assert got["open"]["first_error"].startswith("connection ")
+
+
+def test_closed_while_held_is_counted(client):
+    srv = Scripted(lambda head: http_answer(), close_after=True)
+    try:
+        p = subprocess.Popen([client, str(srv.port), "-n", "20", "-b", "Hello, world!"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        opened = json.loads(p.stdout.readline()[6:])
+        out, _ = p.communicate("close\n", timeout=30)
+    finally:
+        srv.close()
+    held = scale.client_lines(out)["held"]
+    assert opened["ok"] + sum(opened["errors"].values()) == 20
+    assert held["closed_by_server"] + held["still_open"] == opened["ok"]
+    assert held["still_open"] == 0 and p.returncode == 1
+
+
+def test_websocket_accept_is_checked(client):
+    got, rc, err, _ = against(client, ws_answer(), 50, "-m", "ws")
+    assert rc == 0, err
+    assert got["open"]["ok"] == 50 and got["held"]["still_open"] == 50
+    got, rc, _, _ = against(client, ws_answer(right=False), 3, "-m", "ws")
+    assert rc == 1 and got["open"]["errors"] == {"accept": 3}
+    got, rc, _, _ = against(client, lambda head: http_answer(), 3, "-m", "ws")
+    assert rc == 1 and got["open"]["errors"] == {"status": 3}
+
+
+def test_silent_server_times_out_then_stalls(client):
+    # the server reads the request and never answers
+    got, rc, _, _ = against(client, lambda head: b"", 10, "-t", "1", "-w", "2")
+    assert rc == 1 and got["open"]["errors"] == {"timeout": 2, "stalled": 8}
+
+
+def test_tcp_mode_holds_without_sending(client):
+    got, rc, err, _ = against(client, lambda head: b"", 30, "-m", "tcp")
+    assert rc == 0, err
+    assert got["open"]["ok"] == 30 and got["held"]["still_open"] == 30
+
+
+def test_refused_is_a_connect_error(client):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens once closed
+    got, rc, _ = run_client(client, port, 4)
+    assert rc == 1 and got["open"]["errors"] == {"connect": 4}
+    assert "refused" in got["open"]["first_error"]
+
+
+@pytest.mark.parametrize("argv,why", [
+    ([], "no PORT"),
+    (["0", "-n", "1"], "PORT"),
+    (["80"], "-n N is required"),
+    (["80", "-n", "0"], "positive integer"),
+    (["80", "-n", "x"], "positive integer"),
+    (["80", "-n", "1", "-m", "h2"], "-m is http, ws or tcp"),
+    (["80", "-n", "1", "-m", "tcp", "-s", "200"], "-s is for -m http"),
+    (["80", "-n", "1", "-p", "no-slash"], "-p must start with /"),
+    (["80", "-n", "1", "-t", "0"], "-t takes"),
+    (["80", "-n", "1", "-a", "70000"], "at most 64516"),
+    (["80", "-n", "1", "-m", "ws", "-s", "200"], "-s is for -m http"),
+    (["80", "-n", "1", "-q", "1"], "unknown option"),
+    (["80", "-n"], "without its value"),
+    (["80", "-n", "1000000"], "RLIMIT_NOFILE hard limit"),
+])
+def test_usage_errors(client, argv, why):
+    p = subprocess.run([client, *argv], capture_output=True, text=True, timeout=10)
+    if why == "RLIMIT_NOFILE hard limit" and "hard limit" not in p.stderr:
+        pytest.skip("this machine's hard RLIMIT_NOFILE allows a million descriptors")
+    assert p.returncode == 2 and why in p.stderr and p.stdout == ""
+
+
+def test_client_argv():
+    assert scale.client_argv(8000, "http", 10) == [
+        str(scale.BUILD / "scale_client"), "8000", "-n", "10", "-m", "http", "-p", "/",
+        "-b", "Hello, world!"]
+    assert scale.client_argv(8000, "ws", 10)[-2:] == ["-p", "/"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures and verdicts from fixed rows
+
+
+def row(server, mode, n, kib, errors=None, after=1.0, not_closed=0, closed_by_server=0, ok=True):
+    held = {"phase": "held", "still_open": n, "closed_by_server": closed_by_server, "reset": 0,
+            "data_while_idle": 0}
+    cyc = {"ok": n, "errors": errors or {}, "held_check": held, "open_s": 1.0,
+           "rss_held_mib": 100.0, "rss_after_mib": 10.0 * after, "not_closed": not_closed}
+    if not ok:
+        return {"server": server, "mode": mode, "n": n, "ok": False, "error": "boom", "round": 0}
+    return {"server": server, "mode": mode, "n": n, "ok": True, "error": None, "round": 0,
+            "held": n, "open_s": 1.0, "errors": errors or {}, "first_error": "",
+            "held_check": held, "kib_rss": kib, "kib_pss": kib, "after_ratio": after,
+            "not_closed": not_closed, "cycles": [cyc, dict(cyc)], "rss_before_mib": 10.0,
+            "rss_held_mib": 100.0, "rss_after_mib": 10.0 * after}
+
+
+SP = {"rows": [("http", 10000), ("http", 50000), ("ws", 10000), ("ws", 50000)], "rounds": 1}
+
+
+def test_verdicts_exact():
+    rows = [
+        row("skirr", "http", 10000, 0.5), row("granian", "http", 10000, 4.0),
+        row("peregrine", "http", 10000, 2.0), row("nginx-scale", "http", 10000, 0.6),
+        row("skirr", "ws", 10000, 4.5), row("uvicorn-wsproto", "ws", 10000, 20.0),
+        row("peregrine", "ws", 10000, 7.0, errors={"timeout": 3}),
+        row("skirr", "ws", 50000, 3.0, after=1.2), row("granian", "ws", 50000, 30.0),
+    ]
+    figs = scale.figures(rows)
+    assert figs[("ws", 10000, "peregrine")]["errors"] == 6  # 3 in each of its 2 cycles
+    got = [(v["target"], v["verdict"], v["detail"])
+           for v in scale.verdicts(figs, SP, {"http 50000": "not run: too many"})]
+    assert got == [
+        ("idle HTTP keep-alive connection after one request, 10,000: skirr <= 0.25x the lowest "
+         "peer's KiB/conn", "met", "skirr 0.50 KiB, lowest peer peregrine 2.00 KiB: 0.25x"),
+        ("idle HTTP connection, 10,000: skirr <= nginx's KiB/conn", "met",
+         "skirr 0.50 KiB, nginx 0.60 KiB"),
+        ("idle HTTP keep-alive connection after one request, 50,000: skirr <= 0.25x the lowest "
+         "peer's KiB/conn", "unproven", "not run: too many"),
+        ("idle HTTP connection, 50,000: skirr <= nginx's KiB/conn", "unproven",
+         "not run: too many"),
+        ("50,000 HTTP connections held by skirr with no error and no leak", "unproven",
+         "not run: too many"),
+        # peregrine's errors leave uvicorn-wsproto the lowest peer that held them all
+        ("idle WebSocket, 10,000: skirr <= 0.25x the lowest peer's KiB/conn", "met",
+         "skirr 4.50 KiB, lowest peer uvicorn-wsproto 20.00 KiB: 0.23x"),
+        ("idle WebSocket, 10,000: skirr under 4 KiB/conn", "MISSED", "skirr 4.50 KiB"),
+        ("idle WebSocket, 50,000: skirr <= 0.25x the lowest peer's KiB/conn", "met",
+         "skirr 3.00 KiB, lowest peer granian 30.00 KiB: 0.10x"),
+        ("idle WebSocket, 50,000: skirr under 4 KiB/conn", "met", "skirr 3.00 KiB"),
+        ("50,000 WebSocket connections held by skirr with no error and no leak", "MISSED",
+         "RSS after all closed 1.20x the start (over 1.10x)"),
+    ]
+
+
+def test_verdicts_unproven_and_missed():
+    rows = [row("skirr", "http", 10000, 1.0, closed_by_server=2),
+            row("granian", "http", 10000, 8.0), row("nginx-scale", "http", 10000, 0.5),
+            row("skirr", "http", 50000, 1.0, not_closed=7), row("granian", "http", 50000, 3.0),
+            row("nginx-scale", "http", 50000, 0.5, ok=False)]
+    figs = scale.figures(rows)
+    assert figs[("http", 50000, "skirr")]["leak"] is None
+    assert figs[("http", 50000, "nginx-scale")]["kib_rss"] is None
+    sp = {"rows": [("http", 10000), ("http", 50000)], "rounds": 1}
+    got = [(v["verdict"], v["detail"]) for v in scale.verdicts(figs, sp)]
+    assert got == [
+        ("unproven", "skirr did not hold every connection"),
+        ("unproven", "skirr or nginx did not hold every connection"),
+        ("MISSED", "skirr 1.00 KiB, lowest peer granian 3.00 KiB: 0.33x"),
+        ("unproven", "skirr or nginx did not hold every connection"),
+        ("MISSED", "7 connections still open on the server 60 s after the client closed them"),
+    ]
+
+
+def test_too_many_and_plan():
+    assert scale.too_many(10000, 20000, "") is None
+    assert scale.too_many(50000, 20000, "no CAP_SYS_RESOURCE") == (
+        "not run: 50,000 connections need RLIMIT_NOFILE >= 57,398 in the server; the limit here "
+        "is 20,000 (no CAP_SYS_RESOURCE)")
+    args = Namespace(rows="http:100,ws:200", servers="granian,nginx-scale", rounds=2)
+    sp = scale.plan(args)
+    assert sp["rows"] == [("http", 100), ("ws", 200)] and sp["rounds"] == 2
+    assert sp["servers"] == {"http": ["skirr", "granian", "nginx-scale"],
+                             "ws": ["skirr", "granian"], "tcp": ["skirr", "granian", "nginx-scale"]}
+    with pytest.raises(SystemExit):
+        scale.plan(Namespace(rows="h2:100", servers=None, rounds=None))
+    with pytest.raises(SystemExit):
+        scale.plan(Namespace(rows=None, servers="nginx", rounds=None))
+
+
+def churn_run(server, wl, rnd, cpu, ok=True):
+    return {"server": server, "workload": wl, "conns": 64, "round": rnd, "ok": ok,
+            "cpu_us_per_req": cpu if ok else None, "error": None if ok else "wrk failed"}
+
+
+def test_churn_verdicts_exact():
+    runs = [churn_run("skirr", "raw_get_close", r, 20.0) for r in range(3)]
+    runs += [churn_run("granian", "raw_get_close", r, c) for r, c in enumerate((30.0, 25.0, 40.0))]
+    runs += [churn_run("peregrine", "raw_get_close", r, c) for r, c in enumerate((30.0, 19.0, 40.0))]
+    runs += [churn_run("hypercorn", "raw_get_close", r, 90.0, ok=r != 1) for r in range(3)]
+    runs += [churn_run("nginx-scale", "raw_get_close", r, c) for r, c in enumerate((16.0, 10.0, 14.0))]
+    got = [(v["target"], v["verdict"], v["detail"]) for v in scale.churn_verdicts(runs, 3)]
+    assert got == [
+        ("churn raw_get_close c64: skirr's CPU per request ahead of granian in every round", "met",
+         "granian ÷ skirr per round: 1.50, 1.25, 2.00"),
+        ("churn raw_get_close c64: skirr's CPU per request ahead of hypercorn in every round",
+         "unproven", "hypercorn ÷ skirr per round: 4.50, 4.50"),
+        ("churn raw_get_close c64: skirr's CPU per request ahead of peregrine in every round",
+         "MISSED", "peregrine ÷ skirr per round: 1.50, 0.95, 2.00"),
+        ("churn raw_get_close c64: skirr's CPU per request <= 1.5x nginx's in every round",
+         "MISSED", "skirr ÷ nginx per round: 1.25, 2.00, 1.43"),
+    ]
