@@ -201,3 +201,23 @@ def test_websocket_fragment_across_a_tick(serve):
         c.send(frame(0x80, b"second half"))  # continuation, FIN set
         expected = b"first half, second half"
         assert c.read_exact(2 + len(expected)) == bytes([0x81, len(expected)]) + expected
+
+
+@rule("skirr-idle-connection-trimmed")
+def test_connections_on_one_address_share_the_server_tuple(serve):
+    """Three connections to one listening address: each scope's "server" is the address, and
+    the one tuple (made once, not once per connection)."""
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append((scope["server"], scope["client"]))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serve(app) as srv:
+        conns = [srv.connect() for _ in range(3)]
+        for c in conns:
+            assert c.request(http_request()).body == b"ok"
+        assert [client for _, client in seen] == [c.sock.getsockname() for c in conns]
+        assert seen[0][0] == ("127.0.0.1", srv.port)
+        assert seen[0][0] is seen[1][0] is seen[2][0]

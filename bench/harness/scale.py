@@ -49,7 +49,8 @@ WS_SERVERS = ["skirr", "uvicorn-websockets", "uvicorn-wsproto", "granian", "pere
 SCALE_FULL = dict(servers={"http": HTTP_SERVERS, "ws": WS_SERVERS, "tcp": HTTP_SERVERS},
                   rows=[("tcp", 10000), ("http", 10000), ("http", 50000), ("ws", 10000),
                         ("ws", 50000)], rounds=1)
-SETTLE_S = 1.0  # seconds between the last answer (or the last close) and a memory reading
+SETTLE_S = 2.5  # seconds between the last answer (or the last close) and a memory reading: past
+# two ticks of a one-second housekeeping timer (skirr frees idle storage on its tick)
 CLOSE_WAIT_S = 60.0  # at most this long for a server to close its side after the client's FINs
 FD_SPARE = 256  # descriptors a server holds besides its connections, at most (a generous bound)
 LEAK_RATIO = 1.10  # RSS after all closed at most this times the RSS before: no leak

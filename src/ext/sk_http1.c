@@ -1058,7 +1058,7 @@ h1_release(void *h)
     PyMem_Free(c);
 }
 
-static void
+static size_t
 h1_idle(void *h)
 {
     /* Between requests only (none current, the parser between messages, no body being dropped,
@@ -1068,12 +1068,15 @@ h1_idle(void *h)
     http1_conn_t *c = h;
     if (c->current != NULL || c->closed || c->switched || c->discarding || c->held_back ||
         !sk_parser_idle(&c->parser)) {
-        return;
+        return 0;
     }
+    size_t freed =
+        c->parser.head_cap + c->parser.fields_cap * sizeof(sk_field_t) + c->resp.head.cap;
     sk_parser_trim(&c->parser);
     sk_resp_free(&c->resp);
     Py_CLEAR(c->client);
     Py_CLEAR(c->local);
+    return freed;
 }
 
 static int

@@ -45,7 +45,13 @@ sk_serve_addresses(sk_serve_t *srv, sk_transport_t *t, PyObject **client, PyObje
             *local = PyTuple_Pack(2, srv->unix_path, Py_None);
         }
         else if (sk_transport_local(t, &ss) == 0) {
-            *local = sk_asgi_address(&ss);
+            if (srv->local_last != NULL && memcmp(&ss, &srv->local_last_addr, sizeof(ss)) == 0) {
+                *local = Py_NewRef(srv->local_last); /* the same address: one shared tuple */
+            }
+            else if ((*local = sk_asgi_address(&ss)) != NULL) {
+                Py_XSETREF(srv->local_last, Py_NewRef(*local));
+                srv->local_last_addr = ss;
+            }
         }
         else {
             *local = Py_NewRef(Py_None);

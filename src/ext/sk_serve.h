@@ -81,18 +81,23 @@ typedef struct {
  * PyObject fields are strong references owned by `owner` (its traverse/clear visit them). */
 typedef struct sk_serve {
     sk_state *st;
-    PyObject *owner;        /* the Server object embedding this struct (borrowed) */
-    unsigned long thread;   /* PyThread_get_thread_ident() of the thread that made the Server:
+    PyObject *owner;       /* the Server object embedding this struct (borrowed) */
+    unsigned long thread;  /* PyThread_get_thread_ident() of the thread that made the Server:
                              * its event loop's, the only one that may drive it, its requests
                              * and sessions (sk_serve_check_thread) */
-    sk_reactor_t *reactor;  /* the owner's reactor (borrowed): sk_reactor_flush ends a batch */
-    PyObject *app;          /* the ASGI 3 application */
-    PyObject *loop;         /* the running event loop */
-    PyObject *logger;       /* logging.Logger for application errors, or None */
-    PyObject *state;        /* lifespan state (a dict or anything with copy()) or None */
-    PyObject *root_path;    /* str: ASGI root_path */
-    PyObject *root_path_b;  /* bytes: root_path in UTF-8 (raw_path's prefix) */
-    PyObject *unix_path;    /* str for a Unix-domain socket, else None */
+    sk_reactor_t *reactor; /* the owner's reactor (borrowed): sk_reactor_flush ends a batch */
+    PyObject *app;         /* the ASGI 3 application */
+    PyObject *loop;        /* the running event loop */
+    PyObject *logger;      /* logging.Logger for application errors, or None */
+    PyObject *state;       /* lifespan state (a dict or anything with copy()) or None */
+    PyObject *root_path;   /* str: ASGI root_path */
+    PyObject *root_path_b; /* bytes: root_path in UTF-8 (raw_path's prefix) */
+    PyObject *unix_path;   /* str for a Unix-domain socket, else None */
+    /* The scope's "server" of the last connection that asked (sk_serve_addresses), and its
+     * address: every connection accepted on one address shares one tuple (not one each: issue
+     * 37, memory per idle connection). NULL until the first. */
+    PyObject *local_last;
+    struct sockaddr_storage local_last_addr;
     PyObject *context;      /* contextvars.Context: each app task starts from a fresh copy */
     PyObject *call_soon_kw; /* ("context",): keyword names for loop.call_soon / create_task */
     PyObject *task_type;    /* asyncio.Task when the loop has no task factory, else NULL */

@@ -607,6 +607,7 @@ server_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(h->root_path);
     Py_VISIT(h->root_path_b);
     Py_VISIT(h->unix_path);
+    Py_VISIT(h->local_last);
     Py_VISIT(h->context);
     Py_VISIT(h->access.pending);
     Py_VISIT(h->access.flush);
@@ -644,6 +645,7 @@ server_clear(PyObject *op)
     Py_CLEAR(h->root_path);
     Py_CLEAR(h->root_path_b);
     Py_CLEAR(h->unix_path);
+    Py_CLEAR(h->local_last);
     Py_CLEAR(h->context);
     Py_CLEAR(h->access.pending);
     Py_CLEAR(h->access.flush);

@@ -48,9 +48,11 @@
 /* Bytes of a file range read at once (pread into the output buffer, then written) when the layer
  * cannot sendfile. */
 #define PREAD_MAX (64 * 1024)
-/* Connections that must have closed since the tick's peak (and at least half of them) before the
- * tick asks glibc to give the freed heap back (malloc_trim): memory after a crowd leaves. */
+/* Connections that must have closed since the tick's peak (and at least half of them), or bytes
+ * of idle connections' storage one tick freed, before the tick asks glibc to give the heap's free
+ * pages back (malloc_trim): freed blocks otherwise stay resident (issue 37). */
 #define TRIM_AFTER_CLOSED 1024
+#define TRIM_AFTER_FREED (256 * 1024)
 /* Connections are edge-triggered, so that epoll reports them in the order their input arrived.
  * Level-triggered, epoll puts every descriptor it reports back at the end of its ready list,
  * where it stays until an epoll_wait finds it drained: the next iteration's. A connection read
@@ -1384,9 +1386,11 @@ reactor_accept(sk_reactor_t *r)
  * from the reactor's own callback, never inside a handler call); with nothing unsent and no
  * input unconsumed, the transport's buffers are freed (made again by the next read or write)
  * and the handler frees what it keeps between messages (its idle op). */
-static void
+static size_t
 tp_trim(sk_transport_t *t)
 {
+    /* Returns the bytes of storage freed (buffer capacities and what the idle op reports). */
+    size_t freed = 0;
     if (t->retired_ops != NULL) {
         const sk_handler_ops_t *ops = t->retired_ops;
         void *h = t->retired_h;
@@ -1395,14 +1399,16 @@ tp_trim(sk_transport_t *t)
         ops->release(h);
     }
     if (t->dispatching || pending_out(t) != 0 || range_pending(t) || sk_buf_len(&t->in) != 0) {
-        return;
+        return freed;
     }
+    freed += t->in.cap + t->out.cap + t->tail.cap;
     sk_buf_free(&t->in);
     sk_buf_free(&t->out);
     sk_buf_free(&t->tail);
     if (t->ops->idle != NULL) {
-        t->ops->idle(t->h);
+        freed += t->ops->idle(t->h);
     }
+    return freed;
 }
 
 static void
@@ -1413,6 +1419,7 @@ reactor_tick(sk_reactor_t *r)
         /* EAGAIN: a spurious wake-up; the sweep below is harmless. */
     }
     double now = monotonic();
+    size_t freed = 0; /* bytes the idle connections gave back this tick */
     sk_transport_t *t = r->all_head;
     while (t != NULL) {
         sk_transport_t *next = t->all_next; /* a deadline closes only its own transport */
@@ -1427,19 +1434,28 @@ reactor_tick(sk_reactor_t *r)
             t->ops->deadline(t->h, kind);
         }
         if (t->state == TP_OPEN) { /* the deadline may have closed it */
-            tp_trim(t);
+            freed += tp_trim(t);
         }
         t = next;
     }
-#ifdef __GLIBC__
-    /* glibc keeps the heap pages of freed blocks (the connections' structs and buffers are
-     * scattered among live blocks, so the heap's top rarely shrinks): once many connections have
-     * gone, hand the free pages back (issue 37: RSS after 10,000 closed stayed 1.8x the start). */
+#ifndef __GLIBC__
+    (void)freed;
+#else
+    /* glibc keeps the pages of freed blocks resident (a heap shrinks only at its top): once
+     * idle connections gave much back, or many connections have gone, the free pages go back to
+     * the system (issue 37: RSS with 10,000 idle connections, and after they closed, 1.8x the
+     * start). The idle storage is the only thing skirr keeps in glibc's heap per connection
+     * (transports and handlers are the interpreter's allocator's), so its pages come free
+     * whole. */
     Py_ssize_t open_now = SK_LOAD(r->connections);
+    int trim = freed >= TRIM_AFTER_FREED;
     if (open_now > r->trim_peak) {
         r->trim_peak = open_now;
     }
     else if (r->trim_peak - open_now >= TRIM_AFTER_CLOSED && open_now <= r->trim_peak / 2) {
+        trim = 1;
+    }
+    if (trim) {
         malloc_trim(0);
         r->trim_peak = open_now;
     }

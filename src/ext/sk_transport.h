@@ -97,8 +97,10 @@ typedef struct sk_handler_ops {
      * input left unconsumed (the transport's own buffers were just freed): the handler frees the
      * storage it keeps between messages, to be made again by the next one, so an idle connection
      * costs only its structs (issue 37: memory per idle connection). Never writes or closes;
-     * the handler decides whether it is between messages. NULL: nothing to free. */
-    void (*idle)(void *h);
+     * the handler decides whether it is between messages. Returns the bytes of storage it freed
+     * (capacities: the tick gives the heap's free pages back once enough is freed). NULL:
+     * nothing to free. */
+    size_t (*idle)(void *h);
 } sk_handler_ops_t;
 
 /* Makes the handler for a transport just accepted (its deadline, if any, is set here). Returns

@@ -372,22 +372,27 @@ ws_release(void *h)
     PyMem_Free(w);
 }
 
-static void
+static size_t
 ws_idle(void *h)
 {
     /* Nothing unsent or unread: a message buffer that is empty (no message half reassembled, no
      * compressed one waiting) gives its storage back, and once the session is open the
      * handshake's response storage is no longer needed. */
     ws1_t *w = h;
+    size_t freed = 0;
     if (sk_buf_len(&w->msg) == 0) {
+        freed += w->msg.cap;
         sk_buf_free(&w->msg);
     }
     if (sk_buf_len(&w->zout) == 0) {
+        freed += w->zout.cap;
         sk_buf_free(&w->zout);
     }
     if (w->state == WS_OPEN) {
+        freed += w->resp.head.cap;
         sk_resp_free(&w->resp);
     }
+    return freed;
 }
 
 static int
