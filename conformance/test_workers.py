@@ -572,32 +572,42 @@ def test_sigttin_without_a_socket_is_one_line(monkeypatch, records, refused):
 # Signals
 
 
+def _slow_until(port: int, path: str, most: int, enough) -> tuple[list, list]:
+    """Starts GETs of `path` (a slow request), one thread each, 10 ms apart, until enough() is
+    true or `most` were started: (the threads, the list each one appends its body or its error to
+    when it ends)."""
+    results: list = []
+    lock = threading.Lock()
+
+    def slow():
+        try:
+            body = _get(port, path)
+        except (OSError, AssertionError) as exc:
+            body = exc
+        with lock:
+            results.append(body)
+
+    threads = []
+    for _ in range(most):
+        t = threading.Thread(target=slow, daemon=True)
+        t.start()
+        threads.append(t)
+        time.sleep(0.01)
+        if enough():
+            break
+    return threads, results
+
+
 @pytest.mark.rule("skirr-signals-term-graceful")
 def test_sigterm_completes_requests_in_flight_on_every_worker(tmp_path):
     proc, port = _serve(tmp_path, "--workers", "3")
     with proc:
         proc.wait_accepting(port)
         _serving_pids(port, 3)
-        results = []
-        lock = threading.Lock()
-
-        def slow():
-            try:
-                body = _get(port, "/slow?s=2")
-            except (OSError, AssertionError) as exc:
-                body = exc
-            with lock:
-                results.append(body)
-
-        threads = []
-        for _ in range(60):
-            t = threading.Thread(target=slow, daemon=True)
-            t.start()
-            threads.append(t)
-            time.sleep(0.01)
-            busy = {e.split()[1] for e in proc.events if e.startswith("slow-start")}
-            if len(busy) == 3:
-                break
+        threads, results = _slow_until(
+            port, "/slow?s=2", 60,
+            lambda: len({e.split()[1] for e in proc.events if e.startswith("slow-start")}) == 3)
+        busy = {e.split()[1] for e in proc.events if e.startswith("slow-start")}
         assert len(busy) == 3, busy
         proc.proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
@@ -1277,26 +1287,10 @@ def test_thread_workers_sigterm_drains_every_loop(tmp_path, loop):
     proc, port = _serve_threads(tmp_path, 2, loop)
     with proc:
         _wait_loops(proc, port, 2)
-        results = []
-        lock = threading.Lock()
-
-        def slow():
-            try:
-                body = _get(port, "/slow?s=1.5")
-            except (OSError, AssertionError) as exc:
-                body = exc
-            with lock:
-                results.append(body)
-
-        threads = []
-        for _ in range(40):
-            t = threading.Thread(target=slow, daemon=True)
-            t.start()
-            threads.append(t)
-            time.sleep(0.01)
-            busy = set(_events(proc, "slow-start"))
-            if len({tid for _, tid in busy}) == 2:
-                break
+        threads, results = _slow_until(
+            port, "/slow?s=1.5", 40,
+            lambda: len({tid for _, tid in _events(proc, "slow-start")}) == 2)
+        busy = set(_events(proc, "slow-start"))
         assert len({tid for _, tid in busy}) == 2, busy
         proc.proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0

@@ -964,8 +964,9 @@ sk_parser_init(sk_parser_t *p, const sk_limits_t *limits)
     return 0;
 }
 
-void
-sk_parser_free(sk_parser_t *p)
+/* Frees the head block and the field array; the spans into them are emptied. */
+static void
+drop_storage(sk_parser_t *p)
 {
     free(p->head);
     free(p->fields);
@@ -975,6 +976,14 @@ sk_parser_free(sk_parser_t *p)
     p->head_cap = 0;
     p->nfields = 0;
     p->fields_cap = 0;
+    p->target.off = 0;
+    p->target.len = 0;
+}
+
+void
+sk_parser_free(sk_parser_t *p)
+{
+    drop_storage(p);
 }
 
 /* Status for an llhttp error that no callback recorded. */
@@ -1127,16 +1136,7 @@ sk_parser_trim(sk_parser_t *p)
     if (!sk_parser_idle(p)) {
         return; /* spans of the message being parsed point into the head block */
     }
-    free(p->head);
-    free(p->fields);
-    p->head = NULL;
-    p->fields = NULL;
-    p->head_len = 0;
-    p->head_cap = 0;
-    p->nfields = 0;
-    p->fields_cap = 0;
-    p->target.off = 0; /* the finished message's spans pointed into the freed block */
-    p->target.len = 0;
+    drop_storage(p);
 }
 
 int
