@@ -358,6 +358,22 @@ def test_failing_restarts_back_off(tmp_path):
         assert proc.stop() == 0
 
 
+def _block_a_worker(port: int) -> tuple[threading.Thread, list]:
+    """GET /block?s=30 (blocks the event loop that takes it) from a thread: (the thread, the list
+    it appends the answer or its error to)."""
+    blocked: list = []
+
+    def block():
+        try:
+            blocked.append(_get(port, "/block?s=30", timeout=15))
+        except (OSError, AssertionError, h11.RemoteProtocolError) as exc:
+            blocked.append(exc)
+
+    thread = threading.Thread(target=block, daemon=True)
+    thread.start()
+    return thread, blocked
+
+
 @pytest.mark.rule("skirr-workers-heartbeat")
 @pytest.mark.parametrize("loop", _proc.LOOPS)
 def test_blocked_worker_is_replaced_after_the_heartbeat_timeout(tmp_path, loop):
@@ -366,16 +382,7 @@ def test_blocked_worker_is_replaced_after_the_heartbeat_timeout(tmp_path, loop):
     with proc:
         proc.wait_accepting(port)
         pids = _serving_pids(port, 2)
-        blocked = []
-
-        def block():
-            try:
-                blocked.append(_get(port, "/block?s=30", timeout=15))
-            except (OSError, AssertionError, h11.RemoteProtocolError) as exc:
-                blocked.append(exc)
-
-        thread = threading.Thread(target=block, daemon=True)
-        thread.start()
+        thread, blocked = _block_a_worker(port)
         victim = int(_wait_for(lambda: [e for e in proc.events if e.startswith("block ")], 5,
                                "the block request", proc)[0].split()[1])
         started = time.monotonic()
@@ -1309,16 +1316,7 @@ def test_thread_worker_with_one_blocked_loop_is_replaced(tmp_path, loop):
     with proc:
         _wait_loops(proc, port, 2)
         first = _who(port)[0]
-        blocked = []
-
-        def block():
-            try:
-                blocked.append(_get(port, "/block?s=30", timeout=15))
-            except (OSError, AssertionError, h11.RemoteProtocolError) as exc:
-                blocked.append(exc)
-
-        thread = threading.Thread(target=block, daemon=True)
-        thread.start()
+        thread, blocked = _block_a_worker(port)
         victim, _tid = _wait_for(lambda: _events(proc, "block"), 5, "the block request",
                                  proc)[0]
         assert victim == first
