@@ -11,6 +11,7 @@ interpreter's small objects live in its own arenas and are not in it); the memor
 is measured in bench/ (make bench-scale: KiB per idle connection).
 """
 import ctypes
+import os
 import time
 
 import pytest
@@ -61,6 +62,14 @@ def freed_within_a_tick(make_idle) -> list[int]:
     return drops
 
 
+def assert_freed(drops: list[int]) -> None:
+    """The last round's drop reached IDLE_CONNS * TRIM_PER_CONN bytes. Not judged under
+    AddressSanitizer (make sanitize): ASan's allocator serves malloc there and glibc's count stays
+    0; the trims still run and the exchanges after them are still checked."""
+    if "SKIRR_SAN_PRELOAD" not in os.environ:
+        assert drops[-1] >= IDLE_CONNS * TRIM_PER_CONN, drops
+
+
 @rule("skirr-idle-connection-trimmed")
 def test_idle_connections_give_their_storage_back(serve, echo_app):
     """IDLE_CONNS keep-alive connections, each after one request: within a tick malloc gets at
@@ -78,7 +87,7 @@ def test_idle_connections_give_their_storage_back(serve, echo_app):
                 assert c.response().body == b"w"
 
         drops = freed_within_a_tick(answered)
-        assert drops[-1] >= IDLE_CONNS * TRIM_PER_CONN, drops
+        assert_freed(drops)
         for i, c in enumerate(conns):
             r = c.request(http_request("POST", f"/again/{i}", body=b"again"))
             assert (r.status, r.get(b"x-target"), r.body) == (200, f"/again/{i}".encode(), b"again")
@@ -183,7 +192,7 @@ def test_idle_websockets_release_their_http_handler(serve):
             conns.extend(batch)
 
         drops = freed_within_a_tick(accepted)
-        assert drops[-1] >= IDLE_CONNS * TRIM_PER_CONN, drops
+        assert_freed(drops)
         for i, c in enumerate(conns):
             text = f"message {i}".encode()
             c.send(frame(0x81, text))
