@@ -849,6 +849,18 @@ def test_supervisor_lines_use_colors(tmp_path):
                           stderr)) == 2
 
 
+def _slow_import_app(tmp_path, seconds: float):
+    """Writes tmp_path/slowimport.py: an app module whose import creates the returned marker
+    file, sleeps `seconds`, then serves conformance/apps/basic.py's app."""
+    marker = tmp_path / "importing"
+    (tmp_path / "slowimport.py").write_text(
+        "import pathlib, time\n"
+        f"pathlib.Path({str(marker)!r}).write_text('yes')\n"
+        f"time.sleep({seconds})\n"
+        "from basic import app\n")
+    return marker
+
+
 @pytest.mark.rule("skirr-signals-during-startup")
 @pytest.mark.parametrize("workers,signum,loop", [
     ("1", signal.SIGTERM, "asyncio"), ("1", signal.SIGINT, "uvloop"),
@@ -857,12 +869,7 @@ def test_supervisor_lines_use_colors(tmp_path):
 def test_stop_during_startup_is_graceful(tmp_path, workers, signum, loop):
     """The signal arrives while the app's module imports (it sleeps 2 s there): the import
     finishes, lifespan startup and shutdown run, nothing is served, exit 0 with a line saying so."""
-    marker = tmp_path / "importing"
-    (tmp_path / "slowimport.py").write_text(
-        "import pathlib, time\n"
-        f"pathlib.Path({str(marker)!r}).write_text('yes')\n"
-        "time.sleep(2)\n"
-        "from basic import app\n")
+    marker = _slow_import_app(tmp_path, 2)
     port = _proc.free_port()
     with _proc.Skirr(["slowimport:app", "--app-dir", str(tmp_path), "--port", str(port),
                       "--loop", loop, "--workers", workers], tmp_path) as proc:
@@ -1460,12 +1467,7 @@ def test_thread_worker_of_a_killed_supervisor_drains_every_loop(tmp_path, loop):
 def test_thread_worker_stop_during_the_import_is_graceful(tmp_path, loop):
     """SIGTERM while a thread worker imports the app (once, in its main thread): the import
     finishes, the first loop's lifespan starts and shuts down, no loop serves, exit 0."""
-    marker = tmp_path / "importing"
-    (tmp_path / "slowimport.py").write_text(
-        "import pathlib, time\n"
-        f"pathlib.Path({str(marker)!r}).write_text('yes')\n"
-        "time.sleep(1.5)\n"
-        "from basic import app\n")
+    marker = _slow_import_app(tmp_path, 1.5)
     port = _proc.free_port()
     with _proc.Skirr(["slowimport:app", "--app-dir", str(tmp_path), "--port", str(port),
                       "--loop", loop, "--workers", "2", "--worker-kind", "thread"], tmp_path,
