@@ -271,7 +271,7 @@ class _Threads:
             return None
         from .metrics import merge
 
-        return snaps[0] if len(snaps) == 1 else merge(snaps)
+        return merge(snaps)  # of one snapshot too (a loop not serving yet): the same shape
 
     def _requests(self) -> int:
         """Requests started so far over every loop (the native counters, read from here as
