@@ -1400,6 +1400,55 @@ def test_thread_worker_max_requests_counts_every_loop(tmp_path, loop):
         assert proc.stop() == 0
 
 
+@pytest.mark.rule("skirr-threads-replace", "skirr-close-announced-max-requests")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_worker_max_requests_last_responses_announce_the_close(tmp_path, loop):
+    """--limit-max-requests 20 with 2 loops: once the process has served 20 requests (over both
+    loops), each loop's next response on a kept-alive connection says 'connection: close' and
+    the connection ends after it, as a process worker's last responses do; before the limit
+    the same connections stay persistent. (The replacement imports slowly, so the old process
+    still serves them.)"""
+    delay = tmp_path / "import-delay"
+    proc, port = _serve_threads(tmp_path, 2, loop, "--limit-max-requests", "20",
+                                env={"SKIRR_TEST_IMPORT_DELAY_FILE": str(delay)})
+    with proc:
+        _wait_loops(proc, port, 2)
+        kept = {}  # thread ident -> (socket, h11 connection): one kept-alive connection a loop
+        used = 0
+        try:
+            while len(kept) < 2:
+                assert used < 16, f"16 connections reached one loop only: {sorted(kept)}"
+                sock = _proc.connect(port)
+                conn = h11.Connection(h11.CLIENT)
+                _proc.send_request(sock, conn)
+                r = _proc.read_response(sock, conn)
+                used += 1
+                assert (r.status, r.header(b"connection")) == (200, None), r
+                pid, tid = map(int, r.body.split()[:2])
+                conn.start_next_cycle()
+                if tid in kept:
+                    sock.close()
+                else:
+                    kept[tid] = (sock, conn)
+            delay.write_text("5")  # the replacement's import: 5 s
+            old = pid
+            for _ in range(20 - used):
+                assert _who(port)[0] == old
+            proc.wait_stderr(f"Worker [{old}] reached its request limit: starting its "
+                             "replacement", 3)
+            time.sleep(0.3)  # the announcement reaches each loop within one tick (0.05 s)
+            for tid, (sock, conn) in kept.items():
+                _proc.send_request(sock, conn)
+                r = _proc.read_response(sock, conn)
+                assert (r.status, r.header(b"connection"), r.body) == \
+                    (200, b"close", f"{old} {tid} v1".encode()), r
+                assert sock.recv(1) == b""  # the connection ended after it
+        finally:
+            for sock, _ in kept.values():
+                sock.close()
+        assert proc.stop() == 0
+
+
 def _scrape(mport):
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -10,6 +10,9 @@ thread): every answer names the process and the thread (its event loop) that gav
     lifespan         -> logs "startup PID TID" / "shutdown PID TID"; the Nth startup in a
                         process (N = $SKIRR_TEST_FAIL_STARTUP, counted from 1) fails with
                         "refused startup N"
+
+When the file $SKIRR_TEST_IMPORT_DELAY_FILE exists at import, the import sleeps the seconds it
+holds (a replacement process that a test wants slow to serve).
 """
 import asyncio
 import os
@@ -23,6 +26,9 @@ from basic import log, read_body, respond
 _VERSION_FILE = os.environ.get("SKIRR_TEST_VERSION_FILE")
 VERSION = open(_VERSION_FILE).read().strip() if _VERSION_FILE else "v1"
 PID = os.getpid()
+_DELAY_FILE = os.environ.get("SKIRR_TEST_IMPORT_DELAY_FILE")
+if _DELAY_FILE and os.path.exists(_DELAY_FILE):
+    time.sleep(float(open(_DELAY_FILE).read()))
 log(f"import {PID}")
 _FAIL_AT = int(os.environ.get("SKIRR_TEST_FAIL_STARTUP", "0"))
 _startups = 0

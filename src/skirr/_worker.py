@@ -316,6 +316,26 @@ class _Threads:
         except RuntimeError:  # its loop closed: it is done
             pass
 
+    @staticmethod
+    def _announce_close(server: Any) -> None:
+        """From now on ``server``'s HTTP/1.1 responses say ``connection: close`` and end their
+        connection (RFC 9112 §9.6), as a process worker's last responses before its request
+        limit do: the process is about to be replaced. Applied in the server's loop (the native
+        servers belong to it) within one tick of the limit, so the responses of that tick may
+        still keep their connection; the graceful stop after the replacement closes those."""
+        loop = server._loop
+        if loop is None:  # not serving (yet, or any more): nothing to announce
+            return
+
+        def apply() -> None:
+            for native in server._natives:
+                native.max_requests = 1  # every total from 1 on: each response from now
+
+        try:
+            loop.call_soon_threadsafe(apply)
+        except RuntimeError:  # its loop closed: it is done
+            pass
+
     def _load(self) -> bool:
         """Imports the application (once: every thread's Server then finds its module) and the
         loop; False when that failed (reported once) or turned the GIL back on."""
@@ -412,6 +432,8 @@ class _Threads:
                     pipe.send_metrics()
             if self.limit and not retired and not self.stopping and self._requests() >= self.limit:
                 retired = True
+                for server in self.servers:
+                    self._announce_close(server)
                 logger.info("Maximum request limit of %d exceeded. Asking for a replacement.",
                             self.limit)
                 pipe.send(RETIRE)
