@@ -533,6 +533,10 @@ def test_classifiers_and_requires_python_are_what_is_tested():
     assert project["requires-python"] == ">=3.11,<3.15"
     assert "Programming Language :: Python :: Implementation :: CPython" in project["classifiers"]
     assert not any("PyPy" in c for c in project["classifiers"])
+    # The free-threaded build runs without the GIL (skirr._native declares Py_mod_gil), tested by
+    # hand on 3.14t, never by CI: Beta ("3 - Stable" would say CI tests it), and the README says so.
+    assert [c for c in project["classifiers"] if "Free Threading" in c] == \
+        ["Programming Language :: Python :: Free Threading :: 2 - Beta"]
     ci = (ROOT / ".ci" / "legs").read_text()
     for minor in release.MINORS:  # CI runs each of them (the whole plan is in .ci/legs)
         assert re.search(rf"^\s*leg .*\b{re.escape(minor)}\b", ci, re.M), minor
@@ -540,6 +544,7 @@ def test_classifiers_and_requires_python_are_what_is_tested():
     for minor in release.BY_HAND:  # no leg: the README says it was tested by hand
         assert not re.search(rf"^\s*leg .*\b{re.escape(minor)}\b", ci, re.M), minor
         assert re.search(rf"{re.escape(minor)}[^.]*by hand", " ".join(installing.split())), minor
+    assert "`Free Threading :: 2 - Beta`" in " ".join(installing.split())
 
 
 # ----------------------------------------------------------------------------------------------
