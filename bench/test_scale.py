@@ -644,3 +644,33 @@ def test_fanout_report_section():
             in text.splitlines())
     assert "Fan-out (one publisher message" not in text  # no longer "not built"
     assert "RLIMIT_NOFILE 20,000" in text
+
+
+def test_merge_parts_takes_what_the_run_lacks(tmp_path):
+    earlier = {"meta": {"started": "2026-12-04 22:55:10 UTC", "git": "4829d63"},
+               "scale": None, "fanout": {"runs": ["earlier"]},
+               "churn": {"runs": [churn_run("skirr", "raw_get_close", 0, None, ok=False)],
+                         "config": dict(scale.CHURN, rounds=1)}}
+    (tmp_path / "results.json").write_text(json.dumps(earlier))
+    result = {"meta": {"started": "2026-12-05 02:00:00 UTC", "git": "abc", "seed": 1,
+                       "python": "3.11.7", "machine": {"cpu": "AMD EPYC", "cores": 2,
+                                                       "kernel": "6", "loadavg_at_start":
+                                                       ["1", "2", "3"]}},
+              "scale": None, "churn": None,
+              "fanout": {"runs": [fan_run("skirr", 1000, 64, 0, 2.0)], "not_measured": {},
+                         "skipped_rows": {}, "nofile": 20000, "config": dict(scale.FANOUT,
+                                                                              rounds=1)}}
+    scale.merge_parts(result, None)
+    assert "merged" not in result and result["churn"] is None
+    scale.merge_parts(result, tmp_path)
+    # the fan-out rows measured are kept; the churn rows come from the earlier run; it had no
+    # idle rows
+    assert result["merged"] == {"churn": {"run": tmp_path.name,
+                                          "started": "2026-12-04 22:55:10 UTC", "git": "4829d63"}}
+    assert result["fanout"]["runs"][0]["server"] == "skirr" and result["scale"] is None
+    text = render_scale(result)
+    assert (f"- **The churn rows** are from an earlier run: 2026-12-04 22:55:10 UTC, skirr "
+            f"4829d63 (bench/results/{tmp_path.name})." in text.splitlines())
+    assert "## Churn: a new connection per request, 1 rounds\n" in text
+    assert ("| raw_get_close c64 | skirr | – (–––) | – | 0/1 | – | wrk failed |"
+            in text.splitlines())

@@ -906,8 +906,14 @@ def render_scale(result, chart_lines=()):
          f"{m['cores']} CPUs, kernel {m['kernel']}, load average at start "
          f"{' '.join(m['loadavg_at_start'])}. Each row's servers in a fresh random order every "
          f"round (seed {meta['seed']})"
-         + (f"; RLIMIT_NOFILE {(part or fan)['nofile']:,}" if part or fan else "") + ".\n",
-         "## How it is measured\n"]
+         + (f"; RLIMIT_NOFILE {(part or fan)['nofile']:,}" if part or fan else "") + ".\n"]
+    names = {"scale": "the idle rows", "fanout": "the fan-out rows", "churn": "the churn rows"}
+    for k, m in result.get("merged", {}).items():
+        L.append(f"- **{names[k][0].upper() + names[k][1:]}** are from an earlier run: "
+                 f"{m['started']}, skirr {m['git']} (bench/results/{m['run']}).")
+    if result.get("merged"):
+        L.append("")
+    L.append("## How it is measured\n")
     verdicts = []
     if part:
         verdicts += _render_idle(L, part)

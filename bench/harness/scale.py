@@ -738,6 +738,24 @@ def plan_fanout(args):
     return fp
 
 
+PARTS = ("scale", "fanout", "churn")  # a scale run's parts: the idle rows, fan-out, churn
+
+
+def merge_parts(result, other_run):
+    """The parts `result` lacks (None: not run) taken from the run folder `other_run`'s
+    results.json, each named in result["merged"] ({part: {"run", "started", "git"}}), so that a
+    part measured alone joins an earlier run's report; nothing when `other_run` is None."""
+    if not other_run:
+        return
+    other = json.loads((Path(other_run) / "results.json").read_text())
+    for k in PARTS:
+        if result.get(k) is None and other.get(k):
+            result[k] = other[k]
+            result.setdefault("merged", {})[k] = {"run": Path(other_run).name,
+                                                  "started": other["meta"]["started"],
+                                                  "git": other["meta"]["git"]}
+
+
 def main(args):
     """`run.py scale`: the idle rows, the fan-out rows and the churn rows (each part can be left
     out), their results in bench/results/<time>-scale/ and the report (report.md there, and
@@ -745,6 +763,7 @@ def main(args):
     from .report import write_scale_report  # report imports this module
     if args.rerender:
         result = json.loads((Path(args.rerender) / "results.json").read_text())
+        merge_parts(result, getattr(args, "merge", None))
         print(write_scale_report(result, args.rerender, args.summary))
         return 0
     sp = plan(args)
@@ -756,8 +775,10 @@ def main(args):
     fp = plan_fanout(args)
     run_idle = not args.no_idle and bool(sp["rows"])
     run_fan = not getattr(args, "no_fanout", False) and bool(fp["rows"])
-    servers = list(dict.fromkeys([*(s for m in sp["servers"].values() for s in m),
-                                  *plan_churn(args)["servers"], *fp["servers"]]))
+    servers = list(dict.fromkeys([
+        *(s for mode, _ in sp["rows"] for s in sp["servers"][mode] if run_idle),
+        *(fp["servers"] if run_fan else []),
+        *(plan_churn(args)["servers"] if not args.no_churn else [])]))
     tools = ensure_tools(["taskset", "gcc", "wrk"] + (["nginx"] if "nginx-scale" in servers else []))
     groups = peer_groups(servers)
     install = ensure_peers(groups, reinstall=args.reinstall) if groups else {}
@@ -780,6 +801,7 @@ def main(args):
     churn = run_churn(plan_churn(args), status, outdir) if not args.no_churn else None
     result = {"meta": meta, "scale": part, "fanout": fan, "churn": churn}
     (outdir / "results.json").write_text(json.dumps(result, indent=1))
+    merge_parts(result, getattr(args, "merge", None))
     print(write_scale_report(result, outdir, args.summary))
     failed = any(r["server"] == "skirr" and (not r["ok"] or row_errors(r))
                  for r in (part or {}).get("rows", []))
