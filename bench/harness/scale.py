@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
 import resource
 import select
 import statistics
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -388,6 +390,20 @@ def check_fanout(size):
     return check
 
 
+def _line_queue(proc):
+    """A queue of proc's stdout lines (text; None at EOF) filled by a thread of its own: unlike
+    select() on the pipe, it never leaves a line that arrived with the one before unread while
+    the client waits for our answer to it."""
+    q = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            q.put(line)
+        q.put(None)
+    threading.Thread(target=pump, daemon=True).start()
+    return q
+
+
 def fanout_row(name, n, size, fp, outdir, tag):
     """One fan-out row: `name` serving ws_apps:fanout with its SCALE_FLAGS for WebSockets (pings
     off, connection caps raised), checked with one subscriber, then bench/fanout_client.c (CPU 1;
@@ -418,9 +434,18 @@ def fanout_row(name, n, size, fp, outdir, tag):
                  *fanout_argv(srv.port, n, size, fp["broadcasts"], fp["warmup"])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             got, at = {}, {}
+            lines = _line_queue(client)
             try:
                 while "done" not in got:
-                    d = fanout_lines(_read_line(client, per_line))
+                    try:
+                        line = lines.get(timeout=per_line)
+                    except queue.Empty:
+                        raise RuntimeError(f"fanout_client said nothing within {per_line:.0f} "
+                                           "s") from None
+                    if line is None:
+                        raise RuntimeError(f"fanout_client exited ({client.wait()}) before its "
+                                           f"result: {client.stderr.read()[-400:]}")
+                    d = fanout_lines(line)
                     got.update(d)
                     if "start" in d:  # the client waits for our line before broadcasting
                         at.update(b0=cpu0_busy(), p0=proc_ticks(pids), t0=time.perf_counter())
