@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import socket
 import subprocess
@@ -356,8 +357,9 @@ class FanoutScripted:
     then `welcome` (or `welcome`, the bytes given) once it is in the list of subscribers. Every
     text message the publisher sends (its frames must be masked: `unmasked` counts those that are
     not) is sent to every subscriber in the order they joined, subscriber k of broadcast b (b
-    counted from 0, warm-up included) getting `fault(b, k, frame, previous frame)`'s bytes, then
-    the publisher is sent `ack(b, subscribers)`'s text."""
+    counted from 0 on each publisher, warm-up included) getting `fault(b, k, frame, previous
+    frame)`'s bytes, then the publisher is sent `ack(b, subscribers)`'s text. When a publisher
+    leaves, its client run is over: the subscribers are forgotten."""
 
     def __init__(self, fault=None, ack=None, welcome=b"welcome"):
         self.fault = fault or (lambda b, k, frame, prev: frame)
@@ -409,7 +411,7 @@ class FanoutScripted:
                 buf += data
             out, buf = buf[:n], buf[n:]
             return out
-        prev = b""
+        prev, b = b"", -1
         try:
             while True:
                 b0, b1 = take(2)
@@ -422,7 +424,7 @@ class FanoutScripted:
                 payload = bytes(x ^ mask[i % 4] for i, x in enumerate(take(n)))
                 if b0 & 0x0F != 1:  # only text messages are broadcast
                     continue
-                b = len(self.published)
+                b += 1
                 self.published.append(payload)
                 frame = ws_frame(payload)
                 with self.lock:
@@ -431,7 +433,8 @@ class FanoutScripted:
                     conn.sendall(ws_frame(self.ack(b, len(self.subs))))
                 prev = frame
         except (EOFError, OSError):
-            return
+            with self.lock:
+                self.subs.clear()
 
     def close(self):
         self.ls.close()
@@ -674,3 +677,53 @@ def test_merge_parts_takes_what_the_run_lacks(tmp_path):
     assert "## Churn: a new connection per request, 1 rounds\n" in text
     assert ("| raw_get_close c64 | skirr | – (–––) | – | 0/1 | – | wrk failed |"
             in text.splitlines())
+
+
+class ScriptedServer:
+    """scale.Server's interface over a FanoutScripted server in this process (its pids: this
+    process), so fanout_row runs its whole course against it."""
+
+    def __init__(self, scripted):
+        self.scripted, self.port = scripted, scripted.port
+
+    def __call__(self, name, app, logdir, tag, extra=()):
+        assert (name, app) == ("skirr", "ws_apps:fanout")
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.scripted.close()
+
+    def wait_ready(self, check, timeout):
+        check(self.port)
+
+    def pids(self):
+        return [os.getpid()]
+
+    def log_tail(self, n):
+        return "(scripted)"
+
+
+@pytest.mark.parametrize("fault", [None, drop])
+def test_fanout_row_against_a_scripted_server(fanout_client, monkeypatch, tmp_path, fault):
+    monkeypatch.setattr(scale, "Server", ScriptedServer(FanoutScripted(fault)))
+    monkeypatch.setattr(scale, "SETTLE_S", 0.3)  # the check's run forgotten by the server
+    monkeypatch.setattr(scale, "FANOUT_TIMEOUT_S", 1.0)
+    fp = dict(scale.FANOUT, broadcasts=10, warmup=2)
+    r = scale.fanout_row("skirr", 50, 64, fp, tmp_path, "t")
+    assert (r["server"], r["n"], r["size"], r["workload"], r["conns"]) == (
+        "skirr", 50, 64, "fanout_64", 50)
+    assert (r["opened"], r["expected"], r["broadcasts"]) == (50, 500, 10)
+    assert r["cpu_us_per_msg"] == r["server_cpu_s"] / r["delivered"] * 1e6
+    assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"]
+    if fault is None:
+        assert (r["ok"], r["error"], r["delivered"], r["complete"], r["errors"],
+                r["client_exit"]) == (True, None, 500, 10, {}, 0)
+    else:  # broadcast 5 misses one
+        assert (r["ok"], r["delivered"], r["complete"], r["errors"], r["client_exit"]) == (
+            False, 499, 9, {"missing": 1}, 1)
+        assert r["error"] == ("RuntimeError: 499 of 500 messages delivered right, errors "
+                              "{'missing': 1}: missing: broadcast 5 reached 49 of 50 "
+                              "subscribers in 1.0 s | server log: (scripted)")
