@@ -130,6 +130,7 @@ static unsigned char *expect; /* its message, o.size bytes */
 static long pending;          /* subscribers still to have a frame of it */
 static long got;              /* subscribers that had it right */
 static int acked;             /* the publisher had its ack */
+static int ack_right;         /* ... and it was right */
 static uint64_t t_last, t_ack;
 static char ack_want[32];
 static size_t ack_len;
@@ -420,15 +421,19 @@ on_frame(long i, int fin, int op, const unsigned char *p, size_t n)
         return;
     }
     if (i == o.n) { /* the publisher: the ack of the broadcast in progress, once */
-        if (cur < 0 || acked || op != OP_TEXT || n != ack_len || memcmp(p, ack_want, n) != 0) {
+        int wrong = cur < 0 || acked || op != OP_TEXT || n != ack_len ||
+                    memcmp(p, ack_want, n) != 0;
+        if (wrong) {
             snprintf(why, sizeof why, "%s '%.*s' (opcode %d), expected '%s' once per broadcast",
                      cur < 0 ? "a frame between broadcasts" : acked ? "a second ack" : "ack",
                      (int)(n < 40 ? n : 40), p, op, ack_want);
             count_error(i, E_ACK, 1, why);
-            return;
         }
-        acked = 1;
-        t_ack = now_ns();
+        if (cur >= 0 && !acked) { /* the broadcast's ack has come, right or (counted) wrong */
+            acked = 1;
+            ack_right = !wrong;
+            t_ack = now_ns();
+        }
         return;
     }
     if (c->state == S_HANDSHAKE) { /* the app's welcome: this subscriber is in its set */
@@ -797,7 +802,7 @@ main(int argc, char **argv)
                 if (got == o.n) {
                     lat[complete++] = t_last - t0;
                 }
-                if (acked) {
+                if (acked && ack_right) {
                     ack_lat[acks++] = t_ack - t0;
                 }
             }

@@ -429,7 +429,10 @@ class FanoutScripted:
                 frame = ws_frame(payload)
                 with self.lock:
                     for k, sub in enumerate(self.subs):
-                        sub.sendall(self.fault(b, k, frame, prev))
+                        try:
+                            sub.sendall(self.fault(b, k, frame, prev))
+                        except OSError:  # an earlier run's subscriber, gone: the ack says so
+                            continue
                     conn.sendall(ws_frame(self.ack(b, len(self.subs))))
                 prev = frame
         except (EOFError, OSError):
@@ -717,7 +720,7 @@ def test_fanout_row_against_a_scripted_server(fanout_client, monkeypatch, tmp_pa
         "skirr", 50, 64, "fanout_64", 50)
     assert (r["opened"], r["expected"], r["broadcasts"]) == (50, 500, 10)
     assert r["cpu_us_per_msg"] == r["server_cpu_s"] / r["delivered"] * 1e6
-    assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"]
+    assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"], r
     if fault is None:
         assert (r["ok"], r["error"], r["delivered"], r["complete"], r["errors"],
                 r["client_exit"]) == (True, None, 500, 10, {}, 0)

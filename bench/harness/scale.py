@@ -391,17 +391,18 @@ def check_fanout(size):
 
 
 def _line_queue(proc):
-    """A queue of proc's stdout lines (text; None at EOF) filled by a thread of its own: unlike
-    select() on the pipe, it never leaves a line that arrived with the one before unread while
-    the client waits for our answer to it."""
+    """A queue of proc's stdout lines (text; None at EOF) filled by a thread of its own (returned
+    beside it): unlike select() on the pipe, it never leaves a line that arrived with the one
+    before unread while the client waits for our answer to it."""
     q = queue.Queue()
 
     def pump():
         for line in proc.stdout:
             q.put(line)
         q.put(None)
-    threading.Thread(target=pump, daemon=True).start()
-    return q
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    return q, reader
 
 
 def fanout_row(name, n, size, fp, outdir, tag):
@@ -434,7 +435,7 @@ def fanout_row(name, n, size, fp, outdir, tag):
                  *fanout_argv(srv.port, n, size, fp["broadcasts"], fp["warmup"])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             got, at = {}, {}
-            lines = _line_queue(client)
+            lines, reader = _line_queue(client)
             try:
                 while "done" not in got:
                     try:
@@ -444,7 +445,7 @@ def fanout_row(name, n, size, fp, outdir, tag):
                                            "s") from None
                     if line is None:
                         raise RuntimeError(f"fanout_client exited ({client.wait()}) before its "
-                                           f"result: {client.stderr.read()[-400:]}")
+                                           f"result: {client.stderr.read()[-400:]}") from None
                     d = fanout_lines(line)
                     got.update(d)
                     if "start" in d:  # the client waits for our line before broadcasting
@@ -458,6 +459,9 @@ def fanout_row(name, n, size, fp, outdir, tag):
                 if client.poll() is None:
                     client.kill()
                     client.wait()
+                reader.join(10)  # at the client's EOF
+                for f in (client.stdin, client.stdout, client.stderr):
+                    f.close()
             opened, done = got["open"], got["done"]
             out.update(open_s=opened["open_s"], opened=opened["ok"], errors=done["errors"],
                        first_error=done["first_error"], client_exit=client.returncode,
