@@ -54,6 +54,8 @@ class Scripted:
         self.port = self.ls.getsockname()[1]
         self.peers = []  # the source addresses seen
         self.conns = []
+        self.closing = threading.Lock()
+        self.closed = False
         threading.Thread(target=self.serve, daemon=True).start()
 
     def serve(self):
@@ -62,8 +64,12 @@ class Scripted:
                 conn, addr = self.ls.accept()
             except OSError:
                 return
-            self.peers.append(addr[0])
-            self.conns.append(conn)
+            with self.closing:  # one accepted as close() runs is closed, not left to the GC
+                if self.closed:
+                    conn.close()
+                    return
+                self.peers.append(addr[0])
+                self.conns.append(conn)
             threading.Thread(target=self.one, args=(conn,), daemon=True).start()
 
     def one(self, conn):
@@ -81,6 +87,8 @@ class Scripted:
             return
 
     def close(self):
+        with self.closing:
+            self.closed = True
         self.ls.close()
         for c in self.conns:
             c.close()
@@ -370,6 +378,7 @@ class FanoutScripted:
         self.lock = threading.Lock()
         self.subs, self.conns, self.peers, self.published = [], [], [], []
         self.unmasked = 0
+        self.closed = False
         threading.Thread(target=self.serve, daemon=True).start()
 
     def serve(self):
@@ -378,8 +387,12 @@ class FanoutScripted:
                 conn, addr = self.ls.accept()
             except OSError:
                 return
-            self.peers.append(addr[0])
-            self.conns.append(conn)
+            with self.lock:  # one accepted as close() runs is closed, not left to the GC
+                if self.closed:
+                    conn.close()
+                    return
+                self.peers.append(addr[0])
+                self.conns.append(conn)
             threading.Thread(target=self.one, args=(conn,), daemon=True).start()
 
     def one(self, conn):
@@ -440,6 +453,8 @@ class FanoutScripted:
                 self.subs.clear()
 
     def close(self):
+        with self.lock:
+            self.closed = True
         self.ls.close()
         for c in self.conns:
             c.close()
