@@ -182,8 +182,13 @@ bench-access: build
 # for the row; per server RSS and PSS growth per connection (KiB), the time to open them all,
 # errors, and RSS after all closed (a leak: over 1.1x the start), two open-hold-close cycles per
 # server. RLIMIT_NOFILE is raised as far as the machine allows; a row it cannot hold is reported
-# not run, with the reason. Then churn: raw_get and fastapi_json with `Connection: close` (a new
-# connection per request), wrk -c64 on CPU 1, the server on CPU 0, the same servers, 3 rounds:
+# not run, with the reason. Then fan-out (issue 37 item 3): bench/apps/ws_apps.py's fanout app on
+# the WebSocket servers, bench/fanout_client.c with 1,000 and 5,000 subscribers and a publisher,
+# 64-byte and 1 KiB messages, 5 unmeasured then 200 measured broadcasts, 3 rounds: the server's CPU
+# per delivered message against each peer per round, time to the last subscriber (p50, p99), every
+# frame checked (alone: BENCH_ARGS='--rows fanout:1000,fanout:5000 --no-churn'). Then churn:
+# raw_get and fastapi_json with `Connection: close` (a new connection per request), wrk -c64 on
+# CPU 1, the server on CPU 0, the same servers, 3 rounds:
 # CPU per request against each peer per round and against nginx. The summary, with the targets
 # judged, goes to bench/SCALE.md.
 bench-scale: build

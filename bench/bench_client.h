@@ -1,9 +1,10 @@
-/* What the benchmark's C clients (ws_load.c, scale_client.c) share: the monotonic clock in
- * nanoseconds, dying with errno's text, an xorshift64* step (varied, not secret: masking and
- * handshake keys), the WebSocket opening handshake's checks (Sec-WebSocket-Accept computed from a
- * key: SHA-1 and base64, RFC 6455 §4.2.2; kept apart from skirr's own in src/core so the clients
- * check the server with code that is not the server's) and one header's value read from a response
- * head. Header-only (static functions): each client is one translation unit, built by
+/* What the benchmark's C clients (ws_load.c, scale_client.c, fanout_client.c) share: the
+ * monotonic clock in nanoseconds, dying with errno's text, an xorshift64* step (varied, not
+ * secret: masking and handshake keys), the WebSocket opening handshake's checks (a fresh
+ * Sec-WebSocket-Key and the Sec-WebSocket-Accept computed from it: SHA-1 and base64, RFC 6455
+ * §4.2.2; kept apart from skirr's own in src/core so the clients check the server with code that
+ * is not the server's), one header's value read from a response head, and the source address of
+ * the k-th of many loopback connections. Header-only (static functions): each client is one translation unit, built by
  * bench/harness/peers.py's build_c.
  */
 #ifndef BENCH_CLIENT_H
@@ -16,6 +17,8 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+
+#include <arpa/inet.h>
 
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -153,6 +156,28 @@ accept_for(const char *key, char out[29])
     memcpy(buf + k, WS_GUID, sizeof WS_GUID - 1);
     sha1(buf, k + sizeof WS_GUID - 1, digest);
     base64(digest, sizeof digest, out);
+}
+
+/* A fresh Sec-WebSocket-Key (16 bytes from the generator whose state is *rng, base64) into
+ * key[25], and the Sec-WebSocket-Accept the server must answer it with into want[29]. */
+static void
+ws_key(uint64_t *rng, char key[25], char want[29])
+{
+    unsigned char raw[16];
+    uint64_t a = xorshift64s(rng), b = xorshift64s(rng);
+    memcpy(raw, &a, 8);
+    memcpy(raw + 8, &b, 8);
+    base64(raw, sizeof raw, key);
+    accept_for(key, want);
+}
+
+/* The source address (network order) of the k-th source of many loopback connections,
+ * 127.0.1.1 to 127.0.254.254 (k < 254 * 254), so that tens of thousands of connections to one
+ * port do not exhaust one address's ephemeral ports. */
+static inline uint32_t /* inline: ws_load.c does not use it */
+loopback_source(long k)
+{
+    return htonl(0x7f000000u | (uint32_t)(1 + k / 254) << 8 | (uint32_t)(1 + k % 254));
 }
 
 /* The value of header `name` (case-insensitive) in a response head (its first line skipped; the

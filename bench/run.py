@@ -20,7 +20,8 @@
                                                                       HTTP/2 against HTTP/1.1
     run.py scale [--rows http:10000,ws:10000] [--servers ...]    the scale rows (issue 37): memory
                  [--summary bench/SCALE.md]                        per idle connection held by
-                                                                      bench/scale_client.c
+                                                                      bench/scale_client.c, fan-out
+                                                                      (bench/fanout_client.c), churn
     run.py syscalls [--servers skirr,limit-c]                         the syscall gate
     run.py callgrind [--n 2000] [--workload raw_get] [--conns 1]      instructions per request
                      [--servers skirr,peregrine]                      (skirr's, and peers' beside it)
@@ -231,20 +232,32 @@ def build_parser():
     sc = sub.add_parser("scale", help="the scale rows (issue 37): idle HTTP and WebSocket "
                         "connections held, memory per connection, open time, errors, leak")
     sc.add_argument("--rows", help="comma-separated mode:count (mode http: after one request, "
-                    "ws: an idle WebSocket, tcp: nothing sent; default tcp:10000,http:10000,"
-                    "http:50000,ws:10000,ws:50000)")
+                    "ws: an idle WebSocket, tcp: nothing sent, fanout: a fan-out row to count "
+                    "WebSocket clients; default tcp:10000,http:10000,http:50000,ws:10000,"
+                    "ws:50000,fanout:1000,fanout:5000; given, only the rows named run, so "
+                    "--rows fanout:1000,fanout:5000 --no-churn runs the fan-out rows alone)")
     sc.add_argument("--servers", help="comma-separated subset (skirr is always included)")
     sc.add_argument("--rounds", type=int, help="rounds of every idle row (default 1)")
     sc.add_argument("--churn-rounds", type=int, help="rounds of the churn rows (default 3)")
     sc.add_argument("--no-idle", action="store_true", help="skip the idle-connection rows")
     sc.add_argument("--no-churn", action="store_true",
                     help="skip the churn rows (wrk -c64, a new connection per request)")
+    sc.add_argument("--no-fanout", action="store_true",
+                    help="skip the fan-out rows (one publisher message to N WebSocket clients)")
+    sc.add_argument("--fanout-rounds", type=int, help="rounds of the fan-out rows (default 3)")
+    sc.add_argument("--fanout-broadcasts", type=int,
+                    help="measured broadcasts per fan-out row (default 200, after 5 unmeasured)")
+    sc.add_argument("--fanout-sizes", help="comma-separated message sizes of the fan-out rows, "
+                    "bytes (default 64,1024)")
     sc.add_argument("--seed", type=int, default=None, help="random seed for the server order")
     sc.add_argument("--summary", help="also write the report here (bench/SCALE.md), its chart "
                     "into charts/SCALE/ beside it")
     sc.add_argument("--reinstall", action="store_true", help="retry peers that failed to install")
     sc.add_argument("--rerender", metavar="RUN", help="re-render a finished scale run's report "
                     "from its results.json (bench/results/<run>) instead of measuring")
+    sc.add_argument("--merge", metavar="RUN", help="the parts (idle, fan-out, churn) this run "
+                    "does not measure or re-render taken from an earlier run's results.json "
+                    "(bench/results/<run>), named in the report as from that run")
     rp = sub.add_parser("report", help="re-render a finished matrix run's report and charts "
                         "(results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")

@@ -214,7 +214,7 @@ start(const opts_t *o, int ep, conn_t *c, long i)
     setsockopt(c->fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
     long k = i % o->addrs;
     struct sockaddr_in src = {.sin_family = AF_INET};
-    src.sin_addr.s_addr = htonl(0x7f000000u | (uint32_t)(1 + k / 254) << 8 | (uint32_t)(1 + k % 254));
+    src.sin_addr.s_addr = loopback_source(k);
     struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons((uint16_t)o->port)};
     dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     c->state = S_CONNECTING;
@@ -255,13 +255,8 @@ send_request(const opts_t *o, int ep, conn_t *c, long i)
     char req[512];
     int n;
     if (o->ws) {
-        unsigned char raw[16];
-        uint64_t a = xorshift64s(&rng), b = xorshift64s(&rng);
-        memcpy(raw, &a, 8);
-        memcpy(raw + 8, &b, 8);
         char key[25];
-        base64(raw, sizeof raw, key);
-        accept_for(key, c->want);
+        ws_key(&rng, key, c->want);
         n = snprintf(req, sizeof req,
                      "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\n"
                      "Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"

@@ -1,17 +1,20 @@
-"""The scale rows (issue 37): bench/scale_client.c against scripted servers, and the figures and
-verdicts of bench/harness/scale.py from fixed rows.
+"""The scale rows (issue 37): bench/scale_client.c and bench/fanout_client.c against scripted
+servers, and the figures, verdicts and report of bench/harness/scale.py from fixed rows.
 
 Run before the scale rows are measured (`make bench-scale`) and by hand:
 `.venv/bin/python -m pytest bench/test_scale.py -q`. Each scripted server answers every
 connection the same way (right, or with a wrong status, body or accept key, or closing it while
 held), so every check the client makes is shown to count an error when it should and to pass when
-it should. Stdlib and pytest only.
+it should; the scripted fan-out server broadcasts right, or drops, corrupts, repeats or replaces
+one subscriber's frame of one broadcast, or answers the publisher wrongly. Stdlib and pytest only.
 """
 from __future__ import annotations
 
 import base64
 import hashlib
 import json
+import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,7 +26,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import scale  # noqa: E402
-from harness.peers import build_scale_client  # noqa: E402
+from harness.peers import build_fanout_client, build_scale_client  # noqa: E402
+from harness.report import render_scale  # noqa: E402
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 HELLO = b"Hello, world!"
@@ -50,6 +54,8 @@ class Scripted:
         self.port = self.ls.getsockname()[1]
         self.peers = []  # the source addresses seen
         self.conns = []
+        self.closing = threading.Lock()
+        self.closed = False
         threading.Thread(target=self.serve, daemon=True).start()
 
     def serve(self):
@@ -58,8 +64,12 @@ class Scripted:
                 conn, addr = self.ls.accept()
             except OSError:
                 return
-            self.peers.append(addr[0])
-            self.conns.append(conn)
+            with self.closing:  # one accepted as close() runs is closed, not left to the GC
+                if self.closed:
+                    conn.close()
+                    return
+                self.peers.append(addr[0])
+                self.conns.append(conn)
             threading.Thread(target=self.one, args=(conn,), daemon=True).start()
 
     def one(self, conn):
@@ -77,6 +87,8 @@ class Scripted:
             return
 
     def close(self):
+        with self.closing:
+            self.closed = True
         self.ls.close()
         for c in self.conns:
             c.close()
@@ -328,3 +340,408 @@ def test_churn_verdicts_exact():
         ("churn raw_get_close c64: skirr's CPU per request <= 1.5x nginx's in every round",
          "MISSED", "skirr ÷ nginx per round: 1.25, 2.00, 1.43"),
     ]
+
+
+
+# ----------------------------------------------------------------------------------------------
+# bench/fanout_client.c against a scripted fan-out server
+
+
+@pytest.fixture(scope="module")
+def fanout_client():
+    return str(build_fanout_client())
+
+
+def ws_frame(payload, opcode=1):
+    """An unmasked server frame, FIN set (payload under 64 KiB)."""
+    n = len(payload)
+    head = bytes([0x80 | opcode]) + (bytes([n]) if n < 126 else bytes([126]) + n.to_bytes(2, "big"))
+    return head + payload
+
+
+class FanoutScripted:
+    """ws_apps.fanout's protocol on a free loopback port, one thread per connection: a WebSocket
+    on /pub is the publisher, any other a subscriber, answered 101 (the accept key right) and
+    then `welcome` (or `welcome`, the bytes given) once it is in the list of subscribers. Every
+    text message the publisher sends (its frames must be masked: `unmasked` counts those that are
+    not) is sent to every subscriber in the order they joined, subscriber k of broadcast b (b
+    counted from 0 on each publisher, warm-up included) getting `fault(b, k, frame, previous
+    frame)`'s bytes, then the publisher is sent `ack(b, subscribers)`'s text. When a publisher
+    leaves, its client run is over: the subscribers are forgotten."""
+
+    def __init__(self, fault=None, ack=None, welcome=b"welcome"):
+        self.fault = fault or (lambda b, k, frame, prev: frame)
+        self.ack = ack or (lambda b, n: b"sent %d" % n)
+        self.welcome = welcome
+        self.ls = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        self.port = self.ls.getsockname()[1]
+        self.lock = threading.Lock()
+        self.subs, self.conns, self.peers, self.published = [], [], [], []
+        self.unmasked = 0
+        self.closed = False
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        while True:
+            try:
+                conn, addr = self.ls.accept()
+            except OSError:
+                return
+            with self.lock:  # one accepted as close() runs is closed, not left to the GC
+                if self.closed:
+                    conn.close()
+                    return
+                self.peers.append(addr[0])
+                self.conns.append(conn)
+            threading.Thread(target=self.one, args=(conn,), daemon=True).start()
+
+    def one(self, conn):
+        try:
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                data = conn.recv(4096)
+                if not data:
+                    return
+                buf += data
+            head, _, rest = buf.partition(b"\r\n\r\n")
+            conn.sendall(ws_answer()(head + b"\r\n\r\n"))
+            if head.split(b" ")[1] == b"/pub":
+                self.publish(conn, rest)
+                return
+            with self.lock:
+                self.subs.append(conn)
+                conn.sendall(ws_frame(self.welcome))
+        except OSError:  # close() shut it under this thread: the test is over
+            return
+
+    def publish(self, conn, buf):
+        def take(n):
+            nonlocal buf
+            while len(buf) < n:
+                data = conn.recv(65536)
+                if not data:
+                    raise EOFError
+                buf += data
+            out, buf = buf[:n], buf[n:]
+            return out
+        prev, b = b"", -1
+        try:
+            while True:
+                b0, b1 = take(2)
+                n = b1 & 0x7F
+                if n == 126:
+                    n = int.from_bytes(take(2), "big")
+                if not b1 & 0x80:
+                    self.unmasked += 1
+                mask = take(4) if b1 & 0x80 else b"\0\0\0\0"
+                payload = bytes(x ^ mask[i % 4] for i, x in enumerate(take(n)))
+                if b0 & 0x0F != 1:  # only text messages are broadcast
+                    continue
+                b += 1
+                self.published.append(payload)
+                frame = ws_frame(payload)
+                with self.lock:
+                    for k, sub in enumerate(self.subs):
+                        try:
+                            sub.sendall(self.fault(b, k, frame, prev))
+                        except OSError:  # an earlier run's subscriber, gone: the ack says so
+                            continue
+                    conn.sendall(ws_frame(self.ack(b, len(self.subs))))
+                prev = frame
+        except (EOFError, OSError):
+            with self.lock:
+                self.subs.clear()
+
+    def close(self):
+        with self.lock:
+            self.closed = True
+        self.ls.close()
+        for c in self.conns:
+            c.close()
+
+
+def run_fanout(client, srv, n, *extra):
+    """fanout_client against `srv` with `n` subscribers (stdin at EOF: the measured broadcasts
+    start at once): its phases ({phase: object}), exit status and stderr; the server closed."""
+    try:
+        p = subprocess.run([client, str(srv.port), "-n", str(n), *extra],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=50)
+    finally:
+        srv.close()
+    return scale.fanout_lines(p.stdout), p.returncode, p.stderr
+
+
+@pytest.mark.parametrize("size", [64, 1024])
+def test_fanout_right_broadcasts_are_counted_exactly(fanout_client, size):
+    srv = FanoutScripted()
+    got, rc, err = run_fanout(fanout_client, srv, 200, "-s", str(size), "-k", "20", "-W", "2",
+                              "-a", "200")
+    assert rc == 0, err
+    assert list(got) == ["open", "start", "end", "done"]
+    assert got["open"] == {"phase": "open", "n": 200, "ok": 200, "publisher": 1,
+                           "open_s": got["open"]["open_s"], "errors": {}, "first_error": ""}
+    d = got["done"]
+    assert (d["n"], d["size"], d["broadcasts"], d["delivered"], d["expected"], d["complete"],
+            d["errors"], d["first_error"], d["pongs"]) == (200, size, 20, 4000, 4000, 20, {}, "", 0)
+    assert 0 < d["p50_us"] <= d["p99_us"] <= d["max_us"] and d["ack_p50_us"] > 0
+    # 2 warm-up and 20 measured messages, masked, each of the size and distinct (its number first)
+    assert srv.unmasked == 0 and len(srv.published) == 22 and len(set(srv.published)) == 22
+    assert {len(m) for m in srv.published} == {size}
+    assert [m[:15] for m in srv.published[:2]] == [b"00000000000000:", b"00000000000001:"]
+    assert srv.published[21][:15] == b"00000000000021:"
+    assert len(srv.peers) == 201 and len(set(srv.peers)) == 200  # -a 200: the publisher reuses 1
+
+
+def drop(b, k, frame, prev):
+    return b"" if (b, k) == (5, 7) else frame
+
+
+def corrupt(b, k, frame, prev):
+    return frame[:-1] + bytes([frame[-1] ^ 1]) if (b, k) == (5, 7) else frame
+
+
+def stale(b, k, frame, prev):
+    return prev if (b, k) == (5, 7) else frame
+
+
+def twice(b, k, frame, prev):
+    return frame + frame if (b, k) == (5, 7) else frame
+
+
+def binary(b, k, frame, prev):
+    return bytes([0x82]) + frame[1:] if (b, k) == (5, 7) else frame
+
+
+@pytest.mark.parametrize("fault,errors,delivered", [
+    (drop, {"missing": 1}, 499),
+    (corrupt, {"payload": 1, "missing": 1}, 499),
+    (stale, {"payload": 1, "missing": 1}, 499),
+    (binary, {"payload": 1, "missing": 1}, 499),
+    (twice, {"duplicate": 1}, 500),
+])
+def test_fanout_one_bad_frame_is_an_error(fanout_client, fault, errors, delivered):
+    # broadcast 5 is the 4th measured one (2 warm-up); subscriber 7 of 50
+    got, rc, _ = run_fanout(fanout_client, FanoutScripted(fault), 50, "-k", "10", "-W", "2",
+                            "-t", "1")
+    d = got["done"]
+    assert rc == 1
+    assert (d["errors"], d["delivered"], d["expected"], d["broadcasts"]) == (errors, delivered,
+                                                                            500, 10)
+    assert d["complete"] == (10 if fault is twice else 9)
+    # the server's subscriber 7 is the 8th to be welcomed, whichever connection of the client
+    if fault is drop:
+        assert d["first_error"] == "missing: broadcast 5 reached 49 of 50 subscribers in 1.0 s"
+    elif fault is twice:
+        assert re.fullmatch(r"connection \d+: duplicate: a second frame of 64 bytes "
+                            r"'00000000000005:yzabcdefg' after this broadcast's", d["first_error"])
+    else:
+        first = {corrupt: ("00000000000005:yzabcdefg", 1, 63),
+                 stale: ("00000000000004:rstuvwxyz", 1, 13),
+                 binary: ("00000000000005:yzabcdefg", 2, 64)}[fault]
+        assert re.fullmatch(r"connection \d+: payload: broadcast 5: frame of 64 bytes "
+                            r"\(opcode %d\) '%s', expected a text frame of 64 bytes "
+                            r"'00000000000005:yzabcdefg' \(the first %d bytes equal\)"
+                            % (first[1], first[0], first[2]), d["first_error"])
+
+
+def test_fanout_wrong_ack_and_warmup_errors_count(fanout_client):
+    srv = FanoutScripted(ack=lambda b, n: b"sent %d" % (n - (b == 4)))
+    got, rc, _ = run_fanout(fanout_client, srv, 20, "-k", "5", "-W", "2", "-t", "1")
+    assert rc == 1 and got["done"]["errors"] == {"ack": 1} and got["done"]["delivered"] == 100
+    assert got["done"]["first_error"] == ("connection 20: ack: ack 'sent 19' (opcode 1), "
+                                          "expected 'sent 20' once per broadcast")
+    # a warm-up broadcast's error fails the run too, though every measured one was right
+    srv = FanoutScripted(fault=lambda b, k, frame, prev: b"" if (b, k) == (0, 3) else frame)
+    got, rc, _ = run_fanout(fanout_client, srv, 20, "-k", "5", "-W", "2", "-t", "1")
+    assert rc == 1 and got["done"]["errors"] == {"missing": 1}
+    assert (got["done"]["delivered"], got["done"]["complete"]) == (100, 5)
+
+
+def test_fanout_no_welcome_no_broadcast(fanout_client):
+    got, rc, _ = run_fanout(fanout_client, FanoutScripted(welcome=b"hello"), 30, "-k", "5")
+    assert rc == 1 and list(got) == ["open", "done"]
+    assert (got["open"]["ok"], got["open"]["publisher"], got["open"]["errors"]) == (0, 0,
+                                                                                   {"welcome": 30})
+    assert (got["done"]["broadcasts"], got["done"]["delivered"], got["done"]["expected"]) == (
+        0, 0, 150)
+
+
+@pytest.mark.parametrize("argv,why", [
+    ([], "no PORT"),
+    (["80"], "-n N is required"),
+    (["80", "-n", "1", "-s", "8"], "-s: 16 to 65535 bytes"),
+    (["80", "-n", "1", "-s", "65536"], "-s: 16 to 65535 bytes"),
+    (["80", "-n", "1", "-W", "-1"], "-W one >= 0"),
+    (["80", "-n", "1", "-k", "0"], "positive integer"),
+    (["80", "-n", "1", "-P", "pub"], "-p and -P must start with /"),
+    (["80", "-n", "1", "-t", "0"], "-t takes"),
+    (["80", "-n", "1", "-x", "1"], "unknown option"),
+])
+def test_fanout_usage_errors(fanout_client, argv, why):
+    p = subprocess.run([fanout_client, *argv], capture_output=True, text=True, timeout=10)
+    assert p.returncode == 2 and why in p.stderr and p.stdout == ""
+
+
+def test_fanout_argv_and_plan():
+    assert scale.fanout_argv(8000, 1000, 64, 200, 5) == [
+        str(scale.BUILD / "fanout_client"), "8000", "-n", "1000", "-s", "64", "-k", "200", "-W",
+        "5", "-p", "/sub", "-P", "/pub", "-t", "10"]
+    args = Namespace(rows="fanout:1000,ws:200", servers="granian", rounds=None, fanout_rounds=2,
+                     fanout_broadcasts=50, fanout_sizes="64,4096")
+    assert scale.plan(args)["rows"] == [("ws", 200)]
+    fp = scale.plan_fanout(args)
+    assert (fp["rows"], fp["servers"], fp["rounds"], fp["broadcasts"], fp["sizes"]) == (
+        [1000], ["skirr", "granian"], 2, 50, [64, 4096])
+    args = Namespace(rows="fanout:50", servers=None, rounds=None)
+    assert scale.plan(args)["rows"] == [] and scale.plan_fanout(args)["rows"] == [50]
+    fp = scale.plan_fanout(Namespace(rows=None, servers=None))
+    assert (fp["rows"], fp["sizes"], fp["rounds"], fp["servers"]) == (
+        [1000, 5000], [64, 1024], 3, scale.WS_SERVERS)
+    with pytest.raises(SystemExit):
+        scale.plan_fanout(Namespace(rows=None, servers=None, fanout_sizes="8"))
+    with pytest.raises(SystemExit):
+        scale.plan(Namespace(rows="fanout:x", servers=None, rounds=None))
+
+
+def fan_run(server, n, size, rnd, cpu, ok=True):
+    return {"server": server, "n": n, "size": size, "workload": f"fanout_{size}", "conns": n,
+            "round": rnd, "ok": ok, "error": None if ok else "1 of 1,000 messages missing",
+            "cpu_us_per_msg": cpu, "p50_ms": 2.0 * cpu, "p99_ms": 3.0 * cpu, "ack_p50_ms": cpu,
+            "open_s": 0.5, "other_cpu0": 0.01 * rnd, "client_cpu": 0.5}
+
+
+def test_fanout_figures_and_verdicts_exact():
+    runs = [fan_run("skirr", 1000, 64, r, 2.0) for r in range(3)]
+    runs += [fan_run("granian", 1000, 64, r, c) for r, c in enumerate((3.0, 2.5, 4.0))]
+    runs += [fan_run("peregrine", 1000, 64, r, c) for r, c in enumerate((3.0, 1.9, 4.0))]
+    runs += [fan_run("uvicorn-wsproto", 1000, 64, r, 9.0, ok=r != 1) for r in range(3)]
+    runs += [fan_run("skirr", 1000, 1024, r, 3.0, ok=r != 2) for r in range(3)]
+    runs += [fan_run("granian", 1000, 1024, r, 4.0) for r in range(3)]
+    figs = scale.fanout_figures(runs)
+    assert figs[(1000, 64, "granian")] == {
+        "cpu_us_per_msg": 3.0, "p50_ms": 6.0, "p99_ms": 9.0, "ack_p50_ms": 3.0, "open_s": 0.5,
+        "other_cpu0": 0.02, "client_cpu": 0.5, "rounds": 3, "rounds_ok": 3, "error": None}
+    assert figs[(1000, 64, "uvicorn-wsproto")]["rounds_ok"] == 2
+    assert figs[(1000, 64, "uvicorn-wsproto")]["error"] == "1 of 1,000 messages missing"
+    got = [(v["target"], v["verdict"], v["detail"])
+           for v in scale.fanout_verdicts(runs, 3, {"fanout 5000": "not run: too many"})]
+    assert got == [
+        ("fan-out to 5,000 clients: skirr's CPU per delivered message ahead of every peer in "
+         "every round", "unproven", "not run: too many"),
+        ("fan-out to 1,000 clients, 1,024 B messages: skirr's CPU per delivered message ahead of "
+         "granian in every round", "MISSED", "granian ÷ skirr per round: 1.33, 1.33"),
+        ("fan-out to 1,000 clients, 64 B messages: skirr's CPU per delivered message ahead of "
+         "granian in every round", "met", "granian ÷ skirr per round: 1.50, 1.25, 2.00"),
+        ("fan-out to 1,000 clients, 64 B messages: skirr's CPU per delivered message ahead of "
+         "peregrine in every round", "MISSED", "peregrine ÷ skirr per round: 1.50, 0.95, 2.00"),
+        ("fan-out to 1,000 clients, 64 B messages: skirr's CPU per delivered message ahead of "
+         "uvicorn-wsproto in every round", "unproven",
+         "uvicorn-wsproto ÷ skirr per round: 4.50, 4.50"),
+    ]
+
+
+def test_fanout_report_section():
+    runs = [fan_run("skirr", 1000, 64, 0, 2.0), fan_run("granian", 1000, 64, 0, 3.0),
+            fan_run("peregrine", 1000, 64, 0, 1.0, ok=False)]
+    fp = dict(scale.FANOUT, rounds=1)
+    result = {"meta": {"started": "2026-12-05 02:00:00 UTC", "git": "abc", "seed": 1,
+                       "python": "3.11.7", "machine": {"cpu": "AMD EPYC", "cores": 2,
+                                                       "kernel": "6", "loadavg_at_start":
+                                                       ["1", "2", "3"]}},
+              "scale": None, "churn": None,
+              "fanout": {"runs": runs, "not_measured": {}, "skipped_rows": {}, "nofile": 20000,
+                         "config": fp}}
+    text = render_scale(result)
+    assert "## Fan-out: one publisher message to every client, 1 round(s)\n" in text
+    assert ("| 1,000 | 64 B | skirr | 2.00 | 4.0 / 6.0 | 2.0 | 0.50 | 1/1 | 50% | 0% |  |"
+            in text.splitlines())
+    assert ("| 1,000 | 64 B | peregrine | – | – / – | – | – | 0/1 | – | – | 1 of 1,000 messages "
+            "missing |" in text.splitlines())
+    assert ("| fan-out to 1,000 clients, 64 B messages: skirr's CPU per delivered message ahead "
+            "of granian in every round | **met** | granian ÷ skirr per round: 1.50 |"
+            in text.splitlines())
+    assert ("| fan-out to 1,000 clients, 64 B messages: skirr's CPU per delivered message ahead "
+            "of peregrine in every round | **unproven** | peregrine ÷ skirr per round: none |"
+            in text.splitlines())
+    assert "Fan-out (one publisher message" not in text  # no longer "not built"
+    assert "RLIMIT_NOFILE 20,000" in text
+
+
+def test_merge_parts_takes_what_the_run_lacks(tmp_path):
+    earlier = {"meta": {"started": "2026-12-04 22:55:10 UTC", "git": "4829d63"},
+               "scale": None, "fanout": {"runs": ["earlier"]},
+               "churn": {"runs": [churn_run("skirr", "raw_get_close", 0, None, ok=False)],
+                         "config": dict(scale.CHURN, rounds=1)}}
+    (tmp_path / "results.json").write_text(json.dumps(earlier))
+    result = {"meta": {"started": "2026-12-05 02:00:00 UTC", "git": "abc", "seed": 1,
+                       "python": "3.11.7", "machine": {"cpu": "AMD EPYC", "cores": 2,
+                                                       "kernel": "6", "loadavg_at_start":
+                                                       ["1", "2", "3"]}},
+              "scale": None, "churn": None,
+              "fanout": {"runs": [fan_run("skirr", 1000, 64, 0, 2.0)], "not_measured": {},
+                         "skipped_rows": {}, "nofile": 20000, "config": dict(scale.FANOUT,
+                                                                              rounds=1)}}
+    scale.merge_parts(result, None)
+    assert "merged" not in result and result["churn"] is None
+    scale.merge_parts(result, tmp_path)
+    # the fan-out rows measured are kept; the churn rows come from the earlier run; it had no
+    # idle rows
+    assert result["merged"] == {"churn": {"run": tmp_path.name,
+                                          "started": "2026-12-04 22:55:10 UTC", "git": "4829d63"}}
+    assert result["fanout"]["runs"][0]["server"] == "skirr" and result["scale"] is None
+    text = render_scale(result)
+    assert (f"- **The churn rows** are from an earlier run: 2026-12-04 22:55:10 UTC, skirr "
+            f"4829d63 (bench/results/{tmp_path.name})." in text.splitlines())
+    assert "## Churn: a new connection per request, 1 rounds\n" in text
+    assert ("| raw_get_close c64 | skirr | – (–––) | – | 0/1 | – | wrk failed |"
+            in text.splitlines())
+
+
+class ScriptedServer:
+    """scale.Server's interface over a FanoutScripted server in this process (its pids: this
+    process), so fanout_row runs its whole course against it."""
+
+    def __init__(self, scripted):
+        self.scripted, self.port = scripted, scripted.port
+
+    def __call__(self, name, app, logdir, tag, extra=()):
+        assert (name, app) == ("skirr", "ws_apps:fanout")
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.scripted.close()
+
+    def wait_ready(self, check, timeout):
+        check(self.port)
+
+    def pids(self):
+        return [os.getpid()]
+
+    def log_tail(self, n):
+        return "(scripted)"
+
+
+@pytest.mark.parametrize("fault", [None, drop])
+def test_fanout_row_against_a_scripted_server(fanout_client, monkeypatch, tmp_path, fault):
+    monkeypatch.setattr(scale, "Server", ScriptedServer(FanoutScripted(fault)))
+    monkeypatch.setattr(scale, "SETTLE_S", 0.3)  # the check's run forgotten by the server
+    monkeypatch.setattr(scale, "FANOUT_TIMEOUT_S", 1.0)
+    fp = dict(scale.FANOUT, broadcasts=10, warmup=2)
+    r = scale.fanout_row("skirr", 50, 64, fp, tmp_path, "t")
+    assert (r["server"], r["n"], r["size"], r["workload"], r["conns"]) == (
+        "skirr", 50, 64, "fanout_64", 50)
+    assert (r["opened"], r["expected"], r["broadcasts"]) == (50, 500, 10)
+    assert r["cpu_us_per_msg"] == r["server_cpu_s"] / r["delivered"] * 1e6
+    assert 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"], r
+    if fault is None:
+        assert (r["ok"], r["error"], r["delivered"], r["complete"], r["errors"],
+                r["client_exit"]) == (True, None, 500, 10, {}, 0)
+    else:  # broadcast 5 misses one
+        assert (r["ok"], r["delivered"], r["complete"], r["errors"], r["client_exit"]) == (
+            False, 499, 9, {"missing": 1}, 1)
+        assert r["error"] == ("RuntimeError: 499 of 500 messages delivered right, errors "
+                              "{'missing': 1}: missing: broadcast 5 reached 49 of 50 "
+                              "subscribers in 1.0 s | server log: (scripted)")

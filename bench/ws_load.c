@@ -444,13 +444,8 @@ handshake(gen_t *g, conn_t *c, char *err, size_t errcap)
         snprintf(err, errcap, "connect: %s", strerror(errno));
         return -1;
     }
-    unsigned char raw[16];
-    for (int i = 0; i < 16; i++) {
-        raw[i] = (unsigned char)xorshift64s(&g->rng);
-    }
     char key[25], want[29], got[128], req[512];
-    base64(raw, sizeof raw, key);
-    accept_for(key, want);
+    ws_key(&g->rng, key, want);
     int len = snprintf(req, sizeof req,
                        "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\n"
                        "Connection: Upgrade\r\nSec-WebSocket-Key: %s\r\n"

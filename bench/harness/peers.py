@@ -132,6 +132,11 @@ def build_scale_client():
     return build_c("scale_client", ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"))
 
 
+def build_fanout_client():
+    """The fan-out rows' subscribers and publisher (bench/fanout_client.c), warnings as errors."""
+    return build_c("fanout_client", ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"))
+
+
 # ----------------------------------------------------------------------------------------------
 # Command lines: each builder takes (app "module:attr" in bench/apps, port, a private temporary
 # folder the server may write into) and returns the argv

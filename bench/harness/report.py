@@ -899,17 +899,26 @@ def render_scale(result, chart_lines=()):
     churn rows' table, the verdicts (scale.verdicts, scale.churn_verdicts), what was not
     measured or not run, what is not built yet."""
     part, churn, meta = result.get("scale"), result.get("churn"), result["meta"]
+    fan = result.get("fanout")
     m = meta["machine"]
     L = ["# Scale (issue 37)\n",
          f"Run {meta['started']}, skirr {meta['git']}, Python {meta['python']}; {m['cpu']}, "
          f"{m['cores']} CPUs, kernel {m['kernel']}, load average at start "
          f"{' '.join(m['loadavg_at_start'])}. Each row's servers in a fresh random order every "
          f"round (seed {meta['seed']})"
-         + (f"; RLIMIT_NOFILE {part['nofile']:,}" if part else "") + ".\n",
-         "## How it is measured\n"]
+         + (f"; RLIMIT_NOFILE {(part or fan)['nofile']:,}" if part or fan else "") + ".\n"]
+    names = {"scale": "the idle rows", "fanout": "the fan-out rows", "churn": "the churn rows"}
+    for k, m in result.get("merged", {}).items():
+        L.append(f"- **{names[k][0].upper() + names[k][1:]}** are from an earlier run: "
+                 f"{m['started']}, skirr {m['git']} (bench/results/{m['run']}).")
+    if result.get("merged"):
+        L.append("")
+    L.append("## How it is measured\n")
     verdicts = []
     if part:
         verdicts += _render_idle(L, part)
+    if fan:
+        verdicts += _render_fanout(L, fan)
     if churn:
         verdicts += _render_churn(L, churn)
     L.append("## Targets\n")
@@ -918,7 +927,7 @@ def render_scale(result, chart_lines=()):
     for v in verdicts:
         L.append(f"| {v['target']} | **{v['verdict']}** | {v['detail']} |")
     for key, why in SCALE_NOT_BUILT.items():
-        if key == "churn" and churn:
+        if (key == "churn" and churn) or (key == "fanout" and fan):
             continue
         L.append(f"| {why} | **not built** | not measured yet |")
     L.append("")
@@ -1005,6 +1014,54 @@ def _render_idle(L, part):
                      f"{f['cycle_ratio']:.2f} |")
         L.append("")
     return scale.verdicts(figs, sp, part.get("skipped_rows"))
+
+
+def _render_fanout(L, fan):
+    """The fan-out rows' method and table into L; returns their verdicts."""
+    fp = fan["config"]
+    runs, rounds = fan["runs"], fp["rounds"]
+    sizes = " and ".join(f"{x:,}" for x in fp["sizes"])
+    L.append(
+        "- **Fan-out** (`bench/run.py scale --rows fanout:N`): each server serves the same app "
+        "(bench/apps: `ws_apps:fanout`, plain ASGI), one process pinned to CPU 0, with the idle "
+        "rows' WebSocket flags (pings off, connection caps raised). `bench/fanout_client.c` "
+        "(pinned to CPU 1) opens N subscriber WebSockets (source addresses spread as the idle "
+        "rows'; each handshake checked, then the app's `welcome`, which it sends once the "
+        "subscriber is in its set) and one publisher. The publisher sends a text message "
+        f"({sizes} bytes, masked, distinct per broadcast); the app sends it to every subscriber "
+        "(`asyncio.gather` of their sends) and then answers the publisher `sent N`. One "
+        f"broadcast at a time: {fp['warmup']} unmeasured, then {fp['broadcasts']} measured. "
+        "Every subscriber must get exactly that message once, and the ack must be exactly "
+        "`sent N`; a missing, stale, corrupt or duplicated frame or a wrong ack is an error and "
+        "fails the round. **CPU per delivered message** = the server's utime+stime (all its "
+        "processes) from just before the first measured broadcast to the end of the last ÷ "
+        "N × broadcasts. **Time to the last client** = from the publisher's send() to the moment "
+        "the last subscriber has read the whole frame, p50 and p99 over the measured broadcasts "
+        "(ms; the client reads the N sockets one after another on its one CPU: 'client CPU' near "
+        "100% means the client may have bounded it). The table gives the medians over the "
+        f"rounds that succeeded; {rounds} round(s), the servers of each row in a fresh random "
+        "order every round.\n")
+    for key, why in fan.get("skipped_rows", {}).items():
+        L.append(f"- **{key} clients**: {why}")
+    for s, why in fan.get("not_measured", {}).items():
+        L.append(f"- **{SCALE_NAMES.get(s, s)}** not measured: {why[:300]}")
+    figs = scale.fanout_figures(runs)
+    order = charts.server_order([k[2] for k in figs])
+    L.append(f"## Fan-out: one publisher message to every client, {rounds} round(s)\n")
+    L.append("| clients | message | server | CPU µs per delivered message | to the last client "
+             "p50 / p99 (ms) | ack p50 (ms) | open (s) | rounds ok | client CPU (max) | other "
+             "load on CPU 0 (max) | first error |")
+    L.append("|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---|")
+    for n, size, s in sorted(figs, key=lambda k: (k[0], k[1], order.index(k[2]))):
+        f = figs[(n, size, s)]
+        L.append(f"| {n:,} | {size:,} B | {SCALE_NAMES.get(s, s)} | "
+                 f"{fmt(f['cpu_us_per_msg'], '.2f')} | {fmt(f['p50_ms'], '.1f')} / "
+                 f"{fmt(f['p99_ms'], '.1f')} | {fmt(f['ack_p50_ms'], '.1f')} | "
+                 f"{fmt(f['open_s'], '.2f')} | {f['rounds_ok']}/{f['rounds']} | "
+                 f"{fmt(f['client_cpu'], '.0%')} | {fmt(f['other_cpu0'], '.0%')} | "
+                 f"{(f['error'] or '')[:160]} |")
+    L.append("")
+    return scale.fanout_verdicts(runs, rounds, fan.get("skipped_rows"))
 
 
 def _render_churn(L, churn):

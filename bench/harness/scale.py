@@ -6,7 +6,11 @@ row's run (`idle_row`: a server started with its SCALE_FLAGS, bench/scale_client
 connections from source addresses spread over 127.0.0.0/8, each after one exact HTTP/1.1
 keep-alive request or an accepted WebSocket; the server's RSS and PSS summed over its processes
 before, with all held and after all closed), the run of the whole part, and its figures and
-verdicts against the issue's targets (computed here from the rows, never written by hand).
+verdicts against the issue's targets (computed here from the rows, never written by hand); and
+the fan-out rows (issue 37 item 3: `fanout_row`, bench/fanout_client.c's N WebSocket subscribers
+and one publisher against bench/apps/ws_apps.py's `fanout` app; the server's CPU per delivered
+message over the measured broadcasts and the time until the last subscriber has each one), their
+figures and their verdict against every peer in every round.
 
 Never: renders markdown (report.py's `render_scale` does, from these figures), or treats a
 connection that failed, was answered wrongly or was closed by the server while held as held: the
@@ -16,20 +20,22 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import random
 import resource
 import select
 import statistics
 import subprocess
+import threading
 import time
 from pathlib import Path
 
-from .env import (BUILD, CLIENT_CPU, PEERS_VENV, SKIRR_VENV, describe, ensure_tools, git_commit,
-                  interp_identity, log, machine_info, new_run_dir, venv_python)
-from .measure import measure_row, memory
+from .env import (BUILD, CLIENT_CPU, CLK_TCK, PEERS_VENV, SKIRR_VENV, describe, ensure_tools,
+                  git_commit, interp_identity, log, machine_info, new_run_dir, venv_python)
+from .measure import affinity_ok, cpu0_busy, measure_row, memory, proc_ticks
 from .tls import peer_ratios
-from .peers import (SCALE_FLAGS, SERVERS, Server, build_scale_client, ensure_peers, peer_groups,
-                    pip_versions)
+from .peers import (SCALE_FLAGS, SERVERS, Server, build_fanout_client, build_scale_client,
+                    ensure_peers, peer_groups, pip_versions)
 from .workloads import WORKLOADS, WS_WORKLOADS
 
 # RLIMIT_NOFILE for the harness and everything it starts (soft and hard): 50,000 connections on
@@ -62,6 +68,16 @@ CHURN = dict(servers=["skirr", "uvicorn-httptools", "granian", "hypercorn", "per
              rows=[("raw_get_close", 64), ("fastapi_json_close", 64)], rounds=3, warmup=2,
              duration=10)
 TARGET_CHURN_NGINX = 1.5  # skirr's churn CPU per request at most this times nginx's, every round
+
+# The fan-out rows (issue 37 item 3): N subscribers and one publisher on ws_apps:fanout, each row
+# at every message size, the servers that serve WebSockets, the server on CPU 0 and
+# bench/fanout_client.c on CPU 1; `broadcasts` measured after `warmup` unmeasured ones.
+FANOUT = dict(servers=WS_SERVERS, rows=[1000, 5000], sizes=[64, 1024], rounds=3, broadcasts=200,
+              warmup=5)
+FANOUT_APP = "ws_apps:fanout"
+FANOUT_PATHS = ("/sub", "/pub")  # (a subscriber's path, the publisher's: ws_apps.PUBLISH_PATH)
+FANOUT_TIMEOUT_S = 10.0  # a broadcast not had by every subscriber within this long: "missing"
+FANOUT_OPEN_S = 30.0  # fanout_client's bound on opening (none answered for this long: stalled)
 
 # The targets (issue 37), each judged by `verdicts`.
 TARGET_PEER_SHARE = 0.25  # skirr's KiB per idle connection at most this times the lowest peer's
@@ -334,6 +350,229 @@ def churn_verdicts(runs, rounds):
 
 
 # ----------------------------------------------------------------------------------------------
+# The fan-out rows (issue 37 item 3)
+
+
+def fanout_argv(port, n, size, broadcasts, warmup):
+    """bench/build/fanout_client's command line: `n` subscribers, `broadcasts` measured
+    broadcasts of `size`-byte messages after `warmup` unmeasured ones."""
+    sub, pub = FANOUT_PATHS
+    return [str(BUILD / "fanout_client"), str(port), "-n", str(n), "-s", str(size), "-k",
+            str(broadcasts), "-W", str(warmup), "-p", sub, "-P", pub, "-t",
+            f"{FANOUT_TIMEOUT_S:g}"]
+
+
+def fanout_lines(text):
+    """{phase: its JSON object} of fanout_client's `FANOUT {json}` lines."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("FANOUT "):
+            d = json.loads(line[7:])
+            out[d["phase"]] = d
+    return out
+
+
+def check_fanout(size):
+    """A readiness check through the client itself: one subscriber welcomed, one broadcast of
+    `size` bytes had exactly, its ack right. ConnectionRefusedError while nothing listens, else
+    RuntimeError with the client's first error."""
+    def check(port):
+        p = subprocess.run(fanout_argv(port, 1, size, 1, 0), stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=60)
+        got = fanout_lines(p.stdout)
+        done = got.get("done")
+        if done is None:
+            raise RuntimeError(f"fanout_client printed no result: {p.stderr[-400:]}")
+        if done["errors"].get("connect") and "refused" in done["first_error"]:
+            raise ConnectionRefusedError(done["first_error"])
+        if p.returncode != 0:
+            raise RuntimeError(f"fan-out check: {done['errors']}: {done['first_error']}")
+    return check
+
+
+def _line_queue(proc):
+    """A queue of proc's stdout lines (text; None at EOF) filled by a thread of its own (returned
+    beside it): unlike select() on the pipe, it never leaves a line that arrived with the one
+    before unread while the client waits for our answer to it."""
+    q = queue.Queue()
+
+    def pump():
+        for line in proc.stdout:
+            q.put(line)
+        q.put(None)
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    return q, reader
+
+
+def fanout_row(name, n, size, fp, outdir, tag):
+    """One fan-out row: `name` serving ws_apps:fanout with its SCALE_FLAGS for WebSockets (pings
+    off, connection caps raised), checked with one subscriber, then bench/fanout_client.c (CPU 1;
+    the server on CPU 0) opens `n` subscribers and a publisher and runs fp["warmup"] broadcasts,
+    then fp["broadcasts"] measured ones of `size` bytes. The server's CPU (utime+stime of its
+    processes, seconds) is read when the client says the measured broadcasts start and when they
+    have ended (every subscriber has the last one and the publisher its ack). Returns the row:
+    "ok" only when it completed with every message delivered right and no error of any kind
+    (else "error" says what; the figures, when measured, are kept); "cpu_us_per_msg" (server CPU
+    µs ÷ delivered messages), "p50_ms", "p99_ms", "max_ms" (publisher's send to the last
+    subscriber's whole frame, over the broadcasts every subscriber had), "ack_p50_ms", "open_s",
+    "delivered", "expected" (n × broadcasts), "errors" ({kind: count}), "client_cpu" (the
+    client's CPU share over the broadcasts: near 1, the client may have bounded the times),
+    "other_cpu0" (share of CPU 0 not the server's)."""
+    out = {"server": name, "n": n, "size": size, "workload": f"fanout_{size}", "conns": n,
+           "ok": False, "error": None}
+    extra = SCALE_FLAGS.get(name, {}).get("ws", [])
+    per_line = FANOUT_OPEN_S * 2 + (fp["broadcasts"] + fp["warmup"]) * FANOUT_TIMEOUT_S + 60
+    with Server(name, FANOUT_APP, Path(outdir) / "logs", tag, extra=extra) as srv:
+        try:
+            srv.wait_ready(check_fanout(size), timeout=60)
+            time.sleep(SETTLE_S)  # the check's subscriber gone from the app's set
+            pids = srv.pids()
+            out["pinned"] = affinity_ok(pids)
+            out["loadavg"] = Path("/proc/loadavg").read_text().split()[0]
+            client = subprocess.Popen(
+                ["taskset", "-c", CLIENT_CPU,
+                 *fanout_argv(srv.port, n, size, fp["broadcasts"], fp["warmup"])],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            got, at = {}, {}
+            lines, reader = _line_queue(client)
+            try:
+                while "done" not in got:
+                    try:
+                        line = lines.get(timeout=per_line)
+                    except queue.Empty:
+                        raise RuntimeError(f"fanout_client said nothing within {per_line:.0f} "
+                                           "s") from None
+                    if line is None:
+                        raise RuntimeError(f"fanout_client exited ({client.wait()}) before its "
+                                           f"result: {client.stderr.read()[-400:]}") from None
+                    d = fanout_lines(line)
+                    got.update(d)
+                    if "start" in d:  # the client waits for our line before broadcasting
+                        at.update(b0=cpu0_busy(), p0=proc_ticks(pids), t0=time.perf_counter())
+                        client.stdin.write("go\n")
+                        client.stdin.flush()
+                    elif "end" in d:
+                        at.update(p1=proc_ticks(pids), b1=cpu0_busy(), t1=time.perf_counter())
+                client.wait(60)
+            finally:
+                if client.poll() is None:
+                    client.kill()
+                    client.wait()
+                reader.join(10)  # at the client's EOF
+                for f in (client.stdin, client.stdout, client.stderr):
+                    f.close()
+            opened, done = got["open"], got["done"]
+            out.update(open_s=opened["open_s"], opened=opened["ok"], errors=done["errors"],
+                       first_error=done["first_error"], client_exit=client.returncode,
+                       delivered=done["delivered"], expected=done["expected"],
+                       complete=done["complete"], broadcasts=done["broadcasts"])
+            if "p1" not in at:
+                raise RuntimeError(f"no measured broadcast: {opened['ok']} of {n} subscribers "
+                                   f"welcomed, publisher {opened['publisher']}: "
+                                   f"{done['first_error']}")
+            if sorted(srv.pids()) != sorted(pids):
+                raise RuntimeError(f"the server's processes changed during the run: {sorted(pids)} "
+                                   f"-> {sorted(srv.pids())}")
+            wall = at["t1"] - at["t0"]
+            cpu = sum(at["p1"][p] - at["p0"][p] for p in pids) / CLK_TCK
+            out.update(
+                server_cpu_s=cpu, wall_s=wall, server_util=cpu / wall if wall else None,
+                cpu_us_per_msg=cpu / done["delivered"] * 1e6 if done["delivered"] else None,
+                p50_ms=done["p50_us"] / 1000, p99_ms=done["p99_us"] / 1000,
+                max_ms=done["max_us"] / 1000, ack_p50_ms=done["ack_p50_us"] / 1000,
+                client_cpu=done["cpu_s"] / done["wall_s"] if done["wall_s"] else None,
+                other_cpu0=max(0.0, (at["b1"][0] - at["b0"][0]) / CLK_TCK - cpu) / wall
+                if wall else None)
+            bad = sum(done["errors"].values())
+            if bad or done["delivered"] != done["expected"] or client.returncode != 0:
+                raise RuntimeError(f"{done['delivered']:,} of {done['expected']:,} messages "
+                                   f"delivered right, errors {done['errors']}: "
+                                   f"{done['first_error']}")
+            out["ok"] = True
+        except Exception as exc:  # noqa: BLE001
+            out["error"] = describe(exc) + " | server log: " + srv.log_tail(400)
+    return out
+
+
+def run_fanout(fp, status, outdir):
+    """The fan-out rows every round: each (subscribers, size) row's servers in a fresh random
+    order; a server in `status` (why it is not measured) is skipped, and so is a row too big for
+    the descriptor limit (in "skipped_rows" with the reason). Returns {"runs": [...],
+    "not_measured", "skipped_rows", "nofile", "config"}."""
+    limit, why = raise_nofile()
+    skipped = {f"fanout {n}": too_many(n + 1, limit, why) for n in fp["rows"]
+               if too_many(n + 1, limit, why)}
+    for k, v in skipped.items():
+        log(f"scale {k}: {v}")
+    runs = []
+    for rnd in range(fp["rounds"]):
+        for n in fp["rows"]:
+            if f"fanout {n}" in skipped:
+                continue
+            for size in fp["sizes"]:
+                order = [s for s in fp["servers"] if s not in status]
+                random.shuffle(order)
+                for s in order:
+                    r = fanout_row(s, n, size, fp, outdir, f"fanout{rnd}-{n}-{size}-{s}")
+                    r["round"] = rnd
+                    runs.append(r)
+                    (Path(outdir) / "fanout.json").write_text(json.dumps(runs, indent=1))
+                    log(f"fanout r{rnd} {n} x {size} B {s}: " + (
+                        f"{r['cpu_us_per_msg']:.2f} us CPU/msg, last client p50 "
+                        f"{r['p50_ms']:.1f} ms p99 {r['p99_ms']:.1f} ms" if r["ok"]
+                        else f"FAILED {r['error'][:300]}"))
+    return {"runs": runs, "not_measured": status, "skipped_rows": skipped, "nofile": limit,
+            "config": fp}
+
+
+def fanout_figures(runs):
+    """Per (subscribers, size, server): the medians over its rounds that succeeded of
+    "cpu_us_per_msg" (server CPU µs per delivered message), "p50_ms" and "p99_ms" (time to the
+    last subscriber), "ack_p50_ms" and "open_s"; the most "other_cpu0" and "client_cpu" in a
+    round; "rounds", "rounds_ok", and the first failed round's "error" (all None when no round
+    succeeded)."""
+    out = {}
+    for key in dict.fromkeys((r["n"], r["size"], r["server"]) for r in runs):
+        rs = [r for r in runs if (r["n"], r["size"], r["server"]) == key]
+        ok = [r for r in rs if r["ok"]]
+
+        def med(k):
+            return statistics.median(r[k] for r in ok) if ok else None
+        out[key] = {k: med(k) for k in ("cpu_us_per_msg", "p50_ms", "p99_ms", "ack_p50_ms",
+                                        "open_s")}
+        out[key].update(
+            other_cpu0=max((r["other_cpu0"] for r in ok), default=None),
+            client_cpu=max((r["client_cpu"] for r in ok), default=None),
+            rounds=len(rs), rounds_ok=len(ok),
+            error=next((r["error"] for r in rs if not r["ok"]), None))
+    return out
+
+
+def fanout_verdicts(runs, rounds, skipped=None):
+    """The fan-out target from the rows: per (subscribers, size, peer), skirr's CPU per delivered
+    message below the peer's in every one of `rounds` rounds (tls.peer_ratios' verdict: "MISSED"
+    when skirr was behind or failed a round, "unproven" when the peer failed one); a row not run
+    (`skipped`: {"fanout n": why}) is "unproven". A list of {"target", "verdict", "detail"} as
+    `verdicts`."""
+    out = []
+    for key, why in (skipped or {}).items():
+        n = int(key.split()[1])
+        out.append({"target": f"fan-out to {n:,} clients: skirr's CPU per delivered message "
+                              "ahead of every peer in every round",
+                    "verdict": "unproven", "detail": why})
+    for (w, n, s), v in peer_ratios(runs, rounds, base="skirr", key="cpu_us_per_msg",
+                                    peers=lambda s: SERVERS[s].kind == "peer").items():
+        size = int(w.split("_")[1])
+        out.append({"target": f"fan-out to {n:,} clients, {size:,} B messages: skirr's CPU per "
+                              f"delivered message ahead of {s} in every round",
+                    "verdict": v["verdict"],
+                    "detail": f"{s} ÷ skirr per round: "
+                              + (", ".join(f"{x:.2f}" for x in v["ratios"]) or "none")})
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
 # Figures and verdicts (report.py renders them)
 
 
@@ -458,19 +697,26 @@ def verdicts(figs, sp, skipped=None):
 # The command (run.py scale)
 
 
+def parse_rows(text):
+    """--rows' mode:count,... as [(mode, count)], mode one of MODES or "fanout"; SystemExit on
+    anything else."""
+    rows = []
+    for item in text.split(","):
+        mode, _, n = item.partition(":")
+        if (mode not in MODES and mode != "fanout") or not n.isdigit() or int(n) < 1:
+            raise SystemExit(f"scale: --rows takes mode:count,... with mode http, ws, tcp or "
+                             f"fanout; got {item!r}")
+        rows.append((mode, int(n)))
+    return rows
+
+
 def plan(args):
-    """The part's settings from the command line: SCALE_FULL with --rows (mode:count,...),
-    --servers (a subset; skirr always) and --rounds applied; SystemExit on a name it lacks."""
+    """The idle part's settings from the command line: SCALE_FULL with --rows (its mode:count
+    items other than fanout's; none: no idle row), --servers (a subset; skirr always) and
+    --rounds applied; SystemExit on a name it lacks."""
     sp = json.loads(json.dumps(SCALE_FULL))
     if args.rows:
-        rows = []
-        for item in args.rows.split(","):
-            mode, _, n = item.partition(":")
-            if mode not in MODES or not n.isdigit() or int(n) < 1:
-                raise SystemExit(f"scale: --rows takes mode:count,... with mode http, ws or tcp; "
-                                 f"got {item!r}")
-            rows.append((mode, int(n)))
-        sp["rows"] = rows
+        sp["rows"] = [r for r in parse_rows(args.rows) if r[0] != "fanout"]
     sp["rows"] = [tuple(r) for r in sp["rows"]]
     if args.servers:
         want = ["skirr", *(s for s in args.servers.split(",") if s != "skirr")]
@@ -497,12 +743,56 @@ def plan_churn(args):
     return cp
 
 
+def plan_fanout(args):
+    """The fan-out rows' settings: FANOUT with --rows' fanout:N items (when --rows is given:
+    those alone, none when it has none), --servers (a subset; skirr always), --fanout-rounds,
+    --fanout-broadcasts and --fanout-sizes (bytes, comma-separated) applied; SystemExit on a
+    size fanout_client does not take."""
+    fp = json.loads(json.dumps(FANOUT))
+    if getattr(args, "rows", None):
+        fp["rows"] = [n for mode, n in parse_rows(args.rows) if mode == "fanout"]
+    if getattr(args, "servers", None):
+        want = ["skirr", *(s for s in args.servers.split(",") if s != "skirr")]
+        fp["servers"] = [s for s in fp["servers"] if s in want]
+    if getattr(args, "fanout_rounds", None):
+        fp["rounds"] = args.fanout_rounds
+    if getattr(args, "fanout_broadcasts", None):
+        fp["broadcasts"] = args.fanout_broadcasts
+    if getattr(args, "fanout_sizes", None):
+        sizes = args.fanout_sizes.split(",")
+        if not all(x.isdigit() and 16 <= int(x) <= 65535 for x in sizes):
+            raise SystemExit("scale: --fanout-sizes takes message sizes of 16 to 65535 bytes, "
+                             f"comma-separated; got {args.fanout_sizes!r}")
+        fp["sizes"] = [int(x) for x in sizes]
+    return fp
+
+
+PARTS = ("scale", "fanout", "churn")  # a scale run's parts: the idle rows, fan-out, churn
+
+
+def merge_parts(result, other_run):
+    """The parts `result` lacks (None: not run) taken from the run folder `other_run`'s
+    results.json, each named in result["merged"] ({part: {"run", "started", "git"}}), so that a
+    part measured alone joins an earlier run's report; nothing when `other_run` is None."""
+    if not other_run:
+        return
+    other = json.loads((Path(other_run) / "results.json").read_text())
+    for k in PARTS:
+        if result.get(k) is None and other.get(k):
+            result[k] = other[k]
+            result.setdefault("merged", {})[k] = {"run": Path(other_run).name,
+                                                  "started": other["meta"]["started"],
+                                                  "git": other["meta"]["git"]}
+
+
 def main(args):
-    """`run.py scale`: the idle rows, their results in bench/results/<time>-scale/ and the report
-    (report.md there, and --summary); the exit status is 1 when skirr failed a row."""
+    """`run.py scale`: the idle rows, the fan-out rows and the churn rows (each part can be left
+    out), their results in bench/results/<time>-scale/ and the report (report.md there, and
+    --summary); the exit status is 1 when skirr failed a row."""
     from .report import write_scale_report  # report imports this module
     if args.rerender:
         result = json.loads((Path(args.rerender) / "results.json").read_text())
+        merge_parts(result, getattr(args, "merge", None))
         print(write_scale_report(result, args.rerender, args.summary))
         return 0
     sp = plan(args)
@@ -511,12 +801,18 @@ def main(args):
     random.seed(seed)
     outdir = new_run_dir("scale")
     log(f"results in {outdir}")
-    servers = list(dict.fromkeys([*(s for m in sp["servers"].values() for s in m),
-                                  *plan_churn(args)["servers"]]))
+    fp = plan_fanout(args)
+    run_idle = not args.no_idle and bool(sp["rows"])
+    run_fan = not getattr(args, "no_fanout", False) and bool(fp["rows"])
+    servers = list(dict.fromkeys([
+        *(s for mode, _ in sp["rows"] for s in sp["servers"][mode] if run_idle),
+        *(fp["servers"] if run_fan else []),
+        *(plan_churn(args)["servers"] if not args.no_churn else [])]))
     tools = ensure_tools(["taskset", "gcc", "wrk"] + (["nginx"] if "nginx-scale" in servers else []))
     groups = peer_groups(servers)
     install = ensure_peers(groups, reinstall=args.reinstall) if groups else {}
     build_scale_client()
+    build_fanout_client()
     status = {}
     for s in servers:
         g = SERVERS[s].group
@@ -529,12 +825,15 @@ def main(args):
             "python": interp_identity(venv_python(SKIRR_VENV)),
             "versions": pip_versions(venv_python(PEERS_VENV)) if groups else {},
             "install": install}
-    part = run(sp, status, outdir) if not args.no_idle else None
+    part = run(sp, status, outdir) if run_idle else None
+    fan = run_fanout(fp, status, outdir) if run_fan else None
     churn = run_churn(plan_churn(args), status, outdir) if not args.no_churn else None
-    result = {"meta": meta, "scale": part, "churn": churn}
+    result = {"meta": meta, "scale": part, "fanout": fan, "churn": churn}
     (outdir / "results.json").write_text(json.dumps(result, indent=1))
+    merge_parts(result, getattr(args, "merge", None))
     print(write_scale_report(result, outdir, args.summary))
     failed = any(r["server"] == "skirr" and (not r["ok"] or row_errors(r))
                  for r in (part or {}).get("rows", []))
     failed |= any(r["server"] == "skirr" and not r["ok"] for r in (churn or {}).get("runs", []))
+    failed |= any(r["server"] == "skirr" and not r["ok"] for r in (fan or {}).get("runs", []))
     return 1 if failed else 0
