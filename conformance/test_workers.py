@@ -1400,6 +1400,39 @@ def test_thread_worker_max_requests_counts_every_loop(tmp_path, loop):
         assert proc.stop() == 0
 
 
+@pytest.mark.rule("skirr-threads-replace")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_thread_worker_replacement_past_its_limit_before_ready_is_replaced(tmp_path, loop):
+    """--limit-max-requests 10 with 2 loops, each process's second loop 1.5 s slow to start: the
+    replacement's first loop serves (and passes 10 requests) while its second still starts, before
+    the process is READY. Once READY, that replacement is replaced in turn (its RETIRE waits for its
+    READY: the supervisor ignores one from a worker not current yet), and so on."""
+    proc, port = _serve_threads(tmp_path, 2, loop, "--limit-max-requests", "10",
+                                env={"SKIRR_TEST_SLOW_STARTUP": "1.5"})
+    with proc:
+        _wait_loops(proc, port, 2)
+        first = _who(port)[0]
+        for _ in range(9):
+            _who(port)
+        proc.wait_stderr(f"Worker [{first}] reached its request limit", 3)
+        # new connections while the replacement's second loop starts: its first loop takes its
+        # share of them (SO_REUSEPORT) and passes the limit before the process is READY
+        second = _wait_for(lambda: next((p for p in _started_pids(proc)[1:]), None), 10,
+                           "the replacement started", proc)
+        served = Counter()
+        deadline = time.monotonic() + 10
+        while f"Worker [{second}] serves slot 0" not in proc.stderr:
+            assert time.monotonic() < deadline, proc.stderr
+            served[_who(port)[0]] += 1
+        assert served[second] >= 10, served  # it passed its limit before READY
+        proc.wait_stderr(f"Worker [{second}] reached its request limit: starting its "
+                         "replacement", 5)
+        third = _wait_for(lambda: len(_started_pids(proc)) >= 3 and _started_pids(proc)[2], 10,
+                          "a third worker started", proc)
+        proc.wait_stderr(f"Worker [{third}] serves slot 0: stopping worker [{second}]", 10)
+        assert proc.stop() == 0
+
+
 @pytest.mark.rule("skirr-threads-replace", "skirr-close-announced-max-requests")
 @pytest.mark.parametrize("loop", _proc.LOOPS)
 def test_thread_worker_max_requests_last_responses_announce_the_close(tmp_path, loop):

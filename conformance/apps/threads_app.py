@@ -12,7 +12,8 @@ thread): every answer names the process and the thread (its event loop) that gav
                         "refused startup N"
 
 When the file $SKIRR_TEST_IMPORT_DELAY_FILE exists at import, the import sleeps the seconds it
-holds (a replacement process that a test wants slow to serve).
+holds (a replacement process that a test wants slow to serve). $SKIRR_TEST_SLOW_STARTUP (seconds)
+delays every lifespan startup in a process but its first (its first loop serves meanwhile).
 """
 import asyncio
 import os
@@ -31,6 +32,7 @@ if _DELAY_FILE and os.path.exists(_DELAY_FILE):
     time.sleep(float(open(_DELAY_FILE).read()))
 log(f"import {PID}")
 _FAIL_AT = int(os.environ.get("SKIRR_TEST_FAIL_STARTUP", "0"))
+_SLOW_STARTUP = float(os.environ.get("SKIRR_TEST_SLOW_STARTUP", "0"))
 _startups = 0
 _lock = threading.Lock()
 
@@ -48,6 +50,8 @@ async def app(scope, receive, send):
                 with _lock:
                     _startups += 1
                     nth = _startups
+                if nth > 1 and _SLOW_STARTUP:
+                    await asyncio.sleep(_SLOW_STARTUP)
                 if nth == _FAIL_AT:
                     await asyncio.sleep(0.2)  # the other loops are starting meanwhile
                     await send({"type": "lifespan.startup.failed",

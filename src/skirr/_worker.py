@@ -430,7 +430,11 @@ class _Threads:
                     pipe.last_beat = now
                     pipe.send(HEARTBEAT)
                     pipe.send_metrics()
-            if self.limit and not retired and not self.stopping and self._requests() >= self.limit:
+            # Only once READY is sent: the supervisor drops a RETIRE from a worker that is not
+            # its slot's current one yet, and a successor's first loop serves (and counts) while
+            # the others still start. READY then RETIRE, in the pipe's order, always counts.
+            if (self.limit and ready and not retired and not self.stopping
+                    and self._requests() >= self.limit):
                 retired = True
                 for server in self.servers:
                     self._announce_close(server)
