@@ -341,19 +341,23 @@ def test_listener_holds_8_connections_each_for_5_s(serve):
     with serve(app, metrics_port=mport):
         opened = time.monotonic()
         held = [socket.create_connection(("127.0.0.1", mport), timeout=5) for _ in range(8)]
-        time.sleep(0.3)  # all eight accepted
-        extra = socket.create_connection(("127.0.0.1", mport), timeout=5)
-        assert _eof_within(extra, 2) < 1.0
-        extra.close()
-        trickler = held[0]
-        while time.monotonic() - opened < 4.0:
-            trickler.sendall(b"G")  # "GGGG...": never a whole request line
-            time.sleep(1.0)
-        for sock in held:
-            _eof_within(sock, 3)
-            waited = time.monotonic() - opened
-            assert CONNECTION_TIMEOUT - 0.1 <= waited < CONNECTION_TIMEOUT + 1.5, waited
-            sock.close()
+        try:
+            time.sleep(0.3)  # all eight accepted
+            with socket.create_connection(("127.0.0.1", mport), timeout=5) as extra:
+                assert _eof_within(extra, 2) < 1.0
+            trickler = held[0]
+            while time.monotonic() - opened < 4.0:
+                trickler.sendall(b"G")  # "GGGG...": never a whole request line
+                time.sleep(1.0)
+            for sock in held:
+                _eof_within(sock, 5)  # a listener without the timeout never closes them
+                waited = time.monotonic() - opened
+                # 3.5 s of slack above: the debug leg on a loaded machine once saw 7.66 s (the
+                # listener's thread starved); the lower bound is what shows the 5 s are given
+                assert CONNECTION_TIMEOUT - 0.1 <= waited < CONNECTION_TIMEOUT + 3.5, waited
+        finally:
+            for sock in held:  # also after a failed assertion: no socket left to a later case
+                sock.close()
         assert ("skirr_connections", ()) in scrape(mport)
 
 
