@@ -3,8 +3,9 @@
  * secret: masking and handshake keys), the WebSocket opening handshake's checks (a fresh
  * Sec-WebSocket-Key and the Sec-WebSocket-Accept computed from it: SHA-1 and base64, RFC 6455
  * §4.2.2; kept apart from skirr's own in src/core so the clients check the server with code that
- * is not the server's), one header's value read from a response head, and the source address of
- * the k-th of many loopback connections. Header-only (static functions): each client is one translation unit, built by
+ * is not the server's), a server frame's header read (RFC 6455 §5.2), one header's value read
+ * from a response head, the source address of the k-th of many loopback connections, the
+ * descriptor limit raised for many connections and a random seed. Header-only (static functions): each client is one translation unit, built by
  * bench/harness/peers.py's build_c.
  */
 #ifndef BENCH_CLIENT_H
@@ -19,6 +20,8 @@
 #include <time.h>
 
 #include <arpa/inet.h>
+#include <sys/random.h>
+#include <sys/resource.h>
 
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -178,6 +181,77 @@ static inline uint32_t /* inline: ws_load.c does not use it */
 loopback_source(long k)
 {
     return htonl(0x7f000000u | (uint32_t)(1 + k / 254) << 8 | (uint32_t)(1 + k % 254));
+}
+
+/* Reads the header of a frame from the server at p (avail bytes, RFC 6455 §5.2): 1 with its
+ * header length (bytes) in *hlen and its payload length (bytes) in *len; 0 when the header is not
+ * all there yet; -1 with *why set for a header no server may send here (reserved bits, no
+ * extension being negotiated; a mask, RFC 6455 §5.1). */
+static inline int /* inline: scale_client.c does not use it */
+ws_frame_head(const unsigned char *p, size_t avail, size_t *hlen, uint64_t *len, const char **why)
+{
+    if (avail < 2) {
+        return 0;
+    }
+    if (p[0] & 0x70) {
+        *why = "frame with reserved bits set (no extension was negotiated)";
+        return -1;
+    }
+    if (p[1] & 0x80) {
+        *why = "masked frame from the server (RFC 6455 §5.1)";
+        return -1;
+    }
+    uint64_t n = p[1] & 0x7f;
+    size_t h = 2;
+    if (n == 126) {
+        h = 4;
+    }
+    else if (n == 127) {
+        h = 10;
+    }
+    if (avail < h) {
+        return 0;
+    }
+    if (h == 4) {
+        n = (uint64_t)p[2] << 8 | p[3];
+    }
+    else if (h == 10) {
+        n = 0;
+        for (int k = 0; k < 8; k++) {
+            n = n << 8 | p[2 + k];
+        }
+    }
+    *hlen = h;
+    *len = n;
+    return 1;
+}
+
+/* Raises RLIMIT_NOFILE's soft limit to the hard one, for `need` descriptors; 0, or 2 after a
+ * line on stderr naming `prog` when the hard limit is below `need`. */
+static inline int /* inline: ws_load.c does not use it */
+raise_nofile(const char *prog, long need)
+{
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)need) {
+        fprintf(stderr, "%s: RLIMIT_NOFILE hard limit %lu < %ld: raise it first\n", prog,
+                (unsigned long)rl.rlim_max, need);
+        return 2;
+    }
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    return 0;
+}
+
+/* A nonzero xorshift64* state from getrandom(2); a fixed odd constant if that fails. */
+static inline uint64_t /* inline: ws_load.c does not use it */
+random_seed(void)
+{
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof seed, 0) != sizeof seed || !seed) {
+        seed = 0x9e3779b97f4a7c15ULL;
+    }
+    return seed;
 }
 
 /* The value of header `name` (case-insensitive) in a response head (its first line skipped; the

@@ -57,8 +57,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -480,32 +478,16 @@ parse_frames(long i)
     while (c->state != S_FAILED && c->have - off >= 2) {
         const unsigned char *p = c->buf + off;
         size_t avail = c->have - off;
-        if (p[0] & 0x70) {
-            fail(i, E_PROTOCOL, "frame with reserved bits set (no extension was negotiated)");
+        size_t h;
+        uint64_t n;
+        const char *why = NULL;
+        int got = ws_frame_head(p, avail, &h, &n, &why);
+        if (got < 0) {
+            fail(i, E_PROTOCOL, why);
             return;
         }
-        if (p[1] & 0x80) {
-            fail(i, E_PROTOCOL, "masked frame from the server (RFC 6455 §5.1)");
-            return;
-        }
-        size_t h = 2;
-        uint64_t n = p[1] & 0x7f;
-        if (n == 126) {
-            if (avail < 4) {
-                break;
-            }
-            n = (uint64_t)p[2] << 8 | p[3];
-            h = 4;
-        }
-        else if (n == 127) {
-            if (avail < 10) {
-                break;
-            }
-            n = 0;
-            for (int k = 0; k < 8; k++) {
-                n = n << 8 | p[2 + k];
-            }
-            h = 10;
+        if (got == 0) {
+            break;
         }
         if (n > o.size + CTRL_MAX) {
             fail(i, E_PROTOCOL, "frame longer than the message sent");
@@ -736,18 +718,11 @@ main(int argc, char **argv)
     if (rc) {
         return rc;
     }
-    struct rlimit rl;
-    getrlimit(RLIMIT_NOFILE, &rl);
-    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)(o.n + FD_SPARE)) {
-        fprintf(stderr, "fanout_client: RLIMIT_NOFILE hard limit %lu < N + %d: raise it first\n",
-                (unsigned long)rl.rlim_max, FD_SPARE);
-        return 2;
+    rc = raise_nofile("fanout_client", o.n + FD_SPARE);
+    if (rc) {
+        return rc;
     }
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-    if (getrandom(&rng, sizeof rng, 0) != sizeof rng || !rng) {
-        rng = 0x9e3779b97f4a7c15ULL;
-    }
+    rng = random_seed();
     cap = HEAD_MAX + o.size + CTRL_MAX + 16;
     snprintf(ack_want, sizeof ack_want, "sent %ld", o.n);
     ack_len = strlen(ack_want);

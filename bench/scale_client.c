@@ -41,8 +41,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -427,18 +425,11 @@ main(int argc, char **argv)
     if (rc) {
         return rc;
     }
-    struct rlimit rl;
-    getrlimit(RLIMIT_NOFILE, &rl);
-    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)(o.n + FD_SPARE)) {
-        fprintf(stderr, "scale_client: RLIMIT_NOFILE hard limit %lu < N + %d: raise it first\n",
-                (unsigned long)rl.rlim_max, FD_SPARE);
-        return 2;
+    rc = raise_nofile("scale_client", o.n + FD_SPARE);
+    if (rc) {
+        return rc;
     }
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-    if (getrandom(&rng, sizeof rng, 0) != sizeof rng || !rng) {
-        rng = 0x9e3779b97f4a7c15ULL;
-    }
+    rng = random_seed();
     conn_t *cs = calloc((size_t)o.n, sizeof *cs);
     long *flight = malloc((size_t)o.window * sizeof *flight);
     int ep = epoll_create1(EPOLL_CLOEXEC);

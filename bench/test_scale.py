@@ -43,19 +43,20 @@ def http_answer(status=200, body=HELLO):
     return (f"HTTP/1.1 {status} OK\r\ncontent-length: {len(body)}\r\n\r\n").encode() + body
 
 
-class Scripted:
-    """Every connection on a free loopback port: the request head read, then `answer(head)`'s
-    bytes sent; with `close_after`, the connection closed once answered (the held check must see
-    it), else kept open until the client closes it."""
+class Listener:
+    """A scripted server's listening side on a free loopback port: each connection accepted is
+    handed to `one(conn)` in a thread of its own; `close()` ends them all. `lock` also guards what
+    a subclass keeps."""
 
-    def __init__(self, answer, close_after=False):
-        self.answer, self.close_after = answer, close_after
-        self.ls = socket.create_server(("127.0.0.1", 0), backlog=256)
+    def __init__(self, backlog):
+        self.ls = socket.create_server(("127.0.0.1", 0), backlog=backlog)
         self.port = self.ls.getsockname()[1]
         self.peers = []  # the source addresses seen
         self.conns = []
-        self.closing = threading.Lock()
+        self.lock = threading.Lock()
         self.closed = False
+
+    def start(self):
         threading.Thread(target=self.serve, daemon=True).start()
 
     def serve(self):
@@ -64,7 +65,7 @@ class Scripted:
                 conn, addr = self.ls.accept()
             except OSError:
                 return
-            with self.closing:  # one accepted as close() runs is closed, not left to the GC
+            with self.lock:  # one accepted as close() runs is closed, not left to the GC
                 if self.closed:
                     conn.close()
                     return
@@ -73,25 +74,48 @@ class Scripted:
             threading.Thread(target=self.one, args=(conn,), daemon=True).start()
 
     def one(self, conn):
+        raise NotImplementedError
+
+    def close(self):
+        with self.lock:
+            self.closed = True
+        self.ls.close()
+        for c in self.conns:
+            c.close()
+
+
+def read_head(conn):
+    """What arrived up to and past the end of a request head (b"\r\n\r\n"), or None at EOF
+    before it."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = conn.recv(4096)
+        if not data:
+            return None
+        buf += data
+    return buf
+
+
+class Scripted(Listener):
+    """Every connection on a free loopback port: the request head read, then `answer(head)`'s
+    bytes sent; with `close_after`, the connection closed once answered (the held check must see
+    it), else kept open until the client closes it."""
+
+    def __init__(self, answer, close_after=False):
+        super().__init__(backlog=256)
+        self.answer, self.close_after = answer, close_after
+        self.start()
+
+    def one(self, conn):
         try:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                data = conn.recv(4096)
-                if not data:
-                    return
-                head += data
+            head = read_head(conn)
+            if head is None:
+                return
             conn.sendall(self.answer(head))
             if self.close_after:
                 conn.close()
         except OSError:  # close() shut it under this thread: the test is over
             return
-
-    def close(self):
-        with self.closing:
-            self.closed = True
-        self.ls.close()
-        for c in self.conns:
-            c.close()
 
 
 def ws_answer(right=True):
@@ -359,7 +383,7 @@ def ws_frame(payload, opcode=1):
     return head + payload
 
 
-class FanoutScripted:
+class FanoutScripted(Listener):
     """ws_apps.fanout's protocol on a free loopback port, one thread per connection: a WebSocket
     on /pub is the publisher, any other a subscriber, answered 101 (the accept key right) and
     then `welcome` (or `welcome`, the bytes given) once it is in the list of subscribers. Every
@@ -373,36 +397,16 @@ class FanoutScripted:
         self.fault = fault or (lambda b, k, frame, prev: frame)
         self.ack = ack or (lambda b, n: b"sent %d" % n)
         self.welcome = welcome
-        self.ls = socket.create_server(("127.0.0.1", 0), backlog=1024)
-        self.port = self.ls.getsockname()[1]
-        self.lock = threading.Lock()
-        self.subs, self.conns, self.peers, self.published = [], [], [], []
+        super().__init__(backlog=1024)
+        self.subs, self.published = [], []
         self.unmasked = 0
-        self.closed = False
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def serve(self):
-        while True:
-            try:
-                conn, addr = self.ls.accept()
-            except OSError:
-                return
-            with self.lock:  # one accepted as close() runs is closed, not left to the GC
-                if self.closed:
-                    conn.close()
-                    return
-                self.peers.append(addr[0])
-                self.conns.append(conn)
-            threading.Thread(target=self.one, args=(conn,), daemon=True).start()
+        self.start()
 
     def one(self, conn):
         try:
-            buf = b""
-            while b"\r\n\r\n" not in buf:
-                data = conn.recv(4096)
-                if not data:
-                    return
-                buf += data
+            buf = read_head(conn)
+            if buf is None:
+                return
             head, _, rest = buf.partition(b"\r\n\r\n")
             conn.sendall(ws_answer()(head + b"\r\n\r\n"))
             if head.split(b" ")[1] == b"/pub":
@@ -451,13 +455,6 @@ class FanoutScripted:
         except (EOFError, OSError):
             with self.lock:
                 self.subs.clear()
-
-    def close(self):
-        with self.lock:
-            self.closed = True
-        self.ls.close()
-        for c in self.conns:
-            c.close()
 
 
 def run_fanout(client, srv, n, *extra):

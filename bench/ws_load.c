@@ -346,32 +346,16 @@ parse_frames(gen_t *g, conn_t *c)
     while (!c->dead && c->in_len - off >= 2) {
         const unsigned char *p = c->in + off;
         size_t avail = c->in_len - off;
-        if (p[0] & 0x70) {
-            fail(g, c, "frame with reserved bits set (no extension was negotiated)");
+        size_t h;
+        uint64_t n;
+        const char *why = NULL;
+        int got = ws_frame_head(p, avail, &h, &n, &why);
+        if (got < 0) {
+            fail(g, c, why);
             return;
         }
-        if (p[1] & 0x80) {
-            fail(g, c, "masked frame from the server (RFC 6455 §5.1)");
-            return;
-        }
-        size_t h = 2;
-        uint64_t n = p[1] & 0x7f;
-        if (n == 126) {
-            if (avail < 4) {
-                break;
-            }
-            n = (uint64_t)p[2] << 8 | p[3];
-            h = 4;
-        }
-        else if (n == 127) {
-            if (avail < 10) {
-                break;
-            }
-            n = 0;
-            for (int i = 0; i < 8; i++) {
-                n = n << 8 | p[2 + i];
-            }
-            h = 10;
+        if (got == 0) {
+            break;
         }
         if (n > g->size + 125 || n > ((uint64_t)1 << 30)) {
             fail(g, c, "frame longer than the message sent");

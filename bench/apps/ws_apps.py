@@ -25,19 +25,23 @@ _NOT_FOUND_START = {
 _NOT_FOUND_BODY = {"type": "http.response.body", "body": b"not found\n"}
 
 
-async def _not_found(send):
-    await send(_NOT_FOUND_START)
-    await send(_NOT_FOUND_BODY)
+async def _accepted(scope, receive, send):
+    """True once the connection is an accepted WebSocket; a plain HTTP request is answered 404 and
+    lifespan returns at once (False for both)."""
+    if scope["type"] == "http":
+        await send(_NOT_FOUND_START)
+        await send(_NOT_FOUND_BODY)
+        return False
+    if scope["type"] != "websocket":
+        return False
+    await receive()  # websocket.connect
+    await send(_ACCEPT)
+    return True
 
 
 async def echo(scope, receive, send):
-    if scope["type"] == "http":
-        await _not_found(send)
+    if not await _accepted(scope, receive, send):
         return
-    if scope["type"] != "websocket":
-        return
-    await receive()  # websocket.connect
-    await send(_ACCEPT)
     while True:
         message = await receive()
         if message["type"] != "websocket.receive":  # websocket.disconnect
@@ -57,13 +61,8 @@ _subscribers = {}
 
 
 async def fanout(scope, receive, send):
-    if scope["type"] == "http":
-        await _not_found(send)
+    if not await _accepted(scope, receive, send):
         return
-    if scope["type"] != "websocket":
-        return
-    await receive()  # websocket.connect
-    await send(_ACCEPT)
     if scope["path"] == PUBLISH_PATH:
         await _publish(receive, send)
     else:
