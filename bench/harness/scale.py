@@ -124,14 +124,20 @@ def client_argv(port, mode, n, extra=()):
     return argv + list(extra)
 
 
-def client_lines(text):
-    """{phase: its JSON object} of the client's `SCALE {json}` lines."""
+def tagged_lines(text, tag):
+    """{phase: its JSON object} of a client's `TAG {json}` lines (scale_client's SCALE,
+    fanout_client's FANOUT)."""
     out = {}
     for line in text.splitlines():
-        if line.startswith("SCALE "):
-            d = json.loads(line[6:])
+        if line.startswith(tag + " "):
+            d = json.loads(line[len(tag) + 1:])
             out[d["phase"]] = d
     return out
+
+
+def client_lines(text):
+    """{phase: its JSON object} of scale_client's `SCALE {json}` lines."""
+    return tagged_lines(text, "SCALE")
 
 
 def check_one(mode):
@@ -364,12 +370,7 @@ def fanout_argv(port, n, size, broadcasts, warmup):
 
 def fanout_lines(text):
     """{phase: its JSON object} of fanout_client's `FANOUT {json}` lines."""
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("FANOUT "):
-            d = json.loads(line[7:])
-            out[d["phase"]] = d
-    return out
+    return tagged_lines(text, "FANOUT")
 
 
 def check_fanout(size):
