@@ -305,36 +305,39 @@ class _Threads:
             self.servers[self.threads.index(thread)].request_shutdown()
 
     @staticmethod
-    def _stop_gracefully(server: Any) -> None:
-        """The graceful shutdown of ``server`` unless one is under way (from any thread)."""
+    def _in_loop(server: Any, fn: Any, *args: Any) -> bool:
+        """Schedules ``fn(*args)`` in ``server``'s event loop (from any thread); False when the
+        server has no loop yet (not serving), True once scheduled or when its loop has closed
+        (it is done: nothing left to do there)."""
         loop = server._loop
         if loop is None:
-            server.request_shutdown()  # not serving yet: it stops before it does
-            return
+            return False
         try:
-            loop.call_soon_threadsafe(_Orphan._stop_once, server)
-        except RuntimeError:  # its loop closed: it is done
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # its loop closed
             pass
+        return True
 
-    @staticmethod
-    def _announce_close(server: Any) -> None:
+    @classmethod
+    def _stop_gracefully(cls, server: Any) -> None:
+        """The graceful shutdown of ``server`` unless one is under way (from any thread)."""
+        if not cls._in_loop(server, _Orphan._stop_once, server):
+            server.request_shutdown()  # not serving yet: it stops before it does
+
+    @classmethod
+    def _announce_close(cls, server: Any) -> None:
         """From now on ``server``'s HTTP/1.1 responses say ``connection: close`` and end their
         connection (RFC 9112 §9.6), as a process worker's last responses before its request
         limit do: the process is about to be replaced. Applied in the server's loop (the native
         servers belong to it) within one tick of the limit, so the responses of that tick may
-        still keep their connection; the graceful stop after the replacement closes those."""
-        loop = server._loop
-        if loop is None:  # not serving (yet, or any more): nothing to announce
-            return
+        still keep their connection; the graceful stop after the replacement closes those. A
+        server not serving has nothing to announce."""
 
         def apply() -> None:
             for native in server._natives:
                 native.max_requests = 1  # every total from 1 on: each response from now
 
-        try:
-            loop.call_soon_threadsafe(apply)
-        except RuntimeError:  # its loop closed: it is done
-            pass
+        cls._in_loop(server, apply)
 
     def _load(self) -> bool:
         """Imports the application (once: every thread's Server then finds its module) and the
