@@ -22,7 +22,7 @@ import json
 import statistics
 from pathlib import Path
 
-from . import charts, h2, scale, targets, tls
+from . import charts, h2, perf, scale, targets, tls
 from .costs import COSTS, TARGET_ACCESS
 from .env import LEVERS
 from .peers import SERVERS
@@ -927,7 +927,7 @@ def render_scale(result, chart_lines=()):
     for v in verdicts:
         L.append(f"| {v['target']} | **{v['verdict']}** | {v['detail']} |")
     for key, why in SCALE_NOT_BUILT.items():
-        if (key == "churn" and churn) or (key == "fanout" and fan):
+        if (key in ("churn", "accept") and churn) or (key == "fanout" and fan):
             continue
         L.append(f"| {why} | **not built** | not measured yet |")
     L.append("")
@@ -1092,7 +1092,58 @@ def _render_churn(L, churn):
                  f"| {a['rounds_ok']}/{a['rounds']} | {fmt(a['other_cpu0'], '.0%')} | "
                  f"{(a['errors_first'] or '')[:160]} |")
     L.append("")
-    return scale.churn_verdicts(runs, rounds)
+    verdicts = scale.churn_verdicts(runs, rounds)
+    if "profile" in churn:
+        _render_profile(L, churn["profile"], cp)
+    v = scale.profile_verdicts(churn.get("profile"))
+    verdicts.append(v or {"target": SCALE_NOT_BUILT["accept"], "verdict": "not measured",
+                          "detail": "this run has no profile (taken before the profile was "
+                                    "built, or with --no-profile)"})
+    return verdicts
+
+
+def _render_profile(L, profile, cp):
+    """The churn profile's method, shares and top symbols into L (perf.py's figures)."""
+    how = profile.get("probe") or {}
+    runs = profile["runs"]
+    cg = how.get("call_graph")
+    L.append(
+        "- **Churn profile** (skirr only; `--no-profile` skips it): after the measured rounds, "
+        "one more run of skirr per churn row, started, checked and warmed up as the rounds' "
+        f"runs, with `perf record -e {how.get('event') or '?'} -F {perf.FREQ}"
+        + (f" --call-graph {cg}" if cg else "") + " -p <skirr's pid>` attached for wrk's "
+        f"{cp['duration']} s measured window (not counted in the table above; perf.data and "
+        "its `perf script` text in the run's folder, perf-<workload>.data/.txt). Each sample of "
+        "skirr's process, user and kernel, counted once by its call stack, the frame nearest "
+        "the leaf that names a path deciding (bench/harness/perf.py): "
+        + "; ".join(f"**{k}**: {what}" for k, what in perf.CLASSES) + "."
+        + (f" {how['note'][0].upper() + how['note'][1:]}." if how.get("note") else "") + "\n")
+    ok = [r for r in runs if r["ok"]]
+    L.append("## Churn profile (skirr, perf)\n")
+    if not ok:
+        why = profile.get("error") or "; ".join(f"{r['workload']}: {r['error'][:300]}"
+                                                for r in runs) or "no run"
+        L.append(f"Not measured: {why}\n")
+        return
+    L.append("| workload | samples | req/s under perf | "
+             + " | ".join(k for k, _ in perf.CLASSES) + " |")
+    L.append("|---|---:|---:|" + "---:|" * len(perf.CLASSES))
+    for r in ok:
+        L.append(f"| {r['workload']} c{r['conns']} | {r['samples']:,} | {fmt(r['rps'])} | "
+                 + " | ".join(f"{r['shares'][k]:.1%}" for k, _ in perf.CLASSES) + " |")
+    for r in runs:
+        if not r["ok"]:
+            L.append(f"- **{r['workload']} c{r['conns']}** not profiled: {r['error'][:300]}")
+    L.append("")
+    L.append(f"Top {perf.TOP} symbols (self: the function holding the sampled address, % of "
+             "skirr's samples):\n")
+    L.append("| # | " + " | ".join(f"{r['workload']} c{r['conns']}" for r in ok) + " |")
+    L.append("|---:|" + "---|" * len(ok))
+    for i in range(max(len(r["top"]) for r in ok)):
+        L.append(f"| {i + 1} | " + " | ".join(
+            f"`{r['top'][i][0]}` ({r['top'][i][1]}) {r['top'][i][2]:.1%}"
+            if i < len(r["top"]) else "" for r in ok) + " |")
+    L.append("")
 
 
 def write_scale_report(result, outdir, summary=None, charts_python=None):

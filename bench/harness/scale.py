@@ -32,6 +32,7 @@ from pathlib import Path
 
 from .env import (BUILD, CLIENT_CPU, CLK_TCK, PEERS_VENV, SKIRR_VENV, describe, ensure_tools,
                   git_commit, interp_identity, log, machine_info, new_run_dir, venv_python)
+from . import perf
 from .measure import affinity_ok, cpu0_busy, measure_row, memory, proc_ticks
 from .tls import peer_ratios
 from .peers import (SCALE_FLAGS, SERVERS, Server, build_fanout_client, build_scale_client,
@@ -321,7 +322,52 @@ def run_churn(cp, status, outdir):
                     f"{r['rps']:,.0f} req/s cpu {r['cpu_us_per_req']:.1f} us/req "
                     f"other cpu0 {r['other_cpu0']:.0%}" if r["ok"]
                     else f"FAILED {r['error'][:300]}"))
-    return {"runs": runs, "config": cp}
+    out = {"runs": runs, "config": cp}
+    if cp.get("profile", True):
+        out["profile"] = run_profile(cp, status, outdir)
+    return out
+
+
+def run_profile(cp, status, outdir):
+    """The churn rows' profile (perf.py): after the measured rounds, one more run of skirr per
+    churn row under perf record (not counted in the rows' figures). {"probe": perf.probe()'s,
+    "runs": [perf.profile_churn()'s]}; "runs" empty when perf cannot record or skirr is not
+    measured (its "error" says why)."""
+    if "skirr" in status:
+        return {"probe": None, "runs": [], "error": f"skirr not measured: {status['skirr']}"}
+    how = perf.probe()
+    log(f"churn profile: perf {how}")
+    if not how["ok"]:
+        return {"probe": how, "runs": [], "error": how["error"]}
+    runs = []
+    for wl, conns in cp["rows"]:
+        r = perf.profile_churn(wl, conns, cp, how, outdir, f"churn-profile-{wl}-c{conns}-skirr")
+        runs.append(r)
+        log(f"churn profile {wl} c{conns} skirr: " + (
+            f"{r['samples']:,} samples, " + ", ".join(f"{k} {v:.1%}"
+                                                      for k, v in r["shares"].items())
+            if r["ok"] else f"FAILED {r['error'][:300]}"))
+    return {"probe": how, "runs": runs, "error": None}
+
+
+def profile_verdicts(profile):
+    """The churn profile's row of the targets: a report, not a target, so its verdict is
+    "measured" with each workload's accept-path and close-path shares of skirr's samples, or
+    "unproven" with why when no profiled run succeeded. None when the run had no profile (taken
+    before the profile existed, or --no-profile)."""
+    if profile is None:
+        return None
+    name = "Churn: the accept path's share of skirr's CPU (a profile)"
+    ok = [r for r in profile["runs"] if r["ok"]]
+    if not ok:
+        why = profile.get("error") or "; ".join(
+            f"{r['workload']}: {r['error'][:200]}" for r in profile["runs"]) or "no run"
+        return {"target": name, "verdict": "unproven", "detail": why}
+    return {"target": name, "verdict": "measured",
+            "detail": "; ".join(f"{r['workload']} c{r['conns']}: accept path "
+                                f"{r['shares']['accept']:.1%}, close path "
+                                f"{r['shares']['close']:.1%} of {r['samples']:,} samples"
+                                for r in ok)}
 
 
 def churn_verdicts(runs, rounds):
@@ -733,14 +779,15 @@ def plan(args):
 
 
 def plan_churn(args):
-    """The churn rows' settings: CHURN with --servers (a subset; skirr always) and
-    --churn-rounds applied."""
+    """The churn rows' settings: CHURN with --servers (a subset; skirr always),
+    --churn-rounds and --no-profile (cp["profile"]: False) applied."""
     cp = dict(CHURN)
     if args.servers:
         want = ["skirr", *(s for s in args.servers.split(",") if s != "skirr")]
         cp["servers"] = [s for s in cp["servers"] if s in want]
     if args.churn_rounds:
         cp["rounds"] = args.churn_rounds
+    cp["profile"] = not getattr(args, "no_profile", False)
     return cp
 
 
