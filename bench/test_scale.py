@@ -930,3 +930,153 @@ def test_fanout_row_against_a_scripted_server(fanout_client, monkeypatch, tmp_pa
         assert r["error"] == ("RuntimeError: 499 of 500 messages delivered right, errors "
                               "{'missing': 1}: missing: broadcast 5 reached 49 of 50 "
                               "subscribers in 1.0 s | server log: (scripted)")
+
+
+# ----------------------------------------------------------------------------------------------
+# RESULTS.md's Scale section: rendered, inserted, replaced, kept by the matrix's rewrite
+
+
+def full_churn_run(server, wl, rnd, cpu):
+    """A churn run as measure.measure_row() writes it."""
+    return {"server": server, "workload": wl, "conns": 64, "round": rnd, "ok": True, "error": None,
+            "rps": 1e6 / cpu, "p50_ms": 1.0, "p99_ms": 2.0, "max_ms": 3.0, "cpu_us_per_req": cpu,
+            "errors": {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0},
+            "rss_mib": 30.0, "pss_mib": 30.0, "gen_cpu": 0.5, "client_bound": False,
+            "server_util": 0.9, "other_cpu0": 0.01, "steal_cpu0": 0.0}
+
+
+def scale_run():
+    """A scale run with every part: idle rows (the 50,000 ones not run), fan-out merged from an
+    earlier run, churn with its profile."""
+    idle = [row("skirr", "http", 10000, 0.5), row("peregrine", "http", 10000, 2.5),
+            row("granian", "http", 10000, 4.0), row("nginx-scale", "http", 10000, 0.4),
+            row("skirr", "ws", 10000, 4.5), row("uvicorn-wsproto", "ws", 10000, 20.0)]
+    too_many = "not run: 50,000 connections need RLIMIT_NOFILE >= 57,398 in the server"
+    fan = [fan_run("skirr", 1000, 64, 0, 2.0), fan_run("granian", 1000, 64, 0, 3.0),
+           fan_run("peregrine", 1000, 64, 0, 2.5), fan_run("skirr", 5000, 64, 0, 2.0),
+           fan_run("granian", 5000, 64, 0, 1.8)]
+    churn = [full_churn_run("skirr", "raw_get_close", 0, 20.0),
+             full_churn_run("granian", "raw_get_close", 0, 30.0),
+             full_churn_run("peregrine", "raw_get_close", 0, 18.0),
+             full_churn_run("nginx-scale", "raw_get_close", 0, 16.0)]
+    probe = {"ok": True, "error": None, "event": "cpu-clock", "call_graph": "dwarf,16384",
+             "note": ""}
+    return {"meta": {"started": "2026-12-05 02:00:00 UTC", "git": "abc", "seed": 1,
+                     "python": "3.11.7", "machine": {"cpu": "AMD EPYC", "cores": 2, "kernel": "6",
+                                                     "loadavg_at_start": ["1", "2", "3"]}},
+            "scale": {"rows": idle, "not_measured": {}, "nofile": 20000,
+                      "skipped_rows": {"http 50000": too_many, "ws 50000": too_many},
+                      "config": {"rows": [["http", 10000], ["http", 50000], ["ws", 10000],
+                                          ["ws", 50000]], "rounds": 1,
+                                 "servers": scale.SCALE_FULL["servers"]}},
+            "fanout": {"runs": fan, "not_measured": {}, "skipped_rows": {}, "nofile": 20000,
+                       "config": dict(scale.FANOUT, rounds=1)},
+            "churn": {"runs": churn, "config": dict(scale.CHURN, rounds=1),
+                      "profile": {"probe": probe, "error": None,
+                                  "runs": [profile_run("raw_get_close", 0.125, 0.25, 5000)]}},
+            "merged": {"fanout": {"run": "20261205-010000-scale",
+                                  "started": "2026-12-05 01:00:00 UTC", "git": "def"}}}
+
+
+CHART = "![Memory per idle connection by server](charts/SCALE/scale-memory-per-connection.png)"
+SECTION = "\n".join([
+    "<!-- scale:begin -->",
+    "## Scale (issue 37)\n",
+    "`bench/run.py scale` (`make bench-scale`) run 2026-12-05 02:00:00 UTC, skirr abc; the fan-out "
+    "rows from 2026-12-05 01:00:00 UTC, skirr def (bench/results/20261205-010000-scale). The "
+    "tables, how each row is measured and every target's verdict: [SCALE.md](SCALE.md).\n",
+    "- **Idle HTTP (keep-alive, after one request)**: 1 met, 1 missed, 2 unproven; 10,000 "
+    "connections: skirr 0.50 KiB of RSS per connection, lowest peer peregrine 2.50 KiB (0.20x), "
+    "nginx 0.40 KiB.",
+    "- **Idle WebSocket**: 1 met, 1 missed, 2 unproven; 10,000 connections: skirr 4.50 KiB of RSS "
+    "per connection, lowest peer uvicorn-wsproto 20.00 KiB (0.23x).",
+    "- **50,000 connections held with no error and no leak**: 0 met, 0 missed, 2 unproven; HTTP "
+    "not run (RLIMIT_NOFILE here: 20,000); WebSocket not run (RLIMIT_NOFILE here: 20,000).",
+    "- **Fan-out**: 2 met, 1 missed; each peer's CPU per delivered message 0.90x to 1.50x skirr's "
+    "over every row and round.",
+    "- **Churn**: 2 met, 1 missed, 1 measured; each peer's CPU per request 0.90x to 1.50x skirr's; "
+    "skirr's 1.25x to 1.25x nginx's; raw_get_close c64: accept path 12.5%, close path 25.0% of "
+    "skirr's CPU samples.",
+    "",
+    CHART,
+    "<!-- scale:end -->"])
+
+
+def test_results_scale_section_exact():
+    from harness import report
+    assert report.render_results_scale(scale_run(), [CHART + "\n"]) == SECTION
+    lines = report.render_results_scale(
+        {"meta": scale_run()["meta"], "scale": None, "fanout": None,
+         "churn": churn_result(...)["churn"]}).splitlines()
+    assert lines[5:11] == [
+        "- **Idle HTTP (keep-alive, after one request)**: not in this run.",
+        "- **Idle WebSocket**: not in this run.",
+        "- **50,000 connections held with no error and no leak**: not in this run.",
+        "- **Fan-out**: not in this run.",  # SCALE.md's "not built" row of a part not run
+        "- **Churn**: 0 met, 0 missed, 1 unproven, 1 not measured.",
+        ""]
+
+
+RESULTS_TEXT = ("# skirr benchmark (full)\n\n## Idle memory\n\n| a |\n\n\n"
+                "## Hot-path levers: kept, rejected, not tried\n\nlevers\n")
+
+
+def test_scale_section_inserted_then_replaced():
+    from harness import report
+    once = report.put_scale_section(RESULTS_TEXT, SECTION)
+    assert once == ("# skirr benchmark (full)\n\n## Idle memory\n\n| a |\n\n\n" + SECTION
+                    + "\n\n## Hot-path levers: kept, rejected, not tried\n\nlevers\n")
+    assert report.scale_section(once) == SECTION
+    other = SECTION.replace("skirr abc", "skirr 123")
+    twice = report.put_scale_section(once, other)
+    assert twice == once.replace(SECTION, other)
+    assert twice.count("<!-- scale:begin -->") == 1 and twice.count("<!-- scale:end -->") == 1
+    assert report.scale_section(RESULTS_TEXT) is None
+    # no levers heading: at the end
+    assert report.put_scale_section("# a\n\ntext\n", SECTION) == "# a\n\ntext\n\n" + SECTION + "\n"
+
+
+def not_drawn(specs, outdir, python=None):
+    """charts.draw without matplotlib's venv: every chart 'not drawn'."""
+    return {f: "not drawn in this test" for f in specs}
+
+
+def test_scale_summary_writes_results_section(tmp_path, monkeypatch):
+    from harness import charts, report
+    monkeypatch.setattr(charts, "draw", not_drawn)
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "RESULTS.md").write_text(RESULTS_TEXT)
+    out = tmp_path / "run"
+    out.mkdir()
+    res = scale_run()
+    report.write_scale_report(res, out, str(bench / "SCALE.md"))
+    why = ("- Chart not drawn: memory per idle connection by server "
+           "(`scale-memory-per-connection.png`): not drawn in this test")
+    assert (bench / "RESULTS.md").read_text() == report.put_scale_section(
+        RESULTS_TEXT, SECTION.replace(CHART, why))
+    assert (bench / "SCALE.md").read_text() == render_scale(res, ["## Charts\n", why + "\n"])
+    # without a RESULTS.md beside the summary none is made
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    report.write_scale_report(res, out, str(alone / "SCALE.md"))
+    assert sorted(p.name for p in alone.iterdir()) == ["SCALE.md", "charts"]
+
+
+def test_matrix_rewrite_keeps_the_scale_section(tmp_path, monkeypatch):
+    from harness import charts, report
+    from test_charts import FULL_FIXED, FULL_ROWS, result
+    monkeypatch.setattr(charts, "draw", not_drawn)
+    res = result(FULL_ROWS, FULL_FIXED)
+    plain, kept = tmp_path / "plain" / "RESULTS.md", tmp_path / "kept" / "RESULTS.md"
+    for p in (plain, kept):
+        p.parent.mkdir()
+    kept.write_text(report.put_scale_section(RESULTS_TEXT, SECTION))
+    for p in (plain, kept):
+        out = p.parent / "run"
+        out.mkdir()
+        report.write_report(res, out, str(p))
+    fresh = plain.read_text()
+    assert "<!-- scale:begin -->" not in fresh
+    k = fresh.index("\n## Hot-path levers")
+    assert kept.read_text() == fresh[:k + 1] + SECTION + "\n\n" + fresh[k + 1:]

@@ -885,3 +885,56 @@ def main(args):
     failed |= any(r["server"] == "skirr" and not r["ok"] for r in (churn or {}).get("runs", []))
     failed |= any(r["server"] == "skirr" and not r["ok"] for r in (fan or {}).get("runs", []))
     return 1 if failed else 0
+
+
+def key_figures(result):
+    """The figures RESULTS.md's Scale section quotes, from a scale run's results (its parts may
+    be merged from another run): {"idle": {mode ("http", "ws"): [{"n", "skirr", "peer",
+    "peer_kib", "nginx"}] (KiB of RSS per connection; "peer": the lowest peer that held every
+    connection, None without; "nginx": None for WebSocket or without nginx's figure), the rows
+    skirr held, by n}, "held": {mode: {"n", "skirr" (its figures), "skipped" (why not run, or
+    None)}} for HELD_N, "fanout": [lowest, highest] peer ÷ skirr CPU per delivered message over
+    every row, peer and round (None without one), "churn_peers": the same for CPU per request,
+    "churn_nginx": [lowest, highest] skirr ÷ nginx, "profile": [{"workload", "conns", "accept",
+    "close"}] (shares of skirr's samples, the profiled runs that succeeded)}."""
+    out = {"idle": {}, "held": {}, "fanout": None, "churn_peers": None, "churn_nginx": None,
+           "profile": []}
+    part = result.get("scale")
+    if part:
+        figs = figures(part["rows"])
+        skipped = part.get("skipped_rows") or {}
+        for mode, n in (tuple(r) for r in part["config"]["rows"]):
+            if mode == "tcp":
+                continue
+            sk = figs.get((mode, n, "skirr"))
+            if sk is not None and sk["kib_rss"] is not None:
+                peer, low = _lowest_peer(figs, mode, n)
+                ng = figs.get((mode, n, "nginx-scale")) if mode == "http" else None
+                out["idle"].setdefault(mode, []).append(
+                    {"n": n, "skirr": sk["kib_rss"], "peer": peer, "peer_kib": low,
+                     "nginx": ng["kib_rss"] if ng and not ng["errors"] else None})
+            if n == HELD_N:
+                out["held"][mode] = {"n": n, "skirr": sk, "skipped": skipped.get(f"{mode} {n}")}
+
+    def span(ratios):
+        return [min(ratios), max(ratios)] if ratios else None
+    fan = result.get("fanout")
+    if fan:
+        rs = peer_ratios(fan["runs"], fan["config"]["rounds"], base="skirr", key="cpu_us_per_msg",
+                         peers=lambda s: SERVERS[s].kind == "peer")
+        out["fanout"] = span([x for v in rs.values() for x in v["ratios"]])
+    churn = result.get("churn")
+    if churn:
+        rounds = churn["config"]["rounds"]
+        rs = peer_ratios(churn["runs"], rounds, base="skirr",
+                         peers=lambda s: SERVERS[s].kind == "peer")
+        out["churn_peers"] = span([x for v in rs.values() for x in v["ratios"]])
+        by = {(r["workload"], r["conns"], r["round"], r["server"]): r
+              for r in churn["runs"] if r["ok"]}
+        out["churn_nginx"] = span([k["cpu_us_per_req"] / g["cpu_us_per_req"]
+                                   for (w, c, rnd, s), k in by.items() if s == "skirr"
+                                   for g in [by.get((w, c, rnd, "nginx-scale"))] if g])
+        out["profile"] = [{"workload": r["workload"], "conns": r["conns"],
+                           "accept": r["shares"]["accept"], "close": r["shares"]["close"]}
+                          for r in (churn.get("profile") or {}).get("runs", []) if r["ok"]]
+    return out
