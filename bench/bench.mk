@@ -193,7 +193,10 @@ bench-access: build
 # skirr run per churn row under `perf record --call-graph dwarf` (cpu-clock without a hardware
 # PMU), not counted in the rounds, its samples by path (accept, close, request, Python, other
 # kernel) and top symbols (bench/harness/perf.py; BENCH_ARGS=--no-profile skips it). The summary,
-# with the targets judged, goes to bench/SCALE.md.
+# with the targets judged, goes to bench/SCALE.md, and a short Scale section (a line per target
+# group with its verdicts and key figures, the memory chart, a link to SCALE.md) into
+# bench/RESULTS.md between <!-- scale:begin --> and <!-- scale:end --> (replaced, or inserted
+# before the levers); `make bench` keeps that section when it rewrites RESULTS.md.
 bench-scale: build
 	$(BENCH_SCALE_TEST)
 	$(BENCH_RUN) scale --summary bench/SCALE.md $(BENCH_ARGS)
