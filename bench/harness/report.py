@@ -7,7 +7,9 @@ client-bound), efficiency against the limit, the WebSocket rows' table (the same
 verdict per message), the TLS rows' section (tls.py's figures: CPU per request against each peer,
 the TLS cost against nginx's, handshakes per CPU second, memory per idle connection), the HTTP/2
 rows' section (h2.py's figures: CPU per request against each peer and nginx, HTTP/2 against
-HTTP/1.1), bench/SCALE.md (the scale rows, issue 37: scale.py's figures and verdicts), the Targets
+HTTP/1.1), bench/SCALE.md (the scale rows, issue 37: scale.py's figures and verdicts, the churn
+profile's shares from perf.py) and RESULTS.md's Scale section (a summary of it between markers,
+which the matrix's rewrite of RESULTS.md carries over), the Targets
 section (targets.py judges it), and the markdown of report.md
 and bench/RESULTS.md (LEVERS.md appended) with its charts embedded (charts.py draws them beside
 it: in the run folder, and in summary_charts() beside the summary), rendered from a run's

@@ -10,7 +10,9 @@ verdicts against the issue's targets (computed here from the rows, never written
 the fan-out rows (issue 37 item 3: `fanout_row`, bench/fanout_client.c's N WebSocket subscribers
 and one publisher against bench/apps/ws_apps.py's `fanout` app; the server's CPU per delivered
 message over the measured broadcasts and the time until the last subscriber has each one), their
-figures and their verdict against every peer in every round.
+figures and their verdict against every peer in every round; the churn rows, their profile after
+the rounds (`run_profile`: perf.py records skirr and classifies its samples; `profile_verdicts`,
+its "measured" row) and the figures RESULTS.md's Scale section quotes (`key_figures`).
 
 Never: renders markdown (report.py's `render_scale` does, from these figures), or treats a
 connection that failed, was answered wrongly or was closed by the server while held as held: the
