@@ -189,8 +189,14 @@ bench-access: build
 # frame checked (alone: BENCH_ARGS='--rows fanout:1000,fanout:5000 --no-churn'). Then churn:
 # raw_get and fastapi_json with `Connection: close` (a new connection per request), wrk -c64 on
 # CPU 1, the server on CPU 0, the same servers, 3 rounds:
-# CPU per request against each peer per round and against nginx. The summary, with the targets
-# judged, goes to bench/SCALE.md.
+# CPU per request against each peer per round and against nginx; then the churn profile: one more
+# skirr run per churn row under `perf record --call-graph dwarf` (cpu-clock without a hardware
+# PMU), not counted in the rounds, its samples by path (accept, close, request, Python, other
+# kernel) and top symbols (bench/harness/perf.py; BENCH_ARGS=--no-profile skips it). The summary,
+# with the targets judged, goes to bench/SCALE.md, and a short Scale section (a line per target
+# group with its verdicts and key figures, the memory chart, a link to SCALE.md) into
+# bench/RESULTS.md between <!-- scale:begin --> and <!-- scale:end --> (replaced, or inserted
+# before the levers); `make bench` keeps that section when it rewrites RESULTS.md.
 bench-scale: build
 	$(BENCH_SCALE_TEST)
 	$(BENCH_RUN) scale --summary bench/SCALE.md $(BENCH_ARGS)

@@ -242,6 +242,9 @@ def build_parser():
     sc.add_argument("--no-idle", action="store_true", help="skip the idle-connection rows")
     sc.add_argument("--no-churn", action="store_true",
                     help="skip the churn rows (wrk -c64, a new connection per request)")
+    sc.add_argument("--no-profile", action="store_true",
+                    help="skip the churn rows' profile (one more skirr run per churn row under "
+                    "perf record, its samples by path: accept, close, request, Python, kernel)")
     sc.add_argument("--no-fanout", action="store_true",
                     help="skip the fan-out rows (one publisher message to N WebSocket clients)")
     sc.add_argument("--fanout-rounds", type=int, help="rounds of the fan-out rows (default 3)")

@@ -6,7 +6,8 @@ Run before the scale rows are measured (`make bench-scale`) and by hand:
 connection the same way (right, or with a wrong status, body or accept key, or closing it while
 held), so every check the client makes is shown to count an error when it should and to pass when
 it should; the scripted fan-out server broadcasts right, or drops, corrupts, repeats or replaces
-one subscriber's frame of one broadcast, or answers the publisher wrongly. Stdlib and pytest only.
+one subscriber's frame of one broadcast, or answers the publisher wrongly. The churn profile's
+classifier (harness/perf.py) is fed `perf script` text with known stacks. Stdlib and pytest only.
 """
 from __future__ import annotations
 
@@ -365,6 +366,193 @@ def test_churn_verdicts_exact():
          "MISSED", "skirr ÷ nginx per round: 1.25, 2.00, 1.43"),
     ]
 
+
+
+# ----------------------------------------------------------------------------------------------
+# The churn profile (harness/perf.py): `perf script` text classified, the report's table and row
+
+K = "[kernel.kallsyms]"
+SK = "/v/lib/python3.11/site-packages/skirr/_native.cpython-311-x86_64-linux-gnu.so"
+LIBC = "/usr/lib/x86_64-linux-gnu/libc.so.6"
+PY = "/p/lib/libpython3.11.so.1.0"
+UV = "/v/lib/python3.11/site-packages/uvloop/loop.cpython-311-x86_64-linux-gnu.so"
+
+
+def perf_sample(pid, *frames):
+    """One sample as `perf script -F comm,pid,tid,period,event,ip,sym,symoff,dso` prints it;
+    frames leaf first, each (address, symbol, dso or "inlined")."""
+    lines = [f"python {pid}/{pid}     1001001 cpu-clock: "]
+    lines += [f"\t{addr:>16} {sym}{'' if sym == '[unknown]' else '+0x10'} ({dso})"
+              for addr, sym, dso in frames]
+    return "\n".join(lines) + "\n"
+
+
+ON_READY = ("3160c", "sk_reactor_on_ready", SK)
+PERF_TEXT = "\n".join([
+    # accept: the kernel's accept4 (its libc call inlined in reactor_accept)
+    perf_sample(100, ("ffffffff81afe8f0", "hook_file_alloc_security", K),
+                ("ffffffff81e758a1", "do_accept", K), ("ffffffff81e75aa8", "__x64_sys_accept4", K),
+                ("10af63", "accept4", LIBC), ("3160c", "reactor_accept", "inlined"), ON_READY),
+    # accept: the handler's open under tp_new, both inlined in the reactor's callback
+    perf_sample(100, ("24ba2", "sk_http1_open", SK), ("31702", "tp_new", "inlined"),
+                ("31702", "reactor_accept", "inlined"), ("31702", "sk_reactor_on_ready", SK)),
+    # accept: epoll_ctl ADD
+    perf_sample(100, ("ffffffff8172a000", "ep_insert", K), ("ffffffff8172b000", "do_epoll_ctl", K),
+                ("108c00", "epoll_ctl", LIBC), ("31800", "tp_new", "inlined"),
+                ("31800", "sk_reactor_on_ready", SK)),
+    # close: libc's __GI___close (inlined) from tp_closed, the TCP teardown under it
+    perf_sample(100, ("ffffffff82084e34", "tcp_v4_destroy_sock", K),
+                ("ffffffff816ddf06", "__fput", K), ("ffffffff816d8239", "__x64_sys_close", K),
+                ("f89f0", "__GI___close", "inlined"), ("2f9bb", "tp_closed", SK), ON_READY),
+    # close: close() in tp_new's error path (the frame nearest the leaf decides)
+    perf_sample(100, ("ffffffff816ddf06", "__fput", K), ("ffffffff816d8239", "__x64_sys_close", K),
+                ("f89f0", "__close", LIBC), ("31900", "tp_new", "inlined"),
+                ("31900", "sk_reactor_on_ready", SK)),
+    # close: Python's free under the handler's release under reap (tp_free inlined)
+    perf_sample(100, ("183000", "PyObject_Free", PY), ("237f0", "h1_release", SK),
+                ("2f400", "tp_free", "inlined"), ("2f400", "reap", SK), ON_READY),
+    # request: libc's malloc (its _int_malloc inlined) from skirr's parser
+    perf_sample(100, ("a0000", "_int_malloc", "inlined"), ("a0000", "__GI___libc_malloc", LIBC),
+                ("24066", "h1_data_received", SK), ON_READY),
+    # request: skirr's C at the leaf
+    perf_sample(100, ("37a40", "llhttp__internal__run", SK), ("24066", "h1_data_received", SK)),
+    # python: the interpreter called from skirr (twice)
+    perf_sample(100, ("101c9b", "_PyEval_EvalFrameDefault", PY), ("1ae16", "request_am_send", SK)),
+    perf_sample(100, ("101c9b", "_PyEval_EvalFrameDefault", PY), ("1ae16", "request_am_send", SK)),
+    # python: uvloop
+    perf_sample(100, ("13844b", "uv__io_poll", UV), ("3", "[unknown]", "[unknown]")),
+    # python: libc with no known caller
+    perf_sample(100, ("9f000", "memcpy", LIBC), ("7f4235c58ea0", "[unknown]", "[unknown]")),
+    # kernel: the loopback softirq under the response's sendto
+    perf_sample(100, ("ffffffff8208a0f0", "tcp_v4_rcv", K),
+                ("ffffffff81eaf60e", "net_rx_action", K),
+                ("ffffffff81e76340", "__x64_sys_sendto", K), ("10ab59", "__send", LIBC),
+                ("2aa00", "plain_writev", SK)),
+    # kernel: epoll_wait
+    perf_sample(100, ("ffffffff81730000", "ep_poll", K),
+                ("ffffffff81731000", "__x64_sys_epoll_pwait", K),
+                ("108c59", "epoll_pwait", LIBC), ("3", "[unknown]", "[unknown]")),
+    # another process: left out when only skirr's pids count
+    perf_sample(200, ("ffffffff81e758a1", "do_accept", K)),
+])
+
+
+def test_perf_classes_exact():
+    from harness import perf
+    got = perf.shares(PERF_TEXT, {100})
+    assert got["samples"] == 14
+    assert got["counts"] == {"accept": 3, "close": 3, "request": 2, "python": 4, "kernel": 2}
+    assert got["shares"] == {"accept": 3 / 14, "close": 3 / 14, "request": 2 / 14,
+                             "python": 4 / 14, "kernel": 2 / 14}
+    assert got["top"] == [
+        ["_PyEval_EvalFrameDefault", "libpython3.11", 2 / 14],
+        ["PyObject_Free", "libpython3.11", 1 / 14],
+        ["__GI___libc_malloc", "libc", 1 / 14],  # the inlined _int_malloc's caller
+        ["__fput", "kernel", 1 / 14],
+        ["ep_insert", "kernel", 1 / 14],
+        ["ep_poll", "kernel", 1 / 14],
+        ["hook_file_alloc_security", "kernel", 1 / 14],
+        ["llhttp__internal__run", "skirr/_native", 1 / 14],
+        ["memcpy", "libc", 1 / 14],
+        ["sk_http1_open", "skirr/_native", 1 / 14],
+    ]
+    every = perf.shares(PERF_TEXT)  # no pid filter: the other process's accept counts
+    assert (every["samples"], every["counts"]["accept"]) == (15, 4)
+    assert perf.shares("")["shares"]["accept"] is None
+
+
+def test_plan_churn_profile_flag():
+    cp = scale.plan_churn(Namespace(servers="nginx-scale", churn_rounds=1, no_profile=False))
+    assert (cp["servers"], cp["rounds"], cp["profile"]) == (["skirr", "nginx-scale"], 1, True)
+    cp = scale.plan_churn(Namespace(servers=None, churn_rounds=None, no_profile=True))
+    assert (cp["servers"], cp["rounds"], cp["profile"]) == (scale.CHURN["servers"], 3, False)
+
+
+def test_perf_parse_and_classify_each():
+    from harness import perf
+    samples = perf.parse_script(PERF_TEXT)
+    assert samples[0] == (100, [
+        ("hook_file_alloc_security", K, False), ("do_accept", K, False),
+        ("__x64_sys_accept4", K, False), ("accept4", LIBC, False), ("reactor_accept", SK, True),
+        ("sk_reactor_on_ready", SK, False)])
+    assert [perf.classify(f) for _, f in samples] == [
+        "accept", "accept", "accept", "close", "close", "close", "request", "request", "python",
+        "python", "python", "python", "kernel", "kernel", "accept"]
+    assert perf.norm("__GI___close", LIBC) == "close"
+    assert perf.norm("__GI___close", SK) == "__GI___close"  # only libc's aliases
+
+
+def profile_run(wl, accept, close, samples, ok=True):
+    rest = (1 - accept - close) / 3
+    return {"server": "skirr", "workload": wl, "conns": 64, "ok": ok,
+            "error": None if ok else "perf recorded no sample of skirr's process",
+            "event": "cpu-clock", "call_graph": "dwarf,16384", "freq": 999, "rps": 15000.0,
+            "samples": samples,
+            "shares": {"accept": accept, "close": close, "request": rest, "python": rest,
+                       "kernel": rest},
+            "top": [["do_syscall_64", "kernel", 0.05], ["_PyEval_EvalFrameDefault",
+                                                         "libpython3.11", 0.0125]]}
+
+
+def churn_result(profile):
+    churn = {"runs": [churn_run("skirr", "raw_get_close", 0, None, ok=False)],
+             "config": dict(scale.CHURN, rounds=1)}
+    if profile is not ...:
+        churn["profile"] = profile
+    return {"meta": {"started": "2026-12-05 02:00:00 UTC", "git": "abc", "seed": 1,
+                     "python": "3.11.7", "machine": {"cpu": "AMD EPYC", "cores": 2, "kernel": "6",
+                                                     "loadavg_at_start": ["1", "2", "3"]}},
+            "scale": None, "fanout": None, "churn": churn}
+
+
+def test_profile_report_table_and_row():
+    probe = {"ok": True, "error": None, "event": "cpu-clock", "call_graph": "dwarf,16384",
+             "note": "cpu-clock samples (a timer)"}
+    runs = [profile_run("raw_get_close", 0.15, 0.3, 5421),
+            profile_run("fastapi_json_close", 0.05, 0.1, 5693, ok=False)]
+    lines = render_scale(churn_result({"probe": probe, "runs": runs, "error": None})).splitlines()
+    at = lines.index("## Churn profile (skirr, perf)")
+    assert lines[at - 2].startswith("- **Churn profile** (skirr only; `--no-profile` skips it): ")
+    assert ("`perf record -e cpu-clock -F 999 --call-graph dwarf,16384 -p <skirr's pid>`"
+            in lines[at - 2])
+    assert lines[at - 2].endswith(" Cpu-clock samples (a timer).")
+    assert lines[at + 1:at + 16] == [
+        "",
+        "| workload | samples | req/s under perf | accept | close | request | python | kernel |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| raw_get_close c64 | 5,421 | 15,000 | 15.0% | 30.0% | 18.3% | 18.3% | 18.3% |",
+        "- **fastapi_json_close c64** not profiled: perf recorded no sample of skirr's process",
+        "",
+        "Top 10 symbols (self: the function holding the sampled address, % of skirr's "
+        "samples):",
+        "",
+        "| # | raw_get_close c64 |",
+        "|---:|---|",
+        "| 1 | `do_syscall_64` (kernel) 5.0% |",
+        "| 2 | `_PyEval_EvalFrameDefault` (libpython3.11) 1.2% |",
+        "",
+        "## Targets",
+        "",
+    ]
+    assert lines[-3] == ("| Churn: the accept path's share of skirr's CPU (a profile) | "
+                         "**measured** | raw_get_close c64: accept path 15.0%, close path 30.0% "
+                         "of 5,421 samples |")
+    assert not any("**not built**" in x and "accept path" in x for x in lines)
+
+
+def test_profile_row_without_a_profile():
+    lines = render_scale(churn_result(...)).splitlines()  # a run before the profile existed
+    assert lines[-3] == ("| Churn: the accept path's share of skirr's CPU (a profile) | "
+                         "**not measured** | this run has no profile (taken before the profile "
+                         "was built, or with --no-profile) |")
+    assert "## Churn profile (skirr, perf)" not in lines
+    failed = {"probe": {"ok": False, "error": "perf cannot record here: no perf", "event": None,
+                        "call_graph": None, "note": ""}, "runs": [],
+              "error": "perf cannot record here: no perf"}
+    lines = render_scale(churn_result(failed)).splitlines()
+    assert "Not measured: perf cannot record here: no perf" in lines
+    assert lines[-3] == ("| Churn: the accept path's share of skirr's CPU (a profile) | "
+                         "**unproven** | perf cannot record here: no perf |")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -742,3 +930,153 @@ def test_fanout_row_against_a_scripted_server(fanout_client, monkeypatch, tmp_pa
         assert r["error"] == ("RuntimeError: 499 of 500 messages delivered right, errors "
                               "{'missing': 1}: missing: broadcast 5 reached 49 of 50 "
                               "subscribers in 1.0 s | server log: (scripted)")
+
+
+# ----------------------------------------------------------------------------------------------
+# RESULTS.md's Scale section: rendered, inserted, replaced, kept by the matrix's rewrite
+
+
+def full_churn_run(server, wl, rnd, cpu):
+    """A churn run as measure.measure_row() writes it."""
+    return {"server": server, "workload": wl, "conns": 64, "round": rnd, "ok": True, "error": None,
+            "rps": 1e6 / cpu, "p50_ms": 1.0, "p99_ms": 2.0, "max_ms": 3.0, "cpu_us_per_req": cpu,
+            "errors": {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0},
+            "rss_mib": 30.0, "pss_mib": 30.0, "gen_cpu": 0.5, "client_bound": False,
+            "server_util": 0.9, "other_cpu0": 0.01, "steal_cpu0": 0.0}
+
+
+def scale_run():
+    """A scale run with every part: idle rows (the 50,000 ones not run), fan-out merged from an
+    earlier run, churn with its profile."""
+    idle = [row("skirr", "http", 10000, 0.5), row("peregrine", "http", 10000, 2.5),
+            row("granian", "http", 10000, 4.0), row("nginx-scale", "http", 10000, 0.4),
+            row("skirr", "ws", 10000, 4.5), row("uvicorn-wsproto", "ws", 10000, 20.0)]
+    too_many = "not run: 50,000 connections need RLIMIT_NOFILE >= 57,398 in the server"
+    fan = [fan_run("skirr", 1000, 64, 0, 2.0), fan_run("granian", 1000, 64, 0, 3.0),
+           fan_run("peregrine", 1000, 64, 0, 2.5), fan_run("skirr", 5000, 64, 0, 2.0),
+           fan_run("granian", 5000, 64, 0, 1.8)]
+    churn = [full_churn_run("skirr", "raw_get_close", 0, 20.0),
+             full_churn_run("granian", "raw_get_close", 0, 30.0),
+             full_churn_run("peregrine", "raw_get_close", 0, 18.0),
+             full_churn_run("nginx-scale", "raw_get_close", 0, 16.0)]
+    probe = {"ok": True, "error": None, "event": "cpu-clock", "call_graph": "dwarf,16384",
+             "note": ""}
+    return {"meta": {"started": "2026-12-05 02:00:00 UTC", "git": "abc", "seed": 1,
+                     "python": "3.11.7", "machine": {"cpu": "AMD EPYC", "cores": 2, "kernel": "6",
+                                                     "loadavg_at_start": ["1", "2", "3"]}},
+            "scale": {"rows": idle, "not_measured": {}, "nofile": 20000,
+                      "skipped_rows": {"http 50000": too_many, "ws 50000": too_many},
+                      "config": {"rows": [["http", 10000], ["http", 50000], ["ws", 10000],
+                                          ["ws", 50000]], "rounds": 1,
+                                 "servers": scale.SCALE_FULL["servers"]}},
+            "fanout": {"runs": fan, "not_measured": {}, "skipped_rows": {}, "nofile": 20000,
+                       "config": dict(scale.FANOUT, rounds=1)},
+            "churn": {"runs": churn, "config": dict(scale.CHURN, rounds=1),
+                      "profile": {"probe": probe, "error": None,
+                                  "runs": [profile_run("raw_get_close", 0.125, 0.25, 5000)]}},
+            "merged": {"fanout": {"run": "20261205-010000-scale",
+                                  "started": "2026-12-05 01:00:00 UTC", "git": "def"}}}
+
+
+CHART = "![Memory per idle connection by server](charts/SCALE/scale-memory-per-connection.png)"
+SECTION = "\n".join([
+    "<!-- scale:begin -->",
+    "## Scale (issue 37)\n",
+    "`bench/run.py scale` (`make bench-scale`) run 2026-12-05 02:00:00 UTC, skirr abc; the fan-out "
+    "rows from 2026-12-05 01:00:00 UTC, skirr def (bench/results/20261205-010000-scale). The "
+    "tables, how each row is measured and every target's verdict: [SCALE.md](SCALE.md).\n",
+    "- **Idle HTTP (keep-alive, after one request)**: 1 met, 1 missed, 2 unproven; 10,000 "
+    "connections: skirr 0.50 KiB of RSS per connection, lowest peer peregrine 2.50 KiB (0.20x), "
+    "nginx 0.40 KiB.",
+    "- **Idle WebSocket**: 1 met, 1 missed, 2 unproven; 10,000 connections: skirr 4.50 KiB of RSS "
+    "per connection, lowest peer uvicorn-wsproto 20.00 KiB (0.23x).",
+    "- **50,000 connections held with no error and no leak**: 0 met, 0 missed, 2 unproven; HTTP "
+    "not run (RLIMIT_NOFILE here: 20,000); WebSocket not run (RLIMIT_NOFILE here: 20,000).",
+    "- **Fan-out**: 2 met, 1 missed; each peer's CPU per delivered message 0.90x to 1.50x skirr's "
+    "over every row and round.",
+    "- **Churn**: 2 met, 1 missed, 1 measured; each peer's CPU per request 0.90x to 1.50x skirr's; "
+    "skirr's 1.25x to 1.25x nginx's; raw_get_close c64: accept path 12.5%, close path 25.0% of "
+    "skirr's CPU samples.",
+    "",
+    CHART,
+    "<!-- scale:end -->"])
+
+
+def test_results_scale_section_exact():
+    from harness import report
+    assert report.render_results_scale(scale_run(), [CHART + "\n"]) == SECTION
+    lines = report.render_results_scale(
+        {"meta": scale_run()["meta"], "scale": None, "fanout": None,
+         "churn": churn_result(...)["churn"]}).splitlines()
+    assert lines[5:11] == [
+        "- **Idle HTTP (keep-alive, after one request)**: not in this run.",
+        "- **Idle WebSocket**: not in this run.",
+        "- **50,000 connections held with no error and no leak**: not in this run.",
+        "- **Fan-out**: not in this run.",  # SCALE.md's "not built" row of a part not run
+        "- **Churn**: 0 met, 0 missed, 1 unproven, 1 not measured.",
+        ""]
+
+
+RESULTS_TEXT = ("# skirr benchmark (full)\n\n## Idle memory\n\n| a |\n\n\n"
+                "## Hot-path levers: kept, rejected, not tried\n\nlevers\n")
+
+
+def test_scale_section_inserted_then_replaced():
+    from harness import report
+    once = report.put_scale_section(RESULTS_TEXT, SECTION)
+    assert once == ("# skirr benchmark (full)\n\n## Idle memory\n\n| a |\n\n\n" + SECTION
+                    + "\n\n## Hot-path levers: kept, rejected, not tried\n\nlevers\n")
+    assert report.scale_section(once) == SECTION
+    other = SECTION.replace("skirr abc", "skirr 123")
+    twice = report.put_scale_section(once, other)
+    assert twice == once.replace(SECTION, other)
+    assert twice.count("<!-- scale:begin -->") == 1 and twice.count("<!-- scale:end -->") == 1
+    assert report.scale_section(RESULTS_TEXT) is None
+    # no levers heading: at the end
+    assert report.put_scale_section("# a\n\ntext\n", SECTION) == "# a\n\ntext\n\n" + SECTION + "\n"
+
+
+def not_drawn(specs, outdir, python=None):
+    """charts.draw without matplotlib's venv: every chart 'not drawn'."""
+    return {f: "not drawn in this test" for f in specs}
+
+
+def test_scale_summary_writes_results_section(tmp_path, monkeypatch):
+    from harness import charts, report
+    monkeypatch.setattr(charts, "draw", not_drawn)
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "RESULTS.md").write_text(RESULTS_TEXT)
+    out = tmp_path / "run"
+    out.mkdir()
+    res = scale_run()
+    report.write_scale_report(res, out, str(bench / "SCALE.md"))
+    why = ("- Chart not drawn: memory per idle connection by server "
+           "(`scale-memory-per-connection.png`): not drawn in this test")
+    assert (bench / "RESULTS.md").read_text() == report.put_scale_section(
+        RESULTS_TEXT, SECTION.replace(CHART, why))
+    assert (bench / "SCALE.md").read_text() == render_scale(res, ["## Charts\n", why + "\n"])
+    # without a RESULTS.md beside the summary none is made
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    report.write_scale_report(res, out, str(alone / "SCALE.md"))
+    assert sorted(p.name for p in alone.iterdir()) == ["SCALE.md", "charts"]
+
+
+def test_matrix_rewrite_keeps_the_scale_section(tmp_path, monkeypatch):
+    from harness import charts, report
+    from test_charts import FULL_FIXED, FULL_ROWS, result
+    monkeypatch.setattr(charts, "draw", not_drawn)
+    res = result(FULL_ROWS, FULL_FIXED)
+    plain, kept = tmp_path / "plain" / "RESULTS.md", tmp_path / "kept" / "RESULTS.md"
+    for p in (plain, kept):
+        p.parent.mkdir()
+    kept.write_text(report.put_scale_section(RESULTS_TEXT, SECTION))
+    for p in (plain, kept):
+        out = p.parent / "run"
+        out.mkdir()
+        report.write_report(res, out, str(p))
+    fresh = plain.read_text()
+    assert "<!-- scale:begin -->" not in fresh
+    k = fresh.index("\n## Hot-path levers")
+    assert kept.read_text() == fresh[:k + 1] + SECTION + "\n\n" + fresh[k + 1:]

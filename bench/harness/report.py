@@ -7,7 +7,9 @@ client-bound), efficiency against the limit, the WebSocket rows' table (the same
 verdict per message), the TLS rows' section (tls.py's figures: CPU per request against each peer,
 the TLS cost against nginx's, handshakes per CPU second, memory per idle connection), the HTTP/2
 rows' section (h2.py's figures: CPU per request against each peer and nginx, HTTP/2 against
-HTTP/1.1), bench/SCALE.md (the scale rows, issue 37: scale.py's figures and verdicts), the Targets
+HTTP/1.1), bench/SCALE.md (the scale rows, issue 37: scale.py's figures and verdicts, the churn
+profile's shares from perf.py) and RESULTS.md's Scale section (a summary of it between markers,
+which the matrix's rewrite of RESULTS.md carries over), the Targets
 section (targets.py judges it), and the markdown of report.md
 and bench/RESULTS.md (LEVERS.md appended) with its charts embedded (charts.py draws them beside
 it: in the run folder, and in summary_charts() beside the summary), rendered from a run's
@@ -22,7 +24,7 @@ import json
 import statistics
 from pathlib import Path
 
-from . import charts, h2, scale, targets, tls
+from . import charts, h2, perf, scale, targets, tls
 from .costs import COSTS, TARGET_ACCESS
 from .env import LEVERS
 from .peers import SERVERS
@@ -186,8 +188,9 @@ def summary_charts(summary):
 def write_report(result, outdir, summary=None, charts_python=None):
     """Renders report.md into the run folder `outdir` (and `summary`, when given) from the run's
     results, with the charts drawn beside each (`outdir`/*.png; charts/*.png beside `summary`);
-    `charts_python`: the interpreter that draws them (default: the charts' venv's). Returns (the
-    markdown, the aggregate)."""
+    `charts_python`: the interpreter that draws them (default: the charts' venv's). A Scale
+    section the summary had (put_scale_section's, from `run.py scale`) is carried over into the
+    rewritten one. Returns (the markdown, the aggregate)."""
     runs = result["runs"]
     agg = aggregate(runs, result["meta"]["config"]["rounds"])
     cmp = compare(runs)
@@ -200,8 +203,10 @@ def write_report(result, outdir, summary=None, charts_python=None):
         rel = summary_charts(summary)
         if drawn:
             charts.copy_drawn(drawn, outdir, Path(summary).parent / rel)
-        Path(summary).write_text(render_report(result, agg, fixed_agg, cmp, status,
-                                               charts.markdown(drawn, f"{rel}/")))
+        text = render_report(result, agg, fixed_agg, cmp, status,
+                             charts.markdown(drawn, f"{rel}/"))
+        kept = scale_section(Path(summary).read_text()) if Path(summary).exists() else None
+        Path(summary).write_text(put_scale_section(text, kept) if kept else text)
     return report, agg
 
 
@@ -914,25 +919,35 @@ def render_scale(result, chart_lines=()):
     if result.get("merged"):
         L.append("")
     L.append("## How it is measured\n")
-    verdicts = []
+    body, verdicts = _scale_body(result)
+    L.extend(body)
+    L.append("## Targets\n")
+    L.append("| target | verdict | figures |")
+    L.append("|---|---|---|")
+    for v in verdicts:
+        L.append(f"| {v['target']} | **{v['verdict']}** | {v['detail']} |")
+    L.append("")
+    L.extend(chart_lines)
+    return "\n".join(L) + "\n"
+
+
+def _scale_body(result):
+    """The scale report's parts (method and tables, idle, fan-out, churn) as lines, and every
+    target row in the report's order: the parts' verdicts, then a "not built" row per part the
+    run lacks."""
+    part, fan, churn = result.get("scale"), result.get("fanout"), result.get("churn")
+    L, verdicts = [], []
     if part:
         verdicts += _render_idle(L, part)
     if fan:
         verdicts += _render_fanout(L, fan)
     if churn:
         verdicts += _render_churn(L, churn)
-    L.append("## Targets\n")
-    L.append("| target | verdict | figures |")
-    L.append("|---|---|---|")
-    for v in verdicts:
-        L.append(f"| {v['target']} | **{v['verdict']}** | {v['detail']} |")
     for key, why in SCALE_NOT_BUILT.items():
-        if (key == "churn" and churn) or (key == "fanout" and fan):
+        if (key in ("churn", "accept") and churn) or (key == "fanout" and fan):
             continue
-        L.append(f"| {why} | **not built** | not measured yet |")
-    L.append("")
-    L.extend(chart_lines)
-    return "\n".join(L) + "\n"
+        verdicts.append({"target": why, "verdict": "not built", "detail": "not measured yet"})
+    return L, verdicts
 
 
 def _render_idle(L, part):
@@ -1092,12 +1107,65 @@ def _render_churn(L, churn):
                  f"| {a['rounds_ok']}/{a['rounds']} | {fmt(a['other_cpu0'], '.0%')} | "
                  f"{(a['errors_first'] or '')[:160]} |")
     L.append("")
-    return scale.churn_verdicts(runs, rounds)
+    verdicts = scale.churn_verdicts(runs, rounds)
+    if "profile" in churn:
+        _render_profile(L, churn["profile"], cp)
+    v = scale.profile_verdicts(churn.get("profile"))
+    verdicts.append(v or {"target": SCALE_NOT_BUILT["accept"], "verdict": "not measured",
+                          "detail": "this run has no profile (taken before the profile was "
+                                    "built, or with --no-profile)"})
+    return verdicts
+
+
+def _render_profile(L, profile, cp):
+    """The churn profile's method, shares and top symbols into L (perf.py's figures)."""
+    how = profile.get("probe") or {}
+    runs = profile["runs"]
+    cg = how.get("call_graph")
+    L.append(
+        "- **Churn profile** (skirr only; `--no-profile` skips it): after the measured rounds, "
+        "one more run of skirr per churn row, started, checked and warmed up as the rounds' "
+        f"runs, with `perf record -e {how.get('event') or '?'} -F {perf.FREQ}"
+        + (f" --call-graph {cg}" if cg else "") + " -p <skirr's pid>` attached for wrk's "
+        f"{cp['duration']} s measured window (not counted in the table above; perf.data and "
+        "its `perf script` text in the run's folder, perf-<workload>.data/.txt). Each sample of "
+        "skirr's process, user and kernel, counted once by its call stack, the frame nearest "
+        "the leaf that names a path deciding (bench/harness/perf.py): "
+        + "; ".join(f"**{k}**: {what}" for k, what in perf.CLASSES) + "."
+        + (f" {how['note'][0].upper() + how['note'][1:]}." if how.get("note") else "") + "\n")
+    ok = [r for r in runs if r["ok"]]
+    L.append("## Churn profile (skirr, perf)\n")
+    if not ok:
+        why = profile.get("error") or "; ".join(f"{r['workload']}: {r['error'][:300]}"
+                                                for r in runs) or "no run"
+        L.append(f"Not measured: {why}\n")
+        return
+    L.append("| workload | samples | req/s under perf | "
+             + " | ".join(k for k, _ in perf.CLASSES) + " |")
+    L.append("|---|---:|---:|" + "---:|" * len(perf.CLASSES))
+    for r in ok:
+        L.append(f"| {r['workload']} c{r['conns']} | {r['samples']:,} | {fmt(r['rps'])} | "
+                 + " | ".join(f"{r['shares'][k]:.1%}" for k, _ in perf.CLASSES) + " |")
+    for r in runs:
+        if not r["ok"]:
+            L.append(f"- **{r['workload']} c{r['conns']}** not profiled: {r['error'][:300]}")
+    L.append("")
+    L.append(f"Top {perf.TOP} symbols (self: the function holding the sampled address, % of "
+             "skirr's samples):\n")
+    L.append("| # | " + " | ".join(f"{r['workload']} c{r['conns']}" for r in ok) + " |")
+    L.append("|---:|" + "---|" * len(ok))
+    for i in range(max(len(r["top"]) for r in ok)):
+        L.append(f"| {i + 1} | " + " | ".join(
+            f"`{r['top'][i][0]}` ({r['top'][i][1]}) {r['top'][i][2]:.1%}"
+            if i < len(r["top"]) else "" for r in ok) + " |")
+    L.append("")
 
 
 def write_scale_report(result, outdir, summary=None, charts_python=None):
     """report.md in the scale run's folder `outdir` (and `summary`: bench/SCALE.md) with the
-    memory chart drawn beside each (charts/scale/ beside the summary); returns the markdown."""
+    memory chart drawn beside each (charts/<summary's name>/ beside the summary), and the Scale
+    section of the RESULTS.md beside the summary (when there is one) replaced or inserted;
+    returns the markdown."""
     figs = scale.figures((result.get("scale") or {}).get("rows", []))
     drawn = charts.draw({charts.SCALE_MEMORY: charts.scale_chart(figs)}, outdir, charts_python)
     report = render_scale(result, charts.markdown(drawn))
@@ -1107,4 +1175,121 @@ def write_scale_report(result, outdir, summary=None, charts_python=None):
         if drawn:
             charts.copy_drawn(drawn, outdir, Path(summary).parent / rel)
         Path(summary).write_text(render_scale(result, charts.markdown(drawn, f"{rel}/")))
+        results_md = Path(summary).parent / "RESULTS.md"
+        if results_md.exists():
+            section = render_results_scale(result, charts.markdown(drawn, f"{rel}/")[1:],
+                                           Path(summary).name)
+            results_md.write_text(put_scale_section(results_md.read_text(), section))
     return report
+
+
+# ----------------------------------------------------------------------------------------------
+# RESULTS.md's Scale section (issue 37 item 4): a summary of SCALE.md between two markers, which
+# `run.py scale --summary` writes and the matrix's rewrite of RESULTS.md carries over
+
+SCALE_BEGIN, SCALE_END = "<!-- scale:begin -->", "<!-- scale:end -->"
+SCALE_BEFORE = "## Hot-path levers"  # the section goes before this heading when it is new
+SCALE_GROUPS = (  # (key, the line's name): each target row of SCALE.md counted under one
+    ("http", "Idle HTTP (keep-alive, after one request)"), ("ws", "Idle WebSocket"),
+    ("held", f"{scale.HELD_N:,} connections held with no error and no leak"),
+    ("fanout", "Fan-out"), ("churn", "Churn"))
+VERDICT_WORDS = ("met", "MISSED", "unproven", "measured", "not measured", "not built")
+
+
+def scale_group(target):
+    """The SCALE_GROUPS key of a target row's name."""
+    t = target.lower()
+    if "connections held by skirr" in t:
+        return "held"
+    for prefix, key in (("idle http", "http"), ("idle websocket", "ws"), ("fan-out", "fanout"),
+                        ("churn", "churn")):
+        if t.startswith(prefix):
+            return key
+    return None
+
+
+def render_results_scale(result, chart_lines=(), scale_md="SCALE.md"):
+    """RESULTS.md's Scale section, markers included (no newline after the end marker): the run
+    (and the runs its parts are merged from), a line per target group with its verdicts counted
+    and its key figures (scale.key_figures), the memory chart (`chart_lines`: charts.markdown's
+    image lines, relative to RESULTS.md) and a link to `scale_md` (beside RESULTS.md)."""
+    meta, kf = result["meta"], scale.key_figures(result)
+    names = {"scale": "idle rows", "fanout": "fan-out rows", "churn": "churn rows"}
+    merged = "".join(f"; the {names[k]} from {m['started']}, skirr {m['git']} "
+                     f"(bench/results/{m['run']})" for k, m in result.get("merged", {}).items())
+    L = [SCALE_BEGIN, "## Scale (issue 37)\n",
+         f"`bench/run.py scale` (`make bench-scale`) run {meta['started']}, skirr "
+         f"{meta['git']}{merged}. The tables, how each row is measured and every target's "
+         f"verdict: [{scale_md}]({scale_md}).\n"]
+    counts = {}
+    for v in _scale_body(result)[1]:
+        g = counts.setdefault(scale_group(v["target"]), dict.fromkeys(VERDICT_WORDS, 0))
+        g[v["verdict"]] += 1
+
+    def tally(key):
+        c = counts.get(key)
+        if not c or sum(c.values()) == c["not built"]:  # SCALE_NOT_BUILT's row of a part not run
+            return "not in this run"
+        return ", ".join([f"{c['met']} met", f"{c['MISSED']} missed"]
+                         + [f"{c[w]} {w}" for w in VERDICT_WORDS[2:] if c[w]])
+
+    def ratio_span(span):
+        return f"{span[0]:.2f}x to {span[1]:.2f}x"
+    for key, name in SCALE_GROUPS:
+        figs = []
+        if key in ("http", "ws"):
+            for f in kf["idle"].get(key, []):
+                fig = f"{f['n']:,} connections: skirr {f['skirr']:.2f} KiB of RSS per connection"
+                if f["peer"]:
+                    fig += (f", lowest peer {f['peer']} {f['peer_kib']:.2f} KiB "
+                            f"({f['skirr'] / f['peer_kib']:.2f}x)")
+                if f["nginx"] is not None:
+                    fig += f", nginx {f['nginx']:.2f} KiB"
+                figs.append(fig)
+        elif key == "held":
+            for mode, h in kf["held"].items():
+                what = "HTTP" if mode == "http" else "WebSocket"
+                sk = h["skirr"]
+                if h["skipped"]:
+                    figs.append(f"{what} not run (RLIMIT_NOFILE here: "
+                                f"{result['scale']['nofile']:,})")
+                elif sk is None or sk["kib_rss"] is None:
+                    figs.append(f"{what}: skirr held none")
+                else:
+                    figs.append(f"{what}: {sk['errors']:,} errors, RSS after all closed "
+                                f"{sk['after_ratio']:.2f}x the start")
+        elif key == "fanout" and kf["fanout"]:
+            figs.append("each peer's CPU per delivered message " + ratio_span(kf["fanout"])
+                        + " skirr's over every row and round")
+        elif key == "churn":
+            if kf["churn_peers"]:
+                figs.append("each peer's CPU per request " + ratio_span(kf["churn_peers"])
+                            + " skirr's")
+            if kf["churn_nginx"]:
+                figs.append("skirr's " + ratio_span(kf["churn_nginx"]) + " nginx's")
+            figs += [f"{p['workload']} c{p['conns']}: accept path {p['accept']:.1%}, close path "
+                     f"{p['close']:.1%} of skirr's CPU samples" for p in kf["profile"]]
+        L.append(f"- **{name}**: {tally(key)}" + "".join(f"; {x}" for x in figs) + ".")
+    L.append("")
+    L.extend(x.rstrip("\n") for x in chart_lines)
+    L.append(SCALE_END)
+    return "\n".join(L)
+
+
+def scale_section(text):
+    """The Scale section of a RESULTS.md text, markers included, or None."""
+    i = text.find(SCALE_BEGIN)
+    j = text.find(SCALE_END, i)
+    return text[i:j + len(SCALE_END)] if i >= 0 and j >= 0 else None
+
+
+def put_scale_section(text, section):
+    """`text` with `section` (render_results_scale's) in place of its Scale section, or before
+    its SCALE_BEFORE heading when it has none (at its end when it has neither)."""
+    old = scale_section(text)
+    if old is not None:
+        return text.replace(old, section, 1)
+    k = text.find("\n" + SCALE_BEFORE)
+    if k < 0:
+        return text.rstrip("\n") + "\n\n" + section + "\n"
+    return text[:k + 1] + section + "\n\n" + text[k + 1:]

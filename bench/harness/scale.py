@@ -10,7 +10,9 @@ verdicts against the issue's targets (computed here from the rows, never written
 the fan-out rows (issue 37 item 3: `fanout_row`, bench/fanout_client.c's N WebSocket subscribers
 and one publisher against bench/apps/ws_apps.py's `fanout` app; the server's CPU per delivered
 message over the measured broadcasts and the time until the last subscriber has each one), their
-figures and their verdict against every peer in every round.
+figures and their verdict against every peer in every round; the churn rows, their profile after
+the rounds (`run_profile`: perf.py records skirr and classifies its samples; `profile_verdicts`,
+its "measured" row) and the figures RESULTS.md's Scale section quotes (`key_figures`).
 
 Never: renders markdown (report.py's `render_scale` does, from these figures), or treats a
 connection that failed, was answered wrongly or was closed by the server while held as held: the
@@ -32,6 +34,7 @@ from pathlib import Path
 
 from .env import (BUILD, CLIENT_CPU, CLK_TCK, PEERS_VENV, SKIRR_VENV, describe, ensure_tools,
                   git_commit, interp_identity, log, machine_info, new_run_dir, venv_python)
+from . import perf
 from .measure import affinity_ok, cpu0_busy, measure_row, memory, proc_ticks
 from .tls import peer_ratios
 from .peers import (SCALE_FLAGS, SERVERS, Server, build_fanout_client, build_scale_client,
@@ -321,7 +324,52 @@ def run_churn(cp, status, outdir):
                     f"{r['rps']:,.0f} req/s cpu {r['cpu_us_per_req']:.1f} us/req "
                     f"other cpu0 {r['other_cpu0']:.0%}" if r["ok"]
                     else f"FAILED {r['error'][:300]}"))
-    return {"runs": runs, "config": cp}
+    out = {"runs": runs, "config": cp}
+    if cp.get("profile", True):
+        out["profile"] = run_profile(cp, status, outdir)
+    return out
+
+
+def run_profile(cp, status, outdir):
+    """The churn rows' profile (perf.py): after the measured rounds, one more run of skirr per
+    churn row under perf record (not counted in the rows' figures). {"probe": perf.probe()'s,
+    "runs": [perf.profile_churn()'s]}; "runs" empty when perf cannot record or skirr is not
+    measured (its "error" says why)."""
+    if "skirr" in status:
+        return {"probe": None, "runs": [], "error": f"skirr not measured: {status['skirr']}"}
+    how = perf.probe()
+    log(f"churn profile: perf {how}")
+    if not how["ok"]:
+        return {"probe": how, "runs": [], "error": how["error"]}
+    runs = []
+    for wl, conns in cp["rows"]:
+        r = perf.profile_churn(wl, conns, cp, how, outdir, f"churn-profile-{wl}-c{conns}-skirr")
+        runs.append(r)
+        log(f"churn profile {wl} c{conns} skirr: " + (
+            f"{r['samples']:,} samples, " + ", ".join(f"{k} {v:.1%}"
+                                                      for k, v in r["shares"].items())
+            if r["ok"] else f"FAILED {r['error'][:300]}"))
+    return {"probe": how, "runs": runs, "error": None}
+
+
+def profile_verdicts(profile):
+    """The churn profile's row of the targets: a report, not a target, so its verdict is
+    "measured" with each workload's accept-path and close-path shares of skirr's samples, or
+    "unproven" with why when no profiled run succeeded. None when the run had no profile (taken
+    before the profile existed, or --no-profile)."""
+    if profile is None:
+        return None
+    name = "Churn: the accept path's share of skirr's CPU (a profile)"
+    ok = [r for r in profile["runs"] if r["ok"]]
+    if not ok:
+        why = profile.get("error") or "; ".join(
+            f"{r['workload']}: {r['error'][:200]}" for r in profile["runs"]) or "no run"
+        return {"target": name, "verdict": "unproven", "detail": why}
+    return {"target": name, "verdict": "measured",
+            "detail": "; ".join(f"{r['workload']} c{r['conns']}: accept path "
+                                f"{r['shares']['accept']:.1%}, close path "
+                                f"{r['shares']['close']:.1%} of {r['samples']:,} samples"
+                                for r in ok)}
 
 
 def churn_verdicts(runs, rounds):
@@ -733,14 +781,15 @@ def plan(args):
 
 
 def plan_churn(args):
-    """The churn rows' settings: CHURN with --servers (a subset; skirr always) and
-    --churn-rounds applied."""
+    """The churn rows' settings: CHURN with --servers (a subset; skirr always),
+    --churn-rounds and --no-profile (cp["profile"]: False) applied."""
     cp = dict(CHURN)
     if args.servers:
         want = ["skirr", *(s for s in args.servers.split(",") if s != "skirr")]
         cp["servers"] = [s for s in cp["servers"] if s in want]
     if args.churn_rounds:
         cp["rounds"] = args.churn_rounds
+    cp["profile"] = not getattr(args, "no_profile", False)
     return cp
 
 
@@ -838,3 +887,56 @@ def main(args):
     failed |= any(r["server"] == "skirr" and not r["ok"] for r in (churn or {}).get("runs", []))
     failed |= any(r["server"] == "skirr" and not r["ok"] for r in (fan or {}).get("runs", []))
     return 1 if failed else 0
+
+
+def key_figures(result):
+    """The figures RESULTS.md's Scale section quotes, from a scale run's results (its parts may
+    be merged from another run): {"idle": {mode ("http", "ws"): [{"n", "skirr", "peer",
+    "peer_kib", "nginx"}] (KiB of RSS per connection; "peer": the lowest peer that held every
+    connection, None without; "nginx": None for WebSocket or without nginx's figure), the rows
+    skirr held, by n}, "held": {mode: {"n", "skirr" (its figures), "skipped" (why not run, or
+    None)}} for HELD_N, "fanout": [lowest, highest] peer ÷ skirr CPU per delivered message over
+    every row, peer and round (None without one), "churn_peers": the same for CPU per request,
+    "churn_nginx": [lowest, highest] skirr ÷ nginx, "profile": [{"workload", "conns", "accept",
+    "close"}] (shares of skirr's samples, the profiled runs that succeeded)}."""
+    out = {"idle": {}, "held": {}, "fanout": None, "churn_peers": None, "churn_nginx": None,
+           "profile": []}
+    part = result.get("scale")
+    if part:
+        figs = figures(part["rows"])
+        skipped = part.get("skipped_rows") or {}
+        for mode, n in (tuple(r) for r in part["config"]["rows"]):
+            if mode == "tcp":
+                continue
+            sk = figs.get((mode, n, "skirr"))
+            if sk is not None and sk["kib_rss"] is not None:
+                peer, low = _lowest_peer(figs, mode, n)
+                ng = figs.get((mode, n, "nginx-scale")) if mode == "http" else None
+                out["idle"].setdefault(mode, []).append(
+                    {"n": n, "skirr": sk["kib_rss"], "peer": peer, "peer_kib": low,
+                     "nginx": ng["kib_rss"] if ng and not ng["errors"] else None})
+            if n == HELD_N:
+                out["held"][mode] = {"n": n, "skirr": sk, "skipped": skipped.get(f"{mode} {n}")}
+
+    def span(ratios):
+        return [min(ratios), max(ratios)] if ratios else None
+    fan = result.get("fanout")
+    if fan:
+        rs = peer_ratios(fan["runs"], fan["config"]["rounds"], base="skirr", key="cpu_us_per_msg",
+                         peers=lambda s: SERVERS[s].kind == "peer")
+        out["fanout"] = span([x for v in rs.values() for x in v["ratios"]])
+    churn = result.get("churn")
+    if churn:
+        rounds = churn["config"]["rounds"]
+        rs = peer_ratios(churn["runs"], rounds, base="skirr",
+                         peers=lambda s: SERVERS[s].kind == "peer")
+        out["churn_peers"] = span([x for v in rs.values() for x in v["ratios"]])
+        by = {(r["workload"], r["conns"], r["round"], r["server"]): r
+              for r in churn["runs"] if r["ok"]}
+        out["churn_nginx"] = span([k["cpu_us_per_req"] / g["cpu_us_per_req"]
+                                   for (w, c, rnd, s), k in by.items() if s == "skirr"
+                                   for g in [by.get((w, c, rnd, "nginx-scale"))] if g])
+        out["profile"] = [{"workload": r["workload"], "conns": r["conns"],
+                           "accept": r["shares"]["accept"], "close": r["shares"]["close"]}
+                          for r in (churn.get("profile") or {}).get("runs", []) if r["ok"]]
+    return out
