@@ -109,7 +109,8 @@ test-all:
 # without -Werror) and test_ws (the WebSocket frame codec); and test_stream, the plain stream layer
 # (src/ext/sk_stream.c, plain C) over socketpairs; test_tls, the TLS stream layer (src/ext/sk_tls.c
 # over libssl: OPENSSL_FLAGS, pkg-config's openssl or -lssl -lcrypto) against a client SSL object;
-# test_h2guard, HTTP/2's per-connection token buckets (src/ext/sk_h2guard.c) on a clock of its own.
+# test_h2guard, HTTP/2's per-connection token buckets (src/ext/sk_h2guard.c) on a clock of its own;
+# test_slab, the connection slots (src/ext/sk_slab.c), as released and under AddressSanitizer.
 OPENSSL_FLAGS := $(shell pkg-config --cflags --libs openssl 2>/dev/null || echo -lssl -lcrypto)
 test-c:
 	@set -e; mkdir -p $(LLHTTP_OBJ_DIR); \
@@ -136,11 +137,16 @@ test-c:
 	  $(OPENSSL_FLAGS) -o build/test_tls; \
 	echo "$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/ext/sk_h2guard.c src/ext/test/test_h2guard.c -lm -o build/test_h2guard"; \
 	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/ext/sk_h2guard.c src/ext/test/test_h2guard.c -lm -o build/test_h2guard; \
+	echo "$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/ext/sk_slab.c src/ext/test/test_slab.c -o build/test_slab (and -fsanitize=address: build/test_slab_asan)"; \
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -Isrc/core -Isrc/ext src/core/sk_core.c src/ext/sk_slab.c src/ext/test/test_slab.c -o build/test_slab; \
+	$(CC) -std=c11 -O1 -g -Wall -Wextra -Werror -fsanitize=address -Isrc/core -Isrc/ext src/core/sk_core.c src/ext/sk_slab.c src/ext/test/test_slab.c -o build/test_slab_asan; \
 	build/test_core; \
 	build/test_ws; \
 	build/test_stream; \
 	build/test_tls; \
-	build/test_h2guard
+	build/test_h2guard; \
+	build/test_slab; \
+	build/test_slab_asan
 
 # The interpreters of the matrix: the newest installed 3.11, 3.12 and 3.13 (pyenv), one per line.
 MATRIX_PYS ?= $(shell $(PY) scripts/release.py pythons)

@@ -76,15 +76,16 @@ def test_cycle_finder_finds_a_planted_circle():
 @pytest.mark.rule("skirr-layout-no-circle-c")
 def test_transport_and_core_include_no_handler():
     """The transport knows no protocol; the core no extension (sk_transport.h's "Never"); the
-    stream layer under the transport (sk_stream.h) is plain C that includes nothing of the
-    extension."""
+    stream layer under the transport (sk_stream.h) and its slot allocator (sk_slab.h) are plain
+    C that include nothing of the extension."""
     graph = include_graph()
     core = {p.stem for p in (ROOT / "src" / "core").glob("*.[ch]")}
     for m in core:
         assert graph[m] <= core, (m, graph[m] - core)
-    allowed = {"sk_module", "sk_core", "sk_transport", "sk_stream"}
+    allowed = {"sk_module", "sk_core", "sk_transport", "sk_stream", "sk_slab"}
     assert graph["sk_transport"] <= allowed | core, graph["sk_transport"]
     assert graph["sk_stream"] <= core, graph["sk_stream"]
+    assert graph["sk_slab"] == set(), graph["sk_slab"]
     # the TLS layer (sk_tls.c over libssl) is a stream layer too: nothing above sk_stream
     assert graph["sk_tls"] <= core | {"sk_stream"}, graph["sk_tls"]
 

@@ -500,7 +500,7 @@ check_text(const char *s)
 }
 
 void
-sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer,
+sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr *peer,
                 const char *event)
 {
     (void)client;
@@ -509,7 +509,7 @@ sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr_storage 
 }
 
 void
-sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer,
+sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr *peer,
                   const sk_parser_t *p, int status, uint64_t bytes, const char *reason)
 {
     (void)client;
@@ -640,13 +640,13 @@ sk_transport_switch(sk_transport_t *t, const sk_handler_ops_t *ops, void *h)
     t->dl_kind = 0;
 }
 
-const struct sockaddr_storage *
+const struct sockaddr *
 sk_transport_peer(const sk_transport_t *t, socklen_t *len)
 {
-    static const struct sockaddr_storage peer = {.ss_family = AF_INET};
+    static const struct sockaddr_in peer = {.sin_family = AF_INET};
     (void)t;
-    *len = sizeof(struct sockaddr_in);
-    return &peer;
+    *len = sizeof(peer);
+    return (const struct sockaddr *)&peer;
 }
 
 const sk_stream_t *

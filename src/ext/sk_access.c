@@ -24,7 +24,7 @@ wall_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static PyObject *peer_client(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer);
+static PyObject *peer_client(sk_access_t *a, PyObject *client, const struct sockaddr *peer);
 
 static void
 push(sk_access_t *a, PyObject *rec)
@@ -113,7 +113,7 @@ sk_access_exchange_end(sk_access_t *a, sk_access_req_t *rq, int status, uint64_t
 }
 
 void
-sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer,
+sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr *peer,
                   const sk_parser_t *p, int status, uint64_t bytes, const char *reason)
 {
     PyObject *method = NULL, *target = NULL, *version = NULL;
@@ -149,7 +149,7 @@ done:
 }
 
 static PyObject *
-peer_client(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer)
+peer_client(sk_access_t *a, PyObject *client, const struct sockaddr *peer)
 {
     /* New reference: client if given, else the peer's (host, port), None for a Unix socket. */
     if (client != NULL) {
@@ -162,7 +162,7 @@ peer_client(sk_access_t *a, PyObject *client, const struct sockaddr_storage *pee
 }
 
 void
-sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer,
+sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr *peer,
                 const char *event)
 {
     PyObject *cl = peer_client(a, client, peer);

@@ -79,7 +79,7 @@ void sk_access_exchange_end(sk_access_t *a, sk_access_req_t *rq, int status, uin
 /* Records a refusal: skirr's own response of `bytes` bytes of content (0: none was sent), with
  * the request line when the head was read whole (valid or not). p may be NULL; client is
  * borrowed (may be NULL: taken from peer). */
-void sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer,
+void sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr *peer,
                        const sk_parser_t *p, int status, uint64_t bytes, const char *reason);
 void sk_access_req_clear(sk_access_req_t *rq);
 /* GC support for a request's record. */
@@ -87,7 +87,7 @@ int sk_access_req_traverse(sk_access_req_t *rq, visitproc visit, void *arg);
 /* --log-level trace: a->trace(event, client) for the connection, when trace is on (a->trace not
  * NULL).
  * Failures are reported as unraisable. */
-void sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr_storage *peer,
+void sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr *peer,
                      const char *event);
 
 #endif

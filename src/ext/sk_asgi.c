@@ -151,16 +151,16 @@ sk_asgi_log_app_exception(sk_state *st, PyObject *logger, PyObject *exc, int cli
 }
 
 PyObject *
-sk_asgi_address(const struct sockaddr_storage *ss)
+sk_asgi_address(const struct sockaddr *ss)
 {
     /* New reference (see sk_asgi.h). */
     char host[INET6_ADDRSTRLEN];
-    if (ss->ss_family == AF_INET) {
+    if (ss->sa_family == AF_INET) {
         const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
         inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
         return Py_BuildValue("(si)", host, (int)ntohs(a->sin_port));
     }
-    if (ss->ss_family == AF_INET6) {
+    if (ss->sa_family == AF_INET6) {
         const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
         inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
         return Py_BuildValue("(si)", host, (int)ntohs(a->sin6_port));

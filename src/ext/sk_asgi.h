@@ -38,7 +38,7 @@ int sk_asgi_log_app_exception(sk_state *st, PyObject *logger, PyObject *exc, int
 
 /* New reference: (host, port) for an IPv4/IPv6 address, None for any other family; NULL with an
  * exception. */
-PyObject *sk_asgi_address(const struct sockaddr_storage *ss);
+PyObject *sk_asgi_address(const struct sockaddr *ss);
 
 /* New reference: root_path + the percent-decoded path p[0..n) decoded as UTF-8 with U+FFFD for
  * invalid sequences (as urllib.parse.unquote does); NULL with an exception. */

@@ -51,7 +51,7 @@ typedef struct {
                               * scope["extensions"] (HTTP/1.1, HTTP/2; not HTTP/1.0) */
     PyObject *client;        /* scope "client": (host, port) or None (borrowed) */
     PyObject *server;        /* scope "server": (host, port), (path, None) or None (borrowed) */
-    const struct sockaddr_storage *peer; /* the peer's address, for --proxy-headers' trust */
+    const struct sockaddr *peer; /* the peer's address, for --proxy-headers' trust */
 } sk_req_head_t;
 
 /* Returns of the wire's entries besides 0 and the serializer codes (SK_E*, sk_core.h). */

@@ -1275,7 +1275,7 @@ note_refusal(h2_conn_t *c, int status, const char *why)
         sk_metrics_refusal(c->srv->metrics, status);
     }
     socklen_t plen;
-    const struct sockaddr_storage *peer = sk_transport_peer(c->t, &plen);
+    const struct sockaddr *peer = sk_transport_peer(c->t, &plen);
     if (c->srv->access.pending != NULL) {
         sk_access_refusal(&c->srv->access, c->client, peer, NULL, status,
                           sk_resp_error_content_length(status, 0), why);

@@ -52,20 +52,31 @@ enum {
 
 enum cont_state { CONT_NONE = 0, CONT_EXPECTED, CONT_SENT };
 
+/* What a connection needs only while a request is on it: the parser, the response being written
+ * and what the serializer knows of its request. Made when bytes arrive (work_new) and freed
+ * whole by the tick when the connection is idle between requests (h1_idle), so an idle
+ * keep-alive connection keeps only http1_conn_t (issue 37: memory per idle connection, against
+ * nginx's 0.51 KiB). From the raw allocator (glibc), like the blocks it owns: the tick's
+ * malloc_trim gives their pages back together; in the interpreter's allocator it would pin its
+ * pools among the long-lived transports. */
+typedef struct {
+    sk_parser_t parser;
+    sk_resp_t resp;      /* the current request's response (reset per request, storage kept) */
+    sk_req_info_t info;  /* what the serializer knows of the current request (force_close is
+                          * decided when the head is built: server_closes_after) */
+} http1_work_t;
+
 /* One connection's HTTP/1.1 state. Freed by release() when the reactor reaps the transport. */
 typedef struct {
     sk_transport_t *t; /* borrowed: outlives this (release() runs before it is freed) */
     sk_serve_t *srv;   /* borrowed: owned by the Server, which outlives every connection */
-    sk_parser_t parser;
+    http1_work_t *w;   /* owned: NULL while idle, until bytes arrive (parser_idle() then) */
     sk_exchange_t *current; /* strong: the request being received/answered, NULL between */
     PyObject *client;       /* strong: scope "client", made once per connection (None for UDS) */
     PyObject *local;        /* strong: scope "server", made once per connection */
     PyObject *tls;          /* strong: the ASGI `tls` extension (sk_tls_info), made at the first
                              * request head of a TLS connection; NULL on cleartext */
     uint8_t tls_known;      /* tls was looked for (it stays NULL on cleartext) */
-    sk_resp_t resp;         /* the current request's response (reset per request, storage kept) */
-    sk_req_info_t info;     /* what the serializer knows of the current request (force_close is
-                             * decided when the head is built: server_closes_after) */
     uint8_t closed;         /* the transport told closed(): nothing more is sent */
     uint8_t discarding;     /* reading and dropping the rest of an answered request's body */
     uint8_t switched;       /* handed to the WebSocket handler: this handler is done */
@@ -76,7 +87,47 @@ typedef struct {
     uint8_t proto_known;    /* the first bytes were looked at for HTTP/2 (h2_switch) */
 } http1_conn_t;
 
+_Static_assert(sizeof(http1_conn_t) <= SK_TRANSPORT_HANDLER_SIZE,
+               "the HTTP/1.1 handler's state fits the transport's handler slot");
+
 static void conn_request_done(http1_conn_t *c, int keep_alive);
+
+/* Whether the parser is between messages; a connection without its work storage is. */
+static int
+parser_idle(const http1_conn_t *c)
+{
+    return c->w == NULL || sk_parser_idle(&c->w->parser);
+}
+
+/* Makes c->w for the bytes that just arrived: 0, or -1 without memory. */
+static int
+work_new(http1_conn_t *c)
+{
+    http1_work_t *w = PyMem_RawCalloc(1, sizeof(http1_work_t));
+    if (w == NULL) {
+        return -1;
+    }
+    sk_parser_init(&w->parser, &c->srv->limits);
+    c->w = w;
+    return 0;
+}
+
+/* Frees c->w and what it owns; returns the bytes freed (for the tick's malloc_trim). */
+static size_t
+work_free(http1_conn_t *c)
+{
+    http1_work_t *w = c->w;
+    if (w == NULL) {
+        return 0;
+    }
+    size_t freed = sizeof(*w) + w->parser.head_cap + w->parser.fields_cap * sizeof(sk_field_t) +
+                   w->resp.head.cap;
+    sk_parser_free(&w->parser);
+    sk_resp_free(&w->resp);
+    PyMem_RawFree(w);
+    c->w = NULL;
+    return freed;
+}
 
 static void
 drop_current(http1_conn_t *c)
@@ -156,19 +207,20 @@ note_refusal(http1_conn_t *c, int status, const char *why)
     }
     if (c->srv->access.pending != NULL || c->srv->trace != NULL) {
         socklen_t plen;
-        const sk_parser_t *p = &c->parser;
-        const struct sockaddr_storage *peer = sk_transport_peer(c->t, &plen);
-        const char *reason = why != NULL                ? why
-                             : p->dead && p->err_reason ? p->err_reason
+        const sk_parser_t *p = c->w != NULL ? &c->w->parser : NULL; /* NULL: no byte parsed */
+        const struct sockaddr *peer = sk_transport_peer(c->t, &plen);
+        const char *reason = why != NULL                             ? why
+                             : p != NULL && p->dead && p->err_reason ? p->err_reason
                              : status == 408 && c->current != NULL
                                  ? "request content not complete in time"
                              : status == 408 ? "request head not complete in time"
                              : status == 503 ? "--limit-concurrency reached"
                                              : "server error";
         if (c->srv->access.pending != NULL) {
-            int sent = c->current == NULL || !c->resp.head_written;
+            int sent = c->current == NULL || !c->w->resp.head_written;
             uint64_t bytes =
-                sent ? sk_resp_error_content_length(status, p->method == HTTP_HEAD) : 0;
+                sent ? sk_resp_error_content_length(status, p != NULL && p->method == HTTP_HEAD)
+                     : 0;
             sk_access_refusal(&c->srv->access, c->client, peer, p, status, bytes, reason);
         }
         if (c->srv->trace != NULL) {
@@ -187,12 +239,13 @@ refuse_why(http1_conn_t *c, int status, const char *why)
     int started = 0;
     note_refusal(c, status, why);
     if (c->current) {
-        started = c->resp.started && c->resp.head_written;
+        started = c->w->resp.started && c->w->resp.head_written;
         drop_current(c);
     }
     if (!started) {
         /* The output may still hold earlier pipelined responses: the refusal goes after them. */
-        int head = (c->parser.method == HTTP_HEAD); /* valid on SK_EV_ERROR too */
+        /* valid on SK_EV_ERROR too; no work storage: nothing was parsed */
+        int head = c->w != NULL && c->w->parser.method == HTTP_HEAD;
         if (sk_resp_error_opts(sk_transport_out(c->t), status, head, sk_serve_date(c->srv),
                                &c->srv->resp_opts) < 0) {
             sk_transport_close(c->t, SK_CLOSE_NOW);
@@ -227,7 +280,7 @@ server_closes_after(http1_conn_t *c)
     if (c->cont == CONT_EXPECTED) {
         return 1;
     }
-    const sk_parser_t *p = &c->parser;
+    const sk_parser_t *p = &c->w->parser; /* a request is on the connection: c->w is made */
     if (!p->has_content_length) {
         return 1; /* chunked: how much is left is unknown, so it is never read to be dropped */
     }
@@ -243,7 +296,7 @@ h1_head(http1_conn_t *c, sk_req_head_t *h)
      * block: valid until the next request begins). Makes the connection's scope "client" and
      * "server" on its first request. 0, or -1 with an exception. */
     sk_serve_t *srv = c->srv;
-    const sk_parser_t *p = &c->parser;
+    const sk_parser_t *p = &c->w->parser;
     const char *t = sk_parser_ptr(p, p->target);
     size_t tlen = p->target.len;
     if (t == NULL) { /* no head block: never for a parsed request, but keep t valid */
@@ -331,8 +384,8 @@ before_body(http1_conn_t *c)
 {
     /* The head leaves with the first body piece: it says close when skirr will close after it
      * (RFC 9112 §9.6). */
-    if (!c->resp.head_written) {
-        c->resp.req.force_close = server_closes_after(c);
+    if (!c->w->resp.head_written) {
+        c->w->resp.req.force_close = server_closes_after(c);
     }
 }
 
@@ -340,10 +393,10 @@ static int
 h1w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int trailers)
 {
     http1_conn_t *c = w;
-    c->info.force_close = server_closes_after(c); /* again when the head is built */
-    int rc = sk_resp_start(&c->resp, &c->info, status, fields, nfields);
+    c->w->info.force_close = server_closes_after(c); /* again when the head is built */
+    int rc = sk_resp_start(&c->w->resp, &c->w->info, status, fields, nfields);
     if (rc == 0 && trailers) {
-        rc = sk_resp_announce_trailers(&c->resp);
+        rc = sk_resp_announce_trailers(&c->w->resp);
     }
     return rc;
 }
@@ -367,7 +420,7 @@ h1w_body(void *w, const char *data, size_t len, int more)
 {
     http1_conn_t *c = w;
     before_body(c);
-    return sk_resp_body(&c->resp, sk_transport_out(c->t), data, len, more, sk_serve_date(c->srv));
+    return sk_resp_body(&c->w->resp, sk_transport_out(c->t), data, len, more, sk_serve_date(c->srv));
 }
 
 static int
@@ -381,19 +434,19 @@ h1w_body_ref(void *w, PyObject *body, int more)
      * closing). */
     http1_conn_t *c = w;
     size_t len = (size_t)PyBytes_GET_SIZE(body);
-    if (c->info.head || more) {
+    if (c->w->info.head || more) {
         return h1w_body(w, PyBytes_AS_STRING(body), len, more);
     }
     char after[SK_RESP_AFTER_MAX];
     size_t alen = 0;
     before_body(c);
-    int rc = sk_resp_body_ref(&c->resp, sk_transport_out(c->t), len, 0, sk_serve_date(c->srv),
+    int rc = sk_resp_body_ref(&c->w->resp, sk_transport_out(c->t), len, 0, sk_serve_date(c->srv),
                               after, &alen);
     if (rc < 0) {
         return rc;
     }
     /* sk_transport_out() again after each call: a queued range starts a new output piece */
-    if (c->resp.framing != SK_FRAME_NONE && sk_transport_send_bytes(c->t, body) < 0) {
+    if (c->w->resp.framing != SK_FRAME_NONE && sk_transport_send_bytes(c->t, body) < 0) {
         rc = sk_buf_append(sk_transport_out(c->t), PyBytes_AS_STRING(body), len);
     }
     if (rc == 0 && alen > 0) {
@@ -412,13 +465,13 @@ h1w_file(void *w, int fd, uint64_t off, uint64_t count, int more)
     char after[SK_RESP_AFTER_MAX];
     size_t alen = 0;
     before_body(c);
-    int rc = sk_resp_body_ref(&c->resp, sk_transport_out(c->t), count, more, sk_serve_date(c->srv),
+    int rc = sk_resp_body_ref(&c->w->resp, sk_transport_out(c->t), count, more, sk_serve_date(c->srv),
                               after, &alen);
     if (rc < 0) {
         close(fd);
         return rc;
     }
-    if (c->resp.framing != SK_FRAME_NONE && count > 0) {
+    if (c->w->resp.framing != SK_FRAME_NONE && count > 0) {
         if (sk_transport_sendfile(c->t, fd, off, count) < 0) { /* fd closed */
             return SK_WIRE_BUSY;
         }
@@ -438,7 +491,7 @@ h1w_trailers(void *w, const sk_header_t *fields, size_t nfields, int more)
     /* Sent as the chunked trailer section when the request asked for trailers (TE: trailers),
      * else dropped (RFC 9110 §6.5). */
     http1_conn_t *c = w;
-    return sk_resp_trailers(&c->resp, sk_transport_out(c->t), fields, nfields, more);
+    return sk_resp_trailers(&c->w->resp, sk_transport_out(c->t), fields, nfields, more);
 }
 
 static int
@@ -464,7 +517,7 @@ h1w_end(void *w)
         conn_request_done(c, 0); /* skirr's own error response: close after it */
         return 0;
     }
-    int keep_alive = c->resp.keep_alive;
+    int keep_alive = c->w->resp.keep_alive;
     int follow = keep_alive && sk_transport_in_len(c->t) > 0;
     if (!follow) {
         int batch = keep_alive && SK_LOAD(c->srv->unstarted) > 0;
@@ -482,7 +535,7 @@ h1w_error(void *w, int status)
 {
     /* RFC 9110 §15.6.1 for a 500: a complete response with connection: close. */
     http1_conn_t *c = w;
-    if (sk_resp_error_opts(sk_transport_out(c->t), status, c->info.head, sk_serve_date(c->srv),
+    if (sk_resp_error_opts(sk_transport_out(c->t), status, c->w->info.head, sk_serve_date(c->srv),
                            &c->srv->resp_opts) < 0) {
         sk_transport_close(c->t, SK_CLOSE_NOW);
         return SK_WIRE_GONE;
@@ -504,9 +557,9 @@ static int
 h1w_progress(void *w, uint64_t *body_bytes)
 {
     http1_conn_t *c = w;
-    *body_bytes = c->resp.body_sent;
-    return (c->resp.head_written ? SK_WIRE_HEAD_OUT : 0) |
-           (c->resp.framing == SK_FRAME_CLOSE ? SK_WIRE_CLOSE_ENDS : 0);
+    *body_bytes = c->w->resp.body_sent;
+    return (c->w->resp.head_written ? SK_WIRE_HEAD_OUT : 0) |
+           (c->w->resp.framing == SK_FRAME_CLOSE ? SK_WIRE_CLOSE_ENDS : 0);
 }
 
 static int
@@ -521,7 +574,7 @@ h1w_resume(void *w, int waiting)
         }
         return 0;
     }
-    if (c->cont == CONT_EXPECTED && !c->resp.head_written) {
+    if (c->cont == CONT_EXPECTED && !c->w->resp.head_written) {
         /* RFC 9110 §10.1.1: the app wants the content, so ask the client for it. */
         c->cont = CONT_SENT;
         if (sk_buf_append(sk_transport_out(c->t), SK_CONTINUE_RESPONSE, SK_CONTINUE_RESPONSE_LEN) <
@@ -561,13 +614,13 @@ request_new(http1_conn_t *c)
     /* New reference: the exchange for the head just parsed, on this connection's wire, whose
      * per-request state starts afresh; NULL with an exception. Its app is not started yet
      * (sk_exchange_run). */
-    const sk_parser_t *p = &c->parser;
+    const sk_parser_t *p = &c->w->parser;
     sk_req_head_t head;
     c->body_done = 0;
     c->errored = 0;
     c->cont = p->expect_continue ? CONT_EXPECTED : CONT_NONE;
-    sk_resp_reset(&c->resp);
-    c->info = (sk_req_info_t){
+    sk_resp_reset(&c->w->resp);
+    c->w->info = (sk_req_info_t){
         .http_minor = p->http_minor,
         .head = (p->method == HTTP_HEAD),
         .keep_alive = p->keep_alive,
@@ -578,7 +631,7 @@ request_new(http1_conn_t *c)
         sk_span_t name = p->fields[i].name, value = p->fields[i].value;
         if (SK_TOKEN_IEQ(sk_parser_ptr(p, name), name.len, "te") &&
             SK_LIST_HAS_TOKEN(sk_parser_ptr(p, value), value.len, "trailers")) {
-            c->info.te_trailers = 1;
+            c->w->info.te_trailers = 1;
         }
     }
     if (h1_head(c, &head) < 0) {
@@ -593,7 +646,7 @@ request_new(http1_conn_t *c)
 static void
 arm_idle(http1_conn_t *c, int fresh)
 {
-    if (sk_transport_in_len(c->t) > 0 || !sk_parser_idle(&c->parser)) {
+    if (sk_transport_in_len(c->t) > 0 || !parser_idle(c)) {
         if (fresh || sk_transport_deadline_kind(c->t) != DL_HEAD) {
             sk_transport_set_deadline(c->t, DL_HEAD, c->srv->head_timeout);
         }
@@ -651,7 +704,7 @@ upgrade_websocket(http1_conn_t *c)
     sk_ws_handshake_t hs;
     const char *why;
     PyObject *scope = NULL;
-    int status = sk_ws_handshake_check(&c->parser, &hs, &why);
+    int status = sk_ws_handshake_check(&c->w->parser, &hs, &why);
     if (status == 400) {
         refuse_why(c, 400, why);
         return;
@@ -701,7 +754,7 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
          * empty execute, or the app's next receive() waits for bytes that never come. */
         int paused = (r != NULL && sk_exchange_buffered(r) >= BODY_HIGH_WATER);
         sk_event_t ev;
-        size_t n = sk_parser_execute(&c->parser, data + total, paused ? 0 : len - total, &ev);
+        size_t n = sk_parser_execute(&c->w->parser, data + total, paused ? 0 : len - total, &ev);
         total += n;
         if (ev.type == SK_EV_NONE) {
             break;
@@ -718,7 +771,7 @@ parse_one(http1_conn_t *c, const char *data, size_t len)
                 break;
             }
             SK_ADD(srv->total_requests, 1);
-            if (srv->ws.enabled && sk_ws_is_upgrade(&c->parser)) {
+            if (srv->ws.enabled && sk_ws_is_upgrade(&c->w->parser)) {
                 upgrade_websocket(c);
                 return total; /* the connection (and the rest of the input) moved on, or closed */
             }
@@ -825,6 +878,10 @@ h1_data_received(void *h, const char *data, size_t len)
             return 0; /* HTTP/2 has the connection and every byte, or more bytes are needed */
         }
     }
+    if (c->w == NULL && work_new(c) < 0) {
+        sk_transport_close(c->t, SK_CLOSE_NOW); /* no memory for a parser: nothing was read */
+        return 0;
+    }
     int idle_kind = sk_transport_deadline_kind(c->t);
     if (idle_kind == DL_KEEPALIVE || idle_kind == DL_SHUTDOWN) {
         sk_transport_set_deadline(c->t, DL_HEAD, c->srv->head_timeout); /* a head has begun */
@@ -899,7 +956,7 @@ h1_deadline(void *h, int kind)
     if (kind == DL_BODY) {
         /* No body byte for --timeout-request-body seconds: the app's receive() gets
          * http.disconnect; 408 (RFC 9110 §15.5.9) if its response has not begun. */
-        if (c->current != NULL && !c->resp.head_written) {
+        if (c->current != NULL && !c->w->resp.head_written) {
             refuse(c, 408);
         }
         else {
@@ -908,7 +965,7 @@ h1_deadline(void *h, int kind)
         return;
     }
     if (kind == DL_HEAD && !c->discarding &&
-        (sk_transport_in_len(c->t) > 0 || !sk_parser_idle(&c->parser))) {
+        (sk_transport_in_len(c->t) > 0 || !parser_idle(c))) {
         refuse(c, 408); /* RFC 9110 §15.5.9: some of a request head, never all of it */
         return;
     }
@@ -932,7 +989,7 @@ h1_shutdown(void *h)
     if (c->current != NULL || sk_transport_out_len(c->t) != 0) {
         return;
     }
-    if (sk_transport_in_len(c->t) > 0 || !sk_parser_idle(&c->parser)) {
+    if (sk_transport_in_len(c->t) > 0 || !parser_idle(c)) {
         return; /* a head has begun: DL_HEAD runs; its response will say close */
     }
     double grace = c->srv->keep_alive < SHUTDOWN_GRACE ? c->srv->keep_alive : SHUTDOWN_GRACE;
@@ -954,7 +1011,7 @@ tls_closed(http1_conn_t *c, char *event, size_t size)
     const sk_stream_t *s = sk_transport_stream(c->t);
     const char *why = sk_tls_last_error(s);
     socklen_t plen;
-    const struct sockaddr_storage *peer = sk_transport_peer(c->t, &plen);
+    const struct sockaddr *peer = sk_transport_peer(c->t, &plen);
     event[0] = '\0';
     if (why == NULL || !sk_tls_protocol_error(s)) {
         return; /* not refused: a FIN (with or without close_notify) or a socket error */
@@ -1050,30 +1107,27 @@ h1_release(void *h)
 {
     http1_conn_t *c = h;
     assert(c->current == NULL);
-    sk_parser_free(&c->parser);
-    sk_resp_free(&c->resp);
+    work_free(c);
     Py_CLEAR(c->client);
     Py_CLEAR(c->local);
     Py_CLEAR(c->tls);
-    PyMem_Free(c);
+    sk_transport_handler_free(c->t, c);
 }
 
 static size_t
 h1_idle(void *h)
 {
     /* Between requests only (none current, the parser between messages, no body being dropped,
-     * no input held back): the head block and field array, the response head's storage and the
-     * scope's addresses are made again by the next request. The TLS extension stays: its
-     * certificates' PEM strings are made once per connection (ASGI-tls-extension). */
+     * no input held back): the work storage (parser, head block and field array, response head)
+     * and the scope's addresses are made again by the next request, the parser fresh (between
+     * messages it holds nothing of the last one: llhttp_init's state). The TLS extension stays:
+     * its certificates' PEM strings are made once per connection (ASGI-tls-extension). */
     http1_conn_t *c = h;
     if (c->current != NULL || c->closed || c->switched || c->discarding || c->held_back ||
-        !sk_parser_idle(&c->parser)) {
+        !parser_idle(c)) {
         return 0;
     }
-    size_t freed =
-        c->parser.head_cap + c->parser.fields_cap * sizeof(sk_field_t) + c->resp.head.cap;
-    sk_parser_trim(&c->parser);
-    sk_resp_free(&c->resp);
+    size_t freed = work_free(c);
     Py_CLEAR(c->client);
     Py_CLEAR(c->local);
     return freed;
@@ -1102,13 +1156,12 @@ void *
 sk_http1_open(void *owner, sk_transport_t *t)
 {
     sk_serve_t *srv = owner;
-    http1_conn_t *c = PyMem_Calloc(1, sizeof(http1_conn_t));
+    http1_conn_t *c = sk_transport_handler_alloc(t, sizeof(http1_conn_t));
     if (c == NULL) {
         return NULL;
     }
     c->t = t;
-    c->srv = srv;
-    sk_parser_init(&c->parser, &srv->limits);
+    c->srv = srv; /* c->w: made by the first bytes (h1_data_received) */
     sk_transport_set_deadline(t, DL_HEAD, srv->head_timeout);
     if (srv->trace != NULL) {
         socklen_t plen;

@@ -206,20 +206,20 @@ trusted_ip(const sk_proxy_t *px, const sk_net_t *ip)
 }
 
 static int
-trusted_peer(const sk_proxy_t *px, const struct sockaddr_storage *peer, int unix_peer)
+trusted_peer(const sk_proxy_t *px, const struct sockaddr *peer, int unix_peer)
 {
-    if (unix_peer || peer == NULL || peer->ss_family == AF_UNIX) {
+    if (unix_peer || peer == NULL || peer->sa_family == AF_UNIX) {
         return px->all || px->unix_peer;
     }
     if (px->all) {
         return 1;
     }
     sk_net_t ip = {0};
-    if (peer->ss_family == AF_INET) {
+    if (peer->sa_family == AF_INET) {
         ip.family = 4;
         memcpy(ip.addr, &((const struct sockaddr_in *)peer)->sin_addr, 4);
     }
-    else if (peer->ss_family == AF_INET6) {
+    else if (peer->sa_family == AF_INET6) {
         static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
         const uint8_t *a = ((const struct sockaddr_in6 *)peer)->sin6_addr.s6_addr;
         if (memcmp(a, mapped, 12) == 0) { /* IPv4-mapped (a dual-stack listener): as IPv4 */
@@ -571,7 +571,7 @@ node_client(const node_t *n)
 }
 
 int
-sk_proxy_apply(const sk_proxy_t *px, const sk_fields_t *p, const struct sockaddr_storage *peer,
+sk_proxy_apply(const sk_proxy_t *px, const sk_fields_t *p, const struct sockaddr *peer,
                int unix_peer, PyObject **client, int *https)
 {
     *https = -1;

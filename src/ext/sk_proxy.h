@@ -51,7 +51,7 @@ void sk_proxy_free(sk_proxy_t *px);
 /* Applies the header fields p (sk_asgi.h) of a request for a peer (unix_peer = 1 for a Unix-domain socket). On a change,
  * *client (a new reference replacing the borrowed one given, which is not released) and/or
  * *https (0/1; -1 = unchanged) are set. Returns 0, or -1 with an exception (memory only). */
-int sk_proxy_apply(const sk_proxy_t *px, const sk_fields_t *p, const struct sockaddr_storage *peer,
+int sk_proxy_apply(const sk_proxy_t *px, const sk_fields_t *p, const struct sockaddr *peer,
                    int unix_peer, PyObject **client, int *https);
 
 #endif

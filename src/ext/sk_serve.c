@@ -48,7 +48,7 @@ sk_serve_addresses(sk_serve_t *srv, sk_transport_t *t, PyObject **client, PyObje
             if (srv->local_last != NULL && memcmp(&ss, &srv->local_last_addr, sizeof(ss)) == 0) {
                 *local = Py_NewRef(srv->local_last); /* the same address: one shared tuple */
             }
-            else if ((*local = sk_asgi_address(&ss)) != NULL) {
+            else if ((*local = sk_asgi_address((const struct sockaddr *)&ss)) != NULL) {
                 Py_XSETREF(srv->local_last, Py_NewRef(*local));
                 srv->local_last_addr = ss;
             }

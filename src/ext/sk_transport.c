@@ -36,6 +36,7 @@
 #include <time.h>
 #ifdef __GLIBC__
 #include <malloc.h> /* malloc_trim */
+#include "sk_slab.h"
 #endif
 #include <unistd.h>
 
@@ -80,10 +81,20 @@ enum {
     IO_SHUTDOWN = 4,         /* the layer's shutdown is to be called again (EPOLLOUT) */
 };
 
+/* A range queued after a transport's output: a file's (sk_transport_sendfile) or a bytes
+ * object's (sk_transport_send_bytes), at most one, made for it and freed once it is sent or the
+ * connection closes (an idle connection keeps none: issue 37). What the handler appends while it
+ * is pending goes to `tail`, sent after it. Owned: file_fd is closed, ref released with it. */
+typedef struct {
+    PyObject *ref;     /* an exact bytes object (immutable), or NULL for a file's range */
+    int file_fd;       /* the file, or -1 for a bytes range */
+    uint64_t off, left; /* bytes: into the file or the bytes object, and still unsent */
+    sk_buf_t tail;
+} tp_range_t;
+
 struct sk_transport {
     sk_stream_t s; /* the socket (s.fd, -1 once closed) and the layer's state */
     const sk_stream_ops_t *sops;
-    enum tp_state state;
     sk_reactor_t *reactor; /* borrowed: the reactor closes every transport before it goes */
     const sk_handler_ops_t *ops;
     void *h;                             /* the handler, owned through ops->release */
@@ -92,15 +103,9 @@ struct sk_transport {
     void *retired_h;
     sk_buf_t in;  /* received bytes the handler has not consumed */
     sk_buf_t out; /* bytes the kernel has not accepted */
-    /* A range queued after `out`: a file's (sk_transport_sendfile) or a bytes object's
-     * (sk_transport_send_bytes), at most one. What the handler appends while it is pending goes
-     * to `tail`, sent after it. Both are owned: file_fd is closed, ref released, once the range is
-     * sent or on close. */
-    int file_fd;                    /* -1 = none */
-    PyObject *ref;                  /* NULL = none: an exact bytes object (immutable) */
-    uint64_t range_off, range_left; /* bytes: into the file or the bytes object, and still unsent */
-    sk_buf_t tail;
+    tp_range_t *rg; /* owned: the range queued after `out`, NULL = none */
     uint32_t epoll_events;
+    uint8_t state;       /* enum tp_state */
     uint8_t dispatching; /* a data_received() call is on the stack: it writes when it returns */
     uint8_t held;        /* sk_transport_hold: output waits for sk_transport_release */
     uint8_t read_paused; /* sk_transport_pause_reading */
@@ -113,15 +118,22 @@ struct sk_transport {
     uint8_t read_soon;   /* on the pending list to read the layer's held input (rule 2b) */
     uint8_t no_sendfile; /* the layer answered SK_STREAM_NO_SENDFILE: file ranges go by pread */
     uint8_t reset;       /* SO_LINGER 0 is set: the close resets (the layer sends nothing) */
-    int deadline_kind;   /* the handler's deadline, 0 = none */
-    double deadline;     /* monotonic seconds */
+    uint8_t deadline_kind; /* the handler's deadline, 0 = none (kinds are below 256) */
+    double deadline;       /* monotonic seconds */
     double tp_deadline; /* monotonic seconds: write progress (output pending) or linger; 0 = none */
     sk_transport_t *all_prev, *all_next;
     sk_transport_t *pending_next;
     sk_transport_t *flush_prev, *flush_next;
     sk_transport_t *reap_next;
-    struct sockaddr_storage peer;
-    socklen_t peer_len;
+    /* The peer's address as accept() gave it, kept only for the families a scope or a log shows
+     * (an AF_UNIX peer's path is never read: its scope "client" is None). Not a
+     * sockaddr_storage: 100 bytes less for every connection (bench/LEVERS.md, issue 37). */
+    union {
+        struct sockaddr sa;
+        struct sockaddr_in in4;
+        struct sockaddr_in6 in6;
+    } peer;
+    socklen_t peer_len; /* bytes of peer filled, at most sizeof(peer) */
 };
 
 struct sk_reactor {
@@ -145,6 +157,9 @@ struct sk_reactor {
     sk_transport_t *flush_head, *flush_tail;
     double batch_since; /* monotonic seconds: the flush list's first transport went on it */
     sk_transport_t *reap_head;
+    /* The transports, and the handlers' state (sk_transport_handler_alloc), each packed in
+     * chunks of their own (sk_slab.h: issue 37, memory per idle connection). */
+    sk_slab_t tslab, hslab;
     char readbuf[READ_SIZE];
 };
 
@@ -448,11 +463,11 @@ tp_free(sk_transport_t *t)
     if (t->retired_ops != NULL) {
         t->retired_ops->release(t->retired_h);
     }
+    assert(t->rg == NULL); /* range_drop in tp_closed */
     sk_buf_free(&t->in);
     sk_buf_free(&t->out);
-    sk_buf_free(&t->tail);
     SK_ADD(t->reactor->cfg.st->live_conns, -1);
-    PyMem_Free(t);
+    sk_slab_free(&t->reactor->tslab, t);
 }
 
 /* Frees every closed transport. Called when no frame below holds a transport pointer. */
@@ -498,44 +513,67 @@ tp_linger(sk_transport_t *t)
 static size_t
 pending_out(const sk_transport_t *t)
 {
-    uint64_t n = (uint64_t)sk_buf_len(&t->out) + t->range_left + (uint64_t)sk_buf_len(&t->tail);
+    const tp_range_t *rg = t->rg;
+    uint64_t n = (uint64_t)sk_buf_len(&t->out) +
+                 (rg != NULL ? rg->left + (uint64_t)sk_buf_len(&rg->tail) : 0);
     return n > (uint64_t)SIZE_MAX ? SIZE_MAX : (size_t)n;
 }
 
 static inline int
 range_pending(const sk_transport_t *t)
 {
-    return t->file_fd >= 0 || t->ref != NULL;
+    return t->rg != NULL;
 }
 
-/* Releases the queued range's file descriptor or bytes object. */
-static void
-range_release(sk_transport_t *t)
+/* Unsent bytes of a queued bytes range (0: none, or a file's range). */
+static inline uint64_t
+bytes_left(const sk_transport_t *t)
 {
-    if (t->file_fd >= 0) {
-        close(t->file_fd);
-        t->file_fd = -1;
-    }
-    Py_CLEAR(t->ref); /* an exact bytes object: its deallocation runs no Python code */
-    t->range_left = 0;
+    return t->rg != NULL && t->rg->ref != NULL ? t->rg->left : 0;
 }
 
-/* Drops the queued range and what followed it. */
+/* Queues an empty range: 0, or -1 when memory runs out. */
+static int
+range_new(sk_transport_t *t, PyObject *ref, int fd, uint64_t off, uint64_t count)
+{
+    assert(t->rg == NULL);
+    tp_range_t *rg = PyMem_RawCalloc(1, sizeof(tp_range_t));
+    if (rg == NULL) {
+        return -1;
+    }
+    rg->ref = Py_XNewRef(ref);
+    rg->file_fd = fd;
+    rg->off = off;
+    rg->left = count;
+    t->rg = rg;
+    return 0;
+}
+
+/* Drops the queued range, its file descriptor or bytes object and what followed it. */
 static void
 range_drop(sk_transport_t *t)
 {
-    range_release(t);
-    sk_buf_consume(&t->tail, sk_buf_len(&t->tail));
+    tp_range_t *rg = t->rg;
+    if (rg == NULL) {
+        return;
+    }
+    t->rg = NULL;
+    if (rg->file_fd >= 0) {
+        close(rg->file_fd);
+    }
+    Py_XDECREF(rg->ref); /* an exact bytes object: its deallocation runs no Python code */
+    sk_buf_free(&rg->tail);
+    PyMem_RawFree(rg);
 }
 
 /* The queued range is sent: what the handler appended behind it becomes the output. */
 static void
 range_done(sk_transport_t *t)
 {
-    sk_buf_t swap = t->out; /* empty: the range is only sent once `out` is */
-    range_release(t);
-    t->out = t->tail;
-    t->tail = swap;
+    sk_buf_free(&t->out); /* empty: the range is only sent once `out` is */
+    t->out = t->rg->tail;
+    t->rg->tail = (sk_buf_t){0};
+    range_drop(t);
 }
 
 /* Answers a write-side would-block of the layer: 0 (SK_STREAM_WANT_WRITE: EPOLLOUT, as the
@@ -560,22 +598,23 @@ write_blocked(sk_transport_t *t, ssize_t rc)
 static int
 file_read(sk_transport_t *t, int *reason)
 {
-    size_t want = t->range_left > PREAD_MAX ? PREAD_MAX : (size_t)t->range_left;
+    tp_range_t *rg = t->rg;
+    size_t want = rg->left > PREAD_MAX ? PREAD_MAX : (size_t)rg->left;
     ssize_t n;
     if (sk_buf_reserve(&t->out, want) < 0) {
         *reason = SK_CLOSED_NO_MEMORY;
         return -2;
     }
     do {
-        n = pread(t->file_fd, t->out.data + t->out.end, want, (off_t)t->range_off);
+        n = pread(rg->file_fd, t->out.data + t->out.end, want, (off_t)rg->off);
     } while (n < 0 && errno == EINTR);
     if (n <= 0) {
         *reason = n == 0 ? SK_CLOSED_FILE_SHORT : SK_CLOSED_FILE_ERROR; /* as sendfile's */
         return -2;
     }
     t->out.end += (size_t)n;
-    t->range_off += (uint64_t)n;
-    t->range_left -= (uint64_t)n;
+    rg->off += (uint64_t)n;
+    rg->left -= (uint64_t)n;
     return 1;
 }
 
@@ -585,12 +624,13 @@ file_read(sk_transport_t *t, int *reason)
 static int
 file_send(sk_transport_t *t, int *reason)
 {
-    size_t want = t->range_left > SENDFILE_MAX ? SENDFILE_MAX : (size_t)t->range_left;
+    tp_range_t *rg = t->rg;
+    size_t want = rg->left > SENDFILE_MAX ? SENDFILE_MAX : (size_t)rg->left;
     ssize_t n = t->no_sendfile || t->sops->sendfile == NULL
                     ? SK_STREAM_NO_SENDFILE
-                    : t->sops->sendfile(&t->s, t->file_fd, &t->range_off, want);
+                    : t->sops->sendfile(&t->s, rg->file_fd, &rg->off, want);
     if (n > 0) {
-        t->range_left -= (uint64_t)n;
+        rg->left -= (uint64_t)n;
         return 1;
     }
     if (n == 0) {
@@ -623,13 +663,14 @@ bytes_send(sk_transport_t *t)
     if (head > 0) {
         iov[cnt++] = (struct iovec){(void *)sk_buf_head(&t->out), head};
     }
-    iov[cnt++] = (struct iovec){PyBytes_AS_STRING(t->ref) + t->range_off, (size_t)t->range_left};
+    tp_range_t *rg = t->rg;
+    iov[cnt++] = (struct iovec){PyBytes_AS_STRING(rg->ref) + rg->off, (size_t)rg->left};
     ssize_t n = t->sops->writev(&t->s, iov, cnt, 0);
     if (n > 0) {
         size_t from_head = (size_t)n < head ? (size_t)n : head;
         sk_buf_consume(&t->out, from_head);
-        t->range_off += (uint64_t)n - from_head;
-        t->range_left -= (uint64_t)n - from_head;
+        rg->off += (uint64_t)n - from_head;
+        rg->left -= (uint64_t)n - from_head;
         return n;
     }
     return write_blocked(t, n);
@@ -660,7 +701,7 @@ tp_flush(sk_transport_t *t)
     int was_stalled = t->tp_deadline != 0;
     assert(t->state == TP_OPEN || t->state == TP_CLOSING);
     for (;;) {
-        if (t->ref != NULL && t->range_left > 0) {
+        if (bytes_left(t) > 0) {
             /* a bytes range: sent with the buffer before it, in one call, never copied */
             ssize_t n = bytes_send(t);
             if (n > 0) {
@@ -675,7 +716,7 @@ tp_flush(sk_transport_t *t)
         }
         if (sk_buf_len(&t->out) > 0) {
             /* a file range follows: the head joins its first segment (MSG_MORE) */
-            ssize_t n = buf_send(t, t->range_left > 0);
+            ssize_t n = buf_send(t, t->rg != NULL && t->rg->left > 0);
             if (n > 0) {
                 progress = 1;
                 continue;
@@ -689,7 +730,7 @@ tp_flush(sk_transport_t *t)
         if (!range_pending(t)) {
             break;
         }
-        if (t->range_left == 0) {
+        if (t->rg->left == 0) {
             range_done(t);
             range_finished = 1;
             continue;
@@ -963,7 +1004,7 @@ layer_held(sk_transport_t *t)
 sk_buf_t *
 sk_transport_out(sk_transport_t *t)
 {
-    return range_pending(t) ? &t->tail : &t->out;
+    return range_pending(t) ? &t->rg->tail : &t->out;
 }
 
 size_t
@@ -975,7 +1016,7 @@ sk_transport_out_len(const sk_transport_t *t)
 int
 sk_transport_file_pending(const sk_transport_t *t)
 {
-    return t->file_fd >= 0;
+    return t->rg != NULL && t->rg->file_fd >= 0;
 }
 
 /* Makes a queued bytes range ordinary output: what is left of it, then what followed it, are
@@ -984,18 +1025,17 @@ sk_transport_file_pending(const sk_transport_t *t)
 static int
 bytes_flatten(sk_transport_t *t)
 {
+    tp_range_t *rg = t->rg;
     size_t len = sk_buf_len(&t->out);
-    int rc =
-        sk_buf_append(&t->out, PyBytes_AS_STRING(t->ref) + t->range_off, (size_t)t->range_left);
+    int rc = sk_buf_append(&t->out, PyBytes_AS_STRING(rg->ref) + rg->off, (size_t)rg->left);
     if (rc == 0) {
-        rc = sk_buf_append(&t->out, sk_buf_head(&t->tail), sk_buf_len(&t->tail));
+        rc = sk_buf_append(&t->out, sk_buf_head(&rg->tail), sk_buf_len(&rg->tail));
     }
     if (rc < 0) {
         t->out.end = t->out.start + len;
         return -1;
     }
-    sk_buf_consume(&t->tail, sk_buf_len(&t->tail));
-    range_release(t);
+    range_drop(t);
     return 0;
 }
 
@@ -1004,7 +1044,8 @@ sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count
 {
     /* A bytes range still being sent (an earlier response's body to a slow reader) gives way:
      * copied into the output, as it would have been without the range, so the file can follow. */
-    if (t->state != TP_OPEN || t->file_fd >= 0 || (t->ref != NULL && bytes_flatten(t) < 0)) {
+    if (t->state != TP_OPEN || sk_transport_file_pending(t) ||
+        (t->rg != NULL && bytes_flatten(t) < 0)) {
         close(fd);
         return -1;
     }
@@ -1012,9 +1053,10 @@ sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count
         close(fd);
         return 0;
     }
-    t->file_fd = fd;
-    t->range_off = offset;
-    t->range_left = count;
+    if (range_new(t, NULL, fd, offset, count) < 0) {
+        close(fd);
+        return -1;
+    }
     return 0;
 }
 
@@ -1028,10 +1070,7 @@ sk_transport_send_bytes(sk_transport_t *t, PyObject *bytes)
     if (PyBytes_GET_SIZE(bytes) == 0) {
         return 0;
     }
-    t->ref = Py_NewRef(bytes);
-    t->range_off = 0;
-    t->range_left = (uint64_t)PyBytes_GET_SIZE(bytes);
-    return 0;
+    return range_new(t, bytes, -1, 0, (uint64_t)PyBytes_GET_SIZE(bytes));
 }
 
 size_t
@@ -1186,8 +1225,8 @@ schedule_pending(sk_reactor_t *r)
 void
 sk_transport_set_deadline(sk_transport_t *t, int kind, double seconds)
 {
-    assert(kind > 0);
-    t->deadline_kind = kind;
+    assert(kind > 0 && kind <= UINT8_MAX);
+    t->deadline_kind = (uint8_t)kind;
     t->deadline = monotonic() + seconds;
 }
 
@@ -1235,7 +1274,7 @@ sk_transport_abort(sk_transport_t *t, int reset)
         tp_reset(t);
         sk_buf_consume(&t->out, sk_buf_len(&t->out));
     }
-    else if (t->ref != NULL && t->range_left > 0) {
+    else if (bytes_left(t) > 0) {
         /* Best effort: what was already produced goes out, a queued body with it, as it would
          * have from the buffer; the message stays incomplete. */
         (void)bytes_send(t);
@@ -1265,11 +1304,25 @@ sk_transport_switch(sk_transport_t *t, const sk_handler_ops_t *ops, void *h)
     }
 }
 
-const struct sockaddr_storage *
+void *
+sk_transport_handler_alloc(sk_transport_t *t, size_t size)
+{
+    assert(size <= SK_TRANSPORT_HANDLER_SIZE);
+    (void)size;
+    return sk_slab_alloc(&t->reactor->hslab);
+}
+
+void
+sk_transport_handler_free(sk_transport_t *t, void *h)
+{
+    sk_slab_free(&t->reactor->hslab, h);
+}
+
+const struct sockaddr *
 sk_transport_peer(const sk_transport_t *t, socklen_t *len)
 {
     *len = t->peer_len;
-    return &t->peer;
+    return &t->peer.sa;
 }
 
 const sk_stream_t *
@@ -1295,17 +1348,16 @@ static sk_transport_t *
 tp_new(sk_reactor_t *r, int fd, const struct sockaddr_storage *addr, socklen_t alen)
 {
     int layer_open = 0, registered = 0;
-    sk_transport_t *t = PyMem_Calloc(1, sizeof(sk_transport_t));
+    sk_transport_t *t = sk_slab_alloc(&r->tslab);
     if (t == NULL) {
         goto error;
     }
     t->s.fd = fd;
     t->s.family = addr->ss_family;
     t->sops = r->cfg.stream != NULL ? r->cfg.stream : &sk_stream_plain;
-    t->file_fd = -1;
     t->reactor = r;
-    memcpy(&t->peer, addr, alen);
-    t->peer_len = alen;
+    t->peer_len = alen < (socklen_t)sizeof(t->peer) ? alen : (socklen_t)sizeof(t->peer);
+    memcpy(&t->peer, addr, t->peer_len);
     if (t->sops->open != NULL && t->sops->open(&t->s, r->cfg.stream_arg) < 0) {
         goto error;
     }
@@ -1331,7 +1383,7 @@ error:
         t->sops->close(&t->s, 0);
     }
     close(fd);
-    PyMem_Free(t);
+    sk_slab_free(&r->tslab, t);
     return NULL;
 }
 
@@ -1401,10 +1453,9 @@ tp_trim(sk_transport_t *t)
     if (t->dispatching || pending_out(t) != 0 || range_pending(t) || sk_buf_len(&t->in) != 0) {
         return freed;
     }
-    freed += t->in.cap + t->out.cap + t->tail.cap;
+    freed += t->in.cap + t->out.cap;
     sk_buf_free(&t->in);
     sk_buf_free(&t->out);
-    sk_buf_free(&t->tail);
     if (t->ops->idle != NULL) {
         freed += t->ops->idle(t->h);
     }
@@ -1478,6 +1529,8 @@ sk_reactor_new(const sk_reactor_config_t *cfg)
         return NULL;
     }
     r->cfg = *cfg;
+    sk_slab_init(&r->tslab, sizeof(sk_transport_t));
+    sk_slab_init(&r->hslab, SK_TRANSPORT_HANDLER_SIZE);
     r->epfd = epoll_create1(EPOLL_CLOEXEC);
     r->timerfd = -1;
     if (r->epfd < 0) {
@@ -1681,7 +1734,9 @@ sk_reactor_free(sk_reactor_t *r)
     if (r == NULL) {
         return;
     }
-    sk_reactor_close(r);
+    sk_reactor_close(r); /* every transport is freed, and every handler with it */
+    sk_slab_release(&r->tslab);
+    sk_slab_release(&r->hslab);
     PyMem_Free(r);
 }
 

@@ -277,8 +277,20 @@ void sk_transport_abort(sk_transport_t *t, int reset);
  * gets no closed() and is released once no frame can hold it. Only valid while open. */
 void sk_transport_switch(sk_transport_t *t, const sk_handler_ops_t *ops, void *h);
 
-/* The peer's address (as accept() returned it) and its length. Borrowed. */
-const struct sockaddr_storage *sk_transport_peer(const sk_transport_t *t, socklen_t *len);
+/* Bytes of the state a handler may keep in sk_transport_handler_alloc's storage. */
+#define SK_TRANSPORT_HANDLER_SIZE 72
+
+/* Zeroed storage of `size` bytes (at most SK_TRANSPORT_HANDLER_SIZE) for a handler's state on
+ * this connection, packed with every other connection's of this reactor (sk_slab.h: what an
+ * idle connection keeps, away from the per-request objects; issue 37). NULL without memory.
+ * Given back with sk_transport_handler_free(t, h) by the handler's release(), which runs before
+ * the transport is freed. */
+void *sk_transport_handler_alloc(sk_transport_t *t, size_t size);
+void sk_transport_handler_free(sk_transport_t *t, void *h);
+
+/* The peer's address (as accept() returned it: AF_INET, AF_INET6, or AF_UNIX with its path
+ * not kept) and its length in bytes. Borrowed: valid while the transport is. */
+const struct sockaddr *sk_transport_peer(const sk_transport_t *t, socklen_t *len);
 /* The local address of the connection (getsockname): 0, or -1 with errno. */
 int sk_transport_local(const sk_transport_t *t, struct sockaddr_storage *ss);
 /* The connection's stream (borrowed, alive as long as the transport): for a handler to ask its
