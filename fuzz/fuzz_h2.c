@@ -500,8 +500,7 @@ check_text(const char *s)
 }
 
 void
-sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr *peer,
-                const char *event)
+sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr *peer, const char *event)
 {
     (void)client;
     REQUIRE(a == &H.srv.access && peer != NULL);

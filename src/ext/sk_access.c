@@ -162,8 +162,7 @@ peer_client(sk_access_t *a, PyObject *client, const struct sockaddr *peer)
 }
 
 void
-sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr *peer,
-                const char *event)
+sk_access_trace(sk_access_t *a, PyObject *client, const struct sockaddr *peer, const char *event)
 {
     PyObject *cl = peer_client(a, client, peer);
     PyObject *res = NULL;

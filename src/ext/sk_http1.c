@@ -61,16 +61,16 @@ enum cont_state { CONT_NONE = 0, CONT_EXPECTED, CONT_SENT };
  * pools among the long-lived transports. */
 typedef struct {
     sk_parser_t parser;
-    sk_resp_t resp;      /* the current request's response (reset per request, storage kept) */
-    sk_req_info_t info;  /* what the serializer knows of the current request (force_close is
+    sk_resp_t resp;     /* the current request's response (reset per request, storage kept) */
+    sk_req_info_t info; /* what the serializer knows of the current request (force_close is
                           * decided when the head is built: server_closes_after) */
 } http1_work_t;
 
 /* One connection's HTTP/1.1 state. Freed by release() when the reactor reaps the transport. */
 typedef struct {
-    sk_transport_t *t; /* borrowed: outlives this (release() runs before it is freed) */
-    sk_serve_t *srv;   /* borrowed: owned by the Server, which outlives every connection */
-    http1_work_t *w;   /* owned: NULL while idle, until bytes arrive (parser_idle() then) */
+    sk_transport_t *t;      /* borrowed: outlives this (release() runs before it is freed) */
+    sk_serve_t *srv;        /* borrowed: owned by the Server, which outlives every connection */
+    http1_work_t *w;        /* owned: NULL while idle, until bytes arrive (parser_idle() then) */
     sk_exchange_t *current; /* strong: the request being received/answered, NULL between */
     PyObject *client;       /* strong: scope "client", made once per connection (None for UDS) */
     PyObject *local;        /* strong: scope "server", made once per connection */
@@ -217,7 +217,8 @@ note_refusal(http1_conn_t *c, int status, const char *why)
                              : status == 503 ? "--limit-concurrency reached"
                                              : "server error";
         if (c->srv->access.pending != NULL) {
-            int sent = c->current == NULL || !c->w->resp.head_written;
+            /* a current request has its work storage */
+            int sent = c->current == NULL || (c->w != NULL && !c->w->resp.head_written);
             uint64_t bytes =
                 sent ? sk_resp_error_content_length(status, p != NULL && p->method == HTTP_HEAD)
                      : 0;
@@ -420,7 +421,8 @@ h1w_body(void *w, const char *data, size_t len, int more)
 {
     http1_conn_t *c = w;
     before_body(c);
-    return sk_resp_body(&c->w->resp, sk_transport_out(c->t), data, len, more, sk_serve_date(c->srv));
+    return sk_resp_body(&c->w->resp, sk_transport_out(c->t), data, len, more,
+                        sk_serve_date(c->srv));
 }
 
 static int
@@ -465,8 +467,8 @@ h1w_file(void *w, int fd, uint64_t off, uint64_t count, int more)
     char after[SK_RESP_AFTER_MAX];
     size_t alen = 0;
     before_body(c);
-    int rc = sk_resp_body_ref(&c->w->resp, sk_transport_out(c->t), count, more, sk_serve_date(c->srv),
-                              after, &alen);
+    int rc = sk_resp_body_ref(&c->w->resp, sk_transport_out(c->t), count, more,
+                              sk_serve_date(c->srv), after, &alen);
     if (rc < 0) {
         close(fd);
         return rc;
@@ -964,8 +966,7 @@ h1_deadline(void *h, int kind)
         }
         return;
     }
-    if (kind == DL_HEAD && !c->discarding &&
-        (sk_transport_in_len(c->t) > 0 || !parser_idle(c))) {
+    if (kind == DL_HEAD && !c->discarding && (sk_transport_in_len(c->t) > 0 || !parser_idle(c))) {
         refuse(c, 408); /* RFC 9110 §15.5.9: some of a request head, never all of it */
         return;
     }

@@ -100,16 +100,16 @@ chunk_map(void)
     if (m == MAP_FAILED) {
         return NULL;
     }
-    uintptr_t start = ((uintptr_t)m + SK_SLAB_CHUNK - 1) & ~(uintptr_t)(SK_SLAB_CHUNK - 1);
-    size_t head = start - (uintptr_t)m;
+    size_t head = (SK_SLAB_CHUNK - ((uintptr_t)m & (SK_SLAB_CHUNK - 1))) & (SK_SLAB_CHUNK - 1);
+    char *start = m + head;
     size_t tail = len - head - SK_SLAB_CHUNK;
     if (head > 0) {
         munmap(m, head);
     }
     if (tail > 0) {
-        munmap((char *)start + SK_SLAB_CHUNK, tail);
+        munmap(start + SK_SLAB_CHUNK, tail);
     }
-    return (sk_slab_chunk_t *)start;
+    return (sk_slab_chunk_t *)(void *)start;
 }
 
 void *
@@ -153,7 +153,9 @@ sk_slab_free(sk_slab_t *s, void *p)
     if (p == NULL) {
         return;
     }
-    sk_slab_chunk_t *c = (sk_slab_chunk_t *)((uintptr_t)p & ~(uintptr_t)(SK_SLAB_CHUNK - 1));
+    /* the chunk's start: p less its offset into the aligned chunk */
+    sk_slab_chunk_t *c =
+        (sk_slab_chunk_t *)(void *)((char *)p - ((uintptr_t)p & (SK_SLAB_CHUNK - 1)));
     assert(c->used > 0 && (char *)p >= (char *)c + HEADER);
     memcpy(p, &c->free, sizeof(void *));
     c->free = p;

@@ -86,8 +86,8 @@ enum {
  * connection closes (an idle connection keeps none: issue 37). What the handler appends while it
  * is pending goes to `tail`, sent after it. Owned: file_fd is closed, ref released with it. */
 typedef struct {
-    PyObject *ref;     /* an exact bytes object (immutable), or NULL for a file's range */
-    int file_fd;       /* the file, or -1 for a bytes range */
+    PyObject *ref;      /* an exact bytes object (immutable), or NULL for a file's range */
+    int file_fd;        /* the file, or -1 for a bytes range */
     uint64_t off, left; /* bytes: into the file or the bytes object, and still unsent */
     sk_buf_t tail;
 } tp_range_t;
@@ -101,23 +101,23 @@ struct sk_transport {
     const sk_handler_ops_t *retired_ops; /* a handler switched away from, released at the next
                                           * tick (tp_trim) or at reap */
     void *retired_h;
-    sk_buf_t in;  /* received bytes the handler has not consumed */
-    sk_buf_t out; /* bytes the kernel has not accepted */
+    sk_buf_t in;    /* received bytes the handler has not consumed */
+    sk_buf_t out;   /* bytes the kernel has not accepted */
     tp_range_t *rg; /* owned: the range queued after `out`, NULL = none */
     uint32_t epoll_events;
-    uint8_t state;       /* enum tp_state */
-    uint8_t dispatching; /* a data_received() call is on the stack: it writes when it returns */
-    uint8_t held;        /* sk_transport_hold: output waits for sk_transport_release */
-    uint8_t read_paused; /* sk_transport_pause_reading */
-    uint8_t on_pending;  /* on the reactor's pending list (sk_transport_feed_soon) */
-    uint8_t on_flush;    /* on the reactor's flush list: its output leaves with the batch */
-    uint8_t peer_eof;    /* the peer's FIN arrived: no more reading, no EPOLLRDHUP */
-    uint8_t told;        /* the handler's closed() ran: its calls have no effect any more */
-    uint8_t io_want;     /* IO_*: readiness the layer asked for (0 for the plain layer) */
-    uint8_t repoll;      /* update_events must re-poll (EPOLL_CTL_MOD) even with the same mask */
-    uint8_t read_soon;   /* on the pending list to read the layer's held input (rule 2b) */
-    uint8_t no_sendfile; /* the layer answered SK_STREAM_NO_SENDFILE: file ranges go by pread */
-    uint8_t reset;       /* SO_LINGER 0 is set: the close resets (the layer sends nothing) */
+    uint8_t state;         /* enum tp_state */
+    uint8_t dispatching;   /* a data_received() call is on the stack: it writes when it returns */
+    uint8_t held;          /* sk_transport_hold: output waits for sk_transport_release */
+    uint8_t read_paused;   /* sk_transport_pause_reading */
+    uint8_t on_pending;    /* on the reactor's pending list (sk_transport_feed_soon) */
+    uint8_t on_flush;      /* on the reactor's flush list: its output leaves with the batch */
+    uint8_t peer_eof;      /* the peer's FIN arrived: no more reading, no EPOLLRDHUP */
+    uint8_t told;          /* the handler's closed() ran: its calls have no effect any more */
+    uint8_t io_want;       /* IO_*: readiness the layer asked for (0 for the plain layer) */
+    uint8_t repoll;        /* update_events must re-poll (EPOLL_CTL_MOD) even with the same mask */
+    uint8_t read_soon;     /* on the pending list to read the layer's held input (rule 2b) */
+    uint8_t no_sendfile;   /* the layer answered SK_STREAM_NO_SENDFILE: file ranges go by pread */
+    uint8_t reset;         /* SO_LINGER 0 is set: the close resets (the layer sends nothing) */
     uint8_t deadline_kind; /* the handler's deadline, 0 = none (kinds are below 256) */
     double deadline;       /* monotonic seconds */
     double tp_deadline; /* monotonic seconds: write progress (output pending) or linger; 0 = none */
