@@ -160,6 +160,9 @@ struct sk_reactor {
     /* The transports, and the handlers' state (sk_transport_handler_alloc), each packed in
      * chunks of their own (sk_slab.h: issue 37, memory per idle connection). */
     sk_slab_t tslab, hslab;
+    /* A range block freed by the last range sent, for the next (range_new): a body sent by
+     * reference per response would otherwise allocate and free one each time. Owned. */
+    tp_range_t *spare_rg;
     char readbuf[READ_SIZE];
 };
 
@@ -537,8 +540,12 @@ static int
 range_new(sk_transport_t *t, PyObject *ref, int fd, uint64_t off, uint64_t count)
 {
     assert(t->rg == NULL);
-    tp_range_t *rg = PyMem_RawCalloc(1, sizeof(tp_range_t));
-    if (rg == NULL) {
+    tp_range_t *rg = t->reactor->spare_rg;
+    if (rg != NULL) {
+        t->reactor->spare_rg = NULL;
+        memset(rg, 0, sizeof(*rg));
+    }
+    else if ((rg = PyMem_RawCalloc(1, sizeof(tp_range_t))) == NULL) {
         return -1;
     }
     rg->ref = Py_XNewRef(ref);
@@ -563,16 +570,25 @@ range_drop(sk_transport_t *t)
     }
     Py_XDECREF(rg->ref); /* an exact bytes object: its deallocation runs no Python code */
     sk_buf_free(&rg->tail);
-    PyMem_RawFree(rg);
+    if (t->reactor->spare_rg == NULL) {
+        t->reactor->spare_rg = rg;
+    }
+    else {
+        PyMem_RawFree(rg);
+    }
 }
 
 /* The queued range is sent: what the handler appended behind it becomes the output. */
 static void
 range_done(sk_transport_t *t)
 {
-    sk_buf_free(&t->out); /* empty: the range is only sent once `out` is */
-    t->out = t->rg->tail;
-    t->rg->tail = (sk_buf_t){0};
+    tp_range_t *rg = t->rg;
+    if (sk_buf_len(&rg->tail) > 0) {
+        sk_buf_t sent = t->out; /* empty: the range is only sent once `out` is */
+        t->out = rg->tail;
+        rg->tail = sent; /* its storage goes with the range */
+    }
+    /* else `out` keeps its storage for the next response, as before the range */
     range_drop(t);
 }
 
@@ -1735,6 +1751,7 @@ sk_reactor_free(sk_reactor_t *r)
         return;
     }
     sk_reactor_close(r); /* every transport is freed, and every handler with it */
+    PyMem_RawFree(r->spare_rg);
     sk_slab_release(&r->tslab);
     sk_slab_release(&r->hslab);
     PyMem_Free(r);
