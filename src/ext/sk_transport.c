@@ -36,9 +36,10 @@
 #include <time.h>
 #ifdef __GLIBC__
 #include <malloc.h> /* malloc_trim */
-#include "sk_slab.h"
 #endif
 #include <unistd.h>
+
+#include "sk_slab.h"
 
 #define READ_SIZE (64 * 1024)        /* one layer read into the reactor's shared read buffer */
 #define MAX_ACCEPTS 16               /* accept4() calls per listening-socket readiness */
