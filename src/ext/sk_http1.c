@@ -56,9 +56,8 @@ enum cont_state { CONT_NONE = 0, CONT_EXPECTED, CONT_SENT };
  * and what the serializer knows of its request. Made when bytes arrive (work_new) and freed
  * whole by the tick when the connection is idle between requests (h1_idle), so an idle
  * keep-alive connection keeps only http1_conn_t (issue 37: memory per idle connection, against
- * nginx's 0.51 KiB). From the raw allocator (glibc), like the blocks it owns: the tick's
- * malloc_trim gives their pages back together; in the interpreter's allocator it would pin its
- * pools among the long-lived transports. */
+ * nginx's 0.51 KiB). From the raw allocator (glibc), like the blocks it owns (head block,
+ * field array, response head): the tick's malloc_trim gives their pages back together. */
 typedef struct {
     sk_parser_t parser;
     sk_resp_t resp;     /* the current request's response (reset per request, storage kept) */

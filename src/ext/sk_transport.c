@@ -83,9 +83,10 @@ enum {
 };
 
 /* A range queued after a transport's output: a file's (sk_transport_sendfile) or a bytes
- * object's (sk_transport_send_bytes), at most one, made for it and freed once it is sent or the
- * connection closes (an idle connection keeps none: issue 37). What the handler appends while it
- * is pending goes to `tail`, sent after it. Owned: file_fd is closed, ref released with it. */
+ * object's (sk_transport_send_bytes), at most one, made for it and dropped once it is sent or
+ * the connection closes (an idle connection keeps none: issue 37; the reactor keeps one dropped
+ * block for the next range, spare_rg). What the handler appends while it is pending goes to
+ * `tail`, sent after it. Owned: file_fd is closed, ref released when it is dropped. */
 typedef struct {
     PyObject *ref;      /* an exact bytes object (immutable), or NULL for a file's range */
     int file_fd;        /* the file, or -1 for a bytes range */
