@@ -306,6 +306,38 @@ def test_responses_of_one_iteration_leave_together(serve):
 
 
 @pytest.mark.rule("skirr-connections-one-batch")
+def test_last_responses_of_one_iteration_leave_together_with_their_close(serve):
+    """As above with /a and /b asking "Connection: close" (churn: a connection per request):
+    their responses and the closes after them wait for /c's first step too, then each client gets
+    its exact response and the server's FIN, and /c's connection stays open."""
+    clients: dict = {}
+    seen = Recorder()
+
+    async def extra(path):
+        if path == "/c":
+            seen.put([_readable(clients[p].sock) for p in ("/a", "/b")])
+
+    with serve(_blocking_app(clients, extra), write_batch_delay=5.0, **_PLAIN) as srv:
+        for p in ("/block", "/a", "/b", "/c"):
+            clients[p] = srv.connect()
+            assert clients[p].request(http_request("GET", "/warm")).status == 200
+        clients["/block"].send(http_request("GET", "/block"))
+        assert clients["blocking"].wait(5)
+        for p in ("/a", "/b"):
+            clients[p].send(http_request("GET", p, [("Host", "x"), ("Connection", "close")]))
+        clients["/c"].send(http_request("GET", "/c"))
+        assert clients["/block"].response().raw == _exact("/block")
+        assert seen.wait(1) == [[False, False]]
+        for p in ("/a", "/b"):
+            assert clients[p].read_until_close() == (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n"
+                + p.encode())
+            assert not clients[p].reset
+        assert clients["/c"].response().raw == _exact("/c")
+        assert clients["/c"].request(http_request("GET", "/c")).raw == _exact("/c")
+
+
+@pytest.mark.rule("skirr-connections-one-batch")
 @pytest.mark.parametrize("delay, busy, sent", [(0.02, 0.1, [True, ANY]), (0.0, 0.0, [True, True]),
                                                (5.0, 0.1, [False, False])],
                          ids=["bound-reached", "zero-no-batch", "bound-not-reached"])

@@ -121,6 +121,7 @@ struct sk_transport {
     uint8_t no_sendfile;   /* the layer answered SK_STREAM_NO_SENDFILE: file ranges go by pread */
     uint8_t reset;         /* SO_LINGER 0 is set: the close resets (the layer sends nothing) */
     uint8_t deadline_kind; /* the handler's deadline, 0 = none (kinds are below 256) */
+    uint8_t after_last;    /* SK_CLOSE_AFTER_LAST: no linger when no input waits (tp_flush) */
     double deadline;       /* monotonic seconds */
     double tp_deadline; /* monotonic seconds: write progress (output pending) or linger; 0 = none */
     sk_transport_t *all_prev, *all_next;
@@ -512,6 +513,25 @@ tp_linger(sk_transport_t *t)
     update_events(t);
 }
 
+/* SK_CLOSE_AFTER_LAST: on the plain layer, no input byte waits, neither in the input buffer nor
+ * in the socket. Closing then sends a FIN after the output, as the half-close would, and no RST:
+ * the kernel resets only a socket closed with unread bytes (RFC 9112 §9.6's reset problem). A
+ * byte arriving later is the client's breach of its own "close" (RFC 9112 §9.6: it MUST NOT
+ * send further requests); nginx closes the same way. */
+static int
+nothing_waits(const sk_transport_t *t)
+{
+    char b;
+    ssize_t n;
+    if (t->sops != &sk_stream_plain || sk_buf_len(&t->in) > 0) {
+        return 0;
+    }
+    do {
+        n = recv(t->s.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n == 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)); /* 0: the FIN */
+}
+
 /* ---- writing -------------------------------------------------------------------------------- */
 
 /* Unsent output, in bytes: the buffer, the queued range and what follows it (saturating). */
@@ -775,6 +795,9 @@ tp_flush(sk_transport_t *t)
         if (t->peer_eof) {
             tp_closed(t, SK_CLOSED_PEER); /* the peer sends nothing more: no linger */
         }
+        else if (t->after_last && nothing_waits(t)) {
+            tp_closed(t, SK_CLOSED_LINGER_DONE); /* the close's FIN goes after the output */
+        }
         else {
             tp_linger(t);
         }
@@ -816,8 +839,8 @@ flush_batch(sk_reactor_t *r)
         if (t->dispatching || (t->state != TP_OPEN && t->state != TP_CLOSING)) {
             continue;
         }
-        if (!t->held && pending_out(t) > 0) {
-            (void)tp_flush(t);
+        if (!t->held && (pending_out(t) > 0 || t->state == TP_CLOSING)) {
+            (void)tp_flush(t); /* closing: sends, then closes (sk_transport_close) */
         }
         else {
             update_events(t);
@@ -862,12 +885,12 @@ dispatch(sk_transport_t *t, const char *data, size_t len)
         }
     }
     t->dispatching = 0;
-    if ((t->state == TP_OPEN || t->state == TP_CLOSING) && !t->held && pending_out(t) > 0) {
-        if (t->state == TP_OPEN && t->reactor->batching) {
+    if ((t->state == TP_OPEN || t->state == TP_CLOSING) && !t->held) {
+        if (pending_out(t) > 0 && t->reactor->batching) {
             batch_add(t); /* with the other connections' output, when the callback ends */
         }
-        else {
-            (void)tp_flush(t);
+        else if (pending_out(t) > 0 || t->state == TP_CLOSING) {
+            (void)tp_flush(t); /* closing with nothing to send: the close (sk_transport_close) */
         }
     }
     return used;
@@ -910,7 +933,8 @@ consume_read(sk_transport_t *t, size_t n)
 {
     sk_reactor_t *r = t->reactor;
     if (t->state != TP_OPEN) {
-        return; /* lingering: discard */
+        t->after_last = 0; /* input after the last request: more may come, so linger */
+        return;            /* closing or lingering: discard */
     }
     if (sk_buf_len(&t->in) > 0) {
         if (sk_buf_append(&t->in, r->readbuf, n) < 0) {
@@ -1279,7 +1303,15 @@ sk_transport_close(sk_transport_t *t, int how)
     set_state(t, TP_CLOSING);
     t->held = 0;
     t->deadline_kind = 0;
-    (void)tp_flush(t); /* at once, even inside data_received(): nothing more will join it */
+    t->after_last = how == SK_CLOSE_AFTER_LAST;
+    if (t->on_flush || t->dispatching) {
+        /* Its last response leaves with the batch (flush_batch) or at the end of the
+         * data_received() call (dispatch), with the other connections' output, and the close
+         * follows it there: one wake-up of a client for several responses, also when each
+         * ends its connection (churn). Never under data_received(): no closed() from inside. */
+        return;
+    }
+    (void)tp_flush(t);
 }
 
 void
