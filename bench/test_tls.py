@@ -93,3 +93,30 @@ def test_render_tls_shows_every_part():
            "0.850 (0.850–0.850) | met |" in text
     assert "| skirr-tls | 12.5 (12.5–12.5) |" in text
     assert "- idle r0 nginx-tls failed: `RuntimeError: closed`" in text
+
+
+def c_macro(text, name):
+    """What a C #define in text expands to: its string literals joined, or its number."""
+    import re
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith(f"#define {name} "))
+    body = lines[i][len(f"#define {name} "):]
+    while body.rstrip().endswith("\\"):
+        i += 1
+        body = body.rstrip()[:-1] + lines[i]
+    parts = re.findall(r'"([^"]*)"', body)
+    return "".join(parts) if parts else int(body)
+
+
+def test_nginx_tls_is_set_to_skirrs_defaults():
+    """The TLS cost compares the same work: nginx's TLS 1.2 list, TLS 1.3 suites in their order
+    and tickets per full handshake are skirr's defaults from src/ext/sk_tlsctx.c."""
+    from harness import peers
+    src = (Path(__file__).resolve().parent.parent / "src/ext/sk_tlsctx.c").read_text()
+    assert peers.NGINX_TLS12_CIPHERS == c_macro(src, "DEFAULT_CIPHERS")
+    assert peers.NGINX_TLS13_SUITES == c_macro(src, "TLS13_SUITES")
+    conf = peers.NGINX_TLS.format(cert="c.pem", key="k.pem", ciphers=peers.NGINX_TLS12_CIPHERS,
+                                  suites=peers.NGINX_TLS13_SUITES)
+    assert f"ssl_conf_command Ciphersuites {c_macro(src, 'TLS13_SUITES')};" in conf
+    assert f"ssl_conf_command NumTickets {c_macro(src, 'TLS13_TICKETS')};" in conf
+    assert "ssl_prefer_server_ciphers on;" in conf

@@ -289,12 +289,15 @@ def nginx_scale_argv(app, port, tmp):
 # The TLS rows (issue 32): each server with its own TLS on the run's test certificate
 # (env.tls_files(): ECDSA P-256, made by harness/tls.py). Protocols and cipher suites are each
 # server's defaults except nginx's, which is set to skirr's defaults (the reference): TLS 1.2 and
-# 1.3, forward-secret AEAD suites for TLS 1.2, OpenSSL's default TLS 1.3 suites, server order, no
-# session cache but tickets (nginx's default). What each row negotiated is recorded per run.
+# 1.3, forward-secret AEAD suites for TLS 1.2, skirr's TLS 1.3 suites in its order (AES-128-GCM
+# first), server order, one session ticket per full handshake, no session cache (nginx's
+# default). What each row negotiated is recorded per run.
 
 # nginx's TLS 1.2 list: skirr's default, DEFAULT_CIPHERS in src/ext/sk_tlsctx.c (forward-secret
-# AEAD only; the DHE ones are never chosen with the ECDSA certificate). TLS 1.3: OpenSSL's suites
-# for both.
+# AEAD only; the DHE ones are never chosen with the ECDSA certificate). TLS 1.3: TLS13_SUITES and
+# the one ticket of the same file, through OpenSSL's configuration commands (nginx's
+# ssl_conf_command): with OpenSSL's defaults nginx would encrypt with AES-256-GCM and send two
+# tickets, and the TLS cost compared would not be the same work.
 NGINX_TLS12_CIPHERS = ("ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
                        "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
                        "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:"
@@ -306,7 +309,11 @@ NGINX_TLS = """
         ssl_protocols TLSv1.2 TLSv1.3;
         ssl_ciphers {ciphers};
         ssl_prefer_server_ciphers on;
+        ssl_conf_command Ciphersuites {suites};
+        ssl_conf_command NumTickets 1;
         ssl_session_tickets on;"""
+NGINX_TLS13_SUITES = ("TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
+                      "TLS_CHACHA20_POLY1305_SHA256")
 
 
 def nginx_tls_argv(app, port, tmp):
@@ -318,7 +325,8 @@ def _nginx_tls(tmp, port, listen):
     tmp = Path(tmp)
     (tmp / "64k.bin").write_bytes(BIG)
     conf = tmp / "nginx.conf"
-    tls = NGINX_TLS.format(cert=cert, key=key, ciphers=NGINX_TLS12_CIPHERS)
+    tls = NGINX_TLS.format(cert=cert, key=key, ciphers=NGINX_TLS12_CIPHERS,
+                           suites=NGINX_TLS13_SUITES)
     conf.write_text(NGINX_CONF.format(tmp=tmp, port=port, json=JSON_BODY.decode(),
                                       file_1m=FILE_1M_PATH, ssl=listen, tls=tls))
     return [tool_path("nginx"), "-c", str(conf), "-e", str(tmp / "error.log")]
