@@ -258,9 +258,11 @@ def build_parser():
     sc.add_argument("--reinstall", action="store_true", help="retry peers that failed to install")
     sc.add_argument("--rerender", metavar="RUN", help="re-render a finished scale run's report "
                     "from its results.json (bench/results/<run>) instead of measuring")
-    sc.add_argument("--merge", metavar="RUN", help="the parts (idle, fan-out, churn) this run "
-                    "does not measure or re-render taken from an earlier run's results.json "
-                    "(bench/results/<run>), named in the report as from that run")
+    sc.add_argument("--merge", metavar="RUN", action="append",
+                    help="the parts (idle, fan-out, churn) this run does not measure or "
+                    "re-render taken from an earlier run's results.json (bench/results/<run>), "
+                    "named in the report as from that run; given again, the next run fills the "
+                    "parts still missing")
     rp = sub.add_parser("report", help="re-render a finished matrix run's report and charts "
                         "(results.json)")
     rp.add_argument("results", help="the run's folder under bench/results/")

@@ -1080,3 +1080,22 @@ def test_matrix_rewrite_keeps_the_scale_section(tmp_path, monkeypatch):
     assert "<!-- scale:begin -->" not in fresh
     k = fresh.index("\n## Hot-path levers")
     assert kept.read_text() == fresh[:k + 1] + SECTION + "\n\n" + fresh[k + 1:]
+
+
+def test_merge_parts_takes_several_runs_in_order(tmp_path):
+    """--merge given twice: the first run fills what it has, the second only what is still
+    missing (a run's results.json never holds the parts it merged itself)."""
+    idle = tmp_path / "idle"
+    fan = tmp_path / "fan"
+    for d, parts in ((idle, {"scale": {"rows": ["idle-rows"]}, "fanout": None}),
+                     (fan, {"scale": {"rows": ["older-idle"]}, "fanout": {"runs": ["fan"]}})):
+        d.mkdir()
+        (d / "results.json").write_text(json.dumps(
+            {"meta": {"started": d.name, "git": d.name}, "churn": None, **parts}))
+    result = {"meta": {}, "scale": None, "fanout": None, "churn": {"runs": ["new"]}}
+    scale.merge_parts(result, [str(idle), str(fan)])
+    assert (result["scale"], result["fanout"], result["churn"]) == (
+        {"rows": ["idle-rows"]}, {"runs": ["fan"]}, {"runs": ["new"]})
+    assert result["merged"] == {
+        "scale": {"run": "idle", "started": "idle", "git": "idle"},
+        "fanout": {"run": "fan", "started": "fan", "git": "fan"}}

@@ -823,8 +823,14 @@ PARTS = ("scale", "fanout", "churn")  # a scale run's parts: the idle rows, fan-
 def merge_parts(result, other_run):
     """The parts `result` lacks (None: not run) taken from the run folder `other_run`'s
     results.json, each named in result["merged"] ({part: {"run", "started", "git"}}), so that a
-    part measured alone joins an earlier run's report; nothing when `other_run` is None."""
+    part measured alone joins an earlier run's report; nothing when `other_run` is None. A list
+    of run folders (--merge given more than once) is taken in order, each filling the parts
+    still missing: a run's results.json holds only what it measured, never what it merged."""
     if not other_run:
+        return
+    if isinstance(other_run, (list, tuple)):
+        for one in other_run:
+            merge_parts(result, one)
         return
     other = json.loads((Path(other_run) / "results.json").read_text())
     for k in PARTS:
