@@ -288,3 +288,29 @@ def test_app_close_on_keep_alive_request_lingers(serve):
         c.expect_eof()
         assert not c.reset
         assert server_still_reads(c) is True
+
+
+@pytest.mark.rule("skirr-close-at-once-after-last")
+def test_stray_crlf_after_close_request_does_not_cut_the_response(serve):
+    """A client sends a stray CRLF after its close request (RFC 9112 §2.2: a server should ignore
+    one) before reading a response larger than the socket buffers: the response arrives whole,
+    then the server's FIN, no reset. The server may not close at once while any of the response
+    is unacknowledged (the late CRLF would reset the connection and drop what was still queued:
+    128 KB of 1 MB arrived, found by the attack review)."""
+    body = bytes(range(256)) * 4096  # 1 MiB
+
+    async def big(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    with serve(big) as srv:
+        c = srv.connect()
+        c.send(b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        time.sleep(0.05)
+        c.send(b"\r\n")
+        raw = c.read_until_close(timeout=10)
+        assert not c.reset
+        head, _, got = raw.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[0] == b"HTTP/1.1 200 OK" and b"connection: close" in head
+        assert len(got) == len(body) and got == body

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
@@ -38,6 +39,8 @@
 #include <malloc.h> /* malloc_trim */
 #endif
 #include <unistd.h>
+
+#include <linux/sockios.h> /* SIOCOUTQ */
 
 #include "sk_slab.h"
 
@@ -514,16 +517,22 @@ tp_linger(sk_transport_t *t)
 }
 
 /* SK_CLOSE_AFTER_LAST: on the plain layer, no input byte waits, neither in the input buffer nor
- * in the socket. Closing then sends a FIN after the output, as the half-close would, and no RST:
- * the kernel resets only a socket closed with unread bytes (RFC 9112 §9.6's reset problem). A
- * byte arriving later is the client's breach of its own "close" (RFC 9112 §9.6: it MUST NOT
- * send further requests); nginx closes the same way. */
+ * in the socket, and the client has acknowledged every byte sent (SIOCOUTQ: nothing unsent or
+ * unacknowledged). Closing then sends a FIN after the output, as the half-close would, and no
+ * RST: the kernel resets only a socket closed with unread bytes (RFC 9112 §9.6's reset problem).
+ * A byte arriving later (the client's breach of its own "close", or a stray CRLF after its
+ * request) is answered with a reset, which throws away what the closed socket has not sent yet:
+ * so while any of the response is still queued the connection lingers instead, reading and
+ * dropping such bytes until the client's FIN (a 200 KB response cut at 128 KB by a late CRLF,
+ * found by the attack review, is a case). */
 static int
 nothing_waits(const sk_transport_t *t)
 {
     char b;
     ssize_t n;
-    if (t->sops != &sk_stream_plain || sk_buf_len(&t->in) > 0) {
+    int queued = 1;
+    if (t->sops != &sk_stream_plain || sk_buf_len(&t->in) > 0 ||
+        ioctl(t->s.fd, SIOCOUTQ, &queued) < 0 || queued != 0) {
         return 0;
     }
     do {

@@ -173,10 +173,10 @@ enum sk_close_how {
     SK_CLOSE_AFTER_WRITE, /* send the output, half-close, read and discard for up to 2 s, close */
     /* The peer said its last request was the one answered (RFC 9112 §9.6 "close" from the
      * client) and it was read whole: send the output, then close at once (a FIN, no half-close
-     * and linger) when no input byte waits, neither buffered nor in the socket (a MSG_PEEK). On
-     * any layer but the plain one (TLS answers its close_notify), or when input waits (a request
-     * pipelined behind the close: it must not turn the response into a reset), as
-     * SK_CLOSE_AFTER_WRITE. */
+     * and linger) when no input byte waits, neither buffered nor in the socket (a MSG_PEEK), and
+     * the peer has acknowledged all the output (SIOCOUTQ 0). On any layer but the plain one (TLS
+     * answers its close_notify), when input waits (a request pipelined behind the close) or
+     * output is unacknowledged (a late byte's reset would drop it), as SK_CLOSE_AFTER_WRITE. */
     SK_CLOSE_AFTER_LAST
 };
 
