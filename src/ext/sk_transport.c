@@ -124,7 +124,7 @@ struct sk_transport {
     uint8_t no_sendfile;   /* the layer answered SK_STREAM_NO_SENDFILE: file ranges go by pread */
     uint8_t reset;         /* SO_LINGER 0 is set: the close resets (the layer sends nothing) */
     uint8_t deadline_kind; /* the handler's deadline, 0 = none (kinds are below 256) */
-    uint8_t after_last;    /* SK_CLOSE_AFTER_LAST: no linger when no input waits (tp_flush) */
+    uint8_t after_last;    /* SK_CLOSE_AFTER_LAST: no linger when safe (nothing_waits) */
     double deadline;       /* monotonic seconds */
     double tp_deadline; /* monotonic seconds: write progress (output pending) or linger; 0 = none */
     sk_transport_t *all_prev, *all_next;
