@@ -885,6 +885,10 @@ dispatch(sk_transport_t *t, const char *data, size_t len)
         const sk_handler_ops_t *ops = t->ops;
         size_t n = ops->data_received(t->h, data + used, len - used);
         if (t->state != TP_OPEN) {
+            if (n < len - used) {
+                t->after_last = 0; /* input follows the last request (an app that ran inside
+                                    * the call closed before it was buffered): linger */
+            }
             break;
         }
         assert(n <= len - used);
