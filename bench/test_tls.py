@@ -1,16 +1,18 @@
 """The TLS rows' figures (bench/harness/tls.py) and their report section (report.py `render_tls`)
 judged from synthetic rounds, without measuring: the per-round ratios against each peer, skirr's
-TLS cost against nginx's, handshakes per CPU second and their verdicts. Run first by
+TLS cost against nginx's, handshakes per CPU second and their verdicts; and that nginx, the TLS
+cost's reference, is set to skirr's TLS defaults (read from src/ext/sk_tlsctx.c). Run first by
 `make bench-tls`, `make bench` and `make bench-quick`: `.venv/bin/python -m pytest
 bench/test_tls.py -q`. Stdlib and pytest.
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import report, tls  # noqa: E402
+from harness import peers, report, tls  # noqa: E402
 
 
 def run_(server, rnd, cpu, wl="raw_get", conns=64, ok=True):
@@ -97,7 +99,6 @@ def test_render_tls_shows_every_part():
 
 def c_macro(text, name):
     """What a C #define in text expands to: its string literals joined, or its number."""
-    import re
     lines = text.splitlines()
     i = next(k for k, line in enumerate(lines) if line.startswith(f"#define {name} "))
     body = lines[i][len(f"#define {name} "):]
@@ -111,7 +112,6 @@ def c_macro(text, name):
 def test_nginx_tls_is_set_to_skirrs_defaults():
     """The TLS cost compares the same work: nginx's TLS 1.2 list, TLS 1.3 suites in their order
     and tickets per full handshake are skirr's defaults from src/ext/sk_tlsctx.c."""
-    from harness import peers
     src = (Path(__file__).resolve().parent.parent / "src/ext/sk_tlsctx.c").read_text()
     assert peers.NGINX_TLS12_CIPHERS == c_macro(src, "DEFAULT_CIPHERS")
     assert peers.NGINX_TLS13_SUITES == c_macro(src, "TLS13_SUITES")
