@@ -2,6 +2,7 @@
 ends it, HTTP/1.0 is persistent only with "Connection: keep-alive"; idle connections close after
 timeout_keep_alive.
 """
+import socket
 import time
 
 import pytest
@@ -174,3 +175,142 @@ def test_persistence_from_the_tokens(serve, echo_app, version, fields, persists)
         else:
             assert r.get(b"connection") == b"close"
             c.expect_eof()
+
+
+# -- how the server closes after the client's own "close" ----------------------------------------
+
+TCP_CLOSE, TCP_CLOSE_WAIT = 7, 8  # tcpi_state values (linux/tcp_states.h)
+
+
+def tcp_state(sock) -> int:
+    """The kernel's TCP state of sock (struct tcp_info's first byte)."""
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+
+
+def server_still_reads(c, window: float = 0.3) -> bool:
+    """After the server's FIN: sends one byte, then tells whether the server's socket still reads
+    (it lingers: the byte is taken and the client stays in CLOSE_WAIT for the whole window) or is
+    closed (the kernel answers the byte with a reset: the client's socket goes to CLOSE)."""
+    assert tcp_state(c.sock) == TCP_CLOSE_WAIT
+    c.sock.send(b"x")
+    deadline = time.monotonic() + window
+    while time.monotonic() < deadline:
+        if tcp_state(c.sock) == TCP_CLOSE:
+            return False
+        time.sleep(0.005)
+    assert tcp_state(c.sock) == TCP_CLOSE_WAIT
+    return True
+
+
+async def answer_unread(scope, receive, send):
+    """Answers 200 "done" without reading the request's content."""
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"done"})
+
+
+async def answer_close(scope, receive, send):
+    """Reads the whole request, then answers 200 "bye" with its own connection: close."""
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": b"bye"})
+
+
+LAST_REQUESTS = {
+    "1.1-close": b"GET /1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    "1.0": b"GET /1 HTTP/1.0\r\nHost: x\r\n\r\n",
+    "1.1-close-with-content": b"POST /1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                             b"Content-Length: 5\r\n\r\nhello",
+    "1.1-close-chunked": b"POST /1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                         b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+}
+
+
+@pytest.mark.rule("skirr-close-at-once-after-last")
+@pytest.mark.parametrize("name", list(LAST_REQUESTS))
+def test_client_close_read_whole_closes_at_once(serve, echo_app, name):
+    """The client's own close on a request read whole: the response whole, then the server's
+    socket is closed (a later byte is reset), not half-closed and lingering."""
+    with serve(echo_app) as srv:
+        c = srv.connect()
+        c.send(LAST_REQUESTS[name])
+        r = c.response()
+        body = b"hello" if name.endswith(("content", "chunked")) else b""
+        assert (r.status, r.get(b"x-target"), r.get(b"connection"), r.body) == (
+            200, b"/1", b"close", body)
+        c.expect_eof()
+        assert not c.reset
+        assert server_still_reads(c) is False
+        assert [x["scope"]["path"] for x in echo_app.calls.wait(1)] == ["/1"]
+
+
+@pytest.mark.rule("skirr-close-at-once-after-last")
+def test_request_pipelined_behind_close_lingers(serve, echo_app):
+    """A request sent behind the close request: the server half-closes and reads what follows,
+    so the client's later bytes are dropped, never answered with a reset."""
+    with serve(echo_app) as srv:
+        c = srv.connect()
+        c.send(http_request("GET", "/1", [("Host", "x"), ("Connection", "close")])
+               + http_request("GET", "/2"))
+        r = c.response()
+        assert (r.status, r.get(b"x-target"), r.get(b"connection")) == (200, b"/1", b"close")
+        c.expect_eof()
+        assert not c.reset
+        assert server_still_reads(c) is True
+        assert [x["scope"]["path"] for x in echo_app.calls.wait(1)] == ["/1"]
+
+
+@pytest.mark.rule("skirr-close-at-once-after-last")
+def test_content_left_unread_lingers(serve):
+    """The client's close, but the app answered before the content came: the server lingers,
+    so the rest of the content arriving after the response gets no reset."""
+    with serve(answer_unread) as srv:
+        c = srv.connect()
+        c.send(b"POST /1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 10\r\n\r\n")
+        r = c.response(allow_incomplete=False)
+        assert (r.status, r.get(b"connection"), r.body) == (200, b"close", b"done")
+        c.expect_eof()
+        assert not c.reset
+        assert server_still_reads(c) is True
+
+
+@pytest.mark.rule("skirr-close-at-once-after-last")
+def test_app_close_on_keep_alive_request_lingers(serve):
+    """The app's own connection: close on a request that asked for nothing: the client may
+    already be sending its next request, so the server lingers."""
+    with serve(answer_close) as srv:
+        c = srv.connect()
+        c.send(http_request("GET", "/1"))
+        r = c.response()
+        assert (r.status, r.get_all(b"connection"), r.body) == (200, [b"close"], b"bye")
+        c.expect_eof()
+        assert not c.reset
+        assert server_still_reads(c) is True
+
+
+@pytest.mark.rule("skirr-close-at-once-after-last")
+def test_stray_crlf_after_close_request_does_not_cut_the_response(serve):
+    """A client sends a stray CRLF after its close request (RFC 9112 §2.2: a server should ignore
+    one) before reading a response larger than the socket buffers: the response arrives whole,
+    then the server's FIN, no reset. The server may not close at once while any of the response
+    is unacknowledged (the late CRLF would reset the connection and drop what was still queued:
+    128 KB of 1 MB arrived, found by the attack review)."""
+    body = bytes(range(256)) * 4096  # 1 MiB
+
+    async def big(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    with serve(big) as srv:
+        c = srv.connect()
+        c.send(b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        time.sleep(0.05)
+        c.send(b"\r\n")
+        raw = c.read_until_close(timeout=10)
+        assert not c.reset
+        head, _, got = raw.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[0] == b"HTTP/1.1 200 OK" and b"connection: close" in head
+        assert len(got) == len(body) and got == body

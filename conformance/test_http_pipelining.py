@@ -223,13 +223,15 @@ async def _answer(send, path: str) -> None:
     await send({"type": "http.response.body", "body": path.encode()})
 
 
-def _while_the_loop_is_blocked(srv, clients: dict, paths: list) -> None:
+def _while_the_loop_is_blocked(srv, clients: dict, paths: list, close=()) -> None:
     """Sends /block on its own connection; while its app holds the server's loop (a synchronous
-    sleep), sends each of `paths` on its connection, so that one reactor callback starts them."""
+    sleep), sends each of `paths` on its connection, so that one reactor callback starts them;
+    those in `close` ask "Connection: close"."""
     clients["/block"].send(http_request("GET", "/block"))
     assert clients["blocking"].wait(5)
     for p in paths:
-        clients[p].send(http_request("GET", p))
+        fields = [("Host", "x"), ("Connection", "close")] if p in close else None
+        clients[p].send(http_request("GET", p, fields))
     assert clients["/block"].response().raw == _exact("/block")
 
 
@@ -281,11 +283,15 @@ async def _startup_sets(factory, receive, send) -> None:
 
 
 @pytest.mark.rule("skirr-connections-one-batch")
-def test_responses_of_one_iteration_leave_together(serve):
+@pytest.mark.parametrize("close", [False, True], ids=["keep-alive", "last"])
+def test_responses_of_one_iteration_leave_together(serve, close):
     """Three connections' requests arrive while the server's loop is held, so one reactor callback
     starts all three. /a and /b answer within their first step; /c, started last, looks at /a's
     and /b's client sockets from inside its app: nothing has been sent to them yet (their
-    responses wait for the batch, which /c's first step ends). Then all three arrive, exact."""
+    responses wait for the batch, which /c's first step ends). Then all three arrive, exact.
+    `last`: /a and /b ask "Connection: close" (churn: a connection per request); their responses
+    and the closes after them wait for the batch too, then each client gets its exact response
+    and the server's FIN, and /c's connection stays open."""
     clients: dict = {}
     seen = Recorder()
 
@@ -299,10 +305,21 @@ def test_responses_of_one_iteration_leave_together(serve):
         for p in ("/block", "/a", "/b", "/c"):
             clients[p] = srv.connect()
             assert clients[p].request(http_request("GET", "/warm")).status == 200
-        _while_the_loop_is_blocked(srv, clients, ["/a", "/b", "/c"])
-        assert [clients[p].response().raw for p in ("/a", "/b", "/c")] == [
-            _exact(p) for p in ("/a", "/b", "/c")]
+        _while_the_loop_is_blocked(srv, clients, ["/a", "/b", "/c"],
+                                   close=("/a", "/b") if close else ())
+        if close:
+            for p in ("/a", "/b"):
+                assert clients[p].read_until_close() == (
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n"
+                    + p.encode())
+                assert not clients[p].reset
+            assert clients["/c"].response().raw == _exact("/c")
+        else:
+            assert [clients[p].response().raw for p in ("/a", "/b", "/c")] == [
+                _exact(p) for p in ("/a", "/b", "/c")]
         assert seen.wait(1) == [[False, False]]
+        if close:  # /c's own connection was not closed with theirs
+            assert clients["/c"].request(http_request("GET", "/d")).raw == _exact("/d")
 
 
 @pytest.mark.rule("skirr-connections-one-batch")

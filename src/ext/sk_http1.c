@@ -521,7 +521,7 @@ h1w_end(void *w)
     int keep_alive = c->w->resp.keep_alive;
     int follow = keep_alive && sk_transport_in_len(c->t) > 0;
     if (!follow) {
-        int batch = keep_alive && SK_LOAD(c->srv->unstarted) > 0;
+        int batch = SK_LOAD(c->srv->unstarted) > 0; /* a last response too: its close follows */
         int rc = batch ? sk_transport_write_later(c->t) : sk_transport_write(c->t);
         if (rc < 0 || c->current == NULL) {
             return SK_WIRE_GONE;
@@ -680,7 +680,12 @@ conn_request_done(http1_conn_t *c, int keep_alive)
     }
     sync_reading(c, 0);
     if (!reuse) {
-        sk_transport_close(c->t, SK_CLOSE_AFTER_WRITE);
+        /* The client's own "close" (or HTTP/1.0 without keep-alive) on a request read whole, with
+         * nothing behind it: no linger needed (SK_CLOSE_AFTER_LAST; the transport checks the
+         * socket too). Anything else the server decided, or input still coming, lingers. */
+        int last = c->w != NULL && !c->w->info.keep_alive && c->body_done &&
+                   sk_transport_in_len(c->t) == 0;
+        sk_transport_close(c->t, last ? SK_CLOSE_AFTER_LAST : SK_CLOSE_AFTER_WRITE);
         return;
     }
     arm_idle(c, 0);

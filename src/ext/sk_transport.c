@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <sys/uio.h>
@@ -38,6 +39,8 @@
 #include <malloc.h> /* malloc_trim */
 #endif
 #include <unistd.h>
+
+#include <linux/sockios.h> /* SIOCOUTQ */
 
 #include "sk_slab.h"
 
@@ -121,6 +124,7 @@ struct sk_transport {
     uint8_t no_sendfile;   /* the layer answered SK_STREAM_NO_SENDFILE: file ranges go by pread */
     uint8_t reset;         /* SO_LINGER 0 is set: the close resets (the layer sends nothing) */
     uint8_t deadline_kind; /* the handler's deadline, 0 = none (kinds are below 256) */
+    uint8_t after_last;    /* SK_CLOSE_AFTER_LAST: no linger when safe (nothing_waits) */
     double deadline;       /* monotonic seconds */
     double tp_deadline; /* monotonic seconds: write progress (output pending) or linger; 0 = none */
     sk_transport_t *all_prev, *all_next;
@@ -512,6 +516,31 @@ tp_linger(sk_transport_t *t)
     update_events(t);
 }
 
+/* SK_CLOSE_AFTER_LAST: on the plain layer, no input byte waits, neither in the input buffer nor
+ * in the socket, and the client has acknowledged every byte sent (SIOCOUTQ: nothing unsent or
+ * unacknowledged). Closing then sends a FIN after the output, as the half-close would, and no
+ * RST: the kernel resets only a socket closed with unread bytes (RFC 9112 §9.6's reset problem).
+ * A byte arriving later (the client's breach of its own "close", or a stray CRLF after its
+ * request) is answered with a reset, which throws away what the closed socket has not sent yet:
+ * so while any of the response is still queued the connection lingers instead, reading and
+ * dropping such bytes until the client's FIN (a 200 KB response cut at 128 KB by a late CRLF,
+ * found by the attack review, is a case). */
+static int
+nothing_waits(const sk_transport_t *t)
+{
+    char b;
+    ssize_t n;
+    int queued = 1;
+    if (t->sops != &sk_stream_plain || sk_buf_len(&t->in) > 0 ||
+        ioctl(t->s.fd, SIOCOUTQ, &queued) < 0 || queued != 0) {
+        return 0;
+    }
+    do {
+        n = recv(t->s.fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n == 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)); /* 0: the FIN */
+}
+
 /* ---- writing -------------------------------------------------------------------------------- */
 
 /* Unsent output, in bytes: the buffer, the queued range and what follows it (saturating). */
@@ -775,6 +804,9 @@ tp_flush(sk_transport_t *t)
         if (t->peer_eof) {
             tp_closed(t, SK_CLOSED_PEER); /* the peer sends nothing more: no linger */
         }
+        else if (t->after_last && nothing_waits(t)) {
+            tp_closed(t, SK_CLOSED_LINGER_DONE); /* the close's FIN goes after the output */
+        }
         else {
             tp_linger(t);
         }
@@ -816,8 +848,8 @@ flush_batch(sk_reactor_t *r)
         if (t->dispatching || (t->state != TP_OPEN && t->state != TP_CLOSING)) {
             continue;
         }
-        if (!t->held && pending_out(t) > 0) {
-            (void)tp_flush(t);
+        if (!t->held && (pending_out(t) > 0 || t->state == TP_CLOSING)) {
+            (void)tp_flush(t); /* closing: sends, then closes (sk_transport_close) */
         }
         else {
             update_events(t);
@@ -853,6 +885,10 @@ dispatch(sk_transport_t *t, const char *data, size_t len)
         const sk_handler_ops_t *ops = t->ops;
         size_t n = ops->data_received(t->h, data + used, len - used);
         if (t->state != TP_OPEN) {
+            if (n < len - used) {
+                t->after_last = 0; /* input follows the last request (an app that ran inside
+                                    * the call closed before it was buffered): linger */
+            }
             break;
         }
         assert(n <= len - used);
@@ -862,12 +898,12 @@ dispatch(sk_transport_t *t, const char *data, size_t len)
         }
     }
     t->dispatching = 0;
-    if ((t->state == TP_OPEN || t->state == TP_CLOSING) && !t->held && pending_out(t) > 0) {
-        if (t->state == TP_OPEN && t->reactor->batching) {
+    if ((t->state == TP_OPEN || t->state == TP_CLOSING) && !t->held) {
+        if (pending_out(t) > 0 && t->reactor->batching) {
             batch_add(t); /* with the other connections' output, when the callback ends */
         }
-        else {
-            (void)tp_flush(t);
+        else if (pending_out(t) > 0 || t->state == TP_CLOSING) {
+            (void)tp_flush(t); /* closing with nothing to send: the close (sk_transport_close) */
         }
     }
     return used;
@@ -910,7 +946,8 @@ consume_read(sk_transport_t *t, size_t n)
 {
     sk_reactor_t *r = t->reactor;
     if (t->state != TP_OPEN) {
-        return; /* lingering: discard */
+        t->after_last = 0; /* input after the last request: more may come, so linger */
+        return;            /* closing or lingering: discard */
     }
     if (sk_buf_len(&t->in) > 0) {
         if (sk_buf_append(&t->in, r->readbuf, n) < 0) {
@@ -1279,7 +1316,15 @@ sk_transport_close(sk_transport_t *t, int how)
     set_state(t, TP_CLOSING);
     t->held = 0;
     t->deadline_kind = 0;
-    (void)tp_flush(t); /* at once, even inside data_received(): nothing more will join it */
+    t->after_last = how == SK_CLOSE_AFTER_LAST;
+    if (t->on_flush || t->dispatching) {
+        /* Its last response leaves with the batch (flush_batch) or at the end of the
+         * data_received() call (dispatch), with the other connections' output, and the close
+         * follows it there: one wake-up of a client for several responses, also when each
+         * ends its connection (churn). Never under data_received(): no closed() from inside. */
+        return;
+    }
+    (void)tp_flush(t);
 }
 
 void

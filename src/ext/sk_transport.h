@@ -169,8 +169,15 @@ int sk_reactor_traverse(sk_reactor_t *r, visitproc visit, void *arg);
 
 /* How sk_transport_close closes. */
 enum sk_close_how {
-    SK_CLOSE_NOW = 1,    /* close the socket at once; unsent output is dropped */
-    SK_CLOSE_AFTER_WRITE /* send the output, half-close, read and discard for up to 2 s, close */
+    SK_CLOSE_NOW = 1,     /* close the socket at once; unsent output is dropped */
+    SK_CLOSE_AFTER_WRITE, /* send the output, half-close, read and discard for up to 2 s, close */
+    /* The peer said its last request was the one answered (RFC 9112 §9.6 "close" from the
+     * client) and it was read whole: send the output, then close at once (a FIN, no half-close
+     * and linger) when no input byte waits, neither buffered nor in the socket (a MSG_PEEK), and
+     * the peer has acknowledged all the output (SIOCOUTQ 0). On any layer but the plain one (TLS
+     * answers its close_notify), when input waits (a request pipelined behind the close) or
+     * output is unacknowledged (a late byte's reset would drop it), as SK_CLOSE_AFTER_WRITE. */
+    SK_CLOSE_AFTER_LAST
 };
 
 /* The output buffer (while a range is queued, the one sent after it). Borrowed: append bytes,
@@ -265,7 +272,7 @@ void sk_transport_clear_deadline(sk_transport_t *t);
 int sk_transport_deadline_kind(const sk_transport_t *t);
 
 /* Closes as `how` says (enum sk_close_how). SK_CLOSE_NOW tells the handler (closed()) before it
- * returns; SK_CLOSE_AFTER_WRITE tells it when the socket finally closes. */
+ * returns; SK_CLOSE_AFTER_WRITE and SK_CLOSE_AFTER_LAST tell it when the socket finally closes. */
 void sk_transport_close(sk_transport_t *t, int how);
 /* Closes a connection whose message cannot be completed. reset = 1: drop the unsent output and
  * reset the connection (RST), for a message whose end would otherwise look complete (a
