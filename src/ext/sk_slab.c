@@ -166,10 +166,11 @@ sk_slab_free(sk_slab_t *s, void *p)
             avail_remove(s, c);
         }
         if (s->spare == NULL) {
-            /* kept, reset to never used (its pages stay resident, at most one chunk) */
-            c->free = NULL;
-            c->fresh = 0;
-            memset((char *)c + HEADER, 0, (size_t)s->per_chunk * s->slot);
+            /* kept as it is (its pages stay resident, at most one chunk): its free list holds
+             * every slot it handed out, each zeroed when handed out again (sk_slab_alloc), the
+             * rest still never used. Zeroing the whole chunk here instead cost a 64 KiB memset,
+             * and the caches it evicted, each time the last open connection closed (bench/
+             * LEVERS.md "TLS handshakes": one per connection when they come one at a time). */
             s->spare = c;
         }
         else {
