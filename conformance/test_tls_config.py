@@ -263,6 +263,42 @@ def test_sni_certificate_is_the_extensions_server_cert(serve, tmp_path):
         serialization.Encoding.PEM).decode()]
 
 
+def pem_text(path: Path) -> str:
+    """The first certificate of the PEM file at ``path``, as the `tls` extension writes it."""
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+@pytest.mark.rule("skirr-tls-reload", "ASGI-tls-extension")
+def test_a_reload_gives_new_connections_the_new_server_cert(serve, tmp_path):
+    """server_cert is the PEM the SSL_CTX was built with: a connection made before a reload
+    keeps the old certificate's, one made after it has the new one's."""
+    files = TLSFiles(tmp_path)
+    old = pem_text(files.cert_pem)
+    new_cert, new_key = files.issue("new", "127.0.0.1", "localhost")
+    seen = []
+    running = {}
+
+    async def app(scope, receive, send):
+        seen.append(scope["extensions"]["tls"]["server_cert"])
+        if scope["path"] == "/reload":  # in the loop, as SIGHUP's reload runs
+            files.cert_pem.write_bytes(new_cert.read_bytes())
+            files.key_pem.write_bytes(new_key.read_bytes())
+            running["srv"].server._tls.reload()
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body"})
+
+    with serve(app, **files.server_config()) as srv:
+        running["srv"] = srv
+        with connect(srv.port, files.client_context()) as before:
+            assert get(before, "/reload").status == 204
+            assert get(before).status == 204
+            with connect(srv.port, files.client_context()) as after:
+                assert get(after).status == 204
+    assert old != pem_text(new_cert)
+    assert seen == [old, old, pem_text(new_cert)]
+
+
 # ---- client certificates and the CRL ----------------------------------------------------------
 
 

@@ -2217,7 +2217,7 @@ sk_h2_start(sk_transport_t *t, sk_serve_t *srv)
         goto done;
     }
     SSL *ssl = sk_tls_ssl(sk_transport_stream(t));
-    if (ssl != NULL && (c->tls = sk_tls_info(ssl)) == NULL) {
+    if (ssl != NULL && (c->tls = sk_tls_info(c->srv->st, ssl)) == NULL) {
         PyErr_Clear();
         goto done;
     }

@@ -349,7 +349,7 @@ h1_head(http1_conn_t *c, sk_req_head_t *h)
         /* once per connection: every request's scope and a WebSocket's after the upgrade
          * share it (copied into each) */
         SSL *ssl = sk_tls_ssl(sk_transport_stream(c->t));
-        if (ssl != NULL && (c->tls = sk_tls_info(ssl)) == NULL) {
+        if (ssl != NULL && (c->tls = sk_tls_info(c->srv->st, ssl)) == NULL) {
             return -1;
         }
         c->tls_known = 1;

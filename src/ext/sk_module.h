@@ -94,6 +94,7 @@ typedef struct {
     PyTypeObject *ready_type;
     PyTypeObject *tlsctx_type; /* skirr._native.TLSContext (sk_tlsctx.c) */
     int tls_sni_index;         /* the SSL_CTX ex_data index of its SNI tables */
+    int tls_pem_index;         /* the SSL_CTX ex_data index of its certificate's PEM */
     PyObject *ClientDisconnected;
     PyObject *CancelledError; /* asyncio.CancelledError: a cancelled app is not an app error */
     PyObject *send_done;      /* a Ready holding None, shared: stateless, so safe to reuse */

@@ -443,6 +443,58 @@ done:
 
 /* ---- building an SSL_CTX -------------------------------------------------------------------- */
 
+/* The PEM of an SSL_CTX's certificate (its ex_data at st->tls_pem_index), made once when the
+ * SSL_CTX is built: the `tls` extension's server_cert of every connection is a copy of it
+ * (sk_tls_info), not a PEM encoding per connection (bench/LEVERS.md "TLS handshakes"). Plain
+ * C memory, freed with the SSL_CTX (pem_free) from whichever thread frees it. */
+typedef struct {
+    size_t len;  /* bytes of text, ASCII */
+    char text[]; /* "-----BEGIN CERTIFICATE-----\n...", not NUL-terminated */
+} cert_pem_t;
+
+static void
+pem_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *argp)
+{
+    /* CRYPTO_EX_free for the cert_pem_t of an SSL_CTX: runs when that SSL_CTX is freed. */
+    (void)parent;
+    (void)ad;
+    (void)idx;
+    (void)argl;
+    (void)argp;
+    free(ptr);
+}
+
+static int
+attach_pem(TLSContextObject *o, SSL_CTX *ctx)
+{
+    /* Attaches the PEM of ctx's certificate (cert_pem_t) to ctx. 0, or -1 with MemoryError. */
+    X509 *cert = SSL_CTX_get0_certificate(ctx);
+    BIO *bio = BIO_new(BIO_s_mem());
+    cert_pem_t *pem = NULL;
+    char *data;
+    long n;
+    int rc = -1;
+    if (cert == NULL || bio == NULL || PEM_write_bio_X509(bio, cert) != 1 ||
+        (n = BIO_get_mem_data(bio, &data)) < 0 ||
+        (pem = malloc(sizeof(*pem) + (size_t)n)) == NULL) {
+        ERR_clear_error();
+        PyErr_NoMemory();
+        goto done;
+    }
+    pem->len = (size_t)n;
+    memcpy(pem->text, data, (size_t)n);
+    if (SSL_CTX_set_ex_data(ctx, o->st->tls_pem_index, pem) != 1) {
+        ERR_clear_error();
+        free(pem);
+        PyErr_NoMemory();
+        goto done;
+    }
+    rc = 0;
+done:
+    BIO_free(bio);
+    return rc;
+}
+
 static SSL_CTX *
 new_ctx(TLSContextObject *o, PyObject *certfile, PyObject *keyfile, PyObject *password, int sni,
         const unsigned char sid[SID_LEN])
@@ -527,7 +579,7 @@ new_ctx(TLSContextObject *o, PyObject *certfile, PyObject *keyfile, PyObject *pa
     else if (o->cert_reqs == 2) {
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
     }
-    if (load_cert_key(ctx, certfile, keyfile, password, sni) < 0) {
+    if (load_cert_key(ctx, certfile, keyfile, password, sni) < 0 || attach_pem(o, ctx) < 0) {
         goto error;
     }
     return ctx;
@@ -940,9 +992,11 @@ sk_tlsctx_source(sk_state *st, PyObject *obj)
 int
 sk_tlsctx_module_init(sk_state *st)
 {
-    /* The ex_data index of the SNI tables (their free function), once per module. */
+    /* The ex_data indexes of the SNI tables and of the certificates' PEM (their free
+     * functions), once per module. */
     st->tls_sni_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, sni_free);
-    if (st->tls_sni_index < 0) {
+    st->tls_pem_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, pem_free);
+    if (st->tls_sni_index < 0 || st->tls_pem_index < 0) {
         PyErr_SetString(PyExc_RuntimeError, "OpenSSL: no SSL_CTX ex_data index");
         return -1;
     }
@@ -1095,7 +1149,7 @@ rfc4514_of(X509_NAME *name)
 }
 
 PyObject *
-sk_tls_info(SSL *ssl)
+sk_tls_info(sk_state *st, SSL *ssl)
 {
     PyObject *d = NULL, *v = NULL, *chain = NULL;
     X509 *own = SSL_get_certificate(ssl);
@@ -1113,7 +1167,11 @@ sk_tls_info(SSL *ssl)
             goto error;                                         \
         Py_CLEAR(v);                                            \
     } while (0)
-    SET("server_cert", own != NULL ? pem_of(own) : Py_NewRef(Py_None));
+    const cert_pem_t *own_pem = SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), st->tls_pem_index);
+    SET("server_cert",
+        own == NULL       ? Py_NewRef(Py_None)
+        : own_pem != NULL ? PyUnicode_DecodeASCII(own_pem->text, (Py_ssize_t)own_pem->len, "strict")
+                          : pem_of(own));
     if (peer != NULL) {
         STACK_OF(X509) *rest = SSL_get_peer_cert_chain(ssl); /* server side: without the leaf */
         v = pem_of(peer);

@@ -62,8 +62,8 @@ sk_tls_source_t *sk_tlsctx_source(sk_state *st, PyObject *obj);
  *                      it through), or None: none given, or verified
  *   tls_version        int: the negotiated version's wire value (0x0303 TLS 1.2, 0x0304 1.3)
  *   cipher_suite       int: the negotiated suite's IANA id (0x1301, 0xC02B, ...)
- * Built once per connection by the handler and copied into each scope. New reference, or NULL
- * with an exception (memory). */
-PyObject *sk_tls_info(SSL *ssl);
+ * Built once per connection by the handler and copied into each scope; server_cert is a copy of
+ * the PEM made when the SSL_CTX was built. New reference, or NULL with an exception (memory). */
+PyObject *sk_tls_info(sk_state *st, SSL *ssl);
 
 #endif
