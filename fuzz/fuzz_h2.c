@@ -531,8 +531,9 @@ sk_tls_ssl(const sk_stream_t *s)
 }
 
 PyObject *
-sk_tls_info(SSL *ssl)
+sk_tls_info(sk_state *st, SSL *ssl)
 {
+    (void)st;
     (void)ssl;
     die("sk_tls_info on a cleartext connection");
     return NULL;
