@@ -464,20 +464,32 @@ pem_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int idx, long argl, void *
     free(ptr);
 }
 
+static BIO *
+pem_bio(X509 *cert, char **data, long *n)
+{
+    /* A memory BIO holding cert as PEM, its bytes at *data (*n of them, not NUL-terminated,
+     * valid until the BIO is freed); NULL (OpenSSL's error queue cleared) when cert is NULL or
+     * memory ran out. */
+    BIO *bio = cert != NULL ? BIO_new(BIO_s_mem()) : NULL;
+    if (bio == NULL || PEM_write_bio_X509(bio, cert) != 1 ||
+        (*n = BIO_get_mem_data(bio, data)) < 0) {
+        ERR_clear_error();
+        BIO_free(bio);
+        return NULL;
+    }
+    return bio;
+}
+
 static int
 attach_pem(TLSContextObject *o, SSL_CTX *ctx)
 {
     /* Attaches the PEM of ctx's certificate (cert_pem_t) to ctx. 0, or -1 with MemoryError. */
-    X509 *cert = SSL_CTX_get0_certificate(ctx);
-    BIO *bio = BIO_new(BIO_s_mem());
-    cert_pem_t *pem = NULL;
     char *data;
     long n;
+    BIO *bio = pem_bio(SSL_CTX_get0_certificate(ctx), &data, &n);
+    cert_pem_t *pem = NULL;
     int rc = -1;
-    if (cert == NULL || bio == NULL || PEM_write_bio_X509(bio, cert) != 1 ||
-        (n = BIO_get_mem_data(bio, &data)) < 0 ||
-        (pem = malloc(sizeof(*pem) + (size_t)n)) == NULL) {
-        ERR_clear_error();
+    if (bio == NULL || (pem = malloc(sizeof(*pem) + (size_t)n)) == NULL) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1018,18 +1030,11 @@ static PyObject *
 pem_of(X509 *cert)
 {
     /* New reference: cert as a PEM str; NULL with an exception. */
-    BIO *bio = BIO_new(BIO_s_mem());
-    PyObject *s = NULL;
     char *data;
     long n;
-    if (bio == NULL || PEM_write_bio_X509(bio, cert) != 1 ||
-        (n = BIO_get_mem_data(bio, &data)) < 0) {
-        ERR_clear_error();
-        PyErr_NoMemory();
-    }
-    else {
-        s = PyUnicode_DecodeASCII(data, (Py_ssize_t)n, "strict");
-    }
+    BIO *bio = pem_bio(cert, &data, &n);
+    PyObject *s =
+        bio != NULL ? PyUnicode_DecodeASCII(data, (Py_ssize_t)n, "strict") : PyErr_NoMemory();
     BIO_free(bio);
     return s;
 }
