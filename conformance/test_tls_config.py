@@ -259,8 +259,7 @@ def test_sni_certificate_is_the_extensions_server_cert(serve, tmp_path):
     with serve(app, **files.server_config(ssl_sni=[(str(cert), str(key))])) as srv:
         with connect(srv.port, files.client_context(), "other.example") as tls:
             assert get(tls).status == 204
-    assert seen == [x509.load_pem_x509_certificate(cert.read_bytes()).public_bytes(
-        serialization.Encoding.PEM).decode()]
+    assert seen == [pem_text(cert)]
 
 
 def pem_text(path: Path) -> str:
