@@ -116,6 +116,20 @@ def test_http_1_0_version_and_no_host(serve, echo_app):
         assert scope["headers"] == []
 
 
+@pytest.mark.rule("ASGI-www-scope-headers")
+def test_common_and_near_miss_field_names_lower_cased(serve, echo_app):
+    """The common field names (one shared bytes object each in skirr) in any case, and names
+    one letter, one length or one case away from them, all lower-cased exactly."""
+    names = [b"HOST", b"User-Agent", b"sEC-wEBsOCKET-kEY", b"Sec-WebSocket-Version", b"TE", b"Te",
+             b"Via", b"DNT", b"X-Forwarded-For", b"Hosx", b"Hos", b"Hostt", b"Accepts", b"T",
+             b"Via2", b"Upgrade-Insecure-Requests", b"Priority", b"Cookie", b"cookie2"]
+    raw = b"GET / HTTP/1.1\r\n" + b"".join(n + b": v%d\r\n" % i for i, n in enumerate(names))
+    with serve(echo_app) as srv:
+        scope = one_scope(srv, echo_app, raw + b"\r\n")
+    assert [tuple(h) for h in scope["headers"]] == [
+        (n.lower(), b"v%d" % i) for i, n in enumerate(names)]
+
+
 @pytest.mark.rule("ASGI-www-scope-headers", "RFC9110-5.5-ows-trimmed")
 def test_headers_lower_cased_order_duplicates_trimmed(serve, echo_app):
     """ASGI headers: an iterable of [name, value] byte pairs, names lower-cased, order and

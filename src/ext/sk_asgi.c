@@ -227,8 +227,91 @@ done:
     return res;
 }
 
+/* The field names most requests and WebSocket handshakes carry (RFC 9110, RFC 6455, Fetch
+ * metadata, the usual proxy ones), lower-cased: each becomes one bytes object that every scope's
+ * headers share (SK_FIELD_NAMES entries). */
+static const char *const FIELD_NAMES[SK_FIELD_NAMES] = {
+    "host",
+    "user-agent",
+    "accept",
+    "accept-encoding",
+    "accept-language",
+    "connection",
+    "content-type",
+    "content-length",
+    "cookie",
+    "upgrade",
+    "origin",
+    "referer",
+    "authorization",
+    "cache-control",
+    "pragma",
+    "te",
+    "transfer-encoding",
+    "if-none-match",
+    "if-modified-since",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-real-ip",
+    "x-request-id",
+    "forwarded",
+    "via",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-extensions",
+    "sec-websocket-protocol",
+    "sec-fetch-site",
+    "sec-fetch-mode",
+    "sec-fetch-dest",
+    "sec-fetch-user",
+    "sec-ch-ua",
+    "sec-ch-ua-mobile",
+    "sec-ch-ua-platform",
+    "upgrade-insecure-requests",
+    "priority",
+    "dnt",
+};
+
+int
+sk_asgi_field_names_init(sk_state *st)
+{
+    for (size_t i = 0; i < SK_FIELD_NAMES; i++) {
+        st->field_names[i] = PyBytes_FromString(FIELD_NAMES[i]);
+        if (st->field_names[i] == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+field_name(sk_state *st, const char *src, uint32_t len)
+{
+    /* New reference: the field name src (len bytes, any case) lower-cased as bytes: the shared
+     * object when it is a common one (FIELD_NAMES), else a new one. NULL with MemoryError. */
+    for (size_t i = 0; len > 0 && i < SK_FIELD_NAMES; i++) {
+        PyObject *known = st->field_names[i];
+        const char *text = PyBytes_AS_STRING(known);
+        if ((size_t)PyBytes_GET_SIZE(known) == len && text[0] == (char)(src[0] | 0x20) &&
+            strncasecmp(src, text, len) == 0) {
+            return Py_NewRef(known);
+        }
+    }
+    PyObject *name = PyBytes_FromStringAndSize(NULL, len);
+    if (name != NULL) {
+        char *dst = PyBytes_AS_STRING(name);
+        for (uint32_t k = 0; k < len; k++) {
+            char ch = src[k];
+            dst[k] = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
+        }
+    }
+    return name;
+}
+
 PyObject *
-sk_asgi_headers(const sk_fields_t *p, int has_host, const char *authority, size_t authority_len)
+sk_asgi_headers(sk_state *st, const sk_fields_t *p, int has_host, const char *authority,
+                size_t authority_len)
 {
     /* New reference (see sk_asgi.h). */
     int add_host = (authority != NULL && !has_host); /* HTTP/1.0 may send no Host */
@@ -256,17 +339,12 @@ sk_asgi_headers(const sk_fields_t *p, int has_host, const char *authority, size_
             vp = authority;
             vlen = authority_len;
         }
-        PyObject *name = PyBytes_FromStringAndSize(NULL, f->name.len);
+        PyObject *name = field_name(st, src, f->name.len);
         PyObject *value = PyBytes_FromStringAndSize(vp, (Py_ssize_t)vlen);
         if (name == NULL || value == NULL) {
             Py_XDECREF(name);
             Py_XDECREF(value);
             goto error;
-        }
-        char *dst = PyBytes_AS_STRING(name);
-        for (uint32_t k = 0; k < f->name.len; k++) {
-            char ch = src[k];
-            dst[k] = (ch >= 'A' && ch <= 'Z') ? (char)(ch + 32) : ch;
         }
         PyObject *pair = PyTuple_New(2);
         if (pair == NULL) {

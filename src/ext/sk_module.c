@@ -9,6 +9,8 @@
  */
 #include "sk_module.h"
 
+#include "sk_asgi.h"
+
 #include "sk_http.h" /* llhttp's HTTP_METHOD_MAP, for the method cache */
 #include "sk_resp.h" /* the reason phrases, for reason_phrases() */
 
@@ -256,6 +258,7 @@ static PyType_Spec ready_spec = {
     X(s_http_response_start, "http.response.start") \
     X(s_http_response_body, "http.response.body") \
     X(s_create_task, "create_task") \
+    X(s_add_done_callback, "add_done_callback") \
     X(s_create_future, "create_future") \
     X(s_throw, "throw") \
     X(s_close, "close") \
@@ -454,6 +457,9 @@ sk_exec(PyObject *module)
     }
     HTTP_METHOD_MAP(SK_METHOD)
 #undef SK_METHOD
+    if (sk_asgi_field_names_init(st) < 0) {
+        goto error;
+    }
     v = PyUnicode_FromString("0.1.0");
     if (v == NULL || PyModule_AddObjectRef(module, "__version__", v) < 0) {
         goto error;
@@ -503,6 +509,9 @@ sk_clear(PyObject *module)
     Py_CLEAR(st->empty_bytes);
     for (int m = 0; m < SK_METHOD_CACHE; m++) {
         Py_CLEAR(st->methods[m]);
+    }
+    for (int i = 0; i < SK_FIELD_NAMES; i++) {
+        Py_CLEAR(st->field_names[i]);
     }
 #define SK_UNINTERN(field, text) Py_CLEAR(st->field);
     SK_INTERNED(SK_UNINTERN)

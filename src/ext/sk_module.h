@@ -43,6 +43,7 @@
 #include "sk_core.h"
 
 #define SK_METHOD_CACHE 64 /* llhttp method ids cached as interned str (sk_state.methods) */
+#define SK_FIELD_NAMES 40  /* entries of sk_asgi.c's FIELD_NAMES (sk_state.field_names) */
 
 /* What 3.13 added for free threading, on 3.11 and 3.12 (which have a GIL): PyDict_GetItemRef
  * (a strong reference, where PyDict_GetItemWithError's borrowed one may be freed by another
@@ -103,12 +104,15 @@ typedef struct {
     PyObject *disconnect_msg; /* {"type": "http.disconnect"} prototype, copied per use */
     PyObject *empty_bytes;
     PyObject *methods[SK_METHOD_CACHE];
+    PyObject *field_names[SK_FIELD_NAMES]; /* common lower-cased field names as bytes, shared by
+                                           * every scope's headers (sk_asgi_headers) */
     /* interned strings */
     PyObject *s_type, *s_asgi, *s_http_version, *s_method, *s_scheme, *s_path, *s_raw_path;
     PyObject *s_query_string, *s_root_path, *s_headers, *s_client, *s_server, *s_state;
     PyObject *s_body, *s_more_body, *s_status, *s_http, *s_1_0, *s_1_1;
     PyObject *s_http_request, *s_http_disconnect, *s_http_response_start, *s_http_response_body;
     PyObject *s_create_task, *s_create_future, *s_throw, *s_close, *s_set_result;
+    PyObject *s_add_done_callback;
     PyObject *s_set_exception, *s_done, *s_add_reader;
     PyObject *s_remove_reader, *s_call_soon, *s_error, *s_copy;
     /* the response extensions (ASGI www 2.5 extensions) */
