@@ -965,7 +965,13 @@ ws_run(WebSocketObject *w)
         goto done;
     }
     cb = PyCFunction_New(&ws_done_def, (PyObject *)w);
-    res = cb ? PyObject_CallMethod(task, "add_done_callback", "O", cb) : NULL;
+    if (cb != NULL) {
+        /* in the Task's own context, not a copy of the caller's that the Task would keep for
+         * the connection's life (issue 37: what a held WebSocket keeps); it runs after the
+         * Task's last step has left that context (asyncio schedules done callbacks) */
+        PyObject *dargs[3] = {task, cb, ctx};
+        res = PyObject_VectorcallMethod(st->s_add_done_callback, dargs, 2, srv->call_soon_kw);
+    }
     if (res == NULL) {
         PyObject *r = PyObject_CallMethod(task, "cancel", NULL);
         Py_XDECREF(r);
