@@ -227,69 +227,11 @@ done:
     return res;
 }
 
-/* The field names most requests and WebSocket handshakes carry (RFC 9110, RFC 6455, Fetch
- * metadata, the usual proxy ones), lower-cased: each becomes one bytes object that every scope's
- * headers share (SK_FIELD_NAMES entries). */
-static const char *const FIELD_NAMES[SK_FIELD_NAMES] = {
-    "host",
-    "user-agent",
-    "accept",
-    "accept-encoding",
-    "accept-language",
-    "connection",
-    "content-type",
-    "content-length",
-    "cookie",
-    "upgrade",
-    "origin",
-    "referer",
-    "authorization",
-    "cache-control",
-    "pragma",
-    "te",
-    "transfer-encoding",
-    "if-none-match",
-    "if-modified-since",
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "x-real-ip",
-    "x-request-id",
-    "forwarded",
-    "via",
-    "sec-websocket-key",
-    "sec-websocket-version",
-    "sec-websocket-extensions",
-    "sec-websocket-protocol",
-    "sec-fetch-site",
-    "sec-fetch-mode",
-    "sec-fetch-dest",
-    "sec-fetch-user",
-    "sec-ch-ua",
-    "sec-ch-ua-mobile",
-    "sec-ch-ua-platform",
-    "upgrade-insecure-requests",
-    "priority",
-    "dnt",
-};
-
-int
-sk_asgi_field_names_init(sk_state *st)
-{
-    for (size_t i = 0; i < SK_FIELD_NAMES; i++) {
-        st->field_names[i] = PyBytes_FromString(FIELD_NAMES[i]);
-        if (st->field_names[i] == NULL) {
-            return -1;
-        }
-    }
-    return 0;
-}
-
 static PyObject *
 field_name(sk_state *st, const char *src, uint32_t len)
 {
     /* New reference: the field name src (len bytes, any case) lower-cased as bytes: the shared
-     * object when it is a common one (FIELD_NAMES), else a new one. NULL with MemoryError. */
+     * object when it is a common one (st->field_names), else a new one. NULL with MemoryError. */
     for (size_t i = 0; len > 0 && i < SK_FIELD_NAMES; i++) {
         PyObject *known = st->field_names[i];
         const char *text = PyBytes_AS_STRING(known);

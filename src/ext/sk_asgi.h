@@ -56,7 +56,7 @@ typedef struct {
  * the head's fields. With an authority from the target (authority != NULL: absolute-form) each
  * Host field's value is replaced by it (RFC 9112 §3.2.2), and a (b"host", authority) pair is
  * added last when the request had no Host field (has_host 0: HTTP/1.0). A name among the
- * common ones (sk_asgi_field_names_init) is the one shared bytes object every scope gets, not a
+ * common ones (sk_state.field_names) is the one shared bytes object every scope gets, not a
  * copy: a held WebSocket's scope keeps no bytes of its own for them (issue 37). NULL with an
  * exception. */
 PyObject *sk_asgi_headers(sk_state *st, const sk_fields_t *f, int has_host, const char *authority,
@@ -116,9 +116,5 @@ PyObject *sk_asgi_add_waiter(sk_state *st, PyObject *loop, PyObject **list);
  * an event. *list is cleared once empty. */
 void sk_asgi_wake_receivers(sk_state *st, PyObject **list, int (*next)(void *, PyObject **),
                             void *obj);
-
-/* Makes st->field_names (the common field names, lower-cased, as bytes). 0, or -1 with an
- * exception. The module's exec calls it once; its clear drops them. */
-int sk_asgi_field_names_init(sk_state *st);
 
 #endif

@@ -9,8 +9,6 @@
  */
 #include "sk_module.h"
 
-#include "sk_asgi.h"
-
 #include "sk_http.h" /* llhttp's HTTP_METHOD_MAP, for the method cache */
 #include "sk_resp.h" /* the reason phrases, for reason_phrases() */
 
@@ -365,6 +363,52 @@ static PyMethodDef sk_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The field names most requests and WebSocket handshakes carry (RFC 9110, RFC 6455, Fetch
+ * metadata, the usual proxy ones), lower-cased: each is one bytes object (sk_state.field_names)
+ * that every scope's headers share (sk_asgi_headers). */
+static const char *const FIELD_NAMES[SK_FIELD_NAMES] = {
+    "host",
+    "user-agent",
+    "accept",
+    "accept-encoding",
+    "accept-language",
+    "connection",
+    "content-type",
+    "content-length",
+    "cookie",
+    "upgrade",
+    "origin",
+    "referer",
+    "authorization",
+    "cache-control",
+    "pragma",
+    "te",
+    "transfer-encoding",
+    "if-none-match",
+    "if-modified-since",
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "x-real-ip",
+    "x-request-id",
+    "forwarded",
+    "via",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-extensions",
+    "sec-websocket-protocol",
+    "sec-fetch-site",
+    "sec-fetch-mode",
+    "sec-fetch-dest",
+    "sec-fetch-user",
+    "sec-ch-ua",
+    "sec-ch-ua-mobile",
+    "sec-ch-ua-platform",
+    "upgrade-insecure-requests",
+    "priority",
+    "dnt",
+};
+
 static int
 sk_exec(PyObject *module)
 {
@@ -457,8 +501,10 @@ sk_exec(PyObject *module)
     }
     HTTP_METHOD_MAP(SK_METHOD)
 #undef SK_METHOD
-    if (sk_asgi_field_names_init(st) < 0) {
-        goto error;
+    for (size_t i = 0; i < SK_FIELD_NAMES; i++) {
+        if ((st->field_names[i] = PyBytes_FromString(FIELD_NAMES[i])) == NULL) {
+            goto error;
+        }
     }
     v = PyUnicode_FromString("0.1.0");
     if (v == NULL || PyModule_AddObjectRef(module, "__version__", v) < 0) {

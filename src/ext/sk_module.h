@@ -43,7 +43,7 @@
 #include "sk_core.h"
 
 #define SK_METHOD_CACHE 64 /* llhttp method ids cached as interned str (sk_state.methods) */
-#define SK_FIELD_NAMES 40  /* entries of sk_asgi.c's FIELD_NAMES (sk_state.field_names) */
+#define SK_FIELD_NAMES 40  /* entries of sk_module.c's FIELD_NAMES (sk_state.field_names) */
 
 /* What 3.13 added for free threading, on 3.11 and 3.12 (which have a GIL): PyDict_GetItemRef
  * (a strong reference, where PyDict_GetItemWithError's borrowed one may be freed by another
