@@ -45,6 +45,21 @@ enum {
 
 enum ws1_state { WS_HANDSHAKE = 0, WS_RESPONSE, WS_OPEN, WS_CLOSING, WS_DONE };
 
+/* What only the handshake needs: freed once the 101 is sent (issue 37: an open WebSocket keeps
+ * none of it). */
+typedef struct {
+    char accept[SK_WS_ACCEPT_LEN]; /* the 101's Sec-WebSocket-Accept (RFC 6455 §4.2.2) */
+    uint8_t pmd_offered;           /* the handshake offered acceptable permessage-deflate params */
+    sk_pmd_params_t pmd_params;    /* those parameters (RFC 7692 §7.1) */
+    sk_resp_t resp;                /* the denial response (websocket.http.response.*) */
+} ws1_hs_t;
+
+/* permessage-deflate once negotiated. */
+typedef struct {
+    sk_pmd_t z;    /* the zlib streams */
+    sk_buf_t zout; /* a compressed message to send */
+} ws1_pmd_t;
+
 typedef struct {
     sk_serve_t *srv;   /* borrowed: the session's owner keeps it alive */
     sk_transport_t *t; /* borrowed; NULL once the transport closed */
@@ -54,26 +69,34 @@ typedef struct {
     int held_code;              /* a protocol error's close code waiting for the app, or 0 */
     uint8_t msg_opcode;         /* SK_WS_TEXT/SK_WS_BINARY of the message being reassembled */
     uint8_t msg_compressed;     /* it has RSV1: permessage-deflate (inflated as it arrives) */
-    uint8_t pmd_offered;        /* the handshake offered acceptable permessage-deflate params */
-    sk_pmd_params_t pmd_params; /* those parameters (RFC 7692 §7.1) */
-    sk_pmd_t *pmd;              /* PyMem, owned: the zlib streams once negotiated, else NULL */
-    sk_buf_t zout;              /* a compressed message to send */
     uint32_t pings;             /* server pings sent (their payload) */
+    ws1_pmd_t *pmd;             /* PyMem, owned: permessage-deflate once negotiated, else NULL */
+    ws1_hs_t *hs;               /* PyMem, owned: until the 101 is sent (state HANDSHAKE and
+                                 * RESPONSE, and DONE after them), else NULL */
     sk_ws_parser_t parser;
-    sk_buf_t msg;   /* the message being reassembled */
-    sk_resp_t resp; /* the denial response (websocket.http.response.*) */
-    char accept[SK_WS_ACCEPT_LEN];
+    sk_buf_t msg; /* the message being reassembled */
 } ws1_t;
 
 extern const sk_handler_ops_t sk_wsh_ops;
 
 static void
+hs_free(ws1_t *w)
+{
+    /* Frees what only the handshake needed (w->hs), once the 101 is out or the wire is freed. */
+    if (w->hs != NULL) {
+        sk_resp_free(&w->hs->resp);
+        PyMem_Free(w->hs);
+        w->hs = NULL;
+    }
+}
+
+static void
 set_state(ws1_t *w, enum ws1_state to)
 {
     assert(to != WS_HANDSHAKE && w->state != WS_DONE);
-    if (w->state == WS_RESPONSE && w->resp.head_written) {
+    if (w->state == WS_RESPONSE && w->hs->resp.head_written) {
         /* the denial response ended */
-        sk_wss_answered(w->session, w->resp.status, w->resp.body_sent);
+        sk_wss_answered(w->session, w->hs->resp.status, w->hs->resp.body_sent);
     }
     w->state = to;
 }
@@ -220,7 +243,7 @@ ws_data_received(void *h, const char *data, size_t len)
         }
         else if (ev.type == SK_WS_EV_DATA) {
             int rc = w->msg_compressed
-                         ? sk_pmd_inflate(w->pmd, ev.data, ev.len, 0, &w->msg, w->srv->ws.max_size)
+                         ? sk_pmd_inflate(&w->pmd->z, ev.data, ev.len, 0, &w->msg, w->srv->ws.max_size)
                          : sk_buf_append(&w->msg, ev.data, ev.len);
             if (rc < 0) {
                 inflate_failed(w, rc);
@@ -231,7 +254,7 @@ ws_data_received(void *h, const char *data, size_t len)
         else if (ev.type == SK_WS_EV_MESSAGE_END) {
             if (w->msg_compressed) {
                 /* RFC 7692 §7.2.2: the tail, then the text's UTF-8 check (RFC 6455 §8.1) */
-                int rc = sk_pmd_inflate(w->pmd, NULL, 0, 1, &w->msg, w->srv->ws.max_size);
+                int rc = sk_pmd_inflate(&w->pmd->z, NULL, 0, 1, &w->msg, w->srv->ws.max_size);
                 if (rc < 0) {
                     inflate_failed(w, rc);
                     off = len;
@@ -362,10 +385,10 @@ ws_release(void *h)
     /* Frees the wire (made in sk_wsh_start()) and its reference to the session. */
     ws1_t *w = h;
     sk_buf_free(&w->msg);
-    sk_buf_free(&w->zout);
-    sk_resp_free(&w->resp);
+    hs_free(w);
     if (w->pmd != NULL) {
-        sk_pmd_free(w->pmd);
+        sk_pmd_free(&w->pmd->z);
+        sk_buf_free(&w->pmd->zout);
         PyMem_Free(w->pmd);
     }
     Py_XDECREF((PyObject *)w->session);
@@ -376,21 +399,16 @@ static size_t
 ws_idle(void *h)
 {
     /* Nothing unsent or unread: a message buffer that is empty (no message half reassembled, no
-     * compressed one waiting) gives its storage back, and once the session is open the
-     * handshake's response storage is no longer needed. */
+     * compressed one waiting) gives its storage back. */
     ws1_t *w = h;
     size_t freed = 0;
     if (sk_buf_len(&w->msg) == 0) {
         freed += w->msg.cap;
         sk_buf_free(&w->msg);
     }
-    if (sk_buf_len(&w->zout) == 0) {
-        freed += w->zout.cap;
-        sk_buf_free(&w->zout);
-    }
-    if (w->state == WS_OPEN) {
-        freed += w->resp.head.cap;
-        sk_resp_free(&w->resp);
+    if (w->pmd != NULL && sk_buf_len(&w->pmd->zout) == 0) {
+        freed += w->pmd->zout.cap;
+        sk_buf_free(&w->pmd->zout);
     }
     return freed;
 }
@@ -499,14 +517,14 @@ wire_accept(void *wire, const char *sp, size_t splen, sk_header_t *hdrs, size_t 
     size_t k = 0;
     SET_HDR(&own[k++], "upgrade", "websocket", sizeof("websocket") - 1);
     SET_HDR(&own[k++], "connection", "Upgrade", sizeof("Upgrade") - 1);
-    SET_HDR(&own[k++], "sec-websocket-accept", w->accept, SK_WS_ACCEPT_LEN);
+    SET_HDR(&own[k++], "sec-websocket-accept", w->hs->accept, SK_WS_ACCEPT_LEN);
     if (sp != NULL) {
         SET_HDR(&own[k++], "sec-websocket-protocol", sp, splen);
     }
     char ext[SK_PMD_RESPONSE_MAX];
     size_t ext_len = 0;
-    if (w->pmd_offered && w->srv->ws.per_message_deflate) {
-        ext_len = sk_pmd_response(&w->pmd_params, ext, sizeof(ext));
+    if (w->hs->pmd_offered && w->srv->ws.per_message_deflate) {
+        ext_len = sk_pmd_response(&w->hs->pmd_params, ext, sizeof(ext));
         if (ext_len > 0) {
             SET_HDR(&own[k++], "sec-websocket-extensions", ext, ext_len);
         }
@@ -521,12 +539,12 @@ wire_accept(void *wire, const char *sp, size_t splen, sk_header_t *hdrs, size_t 
     }
     if (r == 0 && ext_len > 0) {
         /* RFC 7692 §6: from now on RSV1 marks a compressed message */
-        w->pmd = PyMem_Calloc(1, sizeof(sk_pmd_t));
+        w->pmd = PyMem_Calloc(1, sizeof(ws1_pmd_t));
         if (w->pmd == NULL) {
             r = SK_ENOMEM;
         }
         else {
-            sk_pmd_init(w->pmd, &w->pmd_params);
+            sk_pmd_init(&w->pmd->z, &w->hs->pmd_params);
             sk_ws_limits_t limits = {.max_message = w->srv->ws.max_size, .allow_rsv1 = 1};
             sk_ws_parser_init(&w->parser, &limits); /* no frame was parsed yet */
         }
@@ -536,6 +554,7 @@ wire_accept(void *wire, const char *sp, size_t splen, sk_header_t *hdrs, size_t 
         return resp_error(r);
     }
     set_state(w, WS_OPEN);
+    hs_free(w);
     sk_wss_answered(w->session, 101, 0);
     arm_ping(w);
     if (sk_transport_write(w->t) < 0 || w->t == NULL) {
@@ -571,8 +590,9 @@ static int
 wire_deny_start(void *wire, int status, const sk_header_t *hdrs, size_t n)
 {
     ws1_t *w = wire;
+    assert(w->hs != NULL); /* the session denies only before it accepted */
     sk_req_info_t info = {.http_minor = 1, .force_close = 1, .opts = &w->srv->resp_opts};
-    int r = sk_resp_start(&w->resp, &info, status, hdrs, n);
+    int r = sk_resp_start(&w->hs->resp, &info, status, hdrs, n);
     if (r < 0) {
         return resp_error(r);
     }
@@ -587,9 +607,10 @@ wire_deny_body(void *wire, const char *data, size_t len, int more)
     if (w->t == NULL) {
         return SK_WSS_GONE;
     }
-    int r = sk_resp_body(&w->resp, sk_transport_out(w->t), data, len, more, sk_serve_date(w->srv));
+    int r = sk_resp_body(&w->hs->resp, sk_transport_out(w->t), data, len, more,
+                         sk_serve_date(w->srv));
     if (r < 0) {
-        if (w->resp.head_written) {
+        if (w->hs->resp.head_written) {
             set_state(w, WS_DONE);
             sk_transport_abort(w->t, 0); /* the response can never be completed */
         }
@@ -629,13 +650,14 @@ wire_send(void *wire, int text, const char *d, size_t n)
     sk_buf_t *out = sk_transport_out(w->t);
     if (w->pmd != NULL) {
         /* RFC 7692 §7.2.1: the message compressed, RSV1 on its (only) frame */
-        sk_buf_consume(&w->zout, sk_buf_len(&w->zout));
-        int rc = sk_pmd_deflate(w->pmd, d, n, &w->zout);
+        sk_buf_t *zout = &w->pmd->zout;
+        sk_buf_consume(zout, sk_buf_len(zout));
+        int rc = sk_pmd_deflate(&w->pmd->z, d, n, zout);
         if (rc < 0) {
             return resp_error(rc);
         }
-        d = sk_buf_len(&w->zout) ? sk_buf_head(&w->zout) : "";
-        n = sk_buf_len(&w->zout);
+        d = sk_buf_len(zout) ? sk_buf_head(zout) : "";
+        n = sk_buf_len(zout);
     }
     if (sk_ws_frame_header(out, 1, text ? SK_WS_TEXT : SK_WS_BINARY, w->pmd != NULL, (uint64_t)n) <
             0 ||
@@ -643,8 +665,8 @@ wire_send(void *wire, int text, const char *d, size_t n)
         PyErr_NoMemory();
         return -1;
     }
-    if (w->zout.cap > BUF_KEEP) {
-        sk_buf_free(&w->zout);
+    if (w->pmd != NULL && w->pmd->zout.cap > BUF_KEEP) {
+        sk_buf_free(&w->pmd->zout);
     }
     if (sk_transport_write(w->t) < 0) {
         return SK_WSS_GONE;
@@ -737,14 +759,14 @@ static void
 negotiate(ws1_t *w, sk_state *st, PyObject *scope)
 {
     /* The first acceptable permessage-deflate offer among the sec-websocket-extensions fields of
-     * the scope's `headers` (names lowercase, in order, as received), into w->pmd_params. */
+     * the scope's `headers` (names lowercase, in order, as received), into w->hs->pmd_params. */
     static const char name[] = "sec-websocket-extensions";
     PyObject *headers = PyDict_Check(scope) ? PyDict_GetItemWithError(scope, st->s_headers) : NULL;
     if (headers == NULL || !PyList_Check(headers)) {
         PyErr_Clear();
         return;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(headers) && !w->pmd_offered; i++) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(headers) && !w->hs->pmd_offered; i++) {
         PyObject *pair = PyList_GET_ITEM(headers, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
             !PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) ||
@@ -754,8 +776,8 @@ negotiate(ws1_t *w, sk_state *st, PyObject *scope)
             continue;
         }
         PyObject *value = PyTuple_GET_ITEM(pair, 1);
-        w->pmd_offered = (uint8_t)sk_pmd_negotiate(PyBytes_AS_STRING(value),
-                                                   (size_t)PyBytes_GET_SIZE(value), &w->pmd_params);
+        w->hs->pmd_offered = (uint8_t)sk_pmd_negotiate(
+            PyBytes_AS_STRING(value), (size_t)PyBytes_GET_SIZE(value), &w->hs->pmd_params);
     }
 }
 
@@ -767,6 +789,10 @@ sk_wsh_start(sk_transport_t *t, sk_serve_t *srv, int status, PyObject *scope, co
         return answer_426(t, srv);
     }
     ws1_t *w = PyMem_Calloc(1, sizeof(ws1_t));
+    if (w != NULL && (w->hs = PyMem_Calloc(1, sizeof(ws1_hs_t))) == NULL) {
+        PyMem_Free(w);
+        w = NULL;
+    }
     if (w == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -775,10 +801,11 @@ sk_wsh_start(sk_transport_t *t, sk_serve_t *srv, int status, PyObject *scope, co
     w->t = t;
     sk_ws_limits_t limits = {.max_message = srv->ws.max_size, .allow_rsv1 = 0};
     sk_ws_parser_init(&w->parser, &limits);
-    sk_ws_accept(key, key_len, w->accept);
+    sk_ws_accept(key, key_len, w->hs->accept);
     negotiate(w, srv->st, scope); /* before the session makes the scope its own */
     w->session = sk_wss_new(srv, scope, &sk_wsh_wire, w);
     if (w->session == NULL) {
+        hs_free(w);
         PyMem_Free(w);
         return -1;
     }
