@@ -490,64 +490,115 @@ done:
     return set;
 }
 
-void
-sk_asgi_resolve_all(sk_state *st, PyObject **list, PyObject *result, PyObject *exc_type)
+/* A waiter slot (a receive() or send() that cannot complete yet) holds NULL, the one future
+ * waiting, or a list of them once a second one waits (issue 37: an idle WebSocket's receive()
+ * keeps no list). */
+
+Py_ssize_t
+sk_asgi_waiting(PyObject *slot)
 {
-    /* Resolves every future of *list (see sk_asgi_resolve) and drops the list. Moved out first:
-     * a future's callbacks may add new waiters, which go to a new list. */
-    PyObject *waiters = *list;
+    return slot == NULL ? 0 : PyList_CheckExact(slot) ? PyList_GET_SIZE(slot) : 1;
+}
+
+void
+sk_asgi_resolve_all(sk_state *st, PyObject **slot, PyObject *result, PyObject *exc_type)
+{
+    /* Resolves every future of *slot (see sk_asgi_resolve) and empties it. Moved out first:
+     * a future's callbacks may add new waiters, which go to the emptied slot. */
+    PyObject *waiters = *slot;
     if (waiters == NULL) {
         return;
     }
-    *list = NULL;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(waiters); i++) {
-        (void)sk_asgi_resolve(st, PyList_GET_ITEM(waiters, i), result, exc_type);
+    *slot = NULL;
+    if (!PyList_CheckExact(waiters)) {
+        (void)sk_asgi_resolve(st, waiters, result, exc_type);
+    }
+    else {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(waiters); i++) {
+            (void)sk_asgi_resolve(st, PyList_GET_ITEM(waiters, i), result, exc_type);
+        }
     }
     Py_DECREF(waiters);
 }
 
 PyObject *
-sk_asgi_add_waiter(sk_state *st, PyObject *loop, PyObject **list)
+sk_asgi_add_waiter(sk_state *st, PyObject *loop, PyObject **slot)
 {
-    PyObject *fut = NULL;
-    if (*list == NULL) {
-        *list = PyList_New(0);
-        if (*list == NULL) {
+    /* New reference: a new future of loop, added last to *slot; NULL with an exception. */
+    PyObject *fut = PyObject_CallMethodNoArgs(loop, st->s_create_future);
+    if (fut == NULL) {
+        return NULL;
+    }
+    if (*slot == NULL) {
+        *slot = Py_NewRef(fut);
+        return fut;
+    }
+    if (!PyList_CheckExact(*slot)) {
+        PyObject *list = PyList_New(1);
+        if (list == NULL) {
+            Py_DECREF(fut);
             return NULL;
         }
+        PyList_SET_ITEM(list, 0, *slot); /* the slot's reference moves into the list */
+        *slot = list;
     }
-    fut = PyObject_CallMethodNoArgs(loop, st->s_create_future);
-    if (fut == NULL || PyList_Append(*list, fut) < 0) {
-        Py_XDECREF(fut);
+    if (PyList_Append(*slot, fut) < 0) {
+        Py_DECREF(fut);
         return NULL;
     }
     return fut;
 }
 
-void
-sk_asgi_wake_receivers(sk_state *st, PyObject **list, int (*next)(void *, PyObject **), void *obj)
+static int
+serve_first(sk_state *st, PyObject *fut, int (*next)(void *, PyObject **), void *obj,
+            PyObject **msg)
 {
-    PyObject *waiters = *list;
+    /* For the first waiter fut (borrowed): 1 when it leaves its place (it was done, i.e.
+     * cancelled, and *msg stays NULL; or *msg holds its event, a new reference), 0 when it keeps
+     * it (nothing ready, or a failure reported as unraisable). */
+    *msg = NULL;
+    PyObject *done = PyObject_CallMethodNoArgs(fut, st->s_done);
+    if (done == NULL) {
+        PyErr_WriteUnraisable(fut);
+        return 0;
+    }
+    int is_done = (done == Py_True);
+    Py_DECREF(done);
+    if (is_done) {
+        return 1;
+    }
+    int rc = next(obj, msg);
+    if (rc < 0) {
+        PyErr_WriteUnraisable(fut);
+    }
+    return rc > 0;
+}
+
+void
+sk_asgi_wake_receivers(sk_state *st, PyObject **slot, int (*next)(void *, PyObject **), void *obj)
+{
+    PyObject *waiters = *slot;
+    PyObject *msg = NULL;
     if (waiters == NULL) {
         return;
     }
-    Py_INCREF(waiters); /* a future's callback may replace *list */
+    Py_INCREF(waiters); /* a future's callback may replace *slot */
+    if (!PyList_CheckExact(waiters)) {
+        if (serve_first(st, waiters, next, obj, &msg)) {
+            if (*slot == waiters) {
+                Py_CLEAR(*slot);
+            }
+            if (msg != NULL) {
+                (void)sk_asgi_resolve(st, waiters, msg, NULL);
+                Py_DECREF(msg);
+            }
+        }
+        Py_DECREF(waiters);
+        return;
+    }
     while (PyList_GET_SIZE(waiters) > 0) {
         PyObject *fut = Py_NewRef(PyList_GET_ITEM(waiters, 0));
-        PyObject *done = PyObject_CallMethodNoArgs(fut, st->s_done);
-        int is_done = (done == Py_True);
-        Py_XDECREF(done);
-        if (done == NULL) {
-            PyErr_WriteUnraisable(fut);
-            Py_DECREF(fut);
-            break;
-        }
-        PyObject *msg = NULL;
-        int rc = is_done ? 0 : next(obj, &msg);
-        if (rc < 0) {
-            PyErr_WriteUnraisable(fut);
-        }
-        if (!is_done && rc <= 0) {
+        if (!serve_first(st, fut, next, obj, &msg)) {
             Py_DECREF(fut);
             break; /* nothing ready for the first waiter: it keeps its place */
         }
@@ -559,12 +610,12 @@ sk_asgi_wake_receivers(sk_state *st, PyObject **list, int (*next)(void *, PyObje
         }
         if (msg != NULL) {
             (void)sk_asgi_resolve(st, fut, msg, NULL);
-            Py_DECREF(msg);
+            Py_CLEAR(msg);
         }
         Py_DECREF(fut);
     }
-    if (*list == waiters && PyList_GET_SIZE(waiters) == 0) {
-        Py_CLEAR(*list);
+    if (*slot == waiters && PyList_GET_SIZE(waiters) == 0) {
+        Py_CLEAR(*slot);
     }
     Py_DECREF(waiters);
 }

@@ -102,19 +102,24 @@ int sk_asgi_coro_close(sk_state *st, PyObject *coro);
  * reported as unraisable (0). */
 int sk_asgi_resolve(sk_state *st, PyObject *fut, PyObject *result, PyObject *exc_type);
 
-/* Resolves every future of *list (sk_asgi_resolve) and drops the list (*list = NULL first: a
- * future's callbacks may add new waiters, which go to a new list). */
-void sk_asgi_resolve_all(sk_state *st, PyObject **list, PyObject *result, PyObject *exc_type);
+/* A waiter slot holds NULL, the one future waiting, or a list of the futures waiting once a second
+ * one waits (first come first served): an idle connection's receive() keeps no list. */
 
-/* New reference: a new future of loop, appended to *list (a list made on first use); NULL with
- * an exception. */
-PyObject *sk_asgi_add_waiter(sk_state *st, PyObject *loop, PyObject **list);
+/* How many futures the slot holds. */
+Py_ssize_t sk_asgi_waiting(PyObject *slot);
 
-/* Hands ready events to the futures of *list, first come first served: next(obj, &event) gives
+/* Resolves every future of *slot (sk_asgi_resolve) and empties it (*slot = NULL first: a
+ * future's callbacks may add new waiters, which go to the emptied slot). */
+void sk_asgi_resolve_all(sk_state *st, PyObject **slot, PyObject *result, PyObject *exc_type);
+
+/* New reference: a new future of loop, added last to *slot; NULL with an exception. */
+PyObject *sk_asgi_add_waiter(sk_state *st, PyObject *loop, PyObject **slot);
+
+/* Hands ready events to the futures of *slot, first come first served: next(obj, &event) gives
  * the next event (1, a new reference), none yet (0: the first waiter keeps its place) or fails
  * (-1, reported as unraisable). A waiter already done (cancelled) is dropped without consuming
- * an event. *list is cleared once empty. */
-void sk_asgi_wake_receivers(sk_state *st, PyObject **list, int (*next)(void *, PyObject **),
+ * an event. *slot is cleared once empty. */
+void sk_asgi_wake_receivers(sk_state *st, PyObject **slot, int (*next)(void *, PyObject **),
                             void *obj);
 
 #endif

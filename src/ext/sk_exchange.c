@@ -38,8 +38,8 @@ struct sk_exchange {
     void *wire;               /* the wire's pointer; NULL once detached (end, sk_exchange_gone) */
     PyObject *task;           /* strong while running: the asyncio.Task whose coroutine is this */
     PyObject *coro;           /* strong while running: what the app call returned, driven by this */
-    PyObject *receive_waiters; /* list of futures waiting in receive(), first served first */
-    PyObject *drain_waiters;   /* list of futures waiting in send() for output to drain */
+    PyObject *receive_waiters; /* futures waiting in receive() (a waiter slot, sk_asgi.h) */
+    PyObject *drain_waiters;   /* futures waiting in send() for output to drain (a slot) */
     PyObject *body;            /* list of bytes not yet delivered by receive() */
     PyObject *scope;           /* built at the head, handed to the app at the first step */
     PyObject *ext;             /* strong: scope["extensions"], recycled when the request is freed */
@@ -614,7 +614,7 @@ raise_disconnected(RequestObject *r)
 static PyObject *
 add_waiter(RequestObject *r, PyObject **list)
 {
-    /* New reference: a new future of the loop appended to *list (sk_asgi_add_waiter). */
+    /* New reference: a new future of the loop added to the waiter slot (sk_asgi_add_waiter). */
     return sk_asgi_add_waiter(r->st, r->srv->loop, list);
 }
 
@@ -628,7 +628,7 @@ sent_or_wait(RequestObject *r, int rc)
      * exception. Rule skirr-flow-every-send-waits: a client that reads nothing cannot make the
      * app queue without bound. */
     if (rc == SK_WIRE_WAIT) {
-        return add_waiter(r, &r->drain_waiters); /* each sender waits: one list for all */
+        return add_waiter(r, &r->drain_waiters); /* each sender waits: one slot for all */
     }
     return ready(r, NULL);
 }
@@ -737,7 +737,7 @@ request_receive(PyObject *op, PyObject *Py_UNUSED(arg))
     if (sk_serve_check_thread(r->srv, "receive()", SK_ASGI_THREAD_HINT) < 0) {
         return NULL; /* before anything is read or changed */
     }
-    if (r->receive_waiters == NULL || PyList_GET_SIZE(r->receive_waiters) == 0) {
+    if (sk_asgi_waiting(r->receive_waiters) == 0) {
         int rc = next_message(r, &msg);
         if (rc != 0) {
             return rc > 0 ? ready(r, msg) : NULL;

@@ -42,8 +42,8 @@ struct sk_wss {
     PyObject *coro;               /* strong: what the app call returned, driven by w's own steps */
     PyObject *app_exc;            /* strong: what the app raised, until ws_app_done() reports it */
     PyObject *queue;              /* list of received events not yet given to receive() */
-    PyObject *receive_waiters;    /* list of futures waiting in receive(), first served first */
-    PyObject *drain_waiters;      /* list of futures waiting in send() for output to drain */
+    PyObject *receive_waiters;    /* futures waiting in receive() (a waiter slot, sk_asgi.h) */
+    PyObject *drain_waiters;      /* futures waiting in send() for output to drain (a slot) */
     PyObject *disconnect;         /* the websocket.disconnect event, once the connection ended */
     PyObject *offered;            /* tuple of str: the client's Sec-WebSocket-Protocol elements */
     enum ws_state state;
@@ -717,7 +717,7 @@ ws_receive(PyObject *op, PyObject *Py_UNUSED(arg))
     if (w->wire != NULL) {
         w->ops->receiving(w->wire); /* a protocol error held behind its messages may go now */
     }
-    if (w->receive_waiters == NULL || PyList_GET_SIZE(w->receive_waiters) == 0) {
+    if (sk_asgi_waiting(w->receive_waiters) == 0) {
         int rc = next_event(w, &msg);
         if (rc != 0) {
             return rc > 0 ? sk_ready_new(w->st, msg, 0) : NULL;
