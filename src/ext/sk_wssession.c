@@ -743,7 +743,7 @@ ws_app_done(PyObject *op, PyObject *task)
     WebSocketObject *w = (WebSocketObject *)op;
     sk_state *st = w->st;
     PyObject *exc = NULL;
-    if (sk_serve_check_thread(w->srv, "a WebSocket session's _done()", WS_TASK_THREAD_HINT) < 0) {
+    if (sk_serve_check_thread(w->srv, "a WebSocket session's done callback", WS_TASK_THREAD_HINT) < 0) {
         return NULL;
     }
     PyObject *cancelled = PyObject_CallMethod(task, "cancelled", NULL);
@@ -799,7 +799,21 @@ ws_app_done(PyObject *op, PyObject *task)
     Py_RETURN_NONE;
 }
 
-static PyMethodDef ws_done_def = {"_done", ws_app_done, METH_O, NULL};
+static PyObject *
+ws_tp_call(PyObject *op, PyObject *args, PyObject *kwargs)
+{
+    /* New reference to None: the session is its Task's done callback (ws_app_done) itself, not a
+     * builtin bound to it (issue 37: what a held WebSocket keeps); NULL with TypeError when
+     * called with anything but that Task. */
+    WebSocketObject *w = (WebSocketObject *)op;
+    if (kwargs != NULL || PyTuple_GET_SIZE(args) != 1 || w->task == NULL ||
+        PyTuple_GET_ITEM(args, 0) != w->task) {
+        PyErr_SetString(PyExc_TypeError,
+                        "a WebSocket session is called only as its Task's done callback");
+        return NULL;
+    }
+    return ws_app_done(op, PyTuple_GET_ITEM(args, 0));
+}
 
 /* The WebSocket object is the coroutine its asyncio.Task runs: it drives what the app call
  * returned (a coroutine through am_send, or any awaitable's __await__ iterator), so whatever the
@@ -940,7 +954,7 @@ ws_run(WebSocketObject *w)
     sk_serve_t *srv = w->srv;
     sk_state *st = w->st;
     PyObject *ctx = NULL, *receive = NULL, *send = NULL, *coro = NULL, *task = NULL;
-    PyObject *cb = NULL, *res = NULL, *scope = w->scope;
+    PyObject *res = NULL, *scope = w->scope;
     int rc = -1;
     w->scope = NULL; /* the app owns it from now on */
     ctx = PyContext_Copy(srv->context);
@@ -964,14 +978,12 @@ ws_run(WebSocketObject *w)
     if (task == NULL) {
         goto done;
     }
-    cb = PyCFunction_New(&ws_done_def, (PyObject *)w);
-    if (cb != NULL) {
-        /* in the Task's own context, not a copy of the caller's that the Task would keep for
-         * the connection's life (issue 37: what a held WebSocket keeps); it runs after the
-         * Task's last step has left that context (asyncio schedules done callbacks) */
-        PyObject *dargs[3] = {task, cb, ctx};
-        res = PyObject_VectorcallMethod(st->s_add_done_callback, dargs, 2, srv->call_soon_kw);
-    }
+    /* w itself is the done callback (ws_tp_call), added in the Task's own context, not a copy
+     * of the caller's that the Task would keep for the connection's life (issue 37: what a held
+     * WebSocket keeps); it runs after the Task's last step has left that context (asyncio
+     * schedules done callbacks) */
+    PyObject *dargs[3] = {task, (PyObject *)w, ctx};
+    res = PyObject_VectorcallMethod(st->s_add_done_callback, dargs, 2, srv->call_soon_kw);
     if (res == NULL) {
         PyObject *r = PyObject_CallMethod(task, "cancel", NULL);
         Py_XDECREF(r);
@@ -999,7 +1011,6 @@ done:
     Py_XDECREF(send);
     Py_XDECREF(coro);
     Py_XDECREF(task);
-    Py_XDECREF(cb);
     Py_XDECREF(res);
     return rc;
 }
@@ -1294,6 +1305,7 @@ static PyType_Slot ws_slots[] = {
     {Py_tp_iter, PyObject_SelfIter},
     {Py_tp_iternext, ws_iternext},
     {Py_tp_methods, ws_methods},
+    {Py_tp_call, ws_tp_call},
     {Py_tp_doc,
      (void *)"One ASGI websocket session (internal): its app's receive/send and coroutine."},
     {0, NULL},
