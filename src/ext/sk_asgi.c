@@ -251,6 +251,20 @@ field_name(sk_state *st, const char *src, uint32_t len)
     return name;
 }
 
+static PyObject *
+field_value(sk_state *st, const char *src, size_t len)
+{
+    /* New reference: the field value src (len bytes) as bytes: the shared object when it is a
+     * common one byte for byte (st->field_values), else a new one. NULL with MemoryError. */
+    for (size_t i = 0; len > 0 && len < 256 && i < SK_FIELD_VALUES; i++) {
+        if (st->field_value_len[i] == len &&
+            memcmp(PyBytes_AS_STRING(st->field_values[i]), src, len) == 0) {
+            return Py_NewRef(st->field_values[i]);
+        }
+    }
+    return PyBytes_FromStringAndSize(src, (Py_ssize_t)len);
+}
+
 PyObject *
 sk_asgi_headers(sk_state *st, const sk_fields_t *p, int has_host, const char *authority,
                 size_t authority_len)
@@ -282,7 +296,7 @@ sk_asgi_headers(sk_state *st, const sk_fields_t *p, int has_host, const char *au
             vlen = authority_len;
         }
         PyObject *name = field_name(st, src, f->name.len);
-        PyObject *value = PyBytes_FromStringAndSize(vp, (Py_ssize_t)vlen);
+        PyObject *value = field_value(st, vp, vlen);
         if (name == NULL || value == NULL) {
             Py_XDECREF(name);
             Py_XDECREF(value);

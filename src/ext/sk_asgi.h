@@ -57,7 +57,8 @@ typedef struct {
  * Host field's value is replaced by it (RFC 9112 §3.2.2), and a (b"host", authority) pair is
  * added last when the request had no Host field (has_host 0: HTTP/1.0). A name among the
  * common ones (sk_state.field_names) is the one shared bytes object every scope gets, not a
- * copy: a held WebSocket's scope keeps no bytes of its own for them (issue 37). NULL with an
+ * copy, and so is a value among the common ones (sk_state.field_values, compared exactly): a
+ * held WebSocket's scope keeps no bytes of its own for them (issue 37). NULL with an
  * exception. */
 PyObject *sk_asgi_headers(sk_state *st, const sk_fields_t *f, int has_host, const char *authority,
                           size_t authority_len);

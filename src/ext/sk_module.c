@@ -409,6 +409,45 @@ static const char *const FIELD_NAMES[SK_FIELD_NAMES] = {
     "dnt",
 };
 
+/* Field values many requests and WebSocket handshakes carry byte for byte (browsers' and common
+ * clients' defaults, RFC 6455's handshake, RFC 7692's usual offer): each is one bytes object
+ * (sk_state.field_values) that every scope's headers share (sk_asgi_headers). Values are
+ * compared exactly: a value's case is the client's. */
+static const char *const FIELD_VALUES[SK_FIELD_VALUES] = {
+    "websocket",
+    "Upgrade",
+    "upgrade",
+    "13",
+    "permessage-deflate; client_max_window_bits",
+    "keep-alive",
+    "Keep-Alive",
+    "close",
+    "*/*",
+    "gzip",
+    "gzip, deflate",
+    "gzip, deflate, br",
+    "gzip, deflate, br, zstd",
+    "identity",
+    "no-cache",
+    "max-age=0",
+    "application/json",
+    "trailers",
+    "0",
+    "1",
+    "?0",
+    "?1",
+    "none",
+    "same-origin",
+    "same-site",
+    "cross-site",
+    "cors",
+    "no-cors",
+    "navigate",
+    "u=0, i",
+    "document",
+    "empty",
+};
+
 static int
 sk_exec(PyObject *module)
 {
@@ -506,6 +545,12 @@ sk_exec(PyObject *module)
             goto error;
         }
     }
+    for (size_t i = 0; i < SK_FIELD_VALUES; i++) {
+        if ((st->field_values[i] = PyBytes_FromString(FIELD_VALUES[i])) == NULL) {
+            goto error;
+        }
+        st->field_value_len[i] = (uint8_t)strlen(FIELD_VALUES[i]);
+    }
     v = PyUnicode_FromString("0.1.0");
     if (v == NULL || PyModule_AddObjectRef(module, "__version__", v) < 0) {
         goto error;
@@ -558,6 +603,9 @@ sk_clear(PyObject *module)
     }
     for (int i = 0; i < SK_FIELD_NAMES; i++) {
         Py_CLEAR(st->field_names[i]);
+    }
+    for (int i = 0; i < SK_FIELD_VALUES; i++) {
+        Py_CLEAR(st->field_values[i]);
     }
 #define SK_UNINTERN(field, text) Py_CLEAR(st->field);
     SK_INTERNED(SK_UNINTERN)
