@@ -8,6 +8,7 @@ a WebSocket fails every handshake case here.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -680,6 +681,43 @@ def test_app_returning_after_accept_closes_1000(serve):
             with pytest.raises(ConnectionClosed):
                 ws.recv(timeout=IO_TIMEOUT)
             assert ws.close_code == 1000
+        assert srv.errors() == [], [record_text(r) for r in srv.errors()]
+
+
+@rule("ASGI-websocket-app-error")
+def test_app_calling_its_own_coroutine_object_gets_typeerror(serve):
+    """The object asyncio's Task runs for a session (Task.get_coro()) is also the Task's done
+    callback in skirr: an app calling it, with anything or with its own running Task, gets a
+    TypeError and its session goes on; when the app returns, the session ends once (Close 1000,
+    nothing logged)."""
+    record = Recorder()
+
+    async def app(scope, receive, send):
+        await receive()
+        session = asyncio.current_task().get_coro()
+        task = asyncio.current_task()
+        for call in [lambda: session(None), lambda: session(), lambda: session(task),
+                     lambda: session(task, **{}), lambda: session(task, x=1)]:
+            try:
+                call()
+            except TypeError as exc:
+                record.put(str(exc))
+            else:
+                record.put("no TypeError")
+        await send({"type": "websocket.accept"})
+        event = await receive()
+        await send({"type": "websocket.send", "text": event["text"]})
+
+    with serve(app) as srv:
+        with connect(f"ws://127.0.0.1:{srv.port}/", open_timeout=IO_TIMEOUT,
+                     close_timeout=IO_TIMEOUT) as ws:
+            ws.send("still here")
+            assert ws.recv(timeout=IO_TIMEOUT) == "still here"
+            with pytest.raises(ConnectionClosed):
+                ws.recv(timeout=IO_TIMEOUT)
+            assert ws.close_code == 1000
+        assert record.wait(5) == [
+            "a WebSocket session is called only as its Task's done callback"] * 5
         assert srv.errors() == [], [record_text(r) for r in srv.errors()]
 
 

@@ -804,10 +804,11 @@ ws_tp_call(PyObject *op, PyObject *args, PyObject *kwargs)
 {
     /* New reference to None: the session is its Task's done callback (ws_app_done) itself, not a
      * builtin bound to it (issue 37: what a held WebSocket keeps); NULL with TypeError when
-     * called with anything but that Task. */
+     * called with anything but that Task, or before the app's coroutine ended (w->coro is
+     * cleared when it does, ws_step_ended: the Task is done only after). */
     WebSocketObject *w = (WebSocketObject *)op;
-    if (kwargs != NULL || PyTuple_GET_SIZE(args) != 1 || w->task == NULL ||
-        PyTuple_GET_ITEM(args, 0) != w->task) {
+    if ((kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0) || PyTuple_GET_SIZE(args) != 1 ||
+        w->task == NULL || w->coro != NULL || PyTuple_GET_ITEM(args, 0) != w->task) {
         PyErr_SetString(PyExc_TypeError,
                         "a WebSocket session is called only as its Task's done callback");
         return NULL;
