@@ -130,6 +130,36 @@ def test_common_and_near_miss_field_names_lower_cased(serve, echo_app):
         (n.lower(), b"v%d" % i) for i, n in enumerate(names)]
 
 
+@pytest.mark.rule("ASGI-www-scope-headers")
+def test_common_and_near_miss_field_values_exact(serve, echo_app):
+    """The common field values (one shared bytes object each in skirr) and values one letter,
+    one length or one case away from them: every value reaches the app byte for byte, and a
+    common one is the same object in two requests' scopes; so is a Host value the request before
+    sent too, and a different Host value is the request's own."""
+    values = [b"websocket", b"WebSocket", b"websockets", b"Upgrade", b"upgrade", b"UPGRADE",
+              b"13", b"1", b"0", b"12", b"keep-alive", b"Keep-Alive", b"keep-alivE", b"close",
+              b"*/*", b"*/", b"gzip, deflate, br", b"gzip, deflate, b", b"?0", b"?2",
+              b"u=0, i", b"permessage-deflate; client_max_window_bits", b"permessage-deflate"]
+    fields = b"".join(b"x-v%d: %s\r\n" % (i, v) for i, v in enumerate(values)) + b"\r\n"
+    with serve(echo_app) as srv:
+        first = one_scope(srv, echo_app, b"GET / HTTP/1.1\r\nHost: example.org:8080\r\n" + fields)
+        second = one_scope(srv, echo_app, b"GET / HTTP/1.1\r\nHost: example.org:8080\r\n" + fields)
+        third = one_scope(srv, echo_app, b"GET / HTTP/1.1\r\nHost: example.org:8081\r\n" + fields)
+        fourth = one_scope(srv, echo_app, b"GET / HTTP/1.1\r\nHost: example.org:8080\r\n" + fields)
+    assert [tuple(h) for h in first["headers"]] == [(b"host", b"example.org:8080")] + [
+        (b"x-v%d" % i, v) for i, v in enumerate(values)]
+    assert [h[1] for h in second["headers"]] == [h[1] for h in first["headers"]]
+    assert [h[1] for h in third["headers"]] == [b"example.org:8081"] + values
+    assert [h[1] for h in fourth["headers"]] == [b"example.org:8080"] + values
+    # the last Host value is shared with the next request that sends the same
+    assert second["headers"][0][1] is first["headers"][0][1]
+    # the snapshot is a deep copy, which keeps bytes objects as they are
+    shared = {v for (_, v), (_, w) in zip(first["headers"], second["headers"]) if v is w}
+    assert shared >= {b"websocket", b"Upgrade", b"upgrade", b"13", b"keep-alive", b"*/*",
+                      b"gzip, deflate, br", b"u=0, i"}
+    assert b"WebSocket" not in shared and b"keep-alivE" not in shared
+
+
 @pytest.mark.rule("ASGI-www-scope-headers", "RFC9110-5.5-ows-trimmed")
 def test_headers_lower_cased_order_duplicates_trimmed(serve, echo_app):
     """ASGI headers: an iterable of [name, value] byte pairs, names lower-cased, order and

@@ -265,9 +265,26 @@ field_value(sk_state *st, const char *src, size_t len)
     return PyBytes_FromStringAndSize(src, (Py_ssize_t)len);
 }
 
+static PyObject *
+host_value(PyObject **last, const char *src, size_t len)
+{
+    /* New reference: the Host value src (len bytes) as bytes: *last when equal, else a new
+     * object that replaces it. NULL with MemoryError. */
+    PyObject *known = *last;
+    if (known != NULL && (size_t)PyBytes_GET_SIZE(known) == len &&
+        memcmp(PyBytes_AS_STRING(known), src, len) == 0) {
+        return Py_NewRef(known);
+    }
+    PyObject *value = PyBytes_FromStringAndSize(src, (Py_ssize_t)len);
+    if (value != NULL) {
+        Py_XSETREF(*last, Py_NewRef(value));
+    }
+    return value;
+}
+
 PyObject *
 sk_asgi_headers(sk_state *st, const sk_fields_t *p, int has_host, const char *authority,
-                size_t authority_len)
+                size_t authority_len, PyObject **last_host)
 {
     /* New reference (see sk_asgi.h). */
     int add_host = (authority != NULL && !has_host); /* HTTP/1.0 may send no Host */
@@ -296,7 +313,9 @@ sk_asgi_headers(sk_state *st, const sk_fields_t *p, int has_host, const char *au
             vlen = authority_len;
         }
         PyObject *name = field_name(st, src, f->name.len);
-        PyObject *value = field_value(st, vp, vlen);
+        PyObject *value = (last_host != NULL && name == st->field_names[SK_FIELD_HOST])
+                              ? host_value(last_host, vp, vlen)
+                              : field_value(st, vp, vlen);
         if (name == NULL || value == NULL) {
             Py_XDECREF(name);
             Py_XDECREF(value);

@@ -57,11 +57,12 @@ typedef struct {
  * Host field's value is replaced by it (RFC 9112 §3.2.2), and a (b"host", authority) pair is
  * added last when the request had no Host field (has_host 0: HTTP/1.0). A name among the
  * common ones (sk_state.field_names) is the one shared bytes object every scope gets, not a
- * copy, and so is a value among the common ones (sk_state.field_values, compared exactly): a
- * held WebSocket's scope keeps no bytes of its own for them (issue 37). NULL with an
- * exception. */
+ * copy, and so is a value among the common ones (sk_state.field_values, compared exactly), and
+ * a Host value equal to *last_host (a strong reference the caller owns, replaced by each new
+ * Host value; last_host may be NULL): a held WebSocket's scope keeps no bytes of its own for
+ * them (issue 37). NULL with an exception. */
 PyObject *sk_asgi_headers(sk_state *st, const sk_fields_t *f, int has_host, const char *authority,
-                          size_t authority_len);
+                          size_t authority_len, PyObject **last_host);
 
 /* msg[key] for a dict or any mapping. 1 (new reference in *out), 0 (absent), -1 (exception). */
 int sk_asgi_msg_get(PyObject *msg, PyObject *key, PyObject **out);

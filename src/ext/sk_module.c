@@ -367,7 +367,7 @@ static PyMethodDef sk_functions[] = {
  * metadata, the usual proxy ones), lower-cased: each is one bytes object (sk_state.field_names)
  * that every scope's headers share (sk_asgi_headers). */
 static const char *const FIELD_NAMES[SK_FIELD_NAMES] = {
-    "host",
+    "host", /* SK_FIELD_HOST */
     "user-agent",
     "accept",
     "accept-encoding",

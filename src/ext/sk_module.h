@@ -44,6 +44,7 @@
 
 #define SK_METHOD_CACHE 64 /* llhttp method ids cached as interned str (sk_state.methods) */
 #define SK_FIELD_NAMES 40  /* entries of sk_module.c's FIELD_NAMES (sk_state.field_names) */
+#define SK_FIELD_HOST 0     /* FIELD_NAMES' index of "host" */
 #define SK_FIELD_VALUES 32 /* entries of sk_module.c's FIELD_VALUES (sk_state.field_values) */
 
 /* What 3.13 added for free threading, on 3.11 and 3.12 (which have a GIL): PyDict_GetItemRef

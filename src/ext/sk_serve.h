@@ -92,6 +92,9 @@ typedef struct sk_serve {
     PyObject *state;       /* lifespan state (a dict or anything with copy()) or None */
     PyObject *root_path;   /* str: ASGI root_path */
     PyObject *root_path_b; /* bytes: root_path in UTF-8 (raw_path's prefix) */
+    PyObject *last_host;   /* bytes: the last request's Host value, which the next request's
+                            * scope shares when it sends the same (sk_asgi_headers: clients of
+                            * one server mostly do; issue 37), or NULL */
     PyObject *unix_path;   /* str for a Unix-domain socket, else None */
     /* The scope's "server" of the last connection that asked (sk_serve_addresses), and its
      * address: every connection accepted on one address shares one tuple (not one each: issue

@@ -644,6 +644,7 @@ server_clear(PyObject *op)
     Py_CLEAR(h->state);
     Py_CLEAR(h->root_path);
     Py_CLEAR(h->root_path_b);
+    Py_CLEAR(h->last_host);
     Py_CLEAR(h->unix_path);
     Py_CLEAR(h->local_last);
     Py_CLEAR(h->context);
