@@ -542,9 +542,8 @@ sk_exchange_scope(sk_serve_t *srv, const sk_req_head_t *h, PyObject **ext_out)
         SET(st->s_query_string, Py_NewRef(st->empty_bytes));
     }
     SET(st->s_root_path, Py_NewRef(srv->root_path));
-    SET(st->s_headers,
-        sk_asgi_headers(st, &h->fields, h->has_host, h->authority, h->authority_len,
-                        &srv->last_host));
+    SET(st->s_headers, sk_asgi_headers(st, &h->fields, h->has_host, h->authority, h->authority_len,
+                                       &srv->last_host));
     if (srv->proxy.enabled) {
         /* --proxy-headers: a trusted peer's Forwarded / X-Forwarded-* (sk_proxy.h) */
         PyObject *client = h->client;

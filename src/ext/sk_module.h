@@ -44,7 +44,7 @@
 
 #define SK_METHOD_CACHE 64 /* llhttp method ids cached as interned str (sk_state.methods) */
 #define SK_FIELD_NAMES 40  /* entries of sk_module.c's FIELD_NAMES (sk_state.field_names) */
-#define SK_FIELD_HOST 0     /* FIELD_NAMES' index of "host" */
+#define SK_FIELD_HOST 0    /* FIELD_NAMES' index of "host" */
 #define SK_FIELD_VALUES 32 /* entries of sk_module.c's FIELD_VALUES (sk_state.field_values) */
 
 /* What 3.13 added for free threading, on 3.11 and 3.12 (which have a GIL): PyDict_GetItemRef
@@ -106,9 +106,9 @@ typedef struct {
     PyObject *disconnect_msg; /* {"type": "http.disconnect"} prototype, copied per use */
     PyObject *empty_bytes;
     PyObject *methods[SK_METHOD_CACHE];
-    PyObject *field_names[SK_FIELD_NAMES]; /* common lower-cased field names as bytes, shared by
+    PyObject *field_names[SK_FIELD_NAMES];    /* common lower-cased field names as bytes, shared by
                                            * every scope's headers (sk_asgi_headers) */
-    PyObject *field_values[SK_FIELD_VALUES]; /* common field values as bytes, shared likewise */
+    PyObject *field_values[SK_FIELD_VALUES];  /* common field values as bytes, shared likewise */
     uint8_t field_value_len[SK_FIELD_VALUES]; /* their lengths in bytes (each under 256) */
     /* interned strings */
     PyObject *s_type, *s_asgi, *s_http_version, *s_method, *s_scheme, *s_path, *s_raw_path;

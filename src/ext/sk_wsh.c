@@ -65,13 +65,13 @@ typedef struct {
     sk_transport_t *t; /* borrowed; NULL once the transport closed */
     sk_wss_t *session; /* strong: released in ws_release() */
     enum ws1_state state;
-    uint8_t paused;             /* reading stopped: the session's flow control, or held_code */
-    int held_code;              /* a protocol error's close code waiting for the app, or 0 */
-    uint8_t msg_opcode;         /* SK_WS_TEXT/SK_WS_BINARY of the message being reassembled */
-    uint8_t msg_compressed;     /* it has RSV1: permessage-deflate (inflated as it arrives) */
-    uint32_t pings;             /* server pings sent (their payload) */
-    ws1_pmd_t *pmd;             /* PyMem, owned: permessage-deflate once negotiated, else NULL */
-    ws1_hs_t *hs;               /* PyMem, owned: until the 101 is sent (state HANDSHAKE and
+    uint8_t paused;         /* reading stopped: the session's flow control, or held_code */
+    int held_code;          /* a protocol error's close code waiting for the app, or 0 */
+    uint8_t msg_opcode;     /* SK_WS_TEXT/SK_WS_BINARY of the message being reassembled */
+    uint8_t msg_compressed; /* it has RSV1: permessage-deflate (inflated as it arrives) */
+    uint32_t pings;         /* server pings sent (their payload) */
+    ws1_pmd_t *pmd;         /* PyMem, owned: permessage-deflate once negotiated, else NULL */
+    ws1_hs_t *hs;           /* PyMem, owned: until the 101 is sent (state HANDSHAKE and
                                  * RESPONSE, and DONE after them), else NULL */
     sk_ws_parser_t parser;
     sk_buf_t msg; /* the message being reassembled */
@@ -242,9 +242,9 @@ ws_data_received(void *h, const char *data, size_t len)
             w->msg_compressed = (uint8_t)ev.compressed;
         }
         else if (ev.type == SK_WS_EV_DATA) {
-            int rc = w->msg_compressed
-                         ? sk_pmd_inflate(&w->pmd->z, ev.data, ev.len, 0, &w->msg, w->srv->ws.max_size)
-                         : sk_buf_append(&w->msg, ev.data, ev.len);
+            int rc = w->msg_compressed ? sk_pmd_inflate(&w->pmd->z, ev.data, ev.len, 0, &w->msg,
+                                                        w->srv->ws.max_size)
+                                       : sk_buf_append(&w->msg, ev.data, ev.len);
             if (rc < 0) {
                 inflate_failed(w, rc);
                 off = len;
@@ -607,8 +607,8 @@ wire_deny_body(void *wire, const char *data, size_t len, int more)
     if (w->t == NULL) {
         return SK_WSS_GONE;
     }
-    int r = sk_resp_body(&w->hs->resp, sk_transport_out(w->t), data, len, more,
-                         sk_serve_date(w->srv));
+    int r =
+        sk_resp_body(&w->hs->resp, sk_transport_out(w->t), data, len, more, sk_serve_date(w->srv));
     if (r < 0) {
         if (w->hs->resp.head_written) {
             set_state(w, WS_DONE);

@@ -743,7 +743,8 @@ ws_app_done(PyObject *op, PyObject *task)
     WebSocketObject *w = (WebSocketObject *)op;
     sk_state *st = w->st;
     PyObject *exc = NULL;
-    if (sk_serve_check_thread(w->srv, "a WebSocket session's done callback", WS_TASK_THREAD_HINT) < 0) {
+    if (sk_serve_check_thread(w->srv, "a WebSocket session's done callback", WS_TASK_THREAD_HINT) <
+        0) {
         return NULL;
     }
     PyObject *cancelled = PyObject_CallMethod(task, "cancelled", NULL);
