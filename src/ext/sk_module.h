@@ -95,6 +95,7 @@ typedef struct {
     PyTypeObject *request_type;
     PyTypeObject *websocket_type;
     PyTypeObject *ready_type;
+    PyTypeObject *bound_type;
     PyTypeObject *tlsctx_type; /* skirr._native.TLSContext (sk_tlsctx.c) */
     int tls_sni_index;         /* the SSL_CTX ex_data index of its SNI tables */
     int tls_pem_index;         /* the SSL_CTX ex_data index of its certificate's PEM */
@@ -149,6 +150,14 @@ sk_state *sk_get_state_by_type(PyTypeObject *tp);
 /* A ready awaitable returning value (stolen) after yielding to the loop first if yield_first.
  * New reference, or NULL with an exception. */
 PyObject *sk_ready_new(sk_state *st, PyObject *value, int yield_first);
+
+/* A callable bound to self (a new strong reference): calling it calls entry with the Bound as
+ * the callable, whose self sk_bound_self() gives. Not a coroutine and not a coroutine function to
+ * asyncio (it has no send/throw/close), so a debug-mode loop takes it as a callback. Two pointers
+ * besides the header (issue 37). New reference, or NULL with an exception. */
+PyObject *sk_bound_new(sk_state *st, PyObject *self, vectorcallfunc entry);
+/* Borrowed: the object a Bound made by sk_bound_new serves. */
+PyObject *sk_bound_self(PyObject *bound);
 
 /* The module's functions, defined in their files (declared here so sk_module.c includes no
  * header above this one). sk_access.c: */

@@ -726,12 +726,6 @@ ws_receive(PyObject *op, PyObject *Py_UNUSED(arg))
     return sk_asgi_add_waiter(w->st, w->srv->loop, &w->receive_waiters);
 }
 
-static PyMethodDef ws_receive_def = {"receive", ws_receive, METH_NOARGS,
-                                     "ASGI receive(): awaitable of the next websocket event."};
-static PyMethodDef ws_send_def = {"send", ws_send, METH_O,
-                                  "ASGI send(message): websocket.accept/send/close, "
-                                  "websocket.http.response.start/body."};
-
 /* ---- the app task --------------------------------------------------------------------------- */
 
 static PyObject *
@@ -801,20 +795,38 @@ ws_app_done(PyObject *op, PyObject *task)
 }
 
 static PyObject *
-ws_tp_call(PyObject *op, PyObject *args, PyObject *kwargs)
+ws_receive_entry(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    /* New reference to None: the session is its Task's done callback (ws_app_done) itself, not a
-     * builtin bound to it (issue 37: what a held WebSocket keeps); NULL with TypeError when
-     * called with anything but that Task, or before the app's coroutine ended (w->coro is
-     * cleared when it does, ws_step_ended: the Task is done only after). */
-    WebSocketObject *w = (WebSocketObject *)op;
-    if ((kwargs != NULL && PyDict_GET_SIZE(kwargs) > 0) || PyTuple_GET_SIZE(args) != 1 ||
-        w->task == NULL || w->coro != NULL || PyTuple_GET_ITEM(args, 0) != w->task) {
-        PyErr_SetString(PyExc_TypeError,
-                        "a WebSocket session is called only as its Task's done callback");
+    /* The app's receive() (a Bound): no argument. */
+    (void)args;
+    if (PyVectorcall_NARGS(nargsf) != 0 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_SetString(PyExc_TypeError, "receive() takes no arguments");
         return NULL;
     }
-    return ws_app_done(op, PyTuple_GET_ITEM(args, 0));
+    return ws_receive(sk_bound_self(callable), NULL);
+}
+
+static PyObject *
+ws_send_entry(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    /* The app's send(message) (a Bound): one positional argument. */
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_SetString(PyExc_TypeError, "send() takes exactly one argument (the message)");
+        return NULL;
+    }
+    return ws_send(sk_bound_self(callable), args[0]);
+}
+
+static PyObject *
+ws_done_entry(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    /* The app Task's done callback (a Bound; not the session itself, which asyncio takes for a
+     * coroutine and a debug-mode loop refuses to call_soon): one argument, the Task. */
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
+        PyErr_SetString(PyExc_TypeError, "a done callback takes exactly one argument (the Task)");
+        return NULL;
+    }
+    return ws_app_done(sk_bound_self(callable), args[0]);
 }
 
 /* The WebSocket object is the coroutine its asyncio.Task runs: it drives what the app call
@@ -956,12 +968,12 @@ ws_run(WebSocketObject *w)
     sk_serve_t *srv = w->srv;
     sk_state *st = w->st;
     PyObject *ctx = NULL, *receive = NULL, *send = NULL, *coro = NULL, *task = NULL;
-    PyObject *res = NULL, *scope = w->scope;
+    PyObject *cb = NULL, *res = NULL, *scope = w->scope;
     int rc = -1;
     w->scope = NULL; /* the app owns it from now on */
     ctx = PyContext_Copy(srv->context);
-    receive = PyCFunction_New(&ws_receive_def, (PyObject *)w);
-    send = PyCFunction_New(&ws_send_def, (PyObject *)w);
+    receive = sk_bound_new(st, (PyObject *)w, ws_receive_entry);
+    send = sk_bound_new(st, (PyObject *)w, ws_send_entry);
     if (ctx == NULL || receive == NULL || send == NULL || PyContext_Enter(ctx) < 0) {
         goto done;
     }
@@ -980,12 +992,14 @@ ws_run(WebSocketObject *w)
     if (task == NULL) {
         goto done;
     }
-    /* w itself is the done callback (ws_tp_call), added in the Task's own context, not a copy
-     * of the caller's that the Task would keep for the connection's life (issue 37: what a held
-     * WebSocket keeps); it runs after the Task's last step has left that context (asyncio
-     * schedules done callbacks) */
-    PyObject *dargs[3] = {task, (PyObject *)w, ctx};
-    res = PyObject_VectorcallMethod(st->s_add_done_callback, dargs, 2, srv->call_soon_kw);
+    cb = sk_bound_new(st, (PyObject *)w, ws_done_entry);
+    if (cb != NULL) {
+        /* in the Task's own context, not a copy of the caller's that the Task would keep for
+         * the connection's life (issue 37: what a held WebSocket keeps); it runs after the
+         * Task's last step has left that context (asyncio schedules done callbacks) */
+        PyObject *dargs[3] = {task, cb, ctx};
+        res = PyObject_VectorcallMethod(st->s_add_done_callback, dargs, 2, srv->call_soon_kw);
+    }
     if (res == NULL) {
         PyObject *r = PyObject_CallMethod(task, "cancel", NULL);
         Py_XDECREF(r);
@@ -1013,6 +1027,7 @@ done:
     Py_XDECREF(send);
     Py_XDECREF(coro);
     Py_XDECREF(task);
+    Py_XDECREF(cb);
     Py_XDECREF(res);
     return rc;
 }
@@ -1307,7 +1322,6 @@ static PyType_Slot ws_slots[] = {
     {Py_tp_iter, PyObject_SelfIter},
     {Py_tp_iternext, ws_iternext},
     {Py_tp_methods, ws_methods},
-    {Py_tp_call, ws_tp_call},
     {Py_tp_doc,
      (void *)"One ASGI websocket session (internal): its app's receive/send and coroutine."},
     {0, NULL},
