@@ -277,3 +277,47 @@ def test_app_returning_a_non_awaitable_is_500_and_logged(serve):
     assert [r for r in srv.errors() if "not awaitable" in record_text(r)], [
         record_text(x) for x in srv.errors()
     ]
+
+
+@pytest.mark.rule("skirr-errors-server-survives")
+@pytest.mark.parametrize("when", ["sync", "awaited"])
+def test_app_driving_its_own_request_is_refused(serve, when):
+    """The object asyncio's Task runs for a request (Task.get_coro()) is skirr's: an app that
+    steps, throws into or closes it from inside its own step, in the call's synchronous part or
+    after an await, gets ValueError ("coroutine already executing", as a running coroutine
+    answers) and its response goes out whole. (Stepping it from inside freed the running
+    coroutine: a crash of the worker.)"""
+    import asyncio
+
+    record = Recorder()
+
+    def drive_self():
+        session = asyncio.current_task().get_coro()
+        for call in [lambda: session.send(None), lambda: session.throw(ValueError("x")),
+                     lambda: session.close(), lambda: next(session)]:
+            try:
+                call()
+            except ValueError as exc:
+                record.put(str(exc))
+            else:
+                record.put("no exception")
+
+    def app(scope, receive, send):
+        if when == "sync":
+            drive_self()
+
+        async def rest():
+            if when == "awaited":
+                await asyncio.sleep(0)
+                drive_self()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"still here"})
+
+        return rest()
+
+    with serve(app) as srv:
+        r = srv.get("/")
+        assert (r.status, r.body) == (200, b"still here")
+        assert srv.get("/").status == 200  # and the server serves on
+    assert record.wait(8) == ["coroutine already executing"] * 8
+    assert srv.errors() == [], [record_text(x) for x in srv.errors()]

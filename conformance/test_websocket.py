@@ -685,25 +685,26 @@ def test_app_returning_after_accept_closes_1000(serve):
 
 
 @rule("ASGI-websocket-app-error")
-def test_app_calling_its_own_coroutine_object_gets_typeerror(serve):
-    """The object asyncio's Task runs for a session (Task.get_coro()) is also the Task's done
-    callback in skirr: an app calling it, with anything or with its own running Task, gets a
-    TypeError and its session goes on; when the app returns, the session ends once (Close 1000,
-    nothing logged)."""
+def test_app_driving_its_own_session_is_refused(serve):
+    """The object asyncio's Task runs for a session (Task.get_coro()) is skirr's: an app that
+    steps, throws into or closes it from inside its own step gets ValueError ("coroutine already
+    executing", as a running coroutine answers), and calling it is a TypeError; the session goes
+    on and ends once (Close 1000, nothing logged). (Stepping it from inside freed the running
+    coroutine: a crash.)"""
     record = Recorder()
 
     async def app(scope, receive, send):
         await receive()
         session = asyncio.current_task().get_coro()
-        task = asyncio.current_task()
-        for call in [lambda: session(None), lambda: session(), lambda: session(task),
-                     lambda: session(task, **{}), lambda: session(task, x=1)]:
+        for call in [lambda: session.send(None), lambda: session.throw(ValueError("x")),
+                     lambda: session.close(), lambda: next(session),
+                     lambda: session(asyncio.current_task())]:
             try:
                 call()
-            except TypeError as exc:
-                record.put(str(exc))
+            except (ValueError, TypeError) as exc:
+                record.put((type(exc).__name__, str(exc)))
             else:
-                record.put("no TypeError")
+                record.put("no exception")
         await send({"type": "websocket.accept"})
         event = await receive()
         await send({"type": "websocket.send", "text": event["text"]})
@@ -716,8 +717,9 @@ def test_app_calling_its_own_coroutine_object_gets_typeerror(serve):
             with pytest.raises(ConnectionClosed):
                 ws.recv(timeout=IO_TIMEOUT)
             assert ws.close_code == 1000
-        assert record.wait(5) == [
-            "a WebSocket session is called only as its Task's done callback"] * 5
+        got = record.wait(5)
+        assert got[:4] == [("ValueError", "coroutine already executing")] * 4
+        assert got[4][0] == "TypeError" and "not callable" in got[4][1], got[4]
         assert srv.errors() == [], [record_text(r) for r in srv.errors()]
 
 

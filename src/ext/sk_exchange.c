@@ -55,8 +55,10 @@ struct sk_exchange {
     uint8_t trailers;          /* ... and announced trailers */
     uint8_t body_done;         /* the final body (or file) piece was accepted */
     uint8_t raised_disconnect; /* skirr raised ClientDisconnected into the app (not logged) */
-    uint8_t in_send;           /* a send() is reading its message (which may run app code) */
-    sk_access_req_t acc;       /* the access log's record (sk_access.h), while the log is on */
+    uint8_t stepping; /* inside a step, throw() or close() of the app's coroutine: the app driving
+                       * its own request (Task.get_coro()) is refused */
+    uint8_t in_send;  /* a send() is reading its message (which may run app code) */
+    sk_access_req_t acc; /* the access log's record (sk_access.h), while the log is on */
 };
 
 /* ---- state transitions ---------------------------------------------------------------------- */
@@ -1689,16 +1691,23 @@ request_am_send(PyObject *op, PyObject *arg, PyObject **result)
     if (sk_serve_check_thread(r->srv, "a request's coroutine step", TASK_THREAD_HINT) < 0) {
         return PYGEN_ERROR;
     }
+    if (r->stepping) {
+        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+        return PYGEN_ERROR;
+    }
+    r->stepping = 1;
     if (r->app == APP_STARTED) {
         res = call_app(r) < 0 ? PYGEN_ERROR : PyIter_Send(r->coro, arg, result);
     }
     else if (r->coro == NULL) {
+        r->stepping = 0;
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited request coroutine");
         return PYGEN_ERROR;
     }
     else {
         res = PyIter_Send(r->coro, arg, result);
     }
+    r->stepping = 0;
     res = request_ended(r, res, result);
     step_end(r);
     return res;
@@ -1731,6 +1740,10 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     if (sk_serve_check_thread(r->srv, "a request's coroutine throw()", TASK_THREAD_HINT) < 0) {
         return NULL;
     }
+    if (r->stepping) {
+        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+        return NULL;
+    }
     if (r->coro == NULL) {
         sk_asgi_raise_thrown(args, nargs);
         if (r->app != APP_STARTED) {
@@ -1743,7 +1756,9 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
         step_end(r);
         return sk_asgi_method_result(res, result);
     }
+    r->stepping = 1;
     res = sk_asgi_coro_throw(r->st, r->coro, args, nargs, &result);
+    r->stepping = 0;
     res = request_ended(r, res, &result);
     step_end(r);
     return sk_asgi_method_result(res, result);
@@ -1758,9 +1773,16 @@ request_close(PyObject *op, PyObject *Py_UNUSED(arg))
     if (sk_serve_check_thread(r->srv, "a request's coroutine close()", TASK_THREAD_HINT) < 0) {
         return NULL;
     }
+    if (r->stepping) {
+        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+        return NULL;
+    }
     PyObject *coro = r->coro;
     r->coro = NULL;
-    if (coro != NULL && sk_asgi_coro_close(r->st, coro) < 0) {
+    r->stepping = 1;
+    int rc = coro != NULL ? sk_asgi_coro_close(r->st, coro) : 0;
+    r->stepping = 0;
+    if (rc < 0) {
         PyObject *typ, *val, *tb;
         PyErr_Fetch(&typ, &val, &tb);
         request_finish(r, NULL, 1);

@@ -58,6 +58,8 @@ struct sk_wss {
                                 * as a client disconnect when the app's call ends */
     uint8_t paused;            /* reading stopped: the queue is over its marks */
     uint8_t app_has_message;   /* receive() gave a message and was not called again since */
+    uint8_t stepping;          /* inside a step, throw() or close() of the app's coroutine: the
+                                * app driving its own session (Task.get_coro()) is refused */
     size_t queued_bytes;       /* payload bytes of the queued messages */
     sk_access_req_t acc; /* the handshake's access-log record and metrics start (sk_access.h) */
     uint8_t answered;    /* the handshake's answer was recorded (record_answer) */
@@ -883,11 +885,18 @@ ws_am_send(PyObject *op, PyObject *arg, PyObject **result)
         0) {
         return PYGEN_ERROR;
     }
+    if (w->stepping) {
+        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+        return PYGEN_ERROR;
+    }
     if (w->coro == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "cannot reuse already awaited websocket coroutine");
         return PYGEN_ERROR;
     }
-    return ws_step_ended(w, PyIter_Send(w->coro, arg, result), result);
+    w->stepping = 1;
+    PySendResult res = PyIter_Send(w->coro, arg, result);
+    w->stepping = 0;
+    return ws_step_ended(w, res, result);
 }
 
 static PyObject *
@@ -918,11 +927,17 @@ ws_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
                               WS_TASK_THREAD_HINT) < 0) {
         return NULL;
     }
+    if (w->stepping) {
+        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+        return NULL;
+    }
     if (w->coro == NULL) {
         sk_asgi_raise_thrown(args, nargs);
         return NULL;
     }
+    w->stepping = 1;
     res = sk_asgi_coro_throw(w->st, w->coro, args, nargs, &result);
+    w->stepping = 0;
     res = ws_step_ended(w, res, &result);
     return sk_asgi_method_result(res, result);
 }
@@ -937,9 +952,16 @@ ws_close_coro(PyObject *op, PyObject *Py_UNUSED(arg))
                               WS_TASK_THREAD_HINT) < 0) {
         return NULL;
     }
+    if (w->stepping) {
+        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+        return NULL;
+    }
     PyObject *coro = w->coro;
     w->coro = NULL;
-    if (coro != NULL && sk_asgi_coro_close(w->st, coro) < 0) {
+    w->stepping = 1;
+    int rc = coro != NULL ? sk_asgi_coro_close(w->st, coro) : 0;
+    w->stepping = 0;
+    if (rc < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
