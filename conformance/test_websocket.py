@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import threading
 import time
 import zlib
 
@@ -720,6 +721,81 @@ def test_app_driving_its_own_session_is_refused(serve):
         got = record.wait(5)
         assert got[:4] == [("ValueError", "coroutine already executing")] * 4
         assert got[4][0] == "TypeError" and "not callable" in got[4][1], got[4]
+        assert srv.errors() == [], [record_text(r) for r in srv.errors()]
+
+
+@rule("ASGI-websocket-denial-response", "ASGI-websocket-app-error")
+@pytest.mark.parametrize("when", ["return", "raise"])
+def test_denial_started_then_app_ends_is_500(serve, when):
+    """An app that starts a denial response and returns or raises before any body: nothing of
+    it was sent, so the client gets skirr's 500 (as for an app failing before answering), the
+    access log a 500 line and the error log the reason."""
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "websocket.http.response.start", "status": 401,
+                    "headers": [(b"content-type", b"text/plain")]})
+        if when == "raise":
+            raise RuntimeError("ws-boom-mid-denial")
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(upgrade())
+        r = c.response()
+        assert r.status == 500
+        assert r.get(b"connection") == b"close"
+        c.expect_eof()
+        want = ("ws-boom-mid-denial" if when == "raise"
+                else "returned without completing the denial response")
+        deadline = time.monotonic() + IO_TIMEOUT
+        while not [e for e in srv.errors() if want in record_text(e)]:
+            assert time.monotonic() < deadline, [record_text(e) for e in srv.errors()]
+            time.sleep(0.01)
+
+
+@rule("ASGI-websocket-send-after-close")
+@pytest.mark.parametrize("message", ["start", "body"])
+def test_denial_after_the_client_left_raises_client_disconnected(serve, message):
+    """A denial message after the client went away (before the answer, or in the middle of a
+    denial response) raises skirr.ClientDisconnected, as any send() after a disconnect does
+    (ASGI www 2.5 "Disconnected Client - send exception"), not a RuntimeError about the order of
+    messages; nothing is logged."""
+    import skirr
+
+    record = Recorder()
+    started, left = threading.Event(), threading.Event()
+
+    async def app(scope, receive, send):
+        await receive()
+        started.set()
+        if message == "body":
+            await send({"type": "websocket.http.response.start", "status": 403,
+                        "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "websocket.http.response.body", "body": b"x" * 10,
+                        "more_body": True})
+        await asyncio.get_running_loop().run_in_executor(None, left.wait, IO_TIMEOUT)
+        await asyncio.sleep(0.2)  # the server sees the reset first
+        try:
+            if message == "start":
+                await send({"type": "websocket.http.response.start", "status": 403,
+                            "headers": []})
+            else:
+                await send({"type": "websocket.http.response.body", "body": b"late"})
+        except BaseException as e:
+            record.put(e)
+            raise
+
+    with serve(app) as srv:
+        c = srv.connect()
+        c.send(upgrade())
+        assert started.wait(IO_TIMEOUT)
+        if message == "body":
+            c.read_until(b"\r\n\r\n")
+        c.abort()
+        left.set()
+        exc = record.wait(1)[0]
+        assert isinstance(exc, skirr.ClientDisconnected), repr(exc)
+        time.sleep(0.05)
         assert srv.errors() == [], [record_text(r) for r in srv.errors()]
 
 

@@ -94,7 +94,7 @@ static void
 set_state(ws1_t *w, enum ws1_state to)
 {
     assert(to != WS_HANDSHAKE && w->state != WS_DONE);
-    if (w->state == WS_RESPONSE && w->hs->resp.head_written) {
+    if (w->state == WS_RESPONSE && w->hs != NULL && w->hs->resp.head_written) {
         /* the denial response ended */
         sk_wss_answered(w->session, w->hs->resp.status, w->hs->resp.body_sent);
     }
@@ -630,7 +630,14 @@ wire_deny_body(void *wire, const char *data, size_t len, int more)
 static void
 wire_deny_abort(void *wire)
 {
+    /* The app's denial response ended unfinished. Before its head went out nothing was sent: the
+     * client gets skirr's 500, as for an app that failed before answering (and the access log
+     * its line). After, the connection is aborted: the response can never be completed. */
     ws1_t *w = wire;
+    if (w->state == WS_RESPONSE && w->hs != NULL && !w->hs->resp.head_written) {
+        wire_refuse(wire, 500);
+        return;
+    }
     if (w->state != WS_DONE) {
         set_state(w, WS_DONE);
     }

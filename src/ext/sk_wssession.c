@@ -669,7 +669,10 @@ ws_send(PyObject *op, PyObject *msg)
         }
     }
     else if (PyUnicode_Compare(type, st->s_websocket_http_response_start) == 0) {
-        if (w->state != WS_HANDSHAKE) {
+        if (w->wire == NULL && w->client_left) {
+            raise_disconnected(w); /* ASGI www 2.5 "Disconnected Client - send exception" */
+        }
+        else if (w->state != WS_HANDSHAKE) {
             PyErr_SetString(PyExc_RuntimeError, "Unexpected ASGI message "
                                                 "'websocket.http.response.start' after the "
                                                 "handshake was answered");
@@ -682,7 +685,10 @@ ws_send(PyObject *op, PyObject *msg)
         }
     }
     else if (PyUnicode_Compare(type, st->s_websocket_http_response_body) == 0) {
-        if (w->state != WS_RESPONSE) {
+        if (w->wire == NULL && w->client_left) {
+            raise_disconnected(w);
+        }
+        else if (w->state != WS_RESPONSE) {
             PyErr_SetString(PyExc_RuntimeError,
                             "Unexpected ASGI message 'websocket.http.response.body' outside a "
                             "denial response");
@@ -764,6 +770,10 @@ ws_app_done(PyObject *op, PyObject *task)
     else if (exc == NULL && cancelled == Py_False && w->state == WS_HANDSHAKE) {
         sk_asgi_log_error(st, w->srv->logger, "ASGI callable returned without sending handshake.",
                           NULL);
+    }
+    else if (exc == NULL && cancelled == Py_False && w->state == WS_RESPONSE) {
+        sk_asgi_log_error(st, w->srv->logger,
+                          "ASGI callable returned without completing the denial response.", NULL);
     }
     Py_DECREF(cancelled);
     Py_XDECREF(exc);
