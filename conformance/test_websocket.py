@@ -689,17 +689,20 @@ def test_app_returning_after_accept_closes_1000(serve):
 def test_app_driving_its_own_session_is_refused(serve):
     """The object asyncio's Task runs for a session (Task.get_coro()) is skirr's: an app that
     steps, throws into or closes it from inside its own step gets ValueError ("coroutine already
-    executing", as a running coroutine answers), and calling it is a TypeError; the session goes
-    on and ends once (Close 1000, nothing logged). (Stepping it from inside freed the running
-    coroutine: a crash.)"""
+    executing", as a running coroutine answers), and calling it is a TypeError, as is calling
+    skirr's done callback (reached through the Task's callbacks) before the Task is done; the
+    session goes on and ends once (Close 1000, nothing logged). (Stepping it from inside freed the
+    running coroutine: a crash.)"""
     record = Recorder()
 
     async def app(scope, receive, send):
         await receive()
-        session = asyncio.current_task().get_coro()
+        task = asyncio.current_task()
+        session = task.get_coro()
+        done_callback = task._callbacks[0][0]  # skirr's: the only one added
         for call in [lambda: session.send(None), lambda: session.throw(ValueError("x")),
-                     lambda: session.close(), lambda: next(session),
-                     lambda: session(asyncio.current_task())]:
+                     lambda: session.close(), lambda: next(session), lambda: session(task),
+                     lambda: done_callback(task), lambda: done_callback(None)]:
             try:
                 call()
             except (ValueError, TypeError) as exc:
@@ -718,9 +721,12 @@ def test_app_driving_its_own_session_is_refused(serve):
             with pytest.raises(ConnectionClosed):
                 ws.recv(timeout=IO_TIMEOUT)
             assert ws.close_code == 1000
-        got = record.wait(5)
+        got = record.wait(7)
         assert got[:4] == [("ValueError", "coroutine already executing")] * 4
         assert got[4][0] == "TypeError" and "not callable" in got[4][1], got[4]
+        assert got[5:] == [
+            ("TypeError", "a WebSocket session's done callback runs once its Task is done"),
+            ("TypeError", "a WebSocket session's done callback takes its Task")]
         assert srv.errors() == [], [record_text(r) for r in srv.errors()]
 
 

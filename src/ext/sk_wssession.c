@@ -833,12 +833,26 @@ static PyObject *
 ws_done_entry(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     /* The app Task's done callback (a Bound; not the session itself, which asyncio takes for a
-     * coroutine and a debug-mode loop refuses to call_soon): one argument, the Task. */
-    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0)) {
-        PyErr_SetString(PyExc_TypeError, "a done callback takes exactly one argument (the Task)");
+     * coroutine and a debug-mode loop refuses to call_soon): one argument, the session's Task,
+     * once it is done. Anything else (an app reaching it through its Task's callbacks) is a
+     * TypeError and changes nothing. */
+    WebSocketObject *w = (WebSocketObject *)sk_bound_self(callable);
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) ||
+        w->task == NULL || args[0] != w->task) {
+        PyErr_SetString(PyExc_TypeError, "a WebSocket session's done callback takes its Task");
         return NULL;
     }
-    return ws_app_done(sk_bound_self(callable), args[0]);
+    PyObject *done = PyObject_CallMethodNoArgs(w->task, w->st->s_done);
+    if (done != Py_True) {
+        if (done != NULL) {
+            PyErr_SetString(PyExc_TypeError, "a WebSocket session's done callback runs once its "
+                                             "Task is done");
+        }
+        Py_XDECREF(done);
+        return NULL;
+    }
+    Py_DECREF(done);
+    return ws_app_done((PyObject *)w, args[0]);
 }
 
 /* The WebSocket object is the coroutine its asyncio.Task runs: it drives what the app call
