@@ -75,6 +75,14 @@ def handshake(c) -> None:
     assert fields.get(b"sec-websocket-accept") == ACCEPT, head
 
 
+def wait_logged(srv, want: str) -> None:
+    """Waits (at most IO_TIMEOUT) for an error record whose text holds `want`."""
+    deadline = time.monotonic() + IO_TIMEOUT
+    while not [r for r in srv.errors() if want in record_text(r)]:
+        assert time.monotonic() < deadline, [record_text(r) for r in srv.errors()]
+        time.sleep(0.01)
+
+
 def fails_with(srv, frames: bytes, code: int) -> None:
     """After a handshake, the frames make the server send a Close with `code` and close."""
     c = srv.connect()
@@ -448,11 +456,7 @@ def test_app_failing_before_accept_is_500(serve, when):
         c.send(upgrade())
         assert c.response().status == 500
         c.expect_eof()
-        deadline = time.monotonic() + IO_TIMEOUT
-        want = "ws-boom-before-accept" if when == "raise" else "without sending handshake"
-        while not [r for r in srv.errors() if want in record_text(r)]:
-            assert time.monotonic() < deadline, [record_text(r) for r in srv.errors()]
-            time.sleep(0.01)
+        wait_logged(srv, "ws-boom-before-accept" if when == "raise" else "without sending handshake")
 
 
 @rule("ASGI-websocket-app-error")
@@ -751,12 +755,8 @@ def test_denial_started_then_app_ends_is_500(serve, when):
         assert r.status == 500
         assert r.get(b"connection") == b"close"
         c.expect_eof()
-        want = ("ws-boom-mid-denial" if when == "raise"
-                else "returned without completing the denial response")
-        deadline = time.monotonic() + IO_TIMEOUT
-        while not [e for e in srv.errors() if want in record_text(e)]:
-            assert time.monotonic() < deadline, [record_text(e) for e in srv.errors()]
-            time.sleep(0.01)
+        wait_logged(srv, "ws-boom-mid-denial" if when == "raise"
+                    else "returned without completing the denial response")
 
 
 @rule("ASGI-websocket-send-after-close")
