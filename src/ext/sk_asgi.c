@@ -421,6 +421,15 @@ sk_asgi_method_result(PySendResult res, PyObject *result)
     return result;
 }
 
+int
+sk_asgi_step_busy(uint8_t stepping)
+{
+    if (stepping) {
+        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+    }
+    return stepping != 0;
+}
+
 void
 sk_asgi_raise_thrown(PyObject *const *args, Py_ssize_t nargs)
 {

@@ -82,6 +82,11 @@ int sk_asgi_task_cancelling(PyObject *task);
  * outcome: the yielded value, or NULL with StopIteration on a return (or the error set). */
 PyObject *sk_asgi_method_result(PySendResult res, PyObject *result);
 
+/* 1 with ValueError("coroutine already executing") set when stepping (the app is driving its
+ * own Request or WebSocket session, Task.get_coro(), from inside its step: a running coroutine
+ * answers the same), else 0. */
+int sk_asgi_step_busy(uint8_t stepping);
+
 /* Sets the exception coroutine.throw(*args) names: an instance, or a type and a value. */
 void sk_asgi_raise_thrown(PyObject *const *args, Py_ssize_t nargs);
 

@@ -1691,8 +1691,7 @@ request_am_send(PyObject *op, PyObject *arg, PyObject **result)
     if (sk_serve_check_thread(r->srv, "a request's coroutine step", TASK_THREAD_HINT) < 0) {
         return PYGEN_ERROR;
     }
-    if (r->stepping) {
-        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+    if (sk_asgi_step_busy(r->stepping)) {
         return PYGEN_ERROR;
     }
     r->stepping = 1;
@@ -1740,8 +1739,7 @@ request_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     if (sk_serve_check_thread(r->srv, "a request's coroutine throw()", TASK_THREAD_HINT) < 0) {
         return NULL;
     }
-    if (r->stepping) {
-        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+    if (sk_asgi_step_busy(r->stepping)) {
         return NULL;
     }
     if (r->coro == NULL) {
@@ -1773,8 +1771,7 @@ request_close(PyObject *op, PyObject *Py_UNUSED(arg))
     if (sk_serve_check_thread(r->srv, "a request's coroutine close()", TASK_THREAD_HINT) < 0) {
         return NULL;
     }
-    if (r->stepping) {
-        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+    if (sk_asgi_step_busy(r->stepping)) {
         return NULL;
     }
     PyObject *coro = r->coro;

@@ -909,8 +909,7 @@ ws_am_send(PyObject *op, PyObject *arg, PyObject **result)
         0) {
         return PYGEN_ERROR;
     }
-    if (w->stepping) {
-        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+    if (sk_asgi_step_busy(w->stepping)) {
         return PYGEN_ERROR;
     }
     if (w->coro == NULL) {
@@ -951,8 +950,7 @@ ws_throw(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
                               WS_TASK_THREAD_HINT) < 0) {
         return NULL;
     }
-    if (w->stepping) {
-        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+    if (sk_asgi_step_busy(w->stepping)) {
         return NULL;
     }
     if (w->coro == NULL) {
@@ -976,8 +974,7 @@ ws_close_coro(PyObject *op, PyObject *Py_UNUSED(arg))
                               WS_TASK_THREAD_HINT) < 0) {
         return NULL;
     }
-    if (w->stepping) {
-        PyErr_SetString(PyExc_ValueError, "coroutine already executing");
+    if (sk_asgi_step_busy(w->stepping)) {
         return NULL;
     }
     PyObject *coro = w->coro;
