@@ -13,9 +13,11 @@ test_limits.py).
 """
 from __future__ import annotations
 
+import os
 import resource
 import select
 import socket
+import stat
 import threading
 import time
 from typing import Optional
@@ -142,3 +144,26 @@ def send_until_stalled(sock: socket.socket, data: bytes, quiet: float = 0.5,
     finally:
         sock.settimeout(saved_timeout)
     return sent
+
+
+def shrink_server_send_buffer(client, size: int) -> None:
+    """Sets SO_SNDBUF (bytes) on the server's end of `client`'s connection (anything with a
+    `.sock`; the server runs in this process: its socket is found among our descriptors by its
+    peer address), so the kernel takes the server's output in small steps."""
+    want = client.sock.getsockname()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                continue  # socket.fromfd would leak its dup() of a descriptor it then refuses
+            s = socket.fromfd(int(name), socket.AF_INET, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        with s:
+            try:
+                if s.getpeername() != want:
+                    continue
+            except OSError:
+                continue
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+            return
+    raise AssertionError(f"no server socket connected to {want}")

@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from _flow import HIGH_WATER, KIB, MIB, Progress, kernel_send_buffer_max, rss, small_client
+from _flow import (HIGH_WATER, KIB, MIB, Progress, kernel_send_buffer_max, rss,
+                   shrink_server_send_buffer, small_client)
 from conftest import Recorder, http_request
 
 CHUNK = 64 * KIB
@@ -353,27 +354,6 @@ def test_answer_before_a_large_upload_is_read(serve):
         r = c.response()
         assert (r.status, r.body) == (200, b"next")
         assert srv.errors() == []
-
-
-def shrink_server_send_buffer(client, size: int) -> None:
-    """Sets SO_SNDBUF on the server's end of `client`'s connection (the server runs in this
-    process: its socket is found among our descriptors by its peer address), so the kernel takes
-    the server's output in small steps."""
-    want = client.sock.getsockname()
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            s = socket.fromfd(int(name), socket.AF_INET, socket.SOCK_STREAM)
-        except OSError:
-            continue
-        with s:
-            try:
-                if s.getpeername() != want:
-                    continue
-            except OSError:
-                continue
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
-            return
-    raise AssertionError(f"no server socket connected to {want}")
 
 
 @pytest.mark.rule("skirr-flow-final-body-by-reference")
