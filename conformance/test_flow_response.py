@@ -404,6 +404,48 @@ def test_file_after_a_large_body_still_being_sent(serve, tmp_path):
 
 
 @pytest.mark.rule("skirr-flow-final-body-by-reference")
+def test_pipelined_large_bodies_queue_by_reference_in_order(serve, tmp_path):
+    """Pipelined: three 300 KiB bodies, then http.response.pathsend of a file, to a client with a
+    4 KiB receive buffer (the server's send buffer at 16 KiB): each body is queued by reference
+    behind the unsent rest of the one before (a chain of ranges, each with the next response's
+    head after it), the file after them (the ranges still queued copied ahead of it); all four
+    responses arrive exact and in order, and once they are sent the server holds no reference to
+    any body."""
+    bodies = [patterned(300 * KIB, salt=k) for k in range(3)]
+    before = [sys.getrefcount(b) for b in bodies]
+    path = tmp_path / "f.bin"
+    path.write_bytes(patterned(100 * KIB, salt=7))
+
+    async def app(scope, receive, send):
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        if scope["path"] == "/f":
+            await send({"type": "http.response.pathsend", "path": str(path)})
+        elif scope["path"] == "/warm":
+            await send({"type": "http.response.body", "body": b"warm"})
+        else:
+            await send({"type": "http.response.body", "body": bodies[int(scope["path"][1:])]})
+
+    with serve(app) as srv:
+        c = small_client(srv, rcvbuf=4 * KIB, timeout=10.0)
+        assert srv.get("/warm").status == 200  # the server has accepted c by now
+        shrink_server_send_buffer(c, 16 * KIB)
+        c.send(b"".join(http_request("GET", p) for p in ("/0", "/1", "/2", "/f")))
+        got = []
+        for _ in range(4):
+            r = c.response()
+            got.append((r.status, r.body))
+            time.sleep(0.01)
+        assert got == [(200, bodies[0]), (200, bodies[1]), (200, bodies[2]),
+                       (200, path.read_bytes())]
+        deadline = time.monotonic() + 5.0
+        while [sys.getrefcount(b) for b in bodies] != before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [sys.getrefcount(b) for b in bodies] == before
+        assert srv.errors() == []
+
+
+@pytest.mark.rule("skirr-flow-final-body-by-reference")
 @pytest.mark.parametrize("size", [BY_REF_MIN - 1, BY_REF_MIN, MIB + 3])
 @pytest.mark.parametrize("shape", ["content-length", "length-set", "chunked", "trailers", "head"])
 def test_large_final_body_framed_exactly(serve, shape, size):

@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -24,6 +25,7 @@ import h2.settings
 import hyperframe.frame
 import pytest
 
+from _flow import shrink_server_send_buffer
 from h2_util import PREFACE, H2Client, raw_frames
 from tls_util import TLSFiles
 
@@ -717,6 +719,70 @@ def test_concurrent_64k_responses_with_a_large_window_all_complete(serve, stream
             c.events_until(done, timeout=IO)
     assert ended == set(sids)
     assert {sid: got[sid] == body for sid in sids} == {sid: True for sid in sids}
+
+
+@pytest.mark.rule("h2-backpressure")
+@pytest.mark.parametrize("end", ["complete", "abort"])
+def test_bodies_by_reference_interleaved_to_a_slow_reader(serve, end):
+    # Each DATA frame of a final body held by reference goes to the transport as a slice of the
+    # app's bytes object (sk_transport_send_slice), up to 8 queued behind one another; past
+    # that, or under 4 KiB, a frame is copied. Twenty streams' 100,000-byte bodies in frames of
+    # at most 4200 bytes (each stream's window, reopened by exactly what arrives: 84,000 bytes
+    # in flight, over the 64 KiB the server queues, so more than 8 frames wait at times), to a
+    # client that reads slowly through small socket buffers: every body arrives exact (no frame
+    # lost, repeated or out of order, whichever way each went), and once the connection is gone
+    # (answered, or reset by the client mid-way) the server holds no reference to any body.
+    bodies = [os.urandom(100_000) for _ in range(20)]
+    before = [sys.getrefcount(b) for b in bodies]
+
+    async def app(scope, receive, send):
+        if not scope["path"].startswith("/s/"):
+            await hello(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": bodies[int(scope["path"][3:])]})
+
+    with serve(app) as srv:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8192)
+        sock.connect(("127.0.0.1", srv.port))
+        with H2Client(sock, settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 4200}) as c:
+            c.conn.increment_flow_control_window((1 << 30) - 65535)
+            c.flush()
+            assert c.answer(c.get("/warm")).body == b"hello"
+            shrink_server_send_buffer(c, 16 * 1024)
+            sids = [c.get(f"/s/{k}") for k in range(len(bodies))]
+            got = {sid: b"" for sid in sids}
+            ended: set = set()
+
+            def done(e) -> bool:
+                if isinstance(e, h2.events.DataReceived):
+                    assert len(e.data) <= 4200
+                    got[e.stream_id] += e.data
+                    if e.stream_id not in ended and len(got[e.stream_id]) < len(bodies[0]):
+                        c.conn.increment_flow_control_window(len(e.data), stream_id=e.stream_id)
+                        c.flush()
+                    time.sleep(0.0002)  # a slow reader: the server's output backs up
+                elif isinstance(e, h2.events.StreamEnded):
+                    ended.add(e.stream_id)
+                elif isinstance(e, h2.events.StreamReset):
+                    raise AssertionError(f"stream {e.stream_id} reset")
+                if end == "abort":
+                    return sum(map(len, got.values())) >= 1_000_000
+                return len(ended) == len(sids)
+
+            c.events_until(done, timeout=30.0, ack_data=False)
+            if end == "abort":
+                c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        if end == "complete":
+            assert ended == set(sids)
+            assert [got[sid] == b for sid, b in zip(sids, bodies)] == [True] * len(bodies)
+        deadline = time.monotonic() + IO
+        while [sys.getrefcount(b) for b in bodies] != before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [sys.getrefcount(b) for b in bodies] == before
+        assert h2_get(srv.port).body == b"hello"
+        assert srv.errors() == []
 
 
 @pytest.mark.rule("h2-disconnect")

@@ -569,6 +569,17 @@ sk_transport_out_len(const sk_transport_t *t)
 }
 
 int
+sk_transport_send_slice(sk_transport_t *t, PyObject *bytes, size_t offset, size_t count)
+{
+    /* the bytes in the order the transport would send them: copied behind the output */
+    REQUIRE(offset + count <= (size_t)PyBytes_GET_SIZE(bytes));
+    if (t->state != TP_OPEN) {
+        return -1;
+    }
+    return sk_buf_append(&t->out, PyBytes_AS_STRING(bytes) + offset, count);
+}
+
+int
 sk_transport_is_open(const sk_transport_t *t)
 {
     return t->state == TP_OPEN;

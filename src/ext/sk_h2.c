@@ -2,8 +2,9 @@
  *
  * Owns, per connection: the nghttp2 server session (sans-I/O: mem_recv from data_received(),
  * mem_send into the transport's output by pump(); a DATA frame's payload goes from the stream's
- * queue or file range into that output once, by send_data(), never through nghttp2's frame
- * buffer: NGHTTP2_DATA_FLAG_NO_COPY), the streams (one h2_stream_t each, nghttp2's
+ * queue or file range into that output once, or from a final body held by reference as a slice
+ * the transport sends in place, by send_data(), never through nghttp2's frame buffer:
+ * NGHTTP2_DATA_FLAG_NO_COPY), the streams (one h2_stream_t each, nghttp2's
  * stream user data, freed when nghttp2 closes the stream), the exchanges whose app still runs
  * after their stream ended (`running`: they count against the concurrency limit), the budgets
  * (sk_h2guard.h), the idle / head / shutdown deadlines and the graceful shutdown's two GOAWAYs.
@@ -68,6 +69,9 @@ enum {
 #define DISCARD_MAX (1024 * 1024) /* request content dropped after a complete response (bytes) */
 #define FIELD_OVERHEAD 32 /* RFC 9113 §6.5.2: bytes added per field to its name and value */
 #define FRAME_HEAD 9      /* RFC 9113 §4.1: a frame's header (bytes) */
+/* A DATA payload from a body held by reference at least this long (bytes) is queued by reference
+ * (sk_transport_send_slice); a shorter one is copied, cheaper than a range of its own. */
+#define SLICE_MIN 4096
 
 typedef struct h2_conn h2_conn_t;
 
@@ -647,13 +651,28 @@ data_read(nghttp2_session *ng, int32_t id,
     return (ssize_t)n;
 }
 
+/* send_data()'s answer once a frame is appended: NGHTTP2_ERR_PAUSE once the output reaches
+ * SK_OUTPUT_HIGH_WATER, else 0. */
+static int
+data_sent(h2_conn_t *c)
+{
+    c->progress = 1;
+    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
+        c->data_paused = 1;
+        return NGHTTP2_ERR_PAUSE;
+    }
+    return 0;
+}
+
 static int
 send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
           nghttp2_data_source *src, void *user)
 {
     /* One DATA frame data_read() measured, appended whole to the transport's output: the 9-byte
      * header, the pad length when padded, `length` bytes taken from where data_read() found
-     * them (the body held by reference: released once all sent; the queue: consumed; the file
+     * them (the body held by reference: SLICE_MIN bytes or more queued as a slice of it
+     * (sk_transport_send_slice, not copied), fewer or when the transport takes no more slices
+     * copied, and released once all given; the queue: consumed; the file
      * range: pread(2) into the output, and once it is done what was given meanwhile goes next),
      * the padding. Nothing is appended unless all of it is: a file that shrank or fails resets
      * the stream (NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE: RST_STREAM INTERNAL_ERROR; a frame the
@@ -668,6 +687,39 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
     /* skirr sets no padding callback, so padlen is 0; a padded frame is still written as
      * nghttp2_send_data_callback says: pad length byte (padlen - 1), then padlen - 1 zeros */
     size_t pad = frame->data.padlen;
+    if (s->ref != NULL && length > ref_len(s)) {
+        return NGHTTP2_ERR_CALLBACK_FAILURE; /* not what data_read() measured */
+    }
+    if (s->ref != NULL && length >= SLICE_MIN) {
+        /* the payload by reference (sk_transport_send_slice), behind the head in the output:
+         * never copied here (a 64 KiB body cost a 64 KiB memcpy per response: bench/HTTP2.md) */
+        if (sk_buf_reserve(out, FRAME_HEAD + 1) < 0) {
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        size_t at = out->end;
+        memcpy(out->data + at, framehd, FRAME_HEAD);
+        out->end += FRAME_HEAD;
+        if (pad > 0) {
+            out->data[out->end++] = (char)(pad - 1);
+        }
+        if (sk_transport_send_slice(c->t, s->ref, s->ref_off, length) == 0) {
+            s->ref_off += length;
+            if (ref_len(s) == 0) {
+                Py_CLEAR(s->ref); /* the transport holds its own reference while it sends */
+                s->ref_off = 0;
+            }
+            out = sk_transport_out(c->t); /* the tail behind the slice */
+            if (pad > 1 && sk_buf_reserve(out, pad - 1) < 0) {
+                return NGHTTP2_ERR_CALLBACK_FAILURE; /* the frame is cut: the session ends */
+            }
+            if (pad > 1) {
+                memset(out->data + out->end, 0, pad - 1);
+                out->end += pad - 1;
+            }
+            return data_sent(c);
+        }
+        out->end = at; /* no range taken: the frame is written whole below, copied */
+    }
     if (sk_buf_reserve(out, FRAME_HEAD + pad + length) < 0) {
         return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
@@ -678,9 +730,6 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
         *p++ = (char)(pad - 1);
     }
     if (s->ref != NULL) {
-        if (length > ref_len(s)) {
-            return NGHTTP2_ERR_CALLBACK_FAILURE; /* not what data_read() measured */
-        }
         memcpy(p, PyBytes_AS_STRING(s->ref) + s->ref_off, length);
         s->ref_off += length;
         if (ref_len(s) == 0) {
@@ -730,12 +779,7 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
         p += pad - 1;
     }
     out->end = (size_t)(p - out->data);
-    c->progress = 1;
-    if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
-        c->data_paused = 1;
-        return NGHTTP2_ERR_PAUSE;
-    }
-    return 0;
+    return data_sent(c);
 }
 
 static int

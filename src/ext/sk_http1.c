@@ -431,8 +431,8 @@ h1w_body_ref(void *w, PyObject *body, int more)
      * its bytes are queued by reference (sk_transport_send_bytes), to leave with the head in one
      * sendmsg(2): no copy into the output buffer, which then never grows to hold it. Copied as
      * any body for HEAD (whose framing sk_resp_body_ref would take for a file's) and for a piece
-     * that is not the last, or when the transport takes no range now (one is queued, or it is
-     * closing). */
+     * that is not the last, or when the transport takes no range now (a file range or 8 bytes
+     * ranges are queued, or it is closing). */
     http1_conn_t *c = w;
     size_t len = (size_t)PyBytes_GET_SIZE(body);
     if (c->w->info.head || more) {

@@ -108,9 +108,9 @@ enum {
                                   * transport sends it through writev instead (pread) */
 };
 
-/* The most iovec entries a transport passes to writev in one call: the output buffer and a
- * bytes range queued by reference behind it. */
-#define SK_STREAM_IOV_MAX 2
+/* The most iovec entries a transport passes to writev in one call: the output buffer, then the
+ * bytes ranges queued by reference behind it, each followed by what was appended after it. */
+#define SK_STREAM_IOV_MAX 16
 
 /* One connection's stream, as its layer sees it. Embedded in the transport (never freed on its
  * own). */

@@ -85,17 +85,27 @@ enum {
     IO_SHUTDOWN = 4,         /* the layer's shutdown is to be called again (EPOLLOUT) */
 };
 
-/* A range queued after a transport's output: a file's (sk_transport_sendfile) or a bytes
- * object's (sk_transport_send_bytes), at most one, made for it and dropped once it is sent or
- * the connection closes (an idle connection keeps none: issue 37; the reactor keeps one dropped
- * block for the next range, spare_rg). What the handler appends while it is pending goes to
- * `tail`, sent after it. Owned: file_fd is closed, ref released when it is dropped. */
-typedef struct {
-    PyObject *ref;      /* an exact bytes object (immutable), or NULL for a file's range */
-    int file_fd;        /* the file, or -1 for a bytes range */
-    uint64_t off, left; /* bytes: into the file or the bytes object, and still unsent */
+/* A range queued after a transport's output: a file's (sk_transport_sendfile), alone, or a part
+ * of a bytes object (sk_transport_send_bytes, _send_slice), up to RANGES_MAX in a chain, each
+ * made for it and dropped once it is sent or the connection closes (an idle connection keeps
+ * none: issue 37; the reactor keeps up to SPARE_RANGES dropped blocks for the next ones). What
+ * the handler appends while a range is the chain's last goes to its `tail`, sent after it: the
+ * output is `out`, then each range followed by its tail. Owned: file_fd is closed, ref released
+ * when it is dropped. */
+typedef struct tp_range {
+    struct tp_range *next; /* the next range in the chain (or in the reactor's spares), or NULL */
+    PyObject *ref;         /* an exact bytes object (immutable), or NULL for a file's range */
+    int file_fd;           /* the file, or -1 for a bytes range */
+    uint64_t off, left;    /* bytes: into the file or the bytes object, and still unsent */
     sk_buf_t tail;
 } tp_range_t;
+
+/* Bytes ranges a transport chains at most (an HTTP/2 connection queues each DATA frame of a body
+ * held by reference as one: SK_OUTPUT_HIGH_WATER / 16 KiB frames, and one more while the first
+ * is partly sent; HTTP/1.1 at most two); past it the caller copies. Dropped blocks the reactor
+ * keeps for the next ranges. */
+#define RANGES_MAX 8
+#define SPARE_RANGES 16
 
 struct sk_transport {
     sk_stream_t s; /* the socket (s.fd, -1 once closed) and the layer's state */
@@ -108,7 +118,7 @@ struct sk_transport {
     void *retired_h;
     sk_buf_t in;    /* received bytes the handler has not consumed */
     sk_buf_t out;   /* bytes the kernel has not accepted */
-    tp_range_t *rg; /* owned: the range queued after `out`, NULL = none */
+    tp_range_t *rg; /* owned: the first range of the chain queued after `out`, NULL = none */
     uint32_t epoll_events;
     uint8_t state;         /* enum tp_state */
     uint8_t dispatching;   /* a data_received() call is on the stack: it writes when it returns */
@@ -166,9 +176,11 @@ struct sk_reactor {
     /* The transports, and the handlers' state (sk_transport_handler_alloc), each packed in
      * chunks of their own (sk_slab.h: issue 37, memory per idle connection). */
     sk_slab_t tslab, hslab;
-    /* A range block freed by the last range sent, for the next (range_new): a body sent by
-     * reference per response would otherwise allocate and free one each time. Owned. */
+    /* Range blocks freed by the last ranges sent, for the next (range_new), linked by `next`, at
+     * most SPARE_RANGES: a body sent by reference per response (or per HTTP/2 DATA frame) would
+     * otherwise allocate and free one each time. Owned. */
     tp_range_t *spare_rg;
+    int nspare;
     char readbuf[READ_SIZE];
 };
 
@@ -543,13 +555,14 @@ nothing_waits(const sk_transport_t *t)
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
-/* Unsent output, in bytes: the buffer, the queued range and what follows it (saturating). */
+/* Unsent output, in bytes: the buffer, then each queued range and what follows it (saturating). */
 static size_t
 pending_out(const sk_transport_t *t)
 {
-    const tp_range_t *rg = t->rg;
-    uint64_t n = (uint64_t)sk_buf_len(&t->out) +
-                 (rg != NULL ? rg->left + (uint64_t)sk_buf_len(&rg->tail) : 0);
+    uint64_t n = (uint64_t)sk_buf_len(&t->out);
+    for (const tp_range_t *rg = t->rg; rg != NULL; rg = rg->next) {
+        n += rg->left + (uint64_t)sk_buf_len(&rg->tail);
+    }
     return n > (uint64_t)SIZE_MAX ? SIZE_MAX : (size_t)n;
 }
 
@@ -559,21 +572,33 @@ range_pending(const sk_transport_t *t)
     return t->rg != NULL;
 }
 
-/* Unsent bytes of a queued bytes range (0: none, or a file's range). */
+/* Unsent bytes of the first queued range when it is a bytes range (0: none, or a file's). */
 static inline uint64_t
 bytes_left(const sk_transport_t *t)
 {
     return t->rg != NULL && t->rg->ref != NULL ? t->rg->left : 0;
 }
 
-/* Queues an empty range: 0, or -1 when memory runs out. */
+/* The chain's last range, or NULL. */
+static tp_range_t *
+range_last(const sk_transport_t *t)
+{
+    tp_range_t *rg = t->rg;
+    while (rg != NULL && rg->next != NULL) {
+        rg = rg->next;
+    }
+    return rg;
+}
+
+/* Queues a range at the chain's end (an empty tail follows it): 0, or -1 when memory runs out. */
 static int
 range_new(sk_transport_t *t, PyObject *ref, int fd, uint64_t off, uint64_t count)
 {
-    assert(t->rg == NULL);
-    tp_range_t *rg = t->reactor->spare_rg;
+    sk_reactor_t *r = t->reactor;
+    tp_range_t *rg = r->spare_rg;
     if (rg != NULL) {
-        t->reactor->spare_rg = NULL;
+        r->spare_rg = rg->next;
+        r->nspare--;
         memset(rg, 0, sizeof(*rg));
     }
     else if ((rg = PyMem_RawCalloc(1, sizeof(tp_range_t))) == NULL) {
@@ -583,44 +608,61 @@ range_new(sk_transport_t *t, PyObject *ref, int fd, uint64_t off, uint64_t count
     rg->file_fd = fd;
     rg->off = off;
     rg->left = count;
-    t->rg = rg;
+    tp_range_t *last = range_last(t);
+    if (last != NULL) {
+        last->next = rg;
+    }
+    else {
+        t->rg = rg;
+    }
     return 0;
 }
 
-/* Drops the queued range, its file descriptor or bytes object and what followed it. */
+/* Drops the chain's first range, its file descriptor or bytes object and what followed it. */
 static void
-range_drop(sk_transport_t *t)
+range_pop(sk_transport_t *t)
 {
     tp_range_t *rg = t->rg;
-    if (rg == NULL) {
-        return;
-    }
-    t->rg = NULL;
+    sk_reactor_t *r = t->reactor;
+    t->rg = rg->next;
     if (rg->file_fd >= 0) {
         close(rg->file_fd);
     }
     Py_XDECREF(rg->ref); /* an exact bytes object: its deallocation runs no Python code */
     sk_buf_free(&rg->tail);
-    if (t->reactor->spare_rg == NULL) {
-        t->reactor->spare_rg = rg;
+    if (r->nspare < SPARE_RANGES) {
+        rg->next = r->spare_rg;
+        r->spare_rg = rg;
+        r->nspare++;
     }
     else {
         PyMem_RawFree(rg);
     }
 }
 
-/* The queued range is sent: what the handler appended behind it becomes the output. */
+/* Drops every queued range, with what followed each. */
+static void
+range_drop(sk_transport_t *t)
+{
+    while (t->rg != NULL) {
+        range_pop(t);
+    }
+}
+
+/* The first queued range is sent (so is `out`): what the handler appended behind it becomes the
+ * output. */
 static void
 range_done(sk_transport_t *t)
 {
     tp_range_t *rg = t->rg;
+    assert(sk_buf_len(&t->out) == 0 && rg->left == 0);
     if (sk_buf_len(&rg->tail) > 0) {
         sk_buf_t sent = t->out; /* empty: the range is only sent once `out` is */
         t->out = rg->tail;
         rg->tail = sent; /* its storage goes with the range */
     }
     /* else `out` keeps its storage for the next response, as before the range */
-    range_drop(t);
+    range_pop(t);
 }
 
 /* Answers a write-side would-block of the layer: 0 (SK_STREAM_WANT_WRITE: EPOLLOUT, as the
@@ -698,29 +740,54 @@ file_send(sk_transport_t *t, int *reason)
     return -2;
 }
 
-/* One write of the buffer and the queued bytes range behind it (the range alone once the buffer
- * is sent) through the layer, never copying the range: > 0 bytes sent, 0 the kernel takes no
- * more for now, -1 the peer is gone. */
+/* One write of the buffer and the queued bytes ranges behind it, each followed by its tail, up
+ * to a file range or SK_STREAM_IOV_MAX entries, through the layer, never copying a range: > 0
+ * bytes sent (*finished counts the ranges that were sent whole: dropped, their tails now the
+ * output), 0 the kernel takes no more for now, -1 the peer is gone. */
 static ssize_t
-bytes_send(sk_transport_t *t)
+bytes_send(sk_transport_t *t, int *finished)
 {
     struct iovec iov[SK_STREAM_IOV_MAX];
     int cnt = 0;
-    size_t head = sk_buf_len(&t->out);
-    if (head > 0) {
-        iov[cnt++] = (struct iovec){(void *)sk_buf_head(&t->out), head};
+    if (sk_buf_len(&t->out) > 0) {
+        iov[cnt++] = (struct iovec){(void *)sk_buf_head(&t->out), sk_buf_len(&t->out)};
     }
-    tp_range_t *rg = t->rg;
-    iov[cnt++] = (struct iovec){PyBytes_AS_STRING(rg->ref) + rg->off, (size_t)rg->left};
+    for (const tp_range_t *rg = t->rg; rg != NULL && rg->ref != NULL && cnt < SK_STREAM_IOV_MAX;
+         rg = rg->next) {
+        if (rg->left > 0) {
+            iov[cnt++] = (struct iovec){PyBytes_AS_STRING(rg->ref) + rg->off, (size_t)rg->left};
+        }
+        if (sk_buf_len(&rg->tail) > 0 && cnt < SK_STREAM_IOV_MAX) {
+            iov[cnt++] = (struct iovec){(void *)sk_buf_head(&rg->tail), sk_buf_len(&rg->tail)};
+        }
+    }
     ssize_t n = t->sops->writev(&t->s, iov, cnt, 0);
-    if (n > 0) {
-        size_t from_head = (size_t)n < head ? (size_t)n : head;
-        sk_buf_consume(&t->out, from_head);
-        rg->off += (uint64_t)n - from_head;
-        rg->left -= (uint64_t)n - from_head;
-        return n;
+    if (n <= 0) {
+        return write_blocked(t, n);
     }
-    return write_blocked(t, n);
+    /* consumed in the order offered: the buffer, the first range, its tail (the buffer once the
+     * range is dropped), the next range, ... */
+    size_t left = (size_t)n;
+    for (;;) {
+        size_t k = left < sk_buf_len(&t->out) ? left : sk_buf_len(&t->out);
+        sk_buf_consume(&t->out, k);
+        left -= k;
+        if (left == 0 || t->rg == NULL || t->rg->ref == NULL) {
+            break;
+        }
+        tp_range_t *rg = t->rg;
+        uint64_t r = left < rg->left ? left : rg->left;
+        rg->off += r;
+        rg->left -= r;
+        left -= (size_t)r;
+        if (rg->left > 0) {
+            break;
+        }
+        range_done(t);
+        (*finished)++;
+    }
+    assert(left == 0);
+    return n;
 }
 
 /* One write of the buffer through the layer (more: a file range follows), the bytes sent
@@ -743,14 +810,14 @@ buf_send(sk_transport_t *t, int more)
 static int
 tp_flush(sk_transport_t *t)
 {
-    int progress = 0, range_finished = 0;
+    int progress = 0, range_finished = 0; /* ranges sent whole */
     int was_high = pending_out(t) >= SK_OUTPUT_HIGH_WATER;
     int was_stalled = t->tp_deadline != 0;
     assert(t->state == TP_OPEN || t->state == TP_CLOSING);
     for (;;) {
         if (bytes_left(t) > 0) {
-            /* a bytes range: sent with the buffer before it, in one call, never copied */
-            ssize_t n = bytes_send(t);
+            /* bytes ranges: sent with the buffer before them, in one call, never copied */
+            ssize_t n = bytes_send(t, &range_finished);
             if (n > 0) {
                 progress = 1;
                 continue;
@@ -779,7 +846,7 @@ tp_flush(sk_transport_t *t)
         }
         if (t->rg->left == 0) {
             range_done(t);
-            range_finished = 1;
+            range_finished++;
             continue;
         }
         int reason = 0;
@@ -1059,7 +1126,7 @@ layer_held(sk_transport_t *t)
 sk_buf_t *
 sk_transport_out(sk_transport_t *t)
 {
-    return range_pending(t) ? &t->rg->tail : &t->out;
+    return range_pending(t) ? &range_last(t)->tail : &t->out;
 }
 
 size_t
@@ -1074,17 +1141,20 @@ sk_transport_file_pending(const sk_transport_t *t)
     return t->rg != NULL && t->rg->file_fd >= 0;
 }
 
-/* Makes a queued bytes range ordinary output: what is left of it, then what followed it, are
- * copied to the end of `out` and the object is released. 0, or -1 (nothing changed) when memory
+/* Makes the queued bytes ranges ordinary output: what is left of each, then what followed it, are
+ * copied to the end of `out` and the objects are released. 0, or -1 (nothing changed) when memory
  * runs out. */
 static int
 bytes_flatten(sk_transport_t *t)
 {
-    tp_range_t *rg = t->rg;
     size_t len = sk_buf_len(&t->out);
-    int rc = sk_buf_append(&t->out, PyBytes_AS_STRING(rg->ref) + rg->off, (size_t)rg->left);
-    if (rc == 0) {
-        rc = sk_buf_append(&t->out, sk_buf_head(&rg->tail), sk_buf_len(&rg->tail));
+    int rc = 0;
+    for (const tp_range_t *rg = t->rg; rg != NULL && rc == 0; rg = rg->next) {
+        assert(rg->ref != NULL);
+        rc = sk_buf_append(&t->out, PyBytes_AS_STRING(rg->ref) + rg->off, (size_t)rg->left);
+        if (rc == 0) {
+            rc = sk_buf_append(&t->out, sk_buf_head(&rg->tail), sk_buf_len(&rg->tail));
+        }
     }
     if (rc < 0) {
         t->out.end = t->out.start + len;
@@ -1097,8 +1167,9 @@ bytes_flatten(sk_transport_t *t)
 int
 sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count)
 {
-    /* A bytes range still being sent (an earlier response's body to a slow reader) gives way:
-     * copied into the output, as it would have been without the range, so the file can follow. */
+    /* Bytes ranges still being sent (an earlier response's body to a slow reader) give way:
+     * copied into the output, as they would have been without the ranges, so the file can
+     * follow. */
     if (t->state != TP_OPEN || sk_transport_file_pending(t) ||
         (t->rg != NULL && bytes_flatten(t) < 0)) {
         close(fd);
@@ -1116,16 +1187,31 @@ sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count
 }
 
 int
-sk_transport_send_bytes(sk_transport_t *t, PyObject *bytes)
+sk_transport_send_slice(sk_transport_t *t, PyObject *bytes, size_t offset, size_t count)
 {
     assert(PyBytes_CheckExact(bytes));
-    if (t->state != TP_OPEN || range_pending(t)) {
+    assert(offset <= (size_t)PyBytes_GET_SIZE(bytes) &&
+           count <= (size_t)PyBytes_GET_SIZE(bytes) - offset);
+    if (t->state != TP_OPEN || sk_transport_file_pending(t)) {
         return -1;
     }
-    if (PyBytes_GET_SIZE(bytes) == 0) {
+    if (count == 0) {
         return 0;
     }
-    return range_new(t, bytes, -1, 0, (uint64_t)PyBytes_GET_SIZE(bytes));
+    int n = 0;
+    for (const tp_range_t *rg = t->rg; rg != NULL; rg = rg->next) {
+        n++;
+    }
+    if (n >= RANGES_MAX) {
+        return -1;
+    }
+    return range_new(t, bytes, -1, offset, count);
+}
+
+int
+sk_transport_send_bytes(sk_transport_t *t, PyObject *bytes)
+{
+    return sk_transport_send_slice(t, bytes, 0, (size_t)PyBytes_GET_SIZE(bytes));
 }
 
 size_t
@@ -1340,7 +1426,8 @@ sk_transport_abort(sk_transport_t *t, int reset)
     else if (bytes_left(t) > 0) {
         /* Best effort: what was already produced goes out, a queued body with it, as it would
          * have from the buffer; the message stays incomplete. */
-        (void)bytes_send(t);
+        int finished = 0;
+        (void)bytes_send(t, &finished);
     }
     else if (sk_buf_len(&t->out) > 0) {
         /* Best effort: what was already produced goes out; the message stays incomplete. */
@@ -1798,7 +1885,11 @@ sk_reactor_free(sk_reactor_t *r)
         return;
     }
     sk_reactor_close(r); /* every transport is freed, and every handler with it */
-    PyMem_RawFree(r->spare_rg);
+    while (r->spare_rg != NULL) {
+        tp_range_t *rg = r->spare_rg;
+        r->spare_rg = rg->next;
+        PyMem_RawFree(rg);
+    }
     sk_slab_release(&r->tslab);
     sk_slab_release(&r->hslab);
     PyMem_Free(r);

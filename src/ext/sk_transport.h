@@ -201,19 +201,25 @@ int sk_transport_is_open(const sk_transport_t *t);
  * timeout, an abort) and on error. Send it with sk_transport_write(). If the file ends before
  * `count` bytes or cannot be read, the connection is reset (the message must not look complete)
  * and closed() gets SK_CLOSED_FILE_SHORT or SK_CLOSED_FILE_ERROR. Returns 0, or -1 (fd closed)
- * when the transport is not open or a file range is already queued (one at a time); a queued bytes
- * range (sk_transport_send_bytes) is first copied into the output, then it is -1 only when memory
- * runs out. */
+ * when the transport is not open or a file range is already queued (one at a time); queued bytes
+ * ranges (sk_transport_send_slice) are first copied into the output, then it is -1 only when
+ * memory runs out. */
 int sk_transport_sendfile(sk_transport_t *t, int fd, uint64_t offset, uint64_t count);
-/* Queues the bytes of `bytes` (an exact bytes object, so immutable; a new reference is taken)
- * after the output appended so far, by reference: sent together with that output in one write
- * of the stream layer (the plain layer: one sendmsg(2)), never copied into the buffer. As a file range (sk_transport_sendfile) otherwise:
- * what the handler appends from now on follows it, it counts in sk_transport_out_len(), and the
- * high-water mark, writable() (called when it is sent), the write-progress deadline and closing
- * apply to it; an abort sends what it can of it with the buffer, as of any output. The reference
- * is released when the bytes are sent or the transport closes. An empty object queues nothing.
- * Returns 0, or -1 (nothing taken: append the bytes instead) when the transport is not open or a
- * range is already queued (one at a time). */
+/* Queues `count` bytes of `bytes` (an exact bytes object, so immutable; a new reference is taken)
+ * from `offset` (bytes; offset + count <= its size) after the output appended so far, by
+ * reference: sent together with that output in one write of the stream layer (the plain layer:
+ * one sendmsg(2)), never copied into the buffer. Up to 8 such ranges queue one behind another,
+ * each with what the handler appended after it (an HTTP/2 connection queues each DATA frame's
+ * payload so: its 9-byte head in the buffer, then the slice). As a file range
+ * (sk_transport_sendfile) otherwise: what the handler appends from now on follows it, it counts
+ * in sk_transport_out_len(), and the high-water mark, writable() (also called when a range is
+ * sent), the write-progress deadline and closing apply to it; an abort sends what it can of it
+ * with the buffer, as of any output. The reference is released when the bytes are sent or the
+ * transport closes. An empty slice queues nothing. Returns 0, or -1 (nothing taken: append the
+ * bytes instead) when the transport is not open, a file range is queued, 8 ranges are, or
+ * memory runs out. */
+int sk_transport_send_slice(sk_transport_t *t, PyObject *bytes, size_t offset, size_t count);
+/* sk_transport_send_slice of the whole of `bytes`. */
 int sk_transport_send_bytes(sk_transport_t *t, PyObject *bytes);
 /* 1 while a file range is queued and not completely sent (writable() is called when it is). A
  * bytes range only counts in sk_transport_out_len(), as the same bytes in the buffer would. */
