@@ -256,10 +256,10 @@ field_value(sk_state *st, const char *src, size_t len)
 {
     /* New reference: the field value src (len bytes) as bytes: the shared object when it is a
      * common one byte for byte (st->field_values), else a new one. NULL with MemoryError. */
-    for (size_t i = 0; len > 0 && len < 256 && i < SK_FIELD_VALUES; i++) {
-        if (st->field_value_len[i] == len &&
-            memcmp(PyBytes_AS_STRING(st->field_values[i]), src, len) == 0) {
-            return Py_NewRef(st->field_values[i]);
+    for (unsigned k = len < 256 ? st->field_value_first[len] : 0; k != 0;
+         k = st->field_value_next[k - 1]) {
+        if (memcmp(PyBytes_AS_STRING(st->field_values[k - 1]), src, len) == 0) {
+            return Py_NewRef(st->field_values[k - 1]);
         }
     }
     return PyBytes_FromStringAndSize(src, (Py_ssize_t)len);

@@ -642,11 +642,15 @@ sk_exec(PyObject *module)
             goto error;
         }
     }
-    for (size_t i = 0; i < SK_FIELD_VALUES; i++) {
+    /* built back to front, so each length's chain is in FIELD_VALUES' order */
+    for (size_t i = SK_FIELD_VALUES; i-- > 0;) {
         if ((st->field_values[i] = PyBytes_FromString(FIELD_VALUES[i])) == NULL) {
             goto error;
         }
-        st->field_value_len[i] = (uint8_t)strlen(FIELD_VALUES[i]);
+        size_t len = strlen(FIELD_VALUES[i]);
+        assert(len > 0 && len < 256);
+        st->field_value_next[i] = st->field_value_first[len];
+        st->field_value_first[len] = (uint8_t)(i + 1);
     }
     v = PyUnicode_FromString("0.1.0");
     if (v == NULL || PyModule_AddObjectRef(module, "__version__", v) < 0) {

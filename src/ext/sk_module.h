@@ -107,10 +107,14 @@ typedef struct {
     PyObject *disconnect_msg; /* {"type": "http.disconnect"} prototype, copied per use */
     PyObject *empty_bytes;
     PyObject *methods[SK_METHOD_CACHE];
-    PyObject *field_names[SK_FIELD_NAMES];    /* common lower-cased field names as bytes, shared by
+    PyObject *field_names[SK_FIELD_NAMES];   /* common lower-cased field names as bytes, shared by
                                            * every scope's headers (sk_asgi_headers) */
-    PyObject *field_values[SK_FIELD_VALUES];  /* common field values as bytes, shared likewise */
-    uint8_t field_value_len[SK_FIELD_VALUES]; /* their lengths in bytes (each under 256) */
+    PyObject *field_values[SK_FIELD_VALUES]; /* common field values as bytes, shared likewise */
+    /* field_values by length, so a lookup compares only the values of the field's length: 1 + the
+     * index of the first of each length in bytes (0: none; each is under 256 bytes), and 1 + the
+     * index of the next of the same length (0: the last). */
+    uint8_t field_value_first[256];
+    uint8_t field_value_next[SK_FIELD_VALUES];
     /* interned strings */
     PyObject *s_type, *s_asgi, *s_http_version, *s_method, *s_scheme, *s_path, *s_raw_path;
     PyObject *s_query_string, *s_root_path, *s_headers, *s_client, *s_server, *s_state;
