@@ -651,6 +651,19 @@ data_read(nghttp2_session *ng, int32_t id,
     return (ssize_t)n;
 }
 
+/* The body held by reference is `n` bytes further given: released once all of it is (an exact
+ * bytes object: its release runs no Python code; the transport holds its own reference to the
+ * slices it still sends). */
+static void
+ref_advance(h2_stream_t *s, size_t n)
+{
+    s->ref_off += n;
+    if (ref_len(s) == 0) {
+        Py_CLEAR(s->ref);
+        s->ref_off = 0;
+    }
+}
+
 /* send_data()'s answer once a frame is appended: NGHTTP2_ERR_PAUSE once the output reaches
  * SK_OUTPUT_HIGH_WATER, else 0. */
 static int
@@ -670,9 +683,9 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
 {
     /* One DATA frame data_read() measured, appended whole to the transport's output: the 9-byte
      * header, the pad length when padded, `length` bytes taken from where data_read() found
-     * them (the body held by reference: SLICE_MIN bytes or more queued as a slice of it
-     * (sk_transport_send_slice, not copied), fewer or when the transport takes no more slices
-     * copied, and released once all given; the queue: consumed; the file
+     * them (the body held by reference: SLICE_MIN bytes or more of an unpadded frame queued as
+     * a slice of it (sk_transport_send_slice, not copied), else or when the transport takes no
+     * more slices copied, and released once all given; the queue: consumed; the file
      * range: pread(2) into the output, and once it is done what was given meanwhile goes next),
      * the padding. Nothing is appended unless all of it is: a file that shrank or fails resets
      * the stream (NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE: RST_STREAM INTERNAL_ERROR; a frame the
@@ -690,35 +703,17 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
     if (s->ref != NULL && length > ref_len(s)) {
         return NGHTTP2_ERR_CALLBACK_FAILURE; /* not what data_read() measured */
     }
-    if (s->ref != NULL && length >= SLICE_MIN) {
+    if (s->ref != NULL && length >= SLICE_MIN && pad == 0) {
         /* the payload by reference (sk_transport_send_slice), behind the head in the output:
          * never copied here (a 64 KiB body cost a 64 KiB memcpy per response: bench/HTTP2.md) */
-        if (sk_buf_reserve(out, FRAME_HEAD + 1) < 0) {
+        if (sk_buf_append(out, framehd, FRAME_HEAD) < 0) {
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         }
-        size_t at = out->end;
-        memcpy(out->data + at, framehd, FRAME_HEAD);
-        out->end += FRAME_HEAD;
-        if (pad > 0) {
-            out->data[out->end++] = (char)(pad - 1);
-        }
         if (sk_transport_send_slice(c->t, s->ref, s->ref_off, length) == 0) {
-            s->ref_off += length;
-            if (ref_len(s) == 0) {
-                Py_CLEAR(s->ref); /* the transport holds its own reference while it sends */
-                s->ref_off = 0;
-            }
-            out = sk_transport_out(c->t); /* the tail behind the slice */
-            if (pad > 1 && sk_buf_reserve(out, pad - 1) < 0) {
-                return NGHTTP2_ERR_CALLBACK_FAILURE; /* the frame is cut: the session ends */
-            }
-            if (pad > 1) {
-                memset(out->data + out->end, 0, pad - 1);
-                out->end += pad - 1;
-            }
+            ref_advance(s, length);
             return data_sent(c);
         }
-        out->end = at; /* no range taken: the frame is written whole below, copied */
+        out->end -= FRAME_HEAD; /* no range taken: the frame is written whole below, copied */
     }
     if (sk_buf_reserve(out, FRAME_HEAD + pad + length) < 0) {
         return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -731,11 +726,7 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
     }
     if (s->ref != NULL) {
         memcpy(p, PyBytes_AS_STRING(s->ref) + s->ref_off, length);
-        s->ref_off += length;
-        if (ref_len(s) == 0) {
-            Py_CLEAR(s->ref); /* an exact bytes object: its release runs no Python code */
-            s->ref_off = 0;
-        }
+        ref_advance(s, length);
     }
     else if (sk_buf_len(&s->body) > 0) {
         if (length > sk_buf_len(&s->body)) {

@@ -590,10 +590,20 @@ range_last(const sk_transport_t *t)
     return rg;
 }
 
-/* Queues a range at the chain's end (an empty tail follows it): 0, or -1 when memory runs out. */
+/* Queues a range at the chain's end (an empty tail follows it): 0, or -1 when RANGES_MAX are
+ * queued or memory runs out. */
 static int
 range_new(sk_transport_t *t, PyObject *ref, int fd, uint64_t off, uint64_t count)
 {
+    int n = 0;
+    tp_range_t *last = NULL;
+    for (tp_range_t *q = t->rg; q != NULL; q = q->next) {
+        last = q;
+        n++;
+    }
+    if (n >= RANGES_MAX) {
+        return -1;
+    }
     sk_reactor_t *r = t->reactor;
     tp_range_t *rg = r->spare_rg;
     if (rg != NULL) {
@@ -608,7 +618,6 @@ range_new(sk_transport_t *t, PyObject *ref, int fd, uint64_t off, uint64_t count
     rg->file_fd = fd;
     rg->off = off;
     rg->left = count;
-    tp_range_t *last = range_last(t);
     if (last != NULL) {
         last->next = rg;
     }
@@ -1197,13 +1206,6 @@ sk_transport_send_slice(sk_transport_t *t, PyObject *bytes, size_t offset, size_
     }
     if (count == 0) {
         return 0;
-    }
-    int n = 0;
-    for (const tp_range_t *rg = t->rg; rg != NULL; rg = rg->next) {
-        n++;
-    }
-    if (n >= RANGES_MAX) {
-        return -1;
     }
     return range_new(t, bytes, -1, offset, count);
 }
