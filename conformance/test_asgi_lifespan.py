@@ -315,3 +315,53 @@ def test_request_shutdown_before_run_counts_as_when_serving(loop_name, calls):
         assert result == [1]
         assert "lifespan.shutdown" not in log.items
         assert "Forced exit: cancelling application startup" in texts, texts
+
+
+_ONE_SIGTERM_AS_THE_LOOP_STARTS = """
+import asyncio, logging, os, signal, sys
+import skirr
+
+async def app(scope, receive, send):
+    while True:
+        message = await receive()
+        print(message["type"], flush=True)
+        await send({"type": message["type"] + ".complete"})
+        if message["type"] == "lifespan.shutdown":
+            return
+
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+server = skirr.Server(skirr.Config(app, host="127.0.0.1", port=0, loop=sys.argv[1],
+                                   lifespan="on"))
+# skirr's worker: SIGTERM is a graceful stop before the loop's own handler exists
+signal.signal(signal.SIGTERM, lambda signum, frame: server.request_shutdown())
+module = __import__("uvloop") if sys.argv[1] == "uvloop" else asyncio
+new_event_loop = module.new_event_loop
+
+def new_loop():
+    loop = new_event_loop()
+    loop.call_soon(os.kill, os.getpid(), signal.SIGTERM)  # the first thing the running loop does
+    return loop
+
+module.new_event_loop = new_loop
+sys.exit(server.run())
+"""
+
+
+@rule("skirr-server-one-signal-counted-once")
+def test_one_sigterm_as_the_loop_starts_counts_once(loop_name, tmp_path):
+    """One SIGTERM just as run()'s loop starts, in a process whose Python-level handler calls
+    request_shutdown() (skirr's worker): one request, so lifespan startup, not serving, lifespan
+    shutdown and exit 0. Under uvloop it used to be counted twice (the Python handler and the
+    loop's wakeup fd): the startup was cancelled and the exit status was 1."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "one_sigterm.py"
+    script.write_text(_ONE_SIGTERM_AS_THE_LOOP_STARTS)
+    done = subprocess.run([sys.executable, str(script), loop_name], capture_output=True,
+                          text=True, timeout=30)
+    assert done.stdout.split() == ["lifespan.startup", "lifespan.shutdown"], (done.stdout,
+                                                                              done.stderr)
+    assert "Shutdown requested during startup: not serving" in done.stderr, done.stderr
+    assert "Forced exit" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr

@@ -12,8 +12,10 @@ stop accepting, close the listening socket, ``native.shutdown()``, wait (polling
 ``timeout_graceful_shutdown``) until no connection and no request is left, ``native.close()``,
 lifespan shutdown, then (``run()``, which owns the loop) the tasks left are cancelled and get
 CANCEL_GRACE seconds to end: one that ignores its cancellation is logged and abandoned, status 1.
-A second signal forces exit: no more waiting, no lifespan shutdown, status 1; the signal handlers
-stay installed until the loop's last task has ended or been abandoned (never the default death).
+A second signal forces exit: no more waiting, no lifespan shutdown, status 1; ``run()`` installs
+the signal handlers before its loop runs (one signal is one request, whatever handled it before)
+and they stay installed until the loop's last task has ended or been abandoned (never the default
+death).
 TLS (``ssl_certfile``): the context is built before the bind (a bad file is one error, nothing
 bound); SIGHUP (a single process in the main thread; a supervisor rolls its workers instead)
 reloads its files: new connections get the new context, open ones keep theirs, and a reload
@@ -137,7 +139,13 @@ class Server:
         try:
             loop = self.config.loop_factory()()
             self._owns_loop = True
+            # Before the loop runs: a signal handled by a Python-level handler (skirr's worker
+            # installs one before the loop exists) is then never also delivered through the
+            # loop's wakeup fd once the loop's handler is in place; uvloop sets that fd when it
+            # starts running, so one SIGTERM in between counted twice and forced the exit
+            # (rule skirr-server-one-signal-counted-once).
             try:
+                self._install_signal_handlers(loop)
                 loop.run_until_complete(self.serve())
             finally:
                 try:
@@ -194,7 +202,6 @@ class Server:
         self._force = asyncio.Event()
         if self._requests > self._requests_served:
             self._force.set()
-        self._install_signal_handlers(loop)  # none when serve() failed before installing them
         await self._unless_forced(asyncio.wait(tasks, timeout=CANCEL_GRACE))
         pending = [task for task in tasks if not task.done()]
         if not pending:
@@ -284,8 +291,9 @@ class Server:
         try:
             # Before the import: SIGINT/SIGTERM while the app imports (the handler runs once the
             # import returns) or while lifespan startup runs is a graceful stop, never the
-            # default death.
-            handlers = self._install_signal_handlers(loop)
+            # default death. run() installed them before its loop ran.
+            handlers = [] if self._owns_loop else self._install_signal_handlers(loop)
+            handlers += self._install_reload_handler(loop)
             if config.metrics_port is not None and self._serve_metrics:
                 # Bound with the main listener, before any application code: a port in use is
                 # reported before the import (an empty exposition until serving starts).
@@ -576,18 +584,23 @@ class Server:
                         await t
 
     def _install_signal_handlers(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        """The shutdown signals (``_signals``) handled on ``loop``, in the main thread only;
+        returns those installed."""
         if threading.current_thread() is not threading.main_thread():
             return []
-        installed: list[int] = []
         for signum in self._signals:
             loop.add_signal_handler(signum, self._on_signal, signum)
-            installed.append(signum)
-        if self._tls is not None and signal.SIGINT in self._signals:
-            # a process of its own (not a supervised or gunicorn worker: only SIGTERM there;
-            # skirr's supervisor rolls its workers instead)
-            loop.add_signal_handler(signal.SIGHUP, self._reload_tls)
-            installed.append(signal.SIGHUP)
-        return installed
+        return list(self._signals)
+
+    def _install_reload_handler(self, loop: asyncio.AbstractEventLoop) -> list[int]:
+        """SIGHUP reloads the TLS files: a process of its own in the main thread (not a
+        supervised or gunicorn worker: only SIGTERM there; skirr's supervisor rolls its workers
+        instead); returns ``[SIGHUP]`` when installed."""
+        if (self._tls is None or signal.SIGINT not in self._signals
+                or threading.current_thread() is not threading.main_thread()):
+            return []
+        loop.add_signal_handler(signal.SIGHUP, self._reload_tls)
+        return [signal.SIGHUP]
 
     def _reload_tls(self) -> None:
         """SIGHUP: the TLS files read again; on failure one error line, the old context kept."""
@@ -600,6 +613,10 @@ class Server:
 
     def _on_signal(self, signum: int) -> None:
         logger.debug("Received %s", signal.Signals(signum).name)
+        if self._stop is None:  # run() installed the handler; serve() has not begun: it replays
+            with self._early_lock:
+                self._early_requests += 1
+            return
         self._on_shutdown_request()
 
     def _on_shutdown_request(self) -> None:
