@@ -167,6 +167,27 @@ def test_scope_exactly(serve):
 
 
 @pytest.mark.rule("h2-scope")
+def test_authority_pair_shared_like_a_host_field(serve):
+    """The (b"host", :authority) pair every HTTP/2 request gets holds what an HTTP/1.1 Host field
+    would: the one shared name, and the value of the stream before when equal (sk_serve_t's
+    last Host value), a differing value the stream's own; http_version is one shared "2"."""
+    app = Recorder()
+    authorities = ["example.org:81", "example.org:81", "example.org:82", "example.org:81"]
+    with serve(app) as srv:
+        with H2Client.open(srv.port) as c:
+            for authority in authorities:
+                sid = c.request([(":method", "GET"), (":scheme", "http"), (":path", "/"),
+                                 (":authority", authority)])
+                assert c.answer(sid).status == 200
+    pairs = [scope["headers"][-1] for scope in app.scopes]
+    assert [tuple(p) for p in pairs] == [(b"host", a.encode()) for a in authorities]
+    assert pairs[1][1] is pairs[0][1] and pairs[2][1] is not pairs[1][1]
+    assert pairs[3][1] is not pairs[0][1]  # the stream before sent another value
+    assert all(p[0] is pairs[0][0] for p in pairs)
+    assert all(scope["http_version"] is app.scopes[0]["http_version"] for scope in app.scopes)
+
+
+@pytest.mark.rule("h2-scope")
 def test_host_field_equal_to_authority_kept_differing_refused(serve):
     """A host field equal to :authority (compared case-insensitively) is kept in its place with
     :authority's bytes (one answer to "which host", as HTTP/1.1's absolute-form); one that differs makes the request malformed (RFC 9113 §8.3.1): RST_STREAM PROTOCOL_ERROR, the

@@ -293,8 +293,14 @@ sk_asgi_headers(sk_state *st, const sk_fields_t *p, int has_host, const char *au
         return NULL;
     }
     if (add_host) {
-        PyObject *pair = Py_BuildValue("(y#y#)", "host", (Py_ssize_t)(sizeof("host") - 1),
-                                       authority, (Py_ssize_t)authority_len);
+        /* the shared name, and the value through last_host as a Host field's (an HTTP/2
+         * request's :authority comes here on every stream) */
+        PyObject *value = last_host != NULL
+                              ? host_value(last_host, authority, authority_len)
+                              : PyBytes_FromStringAndSize(authority, (Py_ssize_t)authority_len);
+        PyObject *pair =
+            value != NULL ? PyTuple_Pack(2, st->field_names[SK_FIELD_HOST], value) : NULL;
+        Py_XDECREF(value);
         if (pair == NULL) {
             goto error;
         }

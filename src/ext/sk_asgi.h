@@ -55,7 +55,8 @@ typedef struct {
 /* New reference: [(lower-cased name, value), ...] in received order and with duplicates, from
  * the head's fields. With an authority from the target (authority != NULL: absolute-form) each
  * Host field's value is replaced by it (RFC 9112 §3.2.2), and a (b"host", authority) pair is
- * added last when the request had no Host field (has_host 0: HTTP/1.0). A name among the
+ * added last when the request had no Host field (has_host 0: HTTP/1.0, or HTTP/2's :authority;
+ * its name and value shared as a Host field's below). A name among the
  * common ones (sk_state.field_names) is the one shared bytes object every scope gets, not a
  * copy, and so is a value among the common ones (sk_state.field_values, compared exactly), and
  * a Host value equal to *last_host (a strong reference the caller owns, replaced by each new

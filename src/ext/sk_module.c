@@ -344,6 +344,7 @@ static PyType_Spec bound_spec = {
     X(s_http, "http") \
     X(s_1_0, "1.0") \
     X(s_1_1, "1.1") \
+    X(s_2, "2") \
     X(s_http_request, "http.request") \
     X(s_http_disconnect, "http.disconnect") \
     X(s_http_response_start, "http.response.start") \

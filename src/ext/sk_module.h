@@ -118,7 +118,7 @@ typedef struct {
     /* interned strings */
     PyObject *s_type, *s_asgi, *s_http_version, *s_method, *s_scheme, *s_path, *s_raw_path;
     PyObject *s_query_string, *s_root_path, *s_headers, *s_client, *s_server, *s_state;
-    PyObject *s_body, *s_more_body, *s_status, *s_http, *s_1_0, *s_1_1;
+    PyObject *s_body, *s_more_body, *s_status, *s_http, *s_1_0, *s_1_1, *s_2;
     PyObject *s_http_request, *s_http_disconnect, *s_http_response_start, *s_http_response_body;
     PyObject *s_create_task, *s_create_future, *s_throw, *s_close, *s_set_result;
     PyObject *s_add_done_callback;
