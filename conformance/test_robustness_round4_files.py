@@ -464,3 +464,61 @@ def test_websocket_denial_body_waits(serve):
         r = c.response()
         assert (r.status, r.body == chunk * n, r.complete) == (403, True, True)
         assert (progress.get("done"), progress.get("finished")) == (n, 1)
+
+
+@pytest.mark.rule("skirr-flow-every-send-waits")
+@pytest.mark.parametrize("end", ["denial", "close"])
+def test_websocket_send_waiting_while_another_task_ends_it(serve, end):
+    """A send() that waits at the mark in one task (a denial body with more_body True, or a
+    websocket.send) while the app's own task ends the exchange (the last denial body, or
+    websocket.close): once the client has read everything, the waiting send() returns as any
+    other completed send (its bytes were written), never ClientDisconnected: the client did not
+    leave. (A finished denial closes the connection once written: that close used to fail the
+    waiting send.)"""
+    chunk = b"d" * (kernel_send_buffer_max() + 2 * RCVBUF + 2 * HIGH_WATER)
+    outcome: list[str] = []
+
+    async def app(scope, receive, send):
+        import asyncio
+
+        assert (await receive())["type"] == "websocket.connect"
+        if end == "denial":
+            await send({"type": "websocket.http.response.start", "status": 403, "headers": []})
+            big_message = {"type": "websocket.http.response.body", "body": chunk,
+                           "more_body": True}
+            last = {"type": "websocket.http.response.body", "body": b"end"}
+        else:
+            await send({"type": "websocket.accept"})
+            big_message = {"type": "websocket.send", "bytes": chunk}
+            last = {"type": "websocket.close", "code": 1000}
+
+        async def big():
+            try:
+                await send(big_message)
+                outcome.append("returned")
+            except Exception as exc:
+                outcome.append(type(exc).__name__)
+
+        waiting = asyncio.ensure_future(big())
+        await asyncio.sleep(0.3)  # the client reads nothing: big() is waiting for drain
+        outcome.append("waiting" if not waiting.done() else "not waiting")
+        await send(last)
+        await waiting
+
+    with serve(app, date_header=False) as srv:
+        c = small_client(srv, rcvbuf=RCVBUF, timeout=10.0)
+        c.send(upgrade())
+        time.sleep(0.6)
+        if end == "denial":
+            r = c.response()
+            assert (r.status, r.body == chunk + b"end", r.complete) == (403, True, True)
+        else:
+            assert c.read_until(b"\r\n\r\n").startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
+            want = (bytes([0x82, 127]) + len(chunk).to_bytes(8, "big") + chunk
+                    + frame(0x88, b"\x03\xe8", masked=False))
+            assert read_all(c, len(want)) == want
+            c.send(frame(0x88, b"\x03\xe8"))
+        deadline = time.monotonic() + 5
+        while len(outcome) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert outcome == ["waiting", "returned"]

@@ -371,8 +371,12 @@ static void
 ws_closed(void *h, int reason)
 {
     ws1_t *w = h;
-    (void)reason;
     w->t = NULL;
+    if (reason == SK_CLOSED_LINGER_DONE) {
+        /* a close of the server's own (a denial the app finished, a Close handshake) after every
+         * byte was written: a send() still waiting for drain completed, its bytes went out */
+        sk_wss_drained(w->session);
+    }
     if (w->state != WS_DONE) {
         set_state(w, WS_DONE);
     }
