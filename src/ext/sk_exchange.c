@@ -506,9 +506,8 @@ sk_exchange_scope(sk_serve_t *srv, const sk_req_head_t *h, PyObject **ext_out)
     if (h->http_major == 1 && h->http_minor == 0) {
         SET(st->s_http_version, Py_NewRef(st->s_1_0));
     }
-    else if (h->http_major == 2) {
-        SET(st->s_http_version,
-            Py_NewRef(st->s_2)); /* one shared str, not one formatted per stream */
+    else if (h->http_major == 2) { /* one shared str, not one formatted per stream */
+        SET(st->s_http_version, Py_NewRef(st->s_2));
     }
     else if (h->http_major != 1) {
         SET(st->s_http_version, PyUnicode_FromFormat("%d", (int)h->http_major));
