@@ -8,7 +8,10 @@ which worker (old or new code) served.
     GET /slow?s=S    -> logs "slow-start PID", sleeps S seconds, answers "done PID"
     GET /block?s=S   -> blocks the worker's event loop for S seconds (time.sleep), then "PID"
     lifespan         -> startup fails ("refused by $SKIRR_TEST_FAIL_FILE") while the file named by
-                        $SKIRR_TEST_FAIL_FILE exists; logs "startup PID" / "shutdown PID"
+                        $SKIRR_TEST_FAIL_FILE exists; logs "startup PID" / "shutdown PID"; with
+                        $SKIRR_TEST_STARTUP_SLEEP, logs "startup-begin PID" and sleeps that long
+                        first
+    import           -> with $SKIRR_TEST_IMPORT_SLEEP, logs "import PID" and sleeps that long
 """
 import asyncio
 import os
@@ -20,6 +23,9 @@ from basic import log, read_body, respond
 _VERSION_FILE = os.environ.get("SKIRR_TEST_VERSION_FILE")
 VERSION = open(_VERSION_FILE).read().strip() if _VERSION_FILE else "v1"
 PID = os.getpid()
+if os.environ.get("SKIRR_TEST_IMPORT_SLEEP"):
+    log(f"import {PID}")
+    time.sleep(float(os.environ["SKIRR_TEST_IMPORT_SLEEP"]))
 
 
 async def app(scope, receive, send):
@@ -27,6 +33,9 @@ async def app(scope, receive, send):
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if os.environ.get("SKIRR_TEST_STARTUP_SLEEP"):
+                    log(f"startup-begin {PID}")
+                    await asyncio.sleep(float(os.environ["SKIRR_TEST_STARTUP_SLEEP"]))
                 fail = os.environ.get("SKIRR_TEST_FAIL_FILE")
                 if fail and os.path.exists(fail):
                     await send({"type": "lifespan.startup.failed",

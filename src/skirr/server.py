@@ -100,6 +100,13 @@ class Server:
         # skirr.workers): the signals handled, a call with the running loop before anything else,
         # a call once accepting, and one at --limit-max-requests instead of shutting down.
         self._signals: tuple[int, ...] = _HANDLED_SIGNALS
+        # Of _signals: those a repeat does not count again (gunicorn's arbiter sends SIGTERM again
+        # and again to a worker it is removing until it has exited, and enforces
+        # --graceful-timeout itself), and those that force at once (gunicorn's SIGINT and
+        # SIGQUIT: a quick shutdown); the signals seen so far.
+        self._once_signals: tuple[int, ...] = ()
+        self._force_signals: tuple[int, ...] = ()
+        self._signals_seen: set[int] = set()
         self._on_loop: Callable[[asyncio.AbstractEventLoop], None] | None = None
         self._on_started: Callable[[], None] | None = None
         self._on_max_requests: Callable[[], None] | None = None
@@ -176,7 +183,7 @@ class Server:
             if threading.current_thread() is threading.main_thread():
                 for signum in self._signals:  # serve() left them installed (no default death)
                     loop.remove_signal_handler(signum)
-                if self._tls is not None and signal.SIGINT in self._signals:
+                if self._reloads_tls():
                     loop.remove_signal_handler(signal.SIGHUP)  # the TLS reload's
 
     async def _reap(self, tasks: set[asyncio.Task[Any]],
@@ -596,11 +603,15 @@ class Server:
         """SIGHUP reloads the TLS files: a process of its own in the main thread (not a
         supervised or gunicorn worker: only SIGTERM there; skirr's supervisor rolls its workers
         instead); returns ``[SIGHUP]`` when installed."""
-        if (self._tls is None or signal.SIGINT not in self._signals
-                or threading.current_thread() is not threading.main_thread()):
+        if not self._reloads_tls() or threading.current_thread() is not threading.main_thread():
             return []
         loop.add_signal_handler(signal.SIGHUP, self._reload_tls)
         return [signal.SIGHUP]
+
+    def _reloads_tls(self) -> bool:
+        """True for a TLS server that is a process of its own (SIGINT handled, as not by a
+        worker of skirr's supervisor; no quick-shutdown signals, as not by gunicorn's)."""
+        return self._tls is not None and signal.SIGINT in self._signals and not self._force_signals
 
     def _reload_tls(self) -> None:
         """SIGHUP: the TLS files read again; on failure one error line, the old context kept."""
@@ -612,12 +623,19 @@ class Server:
         logger.info("SIGHUP: TLS certificates reloaded")
 
     def _on_signal(self, signum: int) -> None:
+        """One shutdown signal: one request (two for ``_force_signals``; none for a repeat of
+        one of ``_once_signals``). From the loop's handler, or before the loop runs."""
         logger.debug("Received %s", signal.Signals(signum).name)
-        if self._stop is None:  # run() installed the handler; serve() has not begun: it replays
-            with self._early_lock:
-                self._early_requests += 1
+        repeat = signum in self._signals_seen
+        self._signals_seen.add(signum)
+        if repeat and signum in self._once_signals:
             return
-        self._on_shutdown_request()
+        for _ in range(2 if signum in self._force_signals else 1):
+            if self._stop is None:  # serve() has not begun: it replays them
+                with self._early_lock:
+                    self._early_requests += 1
+            else:
+                self._on_shutdown_request()
 
     def _on_shutdown_request(self) -> None:
         assert self._stop is not None and self._force is not None

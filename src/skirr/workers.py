@@ -15,10 +15,15 @@ gunicorn's settings, mapped to skirr's:
                                   quarter of it (at most every second), so a blocked loop is
                                   killed by the arbiter after --timeout
 
-Signals (as gunicorn's own workers): SIGTERM graceful (in-flight requests finish); SIGQUIT and
-SIGINT immediate; SIGUSR1 reopens log files. A worker whose arbiter died shuts down gracefully.
-Subclass and set ``CONFIG_KWARGS`` for other ``skirr.Config`` settings (``loop``, ``lifespan``).
-A failed lifespan startup exits with gunicorn's boot-error status (3), which stops the arbiter.
+Signals (as gunicorn's own workers), from the fork on (also while gunicorn imports the app):
+SIGTERM graceful (in-flight requests finish; the arbiter sends it again to a worker it is
+removing, as after SIGTTOU, and a repeat changes nothing: gunicorn enforces --graceful-timeout
+itself); SIGQUIT and SIGINT immediate (exit status 0, as gunicorn's own workers); SIGUSR1
+reopens log files. A worker whose arbiter died
+shuts down gracefully. Subclass and set ``CONFIG_KWARGS`` for other ``skirr.Config`` settings
+(``loop``, ``lifespan``). A failed lifespan startup exits with gunicorn's boot-error status (3),
+which stops the arbiter; a stop asked for during startup is not a failure ("Shutdown requested
+during startup: not serving", exit 0; the arbiter goes on, as after a SIGHUP).
 """
 from __future__ import annotations
 
@@ -36,6 +41,9 @@ from .config import Config
 from .server import Server
 
 
+_SHUTDOWN = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+
 class SkirrWorker(Worker):  # type: ignore[misc]
     """gunicorn ``Worker`` running ``skirr.Server`` on the arbiter's sockets."""
 
@@ -49,13 +57,25 @@ class SkirrWorker(Worker):  # type: ignore[misc]
         skirr_log.setLevel(error_log.level)
         skirr_log.propagate = False
         self._server: Server | None = None
+        self._early: list[int] = []  # shutdown signals that came before the Server existed
 
     def init_signals(self) -> None:
-        # The event loop installs SIGTERM/SIGQUIT/SIGINT; gunicorn's handlers would exit at once.
+        # gunicorn's handlers would exit at once. Until the Server's event loop handles them
+        # (gunicorn imports the app in between), SIGTERM/SIGINT/SIGQUIT are noted and handed to
+        # the Server: never the default death.
         for signum in self.SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
+        for signum in _SHUTDOWN:
+            signal.signal(signum, self._before_loop)
         signal.signal(signal.SIGUSR1, self.handle_usr1)
         signal.siginterrupt(signal.SIGUSR1, False)
+
+    def _before_loop(self, signum: int, frame: Any) -> None:
+        server = self._server
+        if server is None:
+            self._early.append(signum)
+        else:
+            server._on_signal(signum)  # not serving yet: counted for serve() to replay
 
     def _config(self) -> Config:
         cfg = self.cfg
@@ -71,23 +91,23 @@ class SkirrWorker(Worker):  # type: ignore[misc]
 
     def run(self) -> None:
         server = Server(self._config(), sockets=[s.sock for s in self.sockets])
-        self._server = server
-        server._signals = (signal.SIGTERM,)
+        server._signals = _SHUTDOWN
+        server._once_signals = (signal.SIGTERM,)
+        server._force_signals = (signal.SIGINT, signal.SIGQUIT)
         server._on_loop = self._on_loop
+        self._server = server
+        early, self._early = self._early, []
+        for signum in early:
+            server._on_signal(signum)
         status = server.run()
-        if not server.started.is_set():
-            sys.exit(Arbiter.WORKER_BOOT_ERROR)
+        if not server.started.is_set() and not server._requests:
+            sys.exit(Arbiter.WORKER_BOOT_ERROR)  # it failed to start, nobody asked it to stop
+        if server._signals_seen & set(server._force_signals):
+            status = 0  # the quick shutdown gunicorn asked for, as its own workers end it
         sys.exit(status)
 
     def _on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        for signum in (signal.SIGQUIT, signal.SIGINT):
-            loop.add_signal_handler(signum, self._quit)
         loop.call_soon(self._beat, loop, max(0.05, min(1.0, self.timeout / 4)))
-
-    def _quit(self) -> None:
-        assert self._server is not None
-        self._server.request_shutdown()
-        self._server.request_shutdown()  # the second request forces the exit
 
     def _beat(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
         self.notify()
