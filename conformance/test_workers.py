@@ -607,6 +607,112 @@ def _slow_until(port: int, path: str, most: int, enough) -> tuple[list, list]:
     return threads, results
 
 
+def _slow_worker_interpreter(tmp_path, seconds):
+    """Environment whose sitecustomize holds each worker's interpreter for ``seconds`` (logging
+    "interpreter PID" first) before skirr._worker runs: a window for the signals that reach a
+    worker just spawned. The supervisor's interpreter is not held."""
+    where = tmp_path / "slow-interpreter"
+    where.mkdir()
+    (where / "sitecustomize.py").write_text(
+        "import os, time\n"
+        "if os.environ.get('SKIRR_WORKER'):\n"
+        "    with open(os.environ['SKIRR_TEST_LOG'], 'a') as f:\n"
+        "        f.write(f'interpreter {os.getpid()}\\n')\n"
+        f"    time.sleep({seconds})\n")
+    return {"PYTHONPATH": str(where)}
+
+
+@pytest.mark.rule("skirr-signals-during-startup")
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_signal_while_a_worker_interpreter_starts(tmp_path, how):
+    """A Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or a SIGTERM to the
+    supervisor while its worker's interpreter is still starting, before skirr runs there: the
+    worker takes it once it can (SIGINT ignored, the supervisor's SIGTERM a graceful stop), so
+    it stops with exit status 0 and no traceback, and the supervisor exits 0. The worker used to
+    die of the signal (a KeyboardInterrupt traceback; "killed by SIGINT" made the supervisor
+    exit 1; "killed by SIGTERM")."""
+    proc, port = _serve(tmp_path, "--workers", "2", env=_slow_worker_interpreter(tmp_path, 1.0),
+                        preexec_fn=os.setpgrp)
+    with proc:
+        _wait_for(lambda: any(e.startswith("interpreter ") for e in proc.events), 20,
+                  "a worker's interpreter starting", proc)
+        pid = next(e.split()[1] for e in proc.events if e.startswith("interpreter "))
+        if how == "ctrl-c":
+            os.killpg(proc.proc.pid, signal.SIGINT)
+        else:
+            proc.proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0, proc.stderr
+    assert f"Worker [{pid}] stopped (exit status 0)" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr, proc.stderr
+    assert not _proc.accepts(port)
+
+
+@pytest.mark.rule("skirr-signals-hup-roll")
+def test_roll_stopped_by_a_failing_new_worker_says_so(tmp_path):
+    """SIGHUP while the new code cannot start (its lifespan startup fails): the first slot's new
+    worker fails, its old worker keeps serving, and the roll stops there with one line naming
+    the slots that keep their old workers (it used to stop silently); every old worker still
+    serves. Once the code starts again, a SIGHUP rolls every slot."""
+    fail = tmp_path / "fail"
+    proc, port = _serve(tmp_path, "--workers", "3", env={"SKIRR_TEST_FAIL_FILE": str(fail)})
+    with proc:
+        proc.wait_accepting(port)
+        old = _serving_pids(port, 3)
+        fail.write_text("x")
+        proc.proc.send_signal(signal.SIGHUP)
+        _wait_for(lambda: "Roll stopped" in proc.stderr, 20, "the roll stopped", proc)
+        assert re.search(r"New worker \[\d+\] \(slot 0\) failed to start \(exit status 1\): "
+                         r"worker \[\d+\] keeps serving", proc.stderr), proc.stderr
+        assert "Roll stopped: slot(s) 1, 2 keep their workers (SIGHUP rolls again)" in \
+            proc.stderr
+        assert _serving_pids(port, 3) == old
+        fail.unlink()
+        proc.proc.send_signal(signal.SIGHUP)
+        _wait_for(lambda: not (old & {_pid_of(port) for _ in range(30)}), 30,
+                  "every slot rolled", proc)
+        assert proc.stop(signal.SIGTERM) == 0
+
+
+@pytest.mark.rule("skirr-signals-second-forces")
+def test_nothing_starts_once_stopping(monkeypatch, records):
+    """A roll's new worker that reports ready after the supervisor began stopping (a SIGINT or
+    SIGTERM came meanwhile) takes its slot and its old worker is stopped, but the roll goes no
+    further: no worker is started on the listening sockets stopping has closed (it used to be,
+    and Popen refused the closed descriptors: "bad value(s) in fds_to_keep", the supervisor's
+    traceback and exit status 1)."""
+    import selectors
+
+    from skirr import supervisor as sv
+    from skirr.config import Config
+
+    started = []
+    monkeypatch.setattr(sv.subprocess, "Popen", lambda *a, **k: started.append(a))
+    sup = sv.Supervisor(Config(APP, workers=2, port=0))
+    sup._sel = selectors.DefaultSelector()
+    sup._starting = False
+    slots = [sv._Slot(i, socket.socket(), own=False) for i in range(2)]
+    sup.slots.extend(slots)
+
+    class Proc:
+        def __init__(self, pid):
+            self.pid, self.signals = pid, []
+
+        def send_signal(self, signum):
+            self.signals.append(signum)
+
+    old0, old1, new0 = (sv._Worker(slots[i], Proc(100 + n), -1) for n, i in enumerate((0, 1, 0)))
+    slots[0].current, slots[1].current, slots[0].successor = old0, old1, new0
+    sup._roll, sup._rolling = [slots[1]], slots[0]
+    for slot in slots:
+        slot.sock.close()  # as stopping does (_close_sockets)
+    sup._stopping = True
+    sup._ready(new0)
+    assert started == []
+    assert slots[0].current is new0 and old0.proc.signals == [signal.SIGTERM]
+    assert slots[1].current is old1 and slots[1].successor is None
+    assert old1.proc.signals == []
+
+
 @pytest.mark.rule("skirr-signals-term-graceful")
 def test_sigterm_completes_requests_in_flight_on_every_worker(tmp_path):
     proc, port = _serve(tmp_path, "--workers", "3")

@@ -11,14 +11,21 @@ of the messages a worker writes to that pipe. Each message is one byte, except S
     S   ``--metrics-port``: S, a 4-byte big-endian length, then the worker's counters
         (``skirr.metrics.encode``); after every heartbeat, and once more when the worker exits
 
+``STARTUP_SIGNALS``: those a worker is spawned with blocked until it has its own disposition for
+each (SIGTERM, and those it ignores: the supervisor's to act on; a terminal's Ctrl-C reaches the
+whole process group), so one sent while its interpreter starts waits instead of killing it.
+
 Both sides import this module and nothing of each other. Never: does I/O (the worker's write
 side with its queue is ``skirr._worker``, the read side ``skirr.supervisor``).
 """
 from __future__ import annotations
 
+import signal
 import struct
 
 ENV = "SKIRR_WORKER"
+STARTUP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGTTIN,
+                             signal.SIGTTOU})
 READY, HEARTBEAT, RETIRE, SNAPSHOT = b"R", b"H", b"M", b"S"
 _LENGTH = struct.Struct(">I")
 

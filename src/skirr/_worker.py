@@ -61,7 +61,7 @@ import time
 import warnings
 from typing import Any
 
-from ._pipe import ENV, HEARTBEAT, READY, RETIRE, frame
+from ._pipe import ENV, HEARTBEAT, READY, RETIRE, STARTUP_SIGNALS, frame
 from .config import (
     SHUTDOWN_MARGIN,
     Config,
@@ -373,6 +373,8 @@ class _Threads:
         """Serves until SIGTERM; returns the exit status: 0 only when every thread's is 0."""
         config, pipe = self.config, self.pipe
         signal.signal(signal.SIGTERM, self._on_sigterm)
+        for signum in _early_sigterms:
+            self._on_sigterm(signum, None)
         if self.orphan is not None:
             self.orphan.config, self.orphan.pipe = config, pipe
             self.orphan.servers = self.servers
@@ -446,10 +448,23 @@ class _Threads:
                 pipe.send(RETIRE)
 
 
+# SIGTERMs that came before the worker's own handler was installed: it replays them. Appended to
+# by the pre-loop handler alone, in the main thread (a signal handler's list, not shared state).
+_early_sigterms: list[int] = []
+
+
+def _note_sigterm(signum: int, frame: Any) -> None:
+    _early_sigterms.append(signum)
+
+
 def main() -> int:
     """Runs the worker described by ``$SKIRR_WORKER``; returns its exit status."""
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(signum, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _note_sigterm)
+    # A signal sent while the interpreter started (a roll or stop of a worker just spawned, a
+    # Ctrl-C) waited, blocked; now it is ignored or noted, never the default death.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STARTUP_SIGNALS)
     spec = json.loads(os.environ.pop(ENV))
     orphan = None
     if "supervisor" in spec:
@@ -476,6 +491,8 @@ def main() -> int:
     # Until the loop's own handler is installed (when serving begins, before the application is
     # imported), SIGTERM still means a graceful stop, never the default death.
     signal.signal(signal.SIGTERM, lambda signum, frame: server.request_shutdown())
+    for _ in _early_sigterms:
+        server.request_shutdown()
     try:
         return server.run()
     except ConfigError as exc:

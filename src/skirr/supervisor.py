@@ -335,7 +335,11 @@ class Supervisor:
     def _spawn(self, slot: _Slot, successor: bool = False) -> _Worker | None:
         """Starts a worker for ``slot`` (``successor``: to replace its serving one). None when
         the system refused a resource: one line is logged and the start is retried after a
-        back-off (see Resources)."""
+        back-off (see Resources); None as well once stopping: nothing new starts then (the
+        listening sockets are closed; a roll's next step or a first worker's ready could still
+        come)."""
+        if self._stopping:
+            return None
         config = self.config
         try:
             if slot.own and not slot.listening:
@@ -387,6 +391,12 @@ class Supervisor:
                 spec["tls_ticket_key"] = self._ticket_key.hex()
             env = dict(os.environ)
             env[_pipe.ENV] = json.dumps(spec)
+            # Spawned with STARTUP_SIGNALS blocked (the child inherits the mask, _worker.main
+            # unblocks them):
+            # one sent while its interpreter starts waits until it can take it (Ctrl-C ignored,
+            # SIGTERM a graceful stop), never the default death. Blocked here only for the
+            # spawn: what comes meanwhile is delivered once unblocked.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _pipe.STARTUP_SIGNALS)
             try:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "skirr._worker"],
@@ -395,6 +405,7 @@ class Supervisor:
                     stdin=subprocess.DEVNULL,
                 )
             finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
                 os.close(write_end)
             worker = _Worker(slot, proc, read_end, last_beat=time.monotonic())
             assert self._sel is not None
@@ -527,6 +538,10 @@ class Supervisor:
                          "serving", worker.pid, slot.index, _status(returncode),
                          slot.current.pid)
             if slot is self._rolling:
+                left = [s.index for s in self._roll if s in self.slots]
+                if left:  # said, not silent: the fleet stays on the old code (SIGHUP again)
+                    logger.error("Roll stopped: slot(s) %s keep their workers (SIGHUP rolls "
+                                 "again)", ", ".join(map(str, left)))
                 self._rolling = None
                 self._roll.clear()
             return
