@@ -313,6 +313,23 @@ def test_second_signal_forced_exit_is_quiet_with_fastapi(tmp_path, signum, loop)
         assert "Application shutdown complete" not in err, err
 
 
+@pytest.mark.rule("skirr-cli-signal-forced")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_after_serving_ended_is_a_forced_exit(tmp_path, signum, loop):
+    """A second signal that comes after serving ended, while the process exits (the app's
+    atexit hook holds it for 1 s), ends it at once with exit status 1, as a second signal does
+    while serving; never by the signal's default action (it used to: -2 or -15)."""
+    port = _proc.free_port()
+    with _proc.Skirr(["slow_exit:app", "--loop", loop, "--port", str(port)], tmp_path) as proc:
+        proc.wait_accepting(port)
+        proc.proc.send_signal(signum)
+        proc.wait_event("atexit")
+        started = time.monotonic()
+        assert proc.stop(signum) == 1
+        assert time.monotonic() - started < 0.9
+    assert "Finished server process" in proc.stderr and "Traceback" not in proc.stderr
+
+
 @pytest.mark.rule("skirr-config-numbers")
 @pytest.mark.parametrize("name, value, message", [
     ("write_batch_delay", 10**400, "write_batch_delay must be a finite number >= 0; got 1000"),

@@ -505,4 +505,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    from .server import exit_on_late_signals
+
+    exit_on_late_signals()  # the exit that follows is not the default death's
+    sys.exit(status)

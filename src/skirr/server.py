@@ -687,6 +687,21 @@ def _trace(event: str, client: tuple[str, int] | None) -> None:
     logger.log(TRACE, "%s - %s", where, event)
 
 
+def exit_on_late_signals() -> None:
+    """For a process that has stopped serving and is exiting (skirr's command line and worker
+    processes, after ``run()`` returned and removed its handlers): SIGINT or SIGTERM from now on
+    ends the process at once with exit status 1, as a second signal forces, never by the
+    signal's default action (an app's atexit hook or non-daemon thread may hold the exit). Main
+    thread only; not for a process that goes on after ``run()``."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in _HANDLED_SIGNALS:
+            signal.signal(signum, _late_signal)
+
+
+def _late_signal(signum: int, frame: Any) -> None:
+    os._exit(1)  # no teardown: the signal asked for the exit to end now
+
+
 def run(app: Callable[..., Any] | str, **config_kwargs: Any) -> int:
     """Serves ``app`` until SIGINT/SIGTERM: ``Server(Config(app, **config_kwargs)).run()``.
 

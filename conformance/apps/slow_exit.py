@@ -1,0 +1,15 @@
+"""basic's app in a process that lingers 1 s as it exits (an atexit hook, as an application's
+clean-up or non-daemon thread would hold it): a window for a signal after serving ended. Logs
+"atexit" when the hook starts."""
+import atexit
+import time
+
+from basic import app, log  # noqa: F401 (app: the served application)
+
+
+def _linger():
+    log("atexit")
+    time.sleep(1.0)
+
+
+atexit.register(_linger)
