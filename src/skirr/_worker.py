@@ -488,6 +488,7 @@ def main() -> int:
     server._on_started = lambda: pipe.send(READY)
     server._on_max_requests = lambda: pipe.send(RETIRE)
     server._serve_metrics = False  # the supervisor serves the sum of its workers
+    server._late_exit = True  # the process exits once run() returns
     # Until the loop's own handler is installed (when serving begins, before the application is
     # imported), SIGTERM still means a graceful stop, never the default death.
     signal.signal(signal.SIGTERM, lambda signum, frame: server.request_shutdown())

@@ -584,7 +584,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .supervisor import Supervisor
 
             return Supervisor(config).run()
-        return Server(config).run()
+        server = Server(config)
+        server._late_exit = True  # the process exits once run() returns
+        return server.run()
     except LogConfigError as exc:  # a usage error, found before anything is bound
         print(f"skirr: error: {exc}", file=sys.stderr)
         return 2

@@ -107,6 +107,9 @@ class Server:
         self._once_signals: tuple[int, ...] = ()
         self._force_signals: tuple[int, ...] = ()
         self._signals_seen: set[int] = set()
+        # skirr's own processes (the command line, a worker), which exit once run() returns:
+        # the loop's handlers are replaced by exit_on_late_signals()'s as they are removed.
+        self._late_exit = False
         self._on_loop: Callable[[asyncio.AbstractEventLoop], None] | None = None
         self._on_started: Callable[[], None] | None = None
         self._on_max_requests: Callable[[], None] | None = None
@@ -183,6 +186,8 @@ class Server:
             if threading.current_thread() is threading.main_thread():
                 for signum in self._signals:  # serve() left them installed (no default death)
                     loop.remove_signal_handler(signum)
+                    if self._late_exit:  # at once: no moment of the default action
+                        signal.signal(signum, _late_signal)
                 if self._reloads_tls():
                     loop.remove_signal_handler(signal.SIGHUP)  # the TLS reload's
 
@@ -689,10 +694,13 @@ def _trace(event: str, client: tuple[str, int] | None) -> None:
 
 def exit_on_late_signals() -> None:
     """For a process that has stopped serving and is exiting (skirr's command line and worker
-    processes, after ``run()`` returned and removed its handlers): SIGINT or SIGTERM from now on
-    ends the process at once with exit status 1, as a second signal forces, never by the
-    signal's default action (an app's atexit hook or non-daemon thread may hold the exit). Main
-    thread only; not for a process that goes on after ``run()``."""
+    processes, after ``run()`` returned; a Server with ``_late_exit`` installs the same handler
+    as it removes the loop's): SIGINT or SIGTERM from now on ends the process at once with exit
+    status 1, as a second signal forces, never by the signal's default action while an app's
+    atexit hook or non-daemon thread holds the exit. (CPython resets every handler to the
+    default in the last milliseconds of its own teardown, after the atexit hooks: a signal then
+    is still the default death.) Main thread only; not for a process that goes on after
+    ``run()``."""
     if threading.current_thread() is threading.main_thread():
         for signum in _HANDLED_SIGNALS:
             signal.signal(signum, _late_signal)
