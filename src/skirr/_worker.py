@@ -489,8 +489,8 @@ def main() -> int:
     server._on_max_requests = lambda: pipe.send(RETIRE)
     server._serve_metrics = False  # the supervisor serves the sum of its workers
     server._late_exit = True  # the process exits once run() returns
-    # Until the loop's own handler is installed (when serving begins, before the application is
-    # imported), SIGTERM still means a graceful stop, never the default death.
+    # Until run() installs the loop's own handler (before its loop runs), SIGTERM is a graceful
+    # stop through this one; the SIGTERMs _note_sigterm noted before the Server existed count too.
     signal.signal(signal.SIGTERM, lambda signum, frame: server.request_shutdown())
     for _ in _early_sigterms:
         server.request_shutdown()

@@ -391,11 +391,10 @@ class Supervisor:
                 spec["tls_ticket_key"] = self._ticket_key.hex()
             env = dict(os.environ)
             env[_pipe.ENV] = json.dumps(spec)
-            # Spawned with STARTUP_SIGNALS blocked (the child inherits the mask, _worker.main
-            # unblocks them):
-            # one sent while its interpreter starts waits until it can take it (Ctrl-C ignored,
-            # SIGTERM a graceful stop), never the default death. Blocked here only for the
-            # spawn: what comes meanwhile is delivered once unblocked.
+            # Spawned with STARTUP_SIGNALS blocked (the child inherits the mask; _worker.main
+            # unblocks them): one sent while its interpreter starts waits until it can take it
+            # (Ctrl-C ignored, SIGTERM a graceful stop), never the default death. Blocked here
+            # only for the spawn: what comes meanwhile is delivered once unblocked.
             blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _pipe.STARTUP_SIGNALS)
             try:
                 proc = subprocess.Popen(

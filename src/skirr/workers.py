@@ -19,9 +19,8 @@ Signals (as gunicorn's own workers), from the fork on (also while gunicorn impor
 SIGTERM graceful (in-flight requests finish; the arbiter sends it again to a worker it is
 removing, as after SIGTTOU, and a repeat changes nothing: gunicorn enforces --graceful-timeout
 itself); SIGQUIT and SIGINT immediate (exit status 0, as gunicorn's own workers); SIGUSR1
-reopens log files. A worker whose arbiter died
-shuts down gracefully. Subclass and set ``CONFIG_KWARGS`` for other ``skirr.Config`` settings
-(``loop``, ``lifespan``). A failed lifespan startup exits with gunicorn's boot-error status (3),
+reopens log files. A worker whose arbiter died shuts down gracefully. Subclass and set
+``CONFIG_KWARGS`` for other ``skirr.Config`` settings (``loop``, ``lifespan``). A failed lifespan startup exits with gunicorn's boot-error status (3),
 which stops the arbiter; a stop asked for during startup is not a failure ("Shutdown requested
 during startup: not serving", exit 0; the arbiter goes on, as after a SIGHUP).
 """
