@@ -7,11 +7,13 @@ over a plain socket and reads the response with h11. Every wait is bounded.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,11 +36,57 @@ IO_TIMEOUT = 10.0  # seconds for any socket operation
 Address = int | str  # a TCP port on 127.0.0.1, or a Unix-domain socket path
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (bound to 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _port_pool() -> range:
+    """The ports `free_port` hands out: the 12,000 below the kernel's ephemeral range
+    (``net.ipv4.ip_local_port_range``, 32768-60999 by default), where no ``bind(port 0)`` and no
+    client's ``connect`` can land."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(max(1024, low - 12000), low)
+
+
+_PORTS = _port_pool()
+# The next-port counter every test process on the machine shares (the xdist workers of a run and
+# the two conformance modes that run side by side), under flock.
+_PORT_COUNTER = Path(tempfile.gettempdir()) / "skirr-test-ports"
+
+
+def _bindable(port: int, family: socket.AddressFamily, host: str) -> bool:
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(family: socket.AddressFamily = socket.AF_INET, host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that is free now and that no other test process on this machine is
+    handed until the pool wraps (12,000 ports later).
+
+    Bound to port 0 and released, a port could be the kernel's next pick for another test's
+    in-process server (port 0) in the moment before the subprocess binds it: the subprocess then
+    failed to bind, and the test talked to the other test's server (CI, stop 52). The ports here
+    lie below the ephemeral range, and a counter shared under a file lock hands each out once.
+    """
+    with open(_PORT_COUNTER, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        text = f.read().strip()
+        n = int(text) if text.isdigit() else os.getpid()
+        for _ in range(len(_PORTS)):
+            port = _PORTS[n % len(_PORTS)]
+            n += 1
+            if _bindable(port, family, host):
+                break
+        else:
+            raise AssertionError(f"no free port in {_PORTS}")
+        f.seek(0)
+        f.truncate()
+        f.write(str(n % len(_PORTS)))
+    return port
 
 
 def connect(addr: Address, timeout: float = IO_TIMEOUT) -> socket.socket:
@@ -216,6 +264,8 @@ class Skirr:
                 time.sleep(0.05)
                 continue
             if accepts(addr):
+                if self.proc.poll() is not None:  # another process's listener answered
+                    continue
                 return
             time.sleep(0.05)
         raise AssertionError(f"skirr did not accept on {addr} within {timeout} s:\n{self.stderr}")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from _proc import free_port
 from conftest import http_request
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -66,12 +67,6 @@ def documented_blocks() -> dict[str, tuple[str, list[str]]]:
         blocks[mode] = (maps, lines)
     assert set(blocks) == {"x-forwarded", "forwarded"}, blocks
     return blocks
-
-
-def free_port(family=socket.AF_INET, host="127.0.0.1") -> int:
-    with socket.socket(family) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
