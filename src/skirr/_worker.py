@@ -62,6 +62,7 @@ import warnings
 from typing import Any
 
 from ._pipe import ENV, HEARTBEAT, READY, RETIRE, STARTUP_SIGNALS, frame
+from ._signals import SignalRelay
 from .config import (
     SHUTDOWN_MARGIN,
     Config,
@@ -372,9 +373,7 @@ class _Threads:
     def run(self) -> int:
         """Serves until SIGTERM; returns the exit status: 0 only when every thread's is 0."""
         config, pipe = self.config, self.pipe
-        signal.signal(signal.SIGTERM, self._on_sigterm)
-        for signum in _early_sigterms:
-            self._on_sigterm(signum, None)
+        _early_sigterms.to(lambda signum: self._on_sigterm(signum, None))
         if self.orphan is not None:
             self.orphan.config, self.orphan.pipe = config, pipe
             self.orphan.servers = self.servers
@@ -448,20 +447,16 @@ class _Threads:
                 pipe.send(RETIRE)
 
 
-# SIGTERMs that came before the worker's own handler was installed: it replays them. Appended to
-# by the pre-loop handler alone, in the main thread (a signal handler's list, not shared state).
-_early_sigterms: list[int] = []
-
-
-def _note_sigterm(signum: int, frame: Any) -> None:
-    _early_sigterms.append(signum)
+# The SIGTERM handler from main()'s first line on: notes each until a Server (or the thread
+# workers' _on_sigterm) can act on it, then hands them over.
+_early_sigterms = SignalRelay()
 
 
 def main() -> int:
     """Runs the worker described by ``$SKIRR_WORKER``; returns its exit status."""
     for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
         signal.signal(signum, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _note_sigterm)
+    signal.signal(signal.SIGTERM, _early_sigterms)
     # A signal sent while the interpreter started (a roll or stop of a worker just spawned, a
     # Ctrl-C) waited, blocked; now it is ignored or noted, never the default death.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STARTUP_SIGNALS)
@@ -490,10 +485,8 @@ def main() -> int:
     server._serve_metrics = False  # the supervisor serves the sum of its workers
     server._late_exit = True  # the process exits once run() returns
     # Until run() installs the loop's own handler (before its loop runs), SIGTERM is a graceful
-    # stop through this one; the SIGTERMs _note_sigterm noted before the Server existed count too.
-    signal.signal(signal.SIGTERM, lambda signum, frame: server.request_shutdown())
-    for _ in _early_sigterms:
-        server.request_shutdown()
+    # stop through the relay; those it noted before the Server existed count too.
+    _early_sigterms.to(lambda signum: server.request_shutdown())
     try:
         return server.run()
     except ConfigError as exc:

@@ -36,6 +36,7 @@ from typing import Any
 from gunicorn.arbiter import Arbiter
 from gunicorn.workers.base import Worker
 
+from ._signals import SignalRelay
 from .config import Config
 from .server import Server
 
@@ -56,7 +57,7 @@ class SkirrWorker(Worker):  # type: ignore[misc]
         skirr_log.setLevel(error_log.level)
         skirr_log.propagate = False
         self._server: Server | None = None
-        self._early: list[int] = []  # shutdown signals that came before the Server existed
+        self._early = SignalRelay()  # shutdown signals: noted until the Server exists
 
     def init_signals(self) -> None:
         # gunicorn's handlers would exit at once. Until the Server's event loop handles them
@@ -65,16 +66,9 @@ class SkirrWorker(Worker):  # type: ignore[misc]
         for signum in self.SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
         for signum in _SHUTDOWN:
-            signal.signal(signum, self._before_loop)
+            signal.signal(signum, self._early)
         signal.signal(signal.SIGUSR1, self.handle_usr1)
         signal.siginterrupt(signal.SIGUSR1, False)
-
-    def _before_loop(self, signum: int, frame: Any) -> None:
-        server = self._server
-        if server is None:
-            self._early.append(signum)
-        else:
-            server._on_signal(signum)  # not serving yet: counted for serve() to replay
 
     def _config(self) -> Config:
         cfg = self.cfg
@@ -95,9 +89,7 @@ class SkirrWorker(Worker):  # type: ignore[misc]
         server._force_signals = (signal.SIGINT, signal.SIGQUIT)
         server._on_loop = self._on_loop
         self._server = server
-        early, self._early = self._early, []
-        for signum in early:
-            server._on_signal(signum)
+        self._early.to(server._on_signal)  # not serving yet: counted for serve() to replay
         status = server.run()
         if not server.started.is_set() and not server._requests:
             sys.exit(Arbiter.WORKER_BOOT_ERROR)  # it failed to start, nobody asked it to stop
