@@ -175,16 +175,19 @@ ext_pop(sk_ext_ring_t *r)
     /* New reference (the ring's, moved): the oldest dict in r, taken out; r is not empty. */
     PyObject *ext = r->item[r->head];
     r->item[r->head] = NULL;
+    r->sealed[r->head] = 0;
     r->head = (r->head + 1) % SK_EXT_RING;
     r->n--;
     return ext;
 }
 
 static void
-ext_push(sk_ext_ring_t *r, PyObject *ext)
+ext_push(sk_ext_ring_t *r, PyObject *ext, int sealed)
 {
-    /* Puts ext (the reference moves) last in r; r is not full. */
-    r->item[(r->head + r->n) % SK_EXT_RING] = ext;
+    /* Puts ext (the reference moves) last in r; r is not full. `sealed`: see sk_ext_ring_t. */
+    unsigned i = (r->head + r->n) % SK_EXT_RING;
+    r->item[i] = ext;
+    r->sealed[i] = (uint8_t)sealed;
     r->n++;
 }
 
@@ -359,7 +362,8 @@ ext_scope(sk_serve_t *srv, uint8_t extras, PyObject *tls)
     /* New reference: scope["extensions"], each extension's value {}, and with `tls` (the
      * connection's dict, borrowed; NULL: not TLS) "tls": a copy of it (tls_copy). The oldest
      * dict of a finished request of the same form (ext_recycle) when the ring alone holds it
-     * and it is as made (ext_as_made; its tls entry then refilled from `tls`: tls_refill); when
+     * and it is as made (ext_as_made, or sealed when put in line; its tls entry then refilled
+     * from `tls`: tls_refill); when
      * the oldest is still held (an access-log record not yet written, an app that kept it) it
      * goes to the back of the line once and the next is tried; else a new one. Releases nothing
      * but the str and int values a refill replaces, so no finalizer runs while a scope is built.
@@ -368,7 +372,8 @@ ext_scope(sk_serve_t *srv, uint8_t extras, PyObject *tls)
     for (int tries = 0; tries < 2 && r->n > 0; tries++) {
         PyObject *oldest = r->item[r->head];
         if (Py_REFCNT(oldest) == 1) {
-            if (!ext_as_made(srv->st, oldest, extras, 1, tls != NULL ? 2 : 0)) {
+            if (!r->sealed[r->head] &&
+                !ext_as_made(srv->st, oldest, extras, 1, tls != NULL ? 2 : 0)) {
                 break; /* written to or kept from after it was put in line: ext_recycle drops it */
             }
             if (tls != NULL) {
@@ -387,7 +392,7 @@ ext_scope(sk_serve_t *srv, uint8_t extras, PyObject *tls)
         if (tries > 0 || r->n == 1) {
             break;
         }
-        ext_push(r, ext_pop(r)); /* held: to the back of the line (once per call) */
+        ext_push(r, ext_pop(r), 0); /* held: to the back of the line (once per call) */
     }
     PyObject *ext = PyDict_New(), *v = NULL;
     if (ext == NULL) {
@@ -423,18 +428,21 @@ ext_recycle(sk_serve_t *srv, PyObject *ext, uint8_t extras)
      * when it no longer reads as made (an app wrote into it), else put last in the ring, after
      * releasing the oldest dicts that are free but no longer as made and, when full, the
      * oldest of all. Whether it is handed out again is decided when it is the oldest
-     * (ext_scope): an app that kept the dict, one of its values or the scope never shares it
-     * with a later request. Releasing may run code (a finalizer an app stored in a dict); the
+     * (ext_scope), unless it is sealed now (the ring's alone and as made: sk_ext_ring_t): an
+     * app that kept the dict, one of its values or the scope never shares it with a later
+     * request. Releasing may run code (a finalizer an app stored in a dict); the
      * ring is consistent around every release. */
     if (ext == NULL) {
         return;
     }
     int tls = ext_tls(ext, extras); /* its ring: TLS requests' dicts apart */
+    /* ours alone (no other thread either can reach it) and as made: sealed, never re-checked */
+    int sealed = Py_REFCNT(ext) == 1 && ext_as_made(srv->st, ext, extras, 1, tls);
 #ifdef Py_GIL_DISABLED
     /* without the GIL another thread may hold it (an app's, through the scope) and change it */
-    int unfit = !ext_as_made_shared(srv->st, ext, extras, tls);
+    int unfit = !sealed && !ext_as_made_shared(srv->st, ext, extras, tls);
 #else
-    int unfit = !ext_as_made(srv->st, ext, extras, 0, tls);
+    int unfit = !sealed && !ext_as_made(srv->st, ext, extras, 0, tls);
 #endif
     if (unfit) {
         Py_DECREF(ext);
@@ -442,11 +450,11 @@ ext_recycle(sk_serve_t *srv, PyObject *ext, uint8_t extras)
     }
     sk_ext_ring_t *r = ext_ring_of(srv, extras, tls);
     while (r->n > 0 &&
-           (r->n == SK_EXT_RING || (Py_REFCNT(r->item[r->head]) == 1 &&
+           (r->n == SK_EXT_RING || (!r->sealed[r->head] && Py_REFCNT(r->item[r->head]) == 1 &&
                                     !ext_as_made(srv->st, r->item[r->head], extras, 1, tls)))) {
         Py_DECREF(ext_pop(r)); /* re-checked after: the release may have pushed others */
     }
-    ext_push(r, ext);
+    ext_push(r, ext, sealed);
 }
 
 void
