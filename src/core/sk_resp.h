@@ -120,6 +120,11 @@ int sk_resp_trailers(sk_resp_t *r, sk_buf_t *out, const sk_header_t *fields, siz
 /* 1 if `name` may not be sent in a trailer section (RFC 9110 §6.5.1), else 0. */
 int sk_resp_trailer_forbidden(const char *name, size_t name_len);
 
+/* A response field-line an application gave, checked (RFC 9110 §5.1: the name is a token; §5.5:
+ * the value holds no CTL but HTAB). The HTTP/1.1 serializer and the HTTP/2 glue take the same.
+ * 0, SK_EHDRNAME or SK_EHDRVALUE. */
+int sk_resp_check_field(const sk_header_t *f);
+
 /* Appends an interim (1xx) response: status-line and the given fields, validated, nothing else
  * (RFC 9110 §15.2; e.g. 103 Early Hints with link fields, RFC 8297). status: 100..199 but not
  * 101 (switching protocols is not an interim answer). Returns 0, or SK_ESTATUS, SK_EHDRNAME,

@@ -478,22 +478,6 @@ connection_specific(const char *name, size_t n)
 }
 
 static int
-check_field(const sk_header_t *f)
-{
-    /* RFC 9110 §5.1 and §5.5: the name is a token, the value has no CTL but HTAB. 0 or SK_E*. */
-    if (f->name_len == 0 || sk_token_len(f->name, f->name_len) != f->name_len) {
-        return SK_EHDRNAME;
-    }
-    for (size_t k = 0; k < f->value_len; k++) {
-        unsigned char ch = (unsigned char)f->value[k];
-        if ((ch < 0x20 && ch != '\t') || ch == 0x7f) {
-            return SK_EHDRVALUE;
-        }
-    }
-    return 0;
-}
-
-static int
 record_fields(sk_buf_t *b, sk_field_t **v, uint32_t *n, uint32_t *cap, const sk_header_t *fields,
               size_t nfields, int trailer)
 {
@@ -502,7 +486,7 @@ record_fields(sk_buf_t *b, sk_field_t **v, uint32_t *n, uint32_t *cap, const sk_
      * (SK_ETRAILER). 0 or SK_E*. */
     for (size_t i = 0; i < nfields; i++) {
         const sk_header_t *f = &fields[i];
-        int rc = check_field(f);
+        int rc = sk_resp_check_field(f);
         if (rc < 0) {
             return rc;
         }

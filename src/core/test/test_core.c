@@ -1795,6 +1795,33 @@ test_token(T *t)
     CHECK(t, !sk_is_tchar(' ') && !sk_is_tchar('"') && !sk_is_tchar(',') && !sk_is_tchar(':'));
     CHECK(t, !sk_is_tchar(0x7f) && !sk_is_tchar(0x80) && !sk_is_tchar(0xff));
 
+    /* field value (RFC 9110 §5.5): every byte value at every place of values of 0 to 24 bytes
+     * (the eight-byte words and the tail), on a clean fill and on one holding an HTAB, against
+     * the byte rule: no CTL but HTAB */
+    for (size_t len = 1; len <= 24; len++) {
+        for (size_t at = 0; at < len; at++) {
+            for (int c = 0; c < 256; c++) {
+                char v[24];
+                int expect = !((c < 0x20 && c != '\t') || c == 0x7f);
+
+                memset(v, 'a', sizeof(v));
+                v[at] = (char)c;
+                if (sk_field_value_ok(v, len) != expect)
+                    check(t, 0, __FILE__, __LINE__, "sk_field_value_ok disagrees (clean fill)");
+                v[(at + 1) % len] = len > 1 ? '\t' : v[0];
+                if (sk_field_value_ok(v, len) != expect)
+                    check(t, 0, __FILE__, __LINE__, "sk_field_value_ok disagrees (with an HTAB)");
+                v[(at + 3) % len] = len > 3 ? (char)0x80 : v[(at + 3) % len];
+                if (sk_field_value_ok(v, len) != expect)
+                    check(t, 0, __FILE__, __LINE__, "sk_field_value_ok disagrees (obs-text)");
+            }
+        }
+    }
+    CHECK(t, sk_field_value_ok(NULL, 0) == 1);
+    CHECK(t, sk_field_value_ok("text/html; charset=utf-8", 24) == 1);
+    CHECK(t, sk_field_value_ok("text/html; charset=utf-8\r", 25) == 0);
+    CHECK(t, sk_field_value_ok("\x7f", 1) == 0 && sk_field_value_ok("\xff\xfe", 2) == 1);
+
     /* DIGIT and ALPHA (RFC 5234 B.1): exactly 10 and 52 bytes */
     {
         int ndigit = 0;
