@@ -197,8 +197,10 @@ def test_503_logged(serve, access):
     import asyncio
 
     release = threading.Event()
+    entered = threading.Event()
 
     async def slow(scope, receive, send):
+        entered.set()
         while not release.is_set():
             await asyncio.sleep(0.01)
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -208,7 +210,7 @@ def test_503_logged(serve, access):
         c1 = srv.connect()
         c1.addr = addr(c1)
         c1.send(http_request("GET", "/first"))
-        time.sleep(0.2)
+        assert entered.wait(IO_TIMEOUT)  # /first is in flight: the one place is taken
         c2 = srv.connect()
         c2.addr = addr(c2)
         r = c2.request(http_request("GET", "/second"))

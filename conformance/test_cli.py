@@ -300,7 +300,7 @@ def test_second_signal_forced_exit_is_quiet_with_fastapi(tmp_path, signum, loop)
         proc.wait_accepting(port)
         sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         sock.sendall(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n")
-        time.sleep(0.3)  # the request is in flight: the first signal waits for it
+        proc.wait_event("slow")  # the request is in flight: the first signal waits for it
         proc.proc.send_signal(signum)
         time.sleep(0.5)
         assert proc.proc.poll() is None, proc.stderr

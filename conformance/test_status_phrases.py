@@ -155,8 +155,10 @@ def test_refusal_names_its_status_once(serve, access, data, config, status, line
 @pytest.mark.rule("skirr-status-one-phrase")
 def test_503_over_capacity_names_its_status_once(serve, access):
     release = threading.Event()
+    entered = threading.Event()
 
     async def slow(scope, receive, send):
+        entered.set()
         while not release.is_set():
             await asyncio.sleep(0.01)
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -165,7 +167,7 @@ def test_503_over_capacity_names_its_status_once(serve, access):
     with serve(slow, limit_concurrency=1) as srv:
         first = srv.connect()
         first.send(http_request("GET", "/first"))
-        time.sleep(0.2)
+        assert entered.wait(IO_TIMEOUT)  # /first is in flight: the one place is taken
         c = srv.connect()
         a = _addr(c)
         c.send(http_request("GET", "/second"))
