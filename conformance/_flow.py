@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import os
 import resource
-import select
 import socket
 import stat
 import threading
 import time
 from typing import Optional
 
+import _proc
 from conftest import IO_TIMEOUT, Client
 
 KIB = 1024
@@ -132,8 +132,7 @@ def send_until_stalled(sock: socket.socket, data: bytes, quiet: float = 0.5,
         while sent < len(data) and time.monotonic() - last < quiet:
             if time.monotonic() > deadline:
                 raise AssertionError(f"the peer kept taking bytes for {timeout}s ({sent} sent)")
-            _, writable, _ = select.select([], [sock], [], 0.05)
-            if not writable:
+            if not _proc.ready(sock, write=True, timeout=0.05):
                 continue
             try:
                 n = sock.send(view[sent:sent + 256 * KIB])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -87,6 +88,17 @@ def free_port(family: socket.AddressFamily = socket.AF_INET, host: str = "127.0.
         f.truncate()
         f.write(str(n % len(_PORTS)))
     return port
+
+
+def ready(sock: socket.socket, write: bool = False, timeout: float = 0.0) -> bool:
+    """True when ``sock`` is readable (or writable, ``write``) within ``timeout`` seconds.
+
+    poll(2), not select(2): a worker that has run many cases can hold descriptors above
+    FD_SETSIZE (1024), which select.select refuses ("filedescriptor out of range in select()").
+    """
+    waiter = select.poll()
+    waiter.register(sock, select.POLLOUT if write else select.POLLIN)
+    return bool(waiter.poll(int(timeout * 1000)))
 
 
 def connect(addr: Address, timeout: float = IO_TIMEOUT) -> socket.socket:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import select
 import socket
 import struct
 import sys
@@ -31,6 +30,7 @@ from hyperframe.frame import (DataFrame, Frame, GoAwayFrame, HeadersFrame, PingF
                               RstStreamFrame, SettingsFrame)
 
 import skirr
+import _proc
 from conftest import IO_TIMEOUT
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -194,7 +194,7 @@ class Raw:
 
     def poll(self) -> None:
         """Reads what has arrived, without waiting."""
-        while not self.eof and select.select([self.sock], [], [], 0)[0]:
+        while not self.eof and _proc.ready(self.sock):
             if not self._recv(IO_TIMEOUT) and not self.eof:
                 continue
 

@@ -6,6 +6,7 @@ from unittest.mock import ANY
 
 import pytest
 
+import _proc
 from conftest import Recorder, http_request
 
 
@@ -205,9 +206,7 @@ def test_pipelined_batches_answered_at_once_in_order(serve, echo_app):
 
 def _readable(sock) -> bool:
     """True when the client socket has bytes to read now (a zero-timeout poll: no wait)."""
-    import select
-
-    return bool(select.select([sock], [], [], 0)[0])
+    return _proc.ready(sock)
 
 
 _PLAIN = {"date_header": False, "server_header": False}  # responses are then exact bytes

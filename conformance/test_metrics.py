@@ -402,7 +402,6 @@ def test_flood_of_idle_metrics_connections_under_ulimit_256(tmp_path):
     metrics port, then a worker recycle (SIGHUP). The supervisor holds at most 8 of them, the
     recycle succeeds, both new workers serve, and a scrape counts every request."""
     import resource
-    import select
     import socket
 
     mport, port = free_port(), free_port()
@@ -424,7 +423,7 @@ def test_flood_of_idle_metrics_connections_under_ulimit_256(tmp_path):
                 flood.append(sock)
                 sock.setblocking(False)
                 sock.connect_ex(("127.0.0.1", mport))
-                select.select([], [sock], [], 0.2)  # connected, or the backlog is full: on
+                _proc.ready(sock, write=True, timeout=0.2)  # connected, or the backlog is full
             time.sleep(0.5)
             held = _fd_count(pid) - baseline
             proc.proc.send_signal(signal.SIGHUP)  # recycle both workers (new pipes, processes)
