@@ -317,7 +317,7 @@ def test_second_signal_forced_exit_is_quiet_with_fastapi(tmp_path, signum, loop)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_after_serving_ended_is_a_forced_exit(tmp_path, signum, loop):
     """A second signal that comes after serving ended, while the process exits (the app's
-    atexit hook holds it for 1 s), ends it at once with exit status 1, as a second signal does
+    atexit hook holds it for 5 s), ends it at once with exit status 1, as a second signal does
     while serving; never by the signal's default action (it used to: -2 or -15)."""
     port = _proc.free_port()
     with _proc.Skirr(["slow_exit:app", "--loop", loop, "--port", str(port)], tmp_path) as proc:
