@@ -157,6 +157,10 @@ def test_health_check_and_drain_delay(tmp_path, loop, workers):
             "--health-check-path", "/healthz", "--drain-delay", "1.5"]
     with _proc.Skirr(args, tmp_path) as proc:
         proc.wait_accepting(port)
+        # every worker serves (the first to listen answers wait_accepting; a SIGTERM while the
+        # other starts ends that one without a drain)
+        proc._wait_until(lambda: proc.stderr.count("skirr running on") == int(workers),
+                         "every worker serves", _proc.START_TIMEOUT, lambda: proc.stderr)
         r = _proc.request(port, target="/healthz")
         assert (r.status, r.body, r.header(b"content-type")) == (
             200, b"OK\n", b"text/plain; charset=utf-8")
@@ -166,7 +170,11 @@ def test_health_check_and_drain_delay(tmp_path, loop, workers):
         assert sum(e.startswith("request") for e in proc.events) == 1
         proc.proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        time.sleep(0.3)
+        # every process serving has begun its drain (not a fixed sleep: a loaded machine may
+        # take longer to deliver the signal, or the supervisor to pass it on to its workers)
+        draining = "Draining for 1.5 s: still serving, /healthz answers 503\n"
+        proc._wait_until(lambda: proc.stderr.count(draining) == int(workers), "the drain began",
+                         _proc.IO_TIMEOUT, lambda: proc.stderr)
         # Draining: new connections are still accepted and served; the health path says 503.
         r = _proc.request(port, target="/healthz")
         assert (r.status, r.body, r.header(b"connection")) == (503, b"draining\n", b"close")
