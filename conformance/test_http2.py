@@ -6,6 +6,7 @@ and oracle (conformance/h2_util.py). Every case runs on asyncio and uvloop (the 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import re
 import socket
@@ -1399,9 +1400,16 @@ def test_fuzz_harness_replays_its_corpus_clean():
     # one build per interpreter: the replay compiles sk_h2.c against this one's Python.h (make
     # sees only the sources change, not which headers a build used)
     fuzz_dir = root / "build" / f"fuzz-suite-{sysconfig.get_config_var('SOABI')}"
-    r = subprocess.run(["make", "--no-print-directory", "-f", "fuzz/fuzz.mk", "fuzz-replay",
-                        "FUZZ_HARNESSES=h2", f"FUZZ_PY={sys.executable}", f"FUZZ_DIR={fuzz_dir}"],
-                       cwd=root, capture_output=True, text=True, timeout=600)
+    fuzz_dir.mkdir(parents=True, exist_ok=True)
+    # make conformance runs two sessions side by side on the same interpreter (the same
+    # fuzz_dir): without the lock, both compile into it at once on a fresh tree (one links the
+    # other's half-written objects, or writes the replay binary the other runs)
+    with open(fuzz_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        r = subprocess.run(["make", "--no-print-directory", "-f", "fuzz/fuzz.mk", "fuzz-replay",
+                            "FUZZ_HARNESSES=h2", f"FUZZ_PY={sys.executable}",
+                            f"FUZZ_DIR={fuzz_dir}"],
+                           cwd=root, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert f"{fuzz_dir}/h2/replay: {len(seeds) + len(regressions)} inputs ran clean" in r.stdout
     bad = subprocess.run([str(fuzz_dir / "h2" / "replay"), str(sorted(seeds)[0])], cwd=root,
