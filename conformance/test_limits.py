@@ -199,7 +199,7 @@ def test_limit_max_requests_jitter(serve, echo_app, monkeypatch):
         served = 0
         for i in range(8):
             try:
-                c = srv.connect(timeout=2.0)
+                c = srv.connect()
                 r = c.request(http_request("GET", f"/{i}"))
             except (OSError, AssertionError):
                 break

@@ -164,7 +164,7 @@ def test_zerocopysend_of_a_blocking_non_file_is_refused(serve, kind):
     app = recording_app(lambda scope: {"type": "http.response.zerocopysend", "file": ours}, seen)
     try:
         with serve(app, date_header=False) as srv:
-            c = srv.connect(timeout=1.0)
+            c = srv.connect()
             c.send(http_request())
             expect_500(c)
             exc = refused(seen)
@@ -184,7 +184,7 @@ def test_pathsend_of_a_device_is_refused(serve, path):
     seen = Recorder()
     app = recording_app(lambda scope: {"type": "http.response.pathsend", "path": path}, seen)
     with serve(app, date_header=False) as srv:
-        c = srv.connect(timeout=2.0)
+        c = srv.connect()
         c.send(http_request())
         expect_500(c)
         exc = refused(seen)
