@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import os
 import socket
 import struct
@@ -240,6 +241,40 @@ def test_extensions_after_more_requests_than_skirr_keeps(serve, access_log):
     assert got == [(EXTENSIONS_11, 0, True if p == "/freed" else None) for p in paths]
     assert kept[0]["http.response.pathsend"] == {"late": 1}
     assert reused > 0
+
+
+@pytest.mark.rule("ASGI-ext-scope-advertised")
+def test_extensions_of_a_request_the_garbage_collector_frees(serve):
+    """A request whose app left it in a reference cycle (its send callable in a list holding
+    itself) is freed by the garbage collector, which then clears the objects it found unreachable,
+    the request's extensions dict among them, after skirr has put that dict in line to hand out
+    again. The requests after the collection still see exactly the advertised dicts, never an
+    emptied one (stop 53: a dict put in line was no longer checked when handed out), and dicts are
+    handed out again after it. The access log is off: its record would keep the dict held."""
+    seen = Recorder()
+
+    async def app(scope, receive, send):
+        seen.put((scope["path"], copy.deepcopy(scope["extensions"])))
+        if scope["path"] == "/cycle":
+            held = [send]
+            held.append(held)  # only the collector frees the request now
+        elif scope["path"] == "/gc":
+            gc.collect()
+        await send(START)
+        await send({"type": "http.response.body", "body": b""})
+
+    paths = ["/cycle", "/gc", "/", "/", "/", "/", "/", "/"]
+    with serve(app, access_log=False) as srv:
+        c = srv.connect()
+        for path in paths[:4]:
+            assert c.request(http_request(target=path)).status == 200
+        before = sum(n._ext_reused for n in srv.server._natives)
+        for path in paths[4:]:
+            assert c.request(http_request(target=path)).status == 200
+        got = seen.wait(len(paths))
+        after = sum(n._ext_reused for n in srv.server._natives)
+    assert got == [(p, EXTENSIONS_11) for p in paths]
+    assert after > before  # the emptied dict was dropped from the line, not left at its head
 
 
 # ---- pathsend and zerocopysend --------------------------------------------------------------

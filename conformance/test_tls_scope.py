@@ -7,6 +7,7 @@ certificates and with ssl from the same connection.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 import ssl
@@ -272,6 +273,45 @@ def test_tls_extension_exact_when_dicts_are_handed_out_again(serve, tmp_path):
     assert len(seen) == 40
     assert [got == expect[path] for path, got in seen] == [True] * 40
     assert reused > 0
+
+
+@pytest.mark.rule("ASGI-tls-extension")
+def test_tls_extension_exact_after_the_garbage_collector_frees_a_request(serve, tmp_path):
+    """A TLS request left in a reference cycle by its app is freed by the garbage collector,
+    which then clears its extensions dict (tls entry, certificate list) after skirr has put it
+    in line to hand out again. The requests after the collection see exactly their connection's
+    tls values, and dicts are handed out again after it (the emptied one does not stay at the
+    head of the line, making every later request's dict new)."""
+    files = TLSFiles(tmp_path)
+    seen: list[tuple[str, dict]] = []
+
+    async def app(scope, receive, send):
+        tls = scope["extensions"]["tls"]
+        seen.append((scope["path"], {**tls, "client_cert_chain": list(tls["client_cert_chain"])}))
+        if scope["path"] == "/cycle":
+            held = [send]
+            held.append(held)
+        elif scope["path"] == "/gc":
+            gc.collect()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    config = files.server_config(ssl_ca_certs=str(files.ca_pem), ssl_cert_reqs=1)
+    paths = ["/cycle", "/gc", "/", "/", "/", "/", "/", "/"]
+    with serve(app, access_log=False, **config) as srv:
+        with tls_connect(srv.port, files.client_context(client_cert=True)) as a:
+            expect = expected_tls(files, a, client=True)
+            conn = h11.Connection(h11.CLIENT)
+            before = 0
+            for i, path in enumerate(paths):
+                if i == 4:
+                    before = sum(n._ext_reused for n in srv.server._natives)
+                _proc.send_request(a, conn, "GET", path)
+                assert _proc.read_response(a, conn).status == 200
+                conn.start_next_cycle()
+        after = sum(n._ext_reused for n in srv.server._natives)
+    assert seen == [(p, expect) for p in paths]
+    assert after > before
 
 
 @pytest.mark.rule("ASGI-tls-extension", "skirr-tls-scheme")

@@ -289,6 +289,18 @@ ext_as_made(sk_state *st, PyObject *ext, uint8_t extras, int alone, int tls)
     return ok;
 }
 
+static inline int
+ext_sealed_intact(PyObject *ext, uint8_t extras, int tls)
+{
+    /* 1 when ext, sealed when put in line (sk_ext_ring_t), still holds as many entries as it was
+     * made with. Only the garbage collector can have changed it since: a Request freed in a
+     * collection puts its dict in line alone, while the dict is still among the unreachable
+     * objects the collector clears next (tp_clear empties it). Emptying is all that leaves
+     * possible: its tls entry and that entry's certificate list are held by ext alone, so when
+     * the collector clears one of them it clears ext (tracked whenever they are) too. */
+    return PyDict_GET_SIZE(ext) == (Py_ssize_t)EXT_COUNT(extras) + (tls != 0);
+}
+
 #ifdef Py_GIL_DISABLED
 static int
 ext_as_made_shared(sk_state *st, PyObject *ext, uint8_t extras, int tls)
@@ -372,8 +384,9 @@ ext_scope(sk_serve_t *srv, uint8_t extras, PyObject *tls)
     for (int tries = 0; tries < 2 && r->n > 0; tries++) {
         PyObject *oldest = r->item[r->head];
         if (Py_REFCNT(oldest) == 1) {
-            if (!r->sealed[r->head] &&
-                !ext_as_made(srv->st, oldest, extras, 1, tls != NULL ? 2 : 0)) {
+            if (r->sealed[r->head]
+                    ? !ext_sealed_intact(oldest, extras, tls != NULL)
+                    : !ext_as_made(srv->st, oldest, extras, 1, tls != NULL ? 2 : 0)) {
                 break; /* written to or kept from after it was put in line: ext_recycle drops it */
             }
             if (tls != NULL) {
@@ -436,12 +449,14 @@ ext_recycle(sk_serve_t *srv, PyObject *ext, uint8_t extras)
         return;
     }
     int tls = ext_tls(ext, extras); /* its ring: TLS requests' dicts apart */
-    /* ours alone (no other thread either can reach it) and as made: sealed, never re-checked */
-    int sealed = Py_REFCNT(ext) == 1 && ext_as_made(srv->st, ext, extras, 1, tls);
 #ifdef Py_GIL_DISABLED
-    /* without the GIL another thread may hold it (an app's, through the scope) and change it */
-    int unfit = !sealed && !ext_as_made_shared(srv->st, ext, extras, tls);
+    /* without the GIL another thread may hold it (an app's, through the scope) and change it;
+     * never sealed there: every check is made under the dicts' critical sections */
+    int sealed = 0;
+    int unfit = !ext_as_made_shared(srv->st, ext, extras, tls);
 #else
+    /* ours alone and as made: sealed, only its size looked at again (ext_sealed_intact) */
+    int sealed = Py_REFCNT(ext) == 1 && ext_as_made(srv->st, ext, extras, 1, tls);
     int unfit = !sealed && !ext_as_made(srv->st, ext, extras, 0, tls);
 #endif
     if (unfit) {
@@ -450,8 +465,10 @@ ext_recycle(sk_serve_t *srv, PyObject *ext, uint8_t extras)
     }
     sk_ext_ring_t *r = ext_ring_of(srv, extras, tls);
     while (r->n > 0 &&
-           (r->n == SK_EXT_RING || (!r->sealed[r->head] && Py_REFCNT(r->item[r->head]) == 1 &&
-                                    !ext_as_made(srv->st, r->item[r->head], extras, 1, tls)))) {
+           (r->n == SK_EXT_RING ||
+            (Py_REFCNT(r->item[r->head]) == 1 &&
+             (r->sealed[r->head] ? !ext_sealed_intact(r->item[r->head], extras, tls)
+                                 : !ext_as_made(srv->st, r->item[r->head], extras, 1, tls))))) {
         Py_DECREF(ext_pop(r)); /* re-checked after: the release may have pushed others */
     }
     ext_push(r, ext, sealed);

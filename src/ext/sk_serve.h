@@ -73,9 +73,10 @@ typedef struct {
 typedef struct {
     PyObject *item[SK_EXT_RING];
     /* 1: item[i] was referenced by the ring alone, and as made, when it was put in: no request,
-     * app or thread holds it or anything in it, so it is still as made when handed out (not
-     * checked again). Only the gc module's introspection (gc.get_objects) could reach it: what
-     * an app changes through that is outside ASGI, as for any server's or loop's internals. */
+     * app or thread holds it or anything in it, so only its size is looked at again (the
+     * garbage collector may empty it: sk_exchange.c ext_sealed_intact). The gc module's
+     * introspection (gc.get_objects) could reach it too: what an app changes through that is
+     * outside ASGI, as for any server's or loop's internals. Never set without the GIL. */
     uint8_t sealed[SK_EXT_RING];
     unsigned head; /* index of the oldest */
     unsigned n;    /* how many are held */
