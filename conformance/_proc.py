@@ -38,20 +38,26 @@ Address = int | str  # a TCP port on 127.0.0.1, or a Unix-domain socket path
 
 
 def _port_pool() -> range:
-    """The ports `free_port` hands out: the 12,000 below the kernel's ephemeral range
-    (``net.ipv4.ip_local_port_range``, 32768-60999 by default), where no ``bind(port 0)`` and no
-    client's ``connect`` can land."""
+    """The ports `free_port` hands out: 12,000 (at least 1,000) outside the kernel's ephemeral
+    range (``net.ipv4.ip_local_port_range``, 32768-60999 by default), where no ``bind(port 0)``
+    and no client's ``connect`` can land: below it, else above it; empty when neither side has
+    1,000 (`free_port` then binds port 0)."""
     try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    return range(max(1024, low - 12000), low)
+        low, high = (int(x) for x in
+                     Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2])
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    if low - 1024 >= 1000:
+        return range(max(1024, low - 12000), low)
+    if 65535 - high >= 1000:
+        return range(high + 1, min(65536, high + 1 + 12000))
+    return range(0)
 
 
 _PORTS = _port_pool()
-# The next-port counter every test process on the machine shares (the xdist workers of a run and
-# the two conformance modes that run side by side), under flock.
-_PORT_COUNTER = Path(tempfile.gettempdir()) / "skirr-test-ports"
+# The next-port counter every test process of this user on the machine shares (the xdist workers
+# of a run and the two conformance modes that run side by side), under flock.
+_PORT_COUNTER = Path(tempfile.gettempdir()) / f"skirr-test-ports-{os.getuid()}"
 
 
 def _bindable(port: int, family: socket.AddressFamily, host: str) -> bool:
@@ -65,14 +71,23 @@ def _bindable(port: int, family: socket.AddressFamily, host: str) -> bool:
 
 def free_port(family: socket.AddressFamily = socket.AF_INET, host: str = "127.0.0.1") -> int:
     """A TCP port on ``host`` that is free now and that no other test process on this machine is
-    handed until the pool wraps (12,000 ports later).
+    handed until the pool wraps (12,000 ports later; without a pool or a writable counter, a
+    port bound to 0 and released, as before).
 
     Bound to port 0 and released, a port could be the kernel's next pick for another test's
     in-process server (port 0) in the moment before the subprocess binds it: the subprocess then
     failed to bind, and the test talked to the other test's server (CI, stop 52). The ports here
-    lie below the ephemeral range, and a counter shared under a file lock hands each out once.
+    lie outside the ephemeral range, and a counter shared under a file lock hands each out once.
     """
-    with open(_PORT_COUNTER, "a+") as f:
+    try:
+        f = open(_PORT_COUNTER, "a+")
+    except OSError:
+        f = None
+    if f is None or not _PORTS:  # no pool, or no counter here: a port the kernel picks
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    with f:
         fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
         text = f.read().strip()
