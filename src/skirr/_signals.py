@@ -13,8 +13,10 @@ from typing import Any
 
 class SignalRelay:
     """A ``signal.signal`` handler: until :meth:`to` names a target, each signal number it gets is
-    noted; then the noted ones go to the target in order, and each later one at once. Runs in the
-    main thread (as every Python signal handler), so the list needs no lock."""
+    noted; then the noted ones go to the target, and each later one at once (one arriving while
+    the noted ones are handed over may go before them: the targets count, they do not order).
+    Runs in the main thread (as every Python signal handler), and :meth:`to` must be called
+    there too, so the list needs no lock."""
 
     def __init__(self) -> None:
         self._noted: list[int] = []
@@ -27,8 +29,9 @@ class SignalRelay:
             self._target(signum)
 
     def to(self, target: Callable[[int], None]) -> None:
-        """From now on ``target(signum)`` acts on each signal; the noted ones first (a signal
-        arriving meanwhile goes to ``target`` directly: none is lost, none handled twice)."""
+        """From now on ``target(signum)`` acts on each signal, the noted ones too (a signal
+        arriving meanwhile goes to ``target`` directly: none is lost, none handled twice). Main
+        thread only."""
         self._target = target
         while self._noted:
             target(self._noted.pop(0))

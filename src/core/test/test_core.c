@@ -1795,7 +1795,7 @@ test_token(T *t)
     CHECK(t, !sk_is_tchar(' ') && !sk_is_tchar('"') && !sk_is_tchar(',') && !sk_is_tchar(':'));
     CHECK(t, !sk_is_tchar(0x7f) && !sk_is_tchar(0x80) && !sk_is_tchar(0xff));
 
-    /* field value (RFC 9110 §5.5): every byte value at every place of values of 0 to 24 bytes
+    /* field value (RFC 9110 §5.5): every byte value at every place of values of 1 to 24 bytes
      * (the eight-byte words and the tail), on a clean fill and on one holding an HTAB, against
      * the byte rule: no CTL but HTAB */
     for (size_t len = 1; len <= 24; len++) {
