@@ -415,7 +415,12 @@ def test_method_not_a_token_is_stream_error(serve, seen, method):
      [(b"x-a", b"1"), (b"host", b"example.com"), (b"x-b", b"2")]),
     (req((b"host", b"Example.COM:80"), authority=b"example.com:80"),
      [(b"host", b"example.com:80")]),
-], ids=["authority", "host-only", "both-equal", "both-equal-but-case"])
+    (req((b"host", b"Example.COM"), authority=b"Example.COM"),
+     [(b"host", b"Example.COM")]),
+    (req((b"host", b"example.com:80"), authority=b"EXAMPLE.com:80"),
+     [(b"host", b"EXAMPLE.com:80")]),
+], ids=["authority", "host-only", "both-equal", "both-equal-but-case", "both-equal-upper-case",
+        "authority-upper-case"])
 def test_authority_is_the_host(serve, seen, fields, host):
     """:authority reaches the app as a host field after the fields received (h2-scope); a Host
     field, alone or equal to :authority, is kept where it was: one host field. No pseudo-header

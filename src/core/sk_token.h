@@ -141,6 +141,19 @@ sk_token_ieq(const char *s, size_t n, const char *lit, size_t lit_len)
     return 1;
 }
 
+/* 1 if a[0..an) equals b[0..bn) ignoring ASCII case on both sides (neither need be lower case:
+ * two received values, e.g. a Host field and :authority, RFC 9110 §4.2.3), else 0. */
+static inline int
+sk_ascii_ieq(const char *a, size_t an, const char *b, size_t bn)
+{
+    if (an != bn)
+        return 0;
+    for (size_t i = 0; i < an; i++)
+        if (sk_ascii_lower((unsigned char)a[i]) != sk_ascii_lower((unsigned char)b[i]))
+            return 0;
+    return 1;
+}
+
 /* sk_token_ieq with a lower-case string literal; its length comes from sizeof. */
 #define SK_TOKEN_IEQ(s, n, lit) sk_token_ieq((s), (n), "" lit, sizeof(lit) - 1)
 

@@ -1349,7 +1349,7 @@ malformed(const h2_stream_t *s)
             return "invalid host field";
         }
         /* RFC 9113 §8.3.1: a Host differing from :authority SHOULD be malformed (neither wins) */
-        if (a != NULL && !sk_token_ieq(v, f->value.len, a, an)) {
+        if (a != NULL && !sk_ascii_ieq(v, f->value.len, a, an)) {
             return "host field differs from :authority";
         }
     }

@@ -1880,6 +1880,13 @@ test_token(T *t)
     for (size_t i = 0; i < sizeof(token_cases) / sizeof(token_cases[0]); i++)
         check_token_case(t, &token_cases[i]);
     CHECK(t, sk_token_ieq("Host", sizeof("Host") - 1, "host", sizeof("host") - 1));
+    /* both sides received: case folded on each (an :authority against a Host value) */
+    CHECK(t, sk_ascii_ieq("Example.COM", 11, "example.com", 11));
+    CHECK(t, sk_ascii_ieq("example.com", 11, "Example.COM", 11));
+    CHECK(t, sk_ascii_ieq("EXAMPLE.com:80", 14, "example.COM:80", 14));
+    CHECK(t, !sk_ascii_ieq("example.com", 11, "example.org", 11));
+    CHECK(t, !sk_ascii_ieq("example.com", 11, "example.co", 10));
+    CHECK(t, sk_ascii_ieq(NULL, 0, "", 0) && !sk_ascii_ieq("@", 1, "`", 1));
     CHECK(t, SK_TOKEN_IEQ("Chunked", sizeof("Chunked") - 1, "chunked"));
     CHECK(t, !SK_TOKEN_IEQ("Chunked", sizeof("Chunked") - 1, "chunke"));
 
