@@ -795,6 +795,34 @@ def test_zero_window_stall(serve):
         served(srv.port)
 
 
+@pytest.mark.rule("RFC9113-10.5-zero-window-stall")
+def test_zero_window_stall_with_pings(serve):
+    """As test_zero_window_stall, while the client sends a PING every 0.2 s (within the PING
+    budget): the PING ACKs are not progress of the stalled response, so GOAWAY
+    ENHANCE_YOUR_CALM comes within the same bound (it never came: each ACK restarted it)."""
+    app = Sender(64, 16384, big=1)
+    with serve(app, timeout_write=0.5) as srv:
+        c = Raw(srv.port, settings={SettingsFrame.INITIAL_WINDOW_SIZE: 0})
+        c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, GET_BLOCK))
+        c.until(lambda f: isinstance(f, HeadersFrame) and f.stream_id == 1, what="the HEADERS")
+        t0 = time.monotonic()
+        g = None
+        while g is None and time.monotonic() - t0 < 6.0:
+            c.send(frame(PING, 0, 0, b"keepaliv"))
+            time.sleep(0.2)
+            c.poll()
+            goaways = c.of(GoAwayFrame)
+            g = goaways[0] if goaways else None
+        waited = time.monotonic() - t0
+        assert g is not None, f"no GOAWAY within {waited:.1f} s of PINGs"
+        assert (g.error_code, g.last_stream_id) == (ENHANCE_YOUR_CALM, 1), g
+        assert waited < 0.5 + 2.0 + 0.5, waited
+        outcomes = app.wait(1, timeout=IO_TIMEOUT)
+        assert outcomes[0][0] == "disconnected", outcomes
+        assert not c.of(DataFrame), c.of(DataFrame)
+        served(srv.port)
+
+
 @pytest.mark.rule("RFC9113-10.5-never-reads")
 def test_client_never_reads(serve):
     """Windows opened to 2^31-1, 8 streams of 4 MiB each asked for, nothing read (a 4 KiB

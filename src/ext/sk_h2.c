@@ -1886,7 +1886,9 @@ pump(h2_conn_t *c)
                 empty = 1;
                 break;
             }
-            c->progress = 1;
+            /* not progress for the write timeout (DL_STALL): only DATA that leaves is
+             * (data_sent); a PING ACK or a new stream's HEADERS would otherwise keep a stalled
+             * connection open for good */
             if (sk_buf_append(sk_transport_out(c->t), data, (size_t)n) < 0) {
                 fatal = 1;
                 break;
