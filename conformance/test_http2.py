@@ -1307,6 +1307,143 @@ def test_stalled_request_body_resets_a_begun_response(serve):
                                {"type": "http.disconnect"}]
 
 
+@pytest.mark.rule("h2-body-timeout")
+@pytest.mark.parametrize("body", [b"abc", None], ids=["post-part", "get-no-end-stream"])
+def test_answered_stream_whose_request_stops_is_reset(serve, body):
+    """The app answers at once without reading (a POST whose body stopped after `abc`, or a GET
+    whose HEADERS lacked END_STREAM) and the client then sends nothing: the response arrives
+    whole, then RST_STREAM NO_ERROR within --timeout-request-body (0.5 s) plus the timer's tick,
+    and the idle connection then gets GOAWAY NO_ERROR after --timeout-keep-alive (the stream held
+    the connection open for good: no timeout applied)."""
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"answered"})
+
+    method = [(":method", "POST" if body is not None else "GET"), (":scheme", "http"),
+              (":authority", "t"), (":path", "/")]
+    with serve(app, timeout_request_body=0.5, timeout_keep_alive=1.0) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(method, body=body or b"", end=False)
+            evs = c.events_until(lambda e: isinstance(e, h2.events.StreamEnded), IO)
+            t0 = time.monotonic()
+            rst = c.events_until(lambda e: isinstance(e, h2.events.StreamReset), IO)[-1]
+            waited = time.monotonic() - t0
+            g = c.goaway(timeout=IO)
+    got = [(type(e).__name__, getattr(e, "data", None)) for e in evs
+           if getattr(e, "stream_id", None) == sid]
+    assert got == [("ResponseReceived", None), ("DataReceived", b"answered"),
+                   ("StreamEnded", None)]
+    assert isinstance(rst, h2.events.StreamReset), rst
+    assert (rst.stream_id, rst.error_code) == (sid, h2.errors.ErrorCodes.NO_ERROR)
+    assert waited < 0.5 + 2.5, waited
+    assert g.error_code == h2.errors.ErrorCodes.NO_ERROR
+
+
+@pytest.mark.rule("h2-body-timeout")
+def test_body_timeout_waits_while_the_connection_window_is_closed(serve):
+    """Stream 1's app does not read yet and its body fills the connection's window (the
+    stream's window is the connection's, h2-settings); stream 3 then cannot send a byte
+    (RFC 9113 §6.9.1). Past --timeout-request-body (0.5 s) stream 3 is not answered 408: once
+    stream 1's app reads, the window reopens and stream 3's body arrives and is echoed."""
+    release = threading.Event()
+    seen: dict = {}
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/hold":
+            while not release.is_set():
+                await asyncio.sleep(0.02)
+        body = b""
+        while True:
+            m = await receive()
+            if m["type"] == "http.disconnect":
+                seen[scope["path"]] = "disconnect"
+                return
+            body += m.get("body", b"")
+            if not m.get("more_body"):
+                break
+        seen[scope["path"]] = len(body)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"%d" % len(body)})
+
+    with serve(app, timeout_request_body=0.5) as srv:
+        with H2Client.open(srv.port) as c:
+            hold = c.request(POST + [(":path", "/hold")], end=False)
+
+            def fill() -> None:  # stream 1 takes whatever the connection's window allows
+                while c.conn.local_flow_control_window(hold) > 0:
+                    n = min(c.conn.local_flow_control_window(hold),
+                            c.conn.max_outbound_frame_size)
+                    c.conn.send_data(hold, b"h" * n)
+                c.flush()
+
+            fill()
+            assert c.conn.outbound_flow_control_window == 0
+            echo = c.request(POST + [(":path", "/echo")], end=False)
+            updates = []
+            end = time.monotonic() + 1.5  # three body timeouts: stream 3 can send nothing
+            while time.monotonic() < end:
+                try:
+                    updates += c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated),
+                                              0.05)
+                except AssertionError:
+                    pass
+                fill()
+            release.set()
+            c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated)
+                           and e.stream_id == 0, IO)
+            c.conn.send_data(echo, b"e" * 10, end_stream=True)
+            c.conn.end_stream(hold)
+            c.flush()
+            a = c.answer(echo)
+    assert (a.status, a.body, a.reset) == (200, b"10", None)  # not 408 Request Timeout
+    assert [e for e in updates if getattr(e, "stream_id", None) == echo] == []
+    assert seen["/echo"] == 10
+
+
+@pytest.mark.rule("h2-response", "h2-trailers")
+@pytest.mark.parametrize("where", ["head", "trailers"])
+def test_header_block_nghttp2_cannot_send_resets_the_stream(serve, where):
+    """A response head, or trailers, with a 70,000-byte field value: over the 64 KiB header
+    block nghttp2 sends, so it is never sent. The stream is reset INTERNAL_ERROR (it waited for
+    good: no HEADERS, no RST_STREAM, and the app's send() had succeeded); a trailers' stream got
+    its head and body first; the connection serves the next stream."""
+    big = b"v" * 70_000
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/next":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"next"})
+            return
+        if where == "head":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"x-big", big)]})
+            await send({"type": "http.response.body", "body": b"body"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [],
+                    "trailers": True})
+        await send({"type": "http.response.body", "body": b"body"})
+        await send({"type": "http.response.trailers", "headers": [(b"x-big", big)],
+                    "more_trailers": False})
+
+    with serve(app) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/big"))
+            b = c.answer(c.get("/next"))
+    if where == "head":
+        assert (a.status, a.body, a.ended, a.reset) == (
+            None, b"", False, h2.errors.ErrorCodes.INTERNAL_ERROR)
+    else:
+        assert (a.status, a.body, a.trailers, a.ended, a.reset) == (
+            200, b"body", None, False, h2.errors.ErrorCodes.INTERNAL_ERROR)
+    assert (b.status, b.body, b.ended, b.goaway) == (200, b"next", True, None)
+
+
 @pytest.mark.rule("h2-write-timeout")
 def test_window_never_opened_times_out(serve):
     seen: list = []

@@ -99,7 +99,7 @@ typedef struct h2_stream {
     size_t given;          /* request body bytes given to the exchange and not yet consumed */
     uint8_t answered;      /* the response's END_STREAM was sent: the rest of the request is
                           * dropped, up to DISCARD_MAX bytes (drop_rest) */
-    uint8_t rst_sent;      /* drop_rest reset the stream */
+    uint8_t rst_sent;      /* skirr reset it (drop_rest, lingers() timed out, on_frame_not_send) */
     uint8_t reset_pending; /* abort() inside data_received(): RST_STREAM once the queue is out */
     uint64_t discarded;    /* request content bytes dropped since the response ended */
     double body_at;        /* monotonic seconds: the request body's deadline, 0 = not armed */
@@ -384,10 +384,24 @@ static int
 wants_body(h2_conn_t *c, const h2_stream_t *s)
 {
     /* 1 while --timeout-request-body runs for s: its app may read the request content, the
-     * content has not ended and the stream's window lets the peer send (a window the app keeps
-     * closed by not reading is not the peer's stall: flow_control.toml's pause). */
+     * content has not ended and both the stream's window and the connection's let the peer send
+     * (RFC 9113 §6.9.1: a window the apps keep closed by not reading, this stream's or others',
+     * is not the peer's stall: flow_control.toml's pause). */
     return s->x != NULL && !s->body_done && !s->timed_out && c->srv->body_timeout > 0 &&
-           nghttp2_session_get_stream_local_window_size(c->ng, s->id) > 0;
+           nghttp2_session_get_stream_local_window_size(c->ng, s->id) > 0 &&
+           nghttp2_session_get_local_window_size(c->ng) > 0;
+}
+
+static int
+lingers(h2_conn_t *c, const h2_stream_t *s)
+{
+    /* 1 while a stream answered with no app to read the rest of its request (its response's
+     * END_STREAM sent: drop_rest's) waits for that rest: it must keep coming within
+     * --timeout-request-body (each DATA restarts it), else RST_STREAM NO_ERROR (RFC 9113 §8.1),
+     * as HTTP/1.1 stops reading an unread body after the same time. Without it a client that
+     * sends nothing more holds the stream, so the connection, open for good (no idle timeout
+     * while a stream is open). */
+    return s->x == NULL && s->answered && !s->body_done && !s->rst_sent && c->srv->body_timeout > 0;
 }
 
 static void
@@ -397,8 +411,8 @@ sync_deadline(h2_conn_t *c)
      * earliest: idle while no stream is open (counted from the last stream's end, however
      * quickly it was answered), head while a header block is being received, the write timeout
      * while response content waits on a closed window (restarted by any DATA that leaves), and
-     * per stream the request body's (restarted by each DATA received on it); the shutdown's own
-     * once it began. */
+     * per stream the request body's (restarted by each DATA received on it), also for the rest
+     * of an answered stream's request (lingers); the shutdown's own once it began. */
     if (c->closed || !sk_transport_is_open(c->t) || c->shutdown == 1) {
         return;
     }
@@ -432,7 +446,7 @@ sync_deadline(h2_conn_t *c)
     int kind = 0;
     double at = 0;
     for (h2_stream_t *s = c->streams; s != NULL; s = s->next) {
-        if (!wants_body(c, s)) {
+        if (!wants_body(c, s) && !lingers(c, s)) {
             s->body_at = 0;
             continue;
         }
@@ -1776,6 +1790,7 @@ on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *dat
         consume(c, id, len);
         if (s != NULL && s->answered) {
             s->discarded += len;
+            s->body_at = 0; /* lingers(): the rest keeps coming */
         }
         return 0;
     }
@@ -1823,6 +1838,37 @@ on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame, void *user)
             drop_rest(ng, s);
         }
     }
+    return 0;
+}
+
+static int
+on_frame_not_send(nghttp2_session *ng, const nghttp2_frame *frame, int lib_error_code, void *user)
+{
+    /* nghttp2 could not send a frame it had queued: for a response's HEADERS (the head, or the
+     * trailers) that is a header block over its send limit (64 KiB of HPACK-encoded fields,
+     * NGHTTP2_ERR_FRAME_SIZE_ERROR), and the stream would wait for good for a head or trailers
+     * that never come. It is reset INTERNAL_ERROR instead (RFC 9113 §8.1: never taken for
+     * complete), and its app, if still there, loses the stream (ClientDisconnected). */
+    (void)lib_error_code;
+    h2_conn_t *c = user;
+    if (frame->hd.type != NGHTTP2_HEADERS) {
+        return 0;
+    }
+    h2_stream_t *s = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
+    if (s == NULL || s->rst_sent) {
+        return 0;
+    }
+    s->app_reset = 1; /* the server's own reset, not the peer's doing (guard: MadeYouReset) */
+    s->rst_sent = 1;
+    (void)nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                                    NGHTTP2_INTERNAL_ERROR);
+    if (c->srv->trace != NULL) {
+        socklen_t plen;
+        sk_access_trace(&c->srv->access, c->client, sk_transport_peer(c->t, &plen),
+                        "HTTP/2 stream reset: a response header block nghttp2 cannot send "
+                        "(over 64 KiB)");
+    }
+    detach(s);
     return 0;
 }
 
@@ -1987,10 +2033,21 @@ body_timeouts(h2_conn_t *c)
     /* --timeout-request-body passed for the streams whose body deadline is due (as HTTP/1.1,
      * flow_control.toml's skirr-timeout-request-body): the app's receive() gets
      * http.disconnect; the stream is answered 408 (RFC 9110 §15.5.9) then reset NO_ERROR once
-     * it left (RFC 9113 §8.1), or, when its response began, reset INTERNAL_ERROR. The
+     * it left (RFC 9113 §8.1), or, when its response began, reset INTERNAL_ERROR. A stream
+     * answered already whose rest did not come in time (lingers) is reset NO_ERROR. The
      * connection and its other streams go on. */
     double t = now() + 0.001; /* the reactor's clock may round the deadline down */
     for (h2_stream_t *s = c->streams; s != NULL && !c->closed; s = s->next) {
+        if (lingers(c, s) && s->body_at != 0 && s->body_at <= t) {
+            /* answered: the rest of the request did not come in time; nothing to tell an app */
+            s->body_at = 0;
+            s->rst_sent = 1;
+            if (c->srv->metrics != NULL) {
+                c->srv->metrics->timeouts[SK_TIMEOUT_BODY]++;
+            }
+            (void)nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+            continue;
+        }
         if (!wants_body(c, s) || s->body_at == 0 || s->body_at > t) {
             continue;
         }
@@ -2207,6 +2264,7 @@ sk_h2_start(sk_transport_t *t, sk_serve_t *srv)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data_chunk);
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_not_send_callback(cbs, on_frame_not_send);
     nghttp2_session_callbacks_set_send_data_callback(cbs, send_data);
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
