@@ -6,8 +6,8 @@
  * arrived: rearm; input the layer holds: read_soon), the input and output buffers, the epoll mask
  * they imply (64 KiB marks: flow control, and the readiness the layer asks for), writing and
  * EPOLLOUT (batching, by-reference ranges, file ranges: sendfile or pread when the layer cannot),
- * the one-second timer (timerfd in the same set) that checks every transport's deadlines and frees
- * what idle ones keep between messages (tp_trim, the handlers' idle op; malloc_trim once many
+ * the one-second timer (timerfd in the same set) that checks every transport's deadlines (after
+ * taking the input ready then: drain_ready) and frees what idle ones keep between messages (tp_trim, the handlers' idle op; malloc_trim once many
  * connections have gone), linger
  * after a server-side close, closing, and freeing closed transports once no frame holds them
  * (reap).
@@ -1614,13 +1614,10 @@ tp_trim(sk_transport_t *t)
     return freed;
 }
 
+/* The deadline sweep (the timer's readiness, after drain_ready: see sk_reactor_on_ready). */
 static void
 reactor_tick(sk_reactor_t *r)
 {
-    uint64_t expirations;
-    if (read(r->timerfd, &expirations, sizeof(expirations)) < 0) {
-        /* EAGAIN: a spurious wake-up; the sweep below is harmless. */
-    }
     double now = monotonic();
     size_t freed = 0; /* bytes the idle connections gave back this tick */
     sk_transport_t *t = r->all_head;
@@ -1768,25 +1765,26 @@ crossed(sk_transport_t *t, uint32_t e)
     return out;
 }
 
-void
-sk_reactor_on_ready(sk_reactor_t *r)
+/* One non-blocking epoll_wait and the handling of what it reports (at most SK_MAX_EVENTS ready
+ * descriptors): the listener accepts, connections flush and read. The timer is only noted
+ * (*timer): its sweep runs once ready input has been taken (sk_reactor_on_ready). Returns the
+ * descriptors reported other than the timer. */
+static int
+poll_ready(sk_reactor_t *r, int *timer)
 {
     struct epoll_event evs[SK_MAX_EVENTS];
-    if (r->closed) {
-        return;
-    }
     int n = epoll_wait(r->epfd, evs, SK_MAX_EVENTS, 0);
-    assert(!r->batching); /* the loop's callbacks never nest */
-    r->batching = 1;
+    int others = 0;
     for (int i = 0; i < n; i++) {
         void *tag = evs[i].data.ptr;
         uint32_t e = evs[i].events;
-        if (tag == &r->cfg.listen_fd) {
-            reactor_accept(r);
+        if (tag == &r->timerfd) {
+            *timer = 1;
             continue;
         }
-        if (tag == &r->timerfd) {
-            reactor_tick(r);
+        others++;
+        if (tag == &r->cfg.listen_fd) {
+            reactor_accept(r);
             continue;
         }
         sk_transport_t *t = tag;
@@ -1809,17 +1807,14 @@ sk_reactor_on_ready(sk_reactor_t *r)
             tp_readable(t, e);
         }
     }
-    r->batching = 0;
-    flush_batch(r);
-    reap(r);
+    return others;
 }
 
-void
-sk_reactor_run_pending(sk_reactor_t *r)
+/* The pending list (pending_link): input the layer holds is read, buffered input fed. The caller
+ * batches. */
+static void
+run_pending_list(sk_reactor_t *r)
 {
-    r->pending_scheduled = 0;
-    assert(!r->batching); /* the loop's callbacks never nest */
-    r->batching = 1;
     while (r->pending_head) {
         sk_transport_t *t = r->pending_head;
         r->pending_head = t->pending_next;
@@ -1834,6 +1829,63 @@ sk_reactor_run_pending(sk_reactor_t *r)
             feed_buffered(t); /* a read fed the buffered input with the new */
         }
     }
+}
+
+/* Rounds of drain_ready before a sweep: each one the pending list and one epoll_wait. */
+#define DRAIN_ROUNDS 8
+
+/* Before the deadline sweep: takes the input that is ready now, so that no deadline expires over
+ * input that arrived in time. After the loop was blocked (an app's synchronous work), the timer
+ * and the connections whose input arrived during the block are ready together, in an order epoll
+ * does not promise (the timer is level-triggered: it goes back on the ready list each time it is
+ * reported), and a connection may be past the first SK_MAX_EVENTS. So the sweep runs only after
+ * the events of its own epoll_wait, the pending list (input a layer holds, buffered input) and
+ * further non-blocking epoll_waits until one reports nothing: what nginx does (events, then
+ * timers). Once a second, so off the hot path; at most DRAIN_ROUNDS rounds, so a busy server's
+ * sweep is not put off. */
+static void
+drain_ready(sk_reactor_t *r)
+{
+    uint64_t expirations;
+    if (read(r->timerfd, &expirations, sizeof(expirations)) < 0) {
+        /* EAGAIN: a spurious wake-up; the sweep is harmless. */
+    }
+    for (int round = 0; round < DRAIN_ROUNDS && !r->closed; round++) {
+        int fed = r->pending_head != NULL;
+        run_pending_list(r);
+        int timer = 0;
+        if (poll_ready(r, &timer) == 0 && !fed) {
+            break;
+        }
+    }
+}
+
+void
+sk_reactor_on_ready(sk_reactor_t *r)
+{
+    if (r->closed) {
+        return;
+    }
+    assert(!r->batching); /* the loop's callbacks never nest */
+    r->batching = 1;
+    int timer = 0;
+    (void)poll_ready(r, &timer);
+    if (timer && !r->closed) {
+        drain_ready(r);
+        reactor_tick(r);
+    }
+    r->batching = 0;
+    flush_batch(r);
+    reap(r);
+}
+
+void
+sk_reactor_run_pending(sk_reactor_t *r)
+{
+    r->pending_scheduled = 0;
+    assert(!r->batching); /* the loop's callbacks never nest */
+    r->batching = 1;
+    run_pending_list(r);
     r->batching = 0;
     flush_batch(r); /* and what waited for this iteration (sk_transport_write_later) */
     reap(r);

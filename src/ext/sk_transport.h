@@ -150,7 +150,9 @@ int sk_reactor_fd(const sk_reactor_t *r);
 int sk_reactor_start_accepting(sk_reactor_t *r);
 /* Stops polling the listening socket (idempotent). */
 void sk_reactor_stop_accepting(sk_reactor_t *r);
-/* The loop's add_reader callback: handles at most SK_MAX_EVENTS ready descriptors. */
+/* The loop's add_reader callback: handles at most SK_MAX_EVENTS ready descriptors; when the
+ * one-second timer is among them, the input ready then is taken first (more non-blocking polls
+ * and the pending list) and only then are the deadlines swept. */
 void sk_reactor_on_ready(sk_reactor_t *r);
 /* The call_soon callback: feeds every transport that asked for sk_transport_feed_soon. */
 void sk_reactor_run_pending(sk_reactor_t *r);
