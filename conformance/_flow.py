@@ -10,6 +10,11 @@ test_limits.py).
   ``wait_stable()``: waits until a counter stops moving (the app is blocked).
 - ``send_until_stalled(sock, data)``: writes without blocking until the peer stops taking bytes.
 - ``rss()``: this process's resident set, in bytes (the server under test runs in it).
+- ``BlockedLoop``: an app whose ``/block`` request blocks the event loop (``time.sleep``) and
+  whose other requests answer 200 with their body (or their path when it is empty), with
+  ``start(srv)`` (a second connection asks for ``/block``) and ``at(seconds)`` (sleeps until that
+  long after the start), ``finish()`` (the blocking request's answer). Input sent during the
+  block must be read before any deadline expires.
 """
 from __future__ import annotations
 
@@ -27,6 +32,56 @@ from conftest import IO_TIMEOUT, Client
 KIB = 1024
 MIB = 1024 * KIB
 HIGH_WATER = 64 * KIB  # skirr's write, body and pipelined-input marks (SK_*_HIGH_WATER)
+
+
+class BlockedLoop:
+    """Input that arrived in time while the loop was blocked (spec/flow_control.toml
+    skirr-timeout-ready-input-first). With a timeout of TIMEOUT s: the case's connection makes its
+    last progress, then ``start`` has another connection block the loop for BLOCK s, and the case
+    sends its input at ``at(SEND)``: after the one-second timer became ready (it ticks at least
+    once in the block's first second), before the deadline (0.6 s of slack), while the deadline
+    has passed when the loop wakes (0.6 s later). So the timer's sweep and the input are ready
+    together, the timer first."""
+
+    TIMEOUT = 2.0
+    BLOCK = 2.5
+    SEND = 1.3
+
+    def __init__(self) -> None:
+        self.t0 = 0.0
+        self.blocker: Optional[Client] = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/block":
+            time.sleep(self.BLOCK)  # the app's synchronous work: the whole loop waits
+        body = b""
+        while True:
+            m = await receive()
+            if m["type"] == "http.disconnect":
+                return
+            body += m.get("body", b"")
+            if not m.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body or scope["path"].encode()})
+
+    def start(self, srv) -> None:
+        """The loop of the running server ``srv`` blocks from now (within a few ms) for BLOCK s."""
+        time.sleep(0.1)  # the case's last input has been read
+        self.t0 = time.monotonic()
+        self.blocker = srv.connect()
+        self.blocker.send(b"GET /block HTTP/1.1\r\nHost: x\r\n\r\n")
+
+    def at(self, seconds: float) -> None:
+        time.sleep(max(0.0, self.t0 + seconds - time.monotonic()))
+
+    def finish(self) -> tuple:
+        """The blocking request's own answer (status, body)."""
+        assert self.blocker is not None
+        r = self.blocker.response()
+        return r.status, r.body
 
 
 def rss() -> int:

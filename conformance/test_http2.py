@@ -26,7 +26,7 @@ import h2.settings
 import hyperframe.frame
 import pytest
 
-from _flow import shrink_server_send_buffer
+from _flow import BlockedLoop, shrink_server_send_buffer
 from h2_util import PREFACE, H2Client, raw_frames
 from tls_util import TLSFiles
 
@@ -1442,6 +1442,45 @@ def test_header_block_nghttp2_cannot_send_resets_the_stream(serve, where):
         assert (a.status, a.body, a.trailers, a.ended, a.reset) == (
             200, b"body", None, False, h2.errors.ErrorCodes.INTERNAL_ERROR)
     assert (b.status, b.body, b.ended, b.goaway) == (200, b"next", True, None)
+
+
+@pytest.mark.rule("skirr-timeout-ready-input-first")
+def test_data_sent_during_a_blocked_loop_is_read_before_the_body_deadline(serve):
+    # the last DATA of a stream arrives 1.3 s into a 2.5 s block of the loop (another
+    # connection's app sleeps), within --timeout-request-body (2 s): it is read before the
+    # stream's deadline expires, so the stream is answered 200, never 408
+    app = BlockedLoop()
+    with serve(app, timeout_request_body=app.TIMEOUT) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(POST + [(":path", "/up")], body=b"a", end=False)
+            app.start(srv)
+            app.at(app.SEND)
+            c.conn.send_data(sid, b"b", end_stream=True)
+            c.flush()
+            a = c.answer(sid, timeout=IO)
+            b = c.answer(c.get("/next"))
+        assert app.finish() == (200, b"/block")
+    assert (a.status, a.body, a.ended, a.reset, a.goaway, a.closed) == (
+        200, b"ab", True, None, None, False)
+    assert (b.status, b.body, b.goaway) == (200, b"/next", None)
+
+
+@pytest.mark.rule("skirr-timeout-ready-input-first")
+def test_request_sent_during_a_blocked_loop_is_read_before_the_idle_deadline(serve):
+    # an idle connection opens its next stream 1.3 s into a 2.5 s block, within
+    # --timeout-keep-alive (2 s) of its last stream: the HEADERS are read before the idle
+    # deadline expires, so the stream is served, not refused by a GOAWAY that stops before it
+    app = BlockedLoop()
+    with serve(app, timeout_keep_alive=app.TIMEOUT) as srv:
+        with H2Client.open(srv.port) as c:
+            first = c.answer(c.get("/first"))
+            app.start(srv)
+            app.at(app.SEND)
+            a = c.answer(c.request(POST + [(":path", "/late")], body=b"abc"), timeout=IO)
+        assert app.finish() == (200, b"/block")
+    assert (first.status, first.body) == (200, b"/first")
+    assert (a.status, a.body, a.ended, a.reset, a.goaway, a.closed) == (
+        200, b"abc", True, None, None, False)
 
 
 @pytest.mark.rule("h2-write-timeout")

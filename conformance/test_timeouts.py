@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from _flow import KIB, MIB, Progress, small_client
+from _flow import KIB, MIB, BlockedLoop, Progress, small_client
 from conftest import Recorder, http_request
 
 T = 0.5
@@ -316,3 +316,43 @@ def test_stalled_reader_of_final_body_disconnected(serve):
         assert (r.status, r.get(b"content-length")) == (200, str(size).encode())
         assert not r.complete and len(r.body) < size
         assert c.eof
+
+
+# -- input that arrived while the loop was blocked ------------------------------------------------
+
+
+@pytest.mark.rule("skirr-timeout-ready-input-first")
+def test_body_byte_sent_during_a_blocked_loop_is_read_before_the_body_deadline(serve):
+    """Another request blocks the loop 2.5 s (time.sleep); the last body byte arrives 1.3 s into
+    the block, within timeout_request_body (2 s), and the deadline has passed when the loop wakes:
+    the byte is read first, so the request is answered 200, never 408."""
+    app = BlockedLoop()
+    with serve(app, timeout_request_body=app.TIMEOUT) as srv:
+        c = srv.connect()
+        c.send(b"POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\na")
+        app.start(srv)
+        app.at(app.SEND)
+        c.send(b"b")
+        r = c.response()
+        assert (r.status, r.body, r.get(b"connection")) == (200, b"ab", None)
+        assert app.finish() == (200, b"/block")
+        r = c.request(http_request("GET", "/next"))
+        assert (r.status, r.body) == (200, b"/next")
+
+
+@pytest.mark.rule("skirr-timeout-ready-input-first")
+def test_request_sent_during_a_blocked_loop_is_read_before_the_keep_alive_deadline(serve):
+    """An idle persistent connection sends its next request (a POST: not safe to retry) 1.3 s
+    into a 2.5 s block, within timeout_keep_alive (2 s) of its last response: the request is read
+    before the keep-alive deadline expires, so it is answered, not lost to a close or a reset."""
+    app = BlockedLoop()
+    with serve(app, timeout_keep_alive=app.TIMEOUT) as srv:
+        c = srv.connect()
+        r = c.request(http_request("GET", "/first"))
+        assert (r.status, r.body) == (200, b"/first")
+        app.start(srv)
+        app.at(app.SEND)
+        c.send(b"POST /late HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc")
+        r = c.response()
+        assert (r.status, r.body, r.get(b"connection")) == (200, b"abc", None)
+        assert app.finish() == (200, b"/block")
