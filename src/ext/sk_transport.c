@@ -7,10 +7,9 @@
  * they imply (64 KiB marks: flow control, and the readiness the layer asks for), writing and
  * EPOLLOUT (batching, by-reference ranges, file ranges: sendfile or pread when the layer cannot),
  * the one-second timer (timerfd in the same set) that checks every transport's deadlines (after
- * taking the input ready then: drain_ready) and frees what idle ones keep between messages (tp_trim, the handlers' idle op; malloc_trim once many
- * connections have gone), linger
- * after a server-side close, closing, and freeing closed transports once no frame holds them
- * (reap).
+ * taking the input ready then: drain_ready) and frees what idle ones keep between messages
+ * (tp_trim, the handlers' idle op; malloc_trim once many connections have gone), linger after a
+ * server-side close, closing, and freeing closed transports once no frame holds them (reap).
  * Never: moves a byte on the socket but through its stream layer (sk_stream_ops_t), knows what
  * protocol a connection speaks (only the sk_handler_ops_t table), builds Python objects (it holds
  * a bytes object queued by reference, and releases it), or frees a transport or a handler while a
