@@ -138,8 +138,9 @@ typedef struct sk_wire_ops {
     int (*progress)(void *w, uint64_t *body_bytes);
     /* Flow control of the request body: the app took body bytes (waiting 0: the wire reads
      * again while sk_exchange_buffered() is under its mark), or waits in receive() with none
-     * buffered (waiting 1: a wire that holds the peer's content back until asked, HTTP/1.1's
-     * Expect: 100-continue, asks now). Returns 0, or SK_ENOMEM; may detach (the peer gone). */
+     * buffered (waiting 1: a wire whose peer holds its content back until asked, Expect:
+     * 100-continue on HTTP/1.1 or HTTP/2, asks now). Returns 0, or SK_ENOMEM; may detach (the
+     * peer gone). */
     int (*resume)(void *w, int waiting);
     /* One step of the app's Task ended: output the wire held back for it may leave. */
     void (*stepped)(void *w);

@@ -104,6 +104,8 @@ typedef struct h2_stream {
     uint64_t discarded;    /* request content bytes dropped since the response ended */
     double body_at;        /* monotonic seconds: the request body's deadline, 0 = not armed */
     uint8_t timed_out;     /* --timeout-request-body ended it: the rest is reset, not read */
+    uint8_t expect_100;    /* 'expect: 100-continue' came with content to follow, and no 100 was
+                            * sent nor content received yet (RFC 9110 §10.1.1: h2w_resume) */
     uint64_t body_recv;    /* request content bytes received (--limit-request-body) */
     /* the response */
     int status;
@@ -945,10 +947,11 @@ h2w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int tr
 }
 
 static int
-h2w_interim(void *w, int status, const sk_header_t *fields, size_t nfields)
+submit_interim(h2_stream_t *s, int status, const sk_header_t *fields, size_t nfields)
 {
-    /* A 1xx as a HEADERS frame without END_STREAM (RFC 9113 §8.1). */
-    h2_stream_t *s = w;
+    /* A 1xx as a HEADERS frame without END_STREAM (RFC 9113 §8.1), queued and flushed. 0,
+     * SK_ESTATUS or SK_ENOMEM (nothing queued), or SK_WIRE_GONE (the stream or connection
+     * ended: s may be freed). */
     h2_conn_t *c = s->c;
     int32_t id = s->id;
     if (status < 100 || status > 199 || status == 101) {
@@ -985,7 +988,15 @@ h2w_interim(void *w, int status, const sk_header_t *fields, size_t nfields)
     if (flush(c) < 0 || !alive(c, id)) {
         return SK_WIRE_GONE;
     }
-    return congested(s);
+    return 0;
+}
+
+static int
+h2w_interim(void *w, int status, const sk_header_t *fields, size_t nfields)
+{
+    h2_stream_t *s = w;
+    int rc = submit_interim(s, status, fields, nfields);
+    return rc < 0 ? rc : congested(s);
 }
 
 static int
@@ -1256,7 +1267,22 @@ h2w_resume(void *w, int waiting)
      * stream's and the connection's windows. No WINDOW_UPDATE is sent for bytes not taken. */
     h2_stream_t *s = w;
     h2_conn_t *c = s->c;
-    if (waiting || s->x == NULL) {
+    if (waiting) {
+        /* RFC 9110 §10.1.1 (HTTP/1.1 "or later"), as HTTP/1.1 does (sk_http1.c): the app waits
+         * for content the client holds back for a 100, so ask for it, once, as an interim
+         * HEADERS (RFC 9113 §8.1); not once content came, the request ended or the response
+         * head went out (the final status answers the expectation). */
+        if (s->expect_100 && s->x != NULL && !s->body_done && !s->submitted && !s->answered) {
+            s->expect_100 = 0;
+            int rc = submit_interim(s, 100, NULL, 0);
+            if (rc == SK_ENOMEM) {
+                return SK_ENOMEM;
+            }
+            /* SK_WIRE_GONE: the connection closed (the exchange is detached by it) */
+        }
+        return 0;
+    }
+    if (s->x == NULL) {
         return 0;
     }
     size_t buffered = sk_exchange_buffered(s->x);
@@ -1563,6 +1589,18 @@ head_complete(h2_conn_t *c, h2_stream_t *s, int end_stream)
         s->body_done = 1;
         sk_exchange_body_end(x);
     }
+    else {
+        /* RFC 9110 §10.1.1: the client may wait for a 100 before sending the content; as
+         * HTTP/1.1's parser (sk_http.c), an expect field whose value is exactly 100-continue
+         * (any case); any other expectation is the app's to see */
+        for (uint32_t i = 0; i < s->nfields; i++) {
+            const sk_field_t *f = &s->fields[i];
+            if (SK_TOKEN_IEQ(base + f->name.off, f->name.len, "expect") &&
+                SK_TOKEN_IEQ(base + f->value.off, f->value.len, "100-continue")) {
+                s->expect_100 = 1;
+            }
+        }
+    }
 }
 
 static void
@@ -1801,6 +1839,7 @@ on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *dat
         return 0;
     }
     s->body_recv += len;
+    s->expect_100 = 0; /* the client sends the content without waiting for a 100 */
     if (sk_exchange_body(s->x, (const char *)data, len) < 0) {
         PyErr_WriteUnraisable(c->srv->owner);
         consume(c, id, len);
