@@ -510,6 +510,229 @@ def test_early_hints_as_103_headers(serve):
     assert (a.status, a.body) == (200, b"ok")
 
 
+# ---- Expect: 100-continue (RFC 9110 §10.1.1 on HTTP/2) ------------------------------------------
+
+
+def post_head(expect: bytes = b"100-continue", length: int = 5) -> list:
+    return [(":method", "POST"), (":scheme", "http"), (":path", "/up"), (":authority", "t"),
+            (b"expect", expect), ("content-length", str(length))]
+
+
+def reading_app(seen: list, before=(), delay: float = 0.0):
+    """Sends the messages `before` first, sleeps `delay`, then reads the body whole (each
+    receive() recorded in seen) and answers 200 'got ' + body."""
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        for msg in before:
+            await send(msg)
+        await asyncio.sleep(delay)
+        body = b""
+        while True:
+            m = await receive()
+            seen.append(m)
+            body += m.get("body", b"")
+            if not m.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"got " + body})
+    return app
+
+
+def interim_of(events: list, sid: int) -> list:
+    """The exact header lists of the interim responses on stream sid, in order."""
+    return [list(e.headers) for e in events
+            if isinstance(e, h2.events.InformationalResponseReceived) and e.stream_id == sid]
+
+
+def stream_events(events: list, sid: int) -> list:
+    return [e for e in events if getattr(e, "stream_id", None) == sid]
+
+
+def assert_quiet(c: H2Client, sid: int, timeout: float) -> None:
+    """Nothing arrives on stream sid for timeout seconds."""
+    with pytest.raises(AssertionError, match="timed out"):
+        evs = c.events_until(lambda e: getattr(e, "stream_id", None) == sid, timeout=timeout)
+        raise RuntimeError(f"stream {sid} got {evs[-1]!r}")
+
+
+def is_100(sid: int):
+    return lambda e: (isinstance(e, h2.events.InformationalResponseReceived)
+                      and e.stream_id == sid and dict(e.headers)[b":status"] == b"100")
+
+
+@pytest.mark.rule("h2-100-continue")
+@pytest.mark.parametrize("expect", [b"100-continue", b"100-Continue"])
+def test_100_continue_sent_when_the_app_first_receives(serve, expect):
+    """The 100 is an interim HEADERS (':status 100' alone, no END_STREAM) sent when the app first
+    awaits receive(), not before; the content sent in two DATA frames (receive() waits twice)
+    gets no second 100; the final response follows."""
+    seen: list = []
+    with serve(reading_app(seen, delay=0.5), date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(post_head(expect), end=False)
+            assert_quiet(c, sid, 0.3)  # the app sleeps before it reads: nothing yet
+            evs = c.events_until(is_100(sid), timeout=IO)
+            assert interim_of(evs, sid) == [[(b":status", b"100")]]
+            assert stream_events(evs, sid) == [evs[-1]]
+            c.conn.send_data(sid, b"hel")
+            c.flush()
+            deadline = time.monotonic() + IO
+            while not seen and time.monotonic() < deadline:  # the app took the first piece
+                time.sleep(0.01)
+            assert seen == [{"type": "http.request", "body": b"hel", "more_body": True}]
+            c.conn.send_data(sid, b"lo", end_stream=True)
+            c.flush()
+            a = c.answer(sid)
+    assert (a.status, a.body, a.ended, a.interim) == (200, b"got hello", True, [])
+    assert isinstance(a.events[0], h2.events.ResponseReceived)  # the 100 did not end the stream
+    assert a.headers == [(b"server", b"skirr")]
+    assert b"".join(m["body"] for m in seen[1:]) == b"lo" and not seen[-1]["more_body"]
+
+
+@pytest.mark.rule("h2-100-continue")
+def test_100_continue_only_once_however_often_receive_waits(serve):
+    """receive() awaited again and again while no content comes (and concurrently): one 100."""
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        body = b""
+        for _ in range(3):
+            t = asyncio.ensure_future(receive())
+            await asyncio.sleep(0.1)
+            if t.done():
+                m = t.result()
+                body += m.get("body", b"")
+                break
+            t.cancel()
+        else:
+            m = {"more_body": True}
+        while m.get("more_body"):
+            m = await receive()
+            body += m.get("body", b"")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    with serve(app, date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(post_head(), end=False)
+            evs = c.events_until(is_100(sid))
+            assert_quiet(c, sid, 0.6)  # receive() waits again twice more, cancelled: no 100
+            c.conn.send_data(sid, b"hello", end_stream=True)
+            c.flush()
+            a = c.answer(sid)
+    assert interim_of(evs, sid) == [[(b":status", b"100")]]
+    assert (a.status, a.body, a.interim) == (200, b"hello", [])
+
+
+@pytest.mark.rule("h2-100-continue")
+def test_early_hint_then_100_then_the_final_response(serve):
+    """A 103 before the read does not answer the expectation: 103, then 100 at the read."""
+    seen: list = []
+    hint = {"type": "http.response.early_hint", "links": [b"</a.css>; rel=preload"]}
+    with serve(reading_app(seen, before=[hint]), date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(post_head(), end=False)
+            evs = c.events_until(is_100(sid))
+            c.conn.send_data(sid, b"hello", end_stream=True)
+            c.flush()
+            a = c.answer(sid)
+    assert interim_of(evs, sid) == [[(b":status", b"103"), (b"link", b"</a.css>; rel=preload")],
+                                    [(b":status", b"100")]]
+    assert (a.status, a.body, a.interim) == (200, b"got hello", [])
+
+
+@pytest.mark.rule("h2-100-continue")
+@pytest.mark.parametrize("reads", [False, True])
+def test_no_100_continue_when_the_app_answers_first(serve, reads):
+    """An app that answers without reading gets no 100 (the final status answers the
+    expectation); one whose response HEADERS went out before it reads gets none either."""
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"first ", "more_body": reads})
+        if reads:
+            body = b""
+            while True:
+                m = await receive()
+                body += m.get("body", b"")
+                if not m.get("more_body"):
+                    break
+            await send({"type": "http.response.body", "body": body})
+
+    with serve(app, date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(post_head(), end=False)
+            if reads:
+                evs = c.events_until(lambda e: isinstance(e, h2.events.DataReceived)
+                                     and e.stream_id == sid)
+                assert_quiet(c, sid, 0.3)  # the app waits in receive(): no 100
+                c.conn.send_data(sid, b"hello", end_stream=True)
+                c.flush()
+                a = c.answer(sid)
+                assert (a.status, a.body, a.ended, a.interim) == (None, b"hello", True, [])
+            else:
+                evs = []
+                a = c.answer(sid)
+                assert (a.status, a.body, a.ended) == (200, b"first ", True)
+    mine = stream_events(evs + a.events, sid)
+    assert interim_of(mine, sid) == []
+    assert isinstance(mine[0], h2.events.ResponseReceived)  # the final HEADERS came first
+    assert dict(mine[0].headers)[b":status"] == b"200"
+
+
+@pytest.mark.rule("h2-100-continue")
+def test_no_100_continue_without_content(serve):
+    """END_STREAM on the HEADERS: there is no content to ask for."""
+    seen: list = []
+    with serve(reading_app(seen), date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(post_head(length=0), end=True)
+            a = c.answer(sid)
+    assert (a.status, a.body, a.interim) == (200, b"got ", [])
+    assert seen == [{"type": "http.request", "body": b"", "more_body": False}]
+
+
+@pytest.mark.rule("h2-100-continue")
+def test_no_100_continue_once_content_arrived(serve):
+    """The client sent content without waiting (HEADERS and DATA in one write, before the app
+    reads): no 100, even though receive() later waits for the rest."""
+    seen: list = []
+    with serve(reading_app(seen, delay=0.3), date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(post_head(), body=b"hel", end=False)
+            with pytest.raises(AssertionError, match="timed out"):
+                c.events_until(is_100(sid), timeout=0.8)
+            c.conn.send_data(sid, b"lo", end_stream=True)
+            c.flush()
+            a = c.answer(sid)
+    assert (a.status, a.body, a.interim) == (200, b"got hello", [])
+
+
+@pytest.mark.rule("h2-100-continue")
+@pytest.mark.parametrize("expect", [b"100-continuex", b"something-else", b"100-continue, x"])
+def test_other_expectations_get_no_100_and_reach_the_app(serve, expect):
+    """Another expect value is not answered (no 100, no 417, as HTTP/1.1): the app sees the
+    field and reads the content the client sends."""
+    seen: list = []
+    scopes: list = []
+    inner = reading_app(seen)
+
+    async def app(scope, receive, send):
+        scopes.append(scope)
+        await inner(scope, receive, send)
+
+    with serve(app, date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(post_head(expect), end=False)
+            with pytest.raises(AssertionError, match="timed out"):
+                c.events_until(is_100(sid), timeout=0.5)
+            c.conn.send_data(sid, b"hello", end_stream=True)
+            c.flush()
+            a = c.answer(sid)
+    assert (a.status, a.body, a.interim) == (200, b"got hello", [])
+    assert (b"expect", expect) in scopes[0]["headers"]
+
+
 @pytest.mark.rule("h2-pathsend")
 @pytest.mark.parametrize("kind", ["pathsend", "zerocopysend", "zerocopysend-range"])
 def test_file_bodies(serve, tmp_path, kind):

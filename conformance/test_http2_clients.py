@@ -191,6 +191,36 @@ def test_access_line_says_http2(serve):
                         cap.lines[1])
 
 
+@rule("h2-100-continue")
+def test_curl_expect_100_continue_gets_its_100_at_once(serve, tmp_path):
+    """curl --http2-prior-knowledge -H 'Expect: 100-continue' waits for the 100 before it sends
+    the content (--expect100-timeout: up to 10 s here); skirr sends it as the app reads, so the
+    upload goes at once and curl never gives up waiting."""
+    upload = tmp_path / "up.bin"
+    upload.write_bytes(bytes(range(256)) * 1000)
+
+    async def app(scope, receive, send):
+        n = 0
+        while True:
+            m = await receive()
+            n += len(m.get("body", b""))
+            if not m.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": str(n).encode()})
+
+    with serve(app) as srv:
+        t0 = time.monotonic()
+        got = curl("--http2-prior-knowledge", "-v", "--expect100-timeout", "10",
+                   "-H", "Expect: 100-continue", "--data-binary", f"@{upload}", *W,
+                   f"http://127.0.0.1:{srv.port}/up")
+        took = time.monotonic() - t0
+    assert (got.returncode, got.stdout) == (0, "256000\n2 200")
+    assert "< HTTP/2 100" in got.stderr
+    assert "Done waiting for 100-continue" not in got.stderr
+    assert took < 5, f"curl took {took:.1f} s: it waited for the 100"
+
+
 @rule("skirr-h2-limit-concurrency")
 def test_limit_concurrency_counts_streams(serve):
     release = threading.Event()
