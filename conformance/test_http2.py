@@ -592,7 +592,8 @@ def test_100_continue_sent_when_the_app_first_receives(serve, expect):
 
 @pytest.mark.rule("h2-100-continue")
 def test_100_continue_only_once_however_often_receive_waits(serve):
-    """receive() awaited again and again while no content comes (and concurrently): one 100."""
+    """receive() called again and again while no content comes (three reads, each cancelled
+    after 0.1 s, then one awaited until the content comes): one 100."""
     async def app(scope, receive, send):
         if scope["type"] != "http":
             return
