@@ -157,6 +157,16 @@ class Progress:
         with self._lock:
             return self._times[name]
 
+    def wait_for(self, name: str, value: int, timeout: float = 5.0) -> int:
+        """Waits until ``name`` reaches ``value`` (or ``timeout`` seconds pass); returns it.
+
+        The app bumps a counter after its ``await send(...)`` returns, which can be after the
+        client has read that send's bytes: a check right after the read races the app's task."""
+        deadline = time.monotonic() + timeout
+        while (current := self.get(name)) < value and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return current
+
     def wait_stable(self, name: str, quiet: float = 0.3, timeout: float = 5.0) -> int:
         """Waits until ``name`` is > 0 and has not moved for ``quiet`` seconds; returns it."""
         deadline = time.monotonic() + timeout

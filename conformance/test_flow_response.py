@@ -76,6 +76,7 @@ def test_streaming_send_pending_until_client_reads(serve):
         assert (r.status, r.get(b"transfer-encoding"), len(r.body)) == (200, b"chunked", n * CHUNK)
         expected = hashlib.sha256(b"".join(chunk(i) for i in range(n))).hexdigest()
         assert hashlib.sha256(r.body).hexdigest() == expected
+        progress.wait_for("finished", 1)
         assert (progress.get("done"), progress.get("finished")) == (n, 1)
         assert srv.errors() == []
 

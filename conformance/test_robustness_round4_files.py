@@ -368,6 +368,7 @@ def test_early_hints_wait_for_a_client_that_reads_nothing(serve):
         assert_stalled(progress, n, len(HINT_WIRE), c)
         final = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n" + SERVER_END + b"ok"
         assert read_all(c, n * len(HINT_WIRE) + len(final)) == HINT_WIRE * n + final
+        progress.wait_for("finished", 1)
         assert (progress.get("done"), progress.get("finished")) == (n, 1)
         assert srv.errors() == []
 
@@ -401,6 +402,7 @@ def test_trailers_with_more_trailers_wait(serve):
                 + b"4\r\nbody\r\n0\r\n"
                 + b"".join(b"x-t%06d: " % i + value + b"\r\n" for i in range(n)) + b"\r\n")
         assert read_all(c, len(want)) == want
+        progress.wait_for("finished", 1)
         assert (progress.get("done"), progress.get("finished")) == (n, 1)
 
 
@@ -435,6 +437,7 @@ def test_websocket_send_waits(serve):
         assert c.read_until(b"\r\n\r\n").startswith(b"HTTP/1.1 101 Switching Protocols\r\n")
         want = ws_message(payload) * n + frame(0x88, b"\x03\xe8", masked=False)
         assert read_all(c, len(want)) == want
+        progress.wait_for("finished", 1)
         assert (progress.get("done"), progress.get("finished")) == (n, 1)
 
 
@@ -463,6 +466,7 @@ def test_websocket_denial_body_waits(serve):
         assert_stalled(progress, n, unit_wire, c)
         r = c.response()
         assert (r.status, r.body == chunk * n, r.complete) == (403, True, True)
+        progress.wait_for("finished", 1)
         assert (progress.get("done"), progress.get("finished")) == (n, 1)
 
 
