@@ -246,6 +246,11 @@ def test_server_methods_refused_from_another_thread():
             for i in range(3):  # keep-alive: neither shutdown() nor close() took effect
                 c.send(http_request("GET", f"/r{i}"))
                 assert c.read_exact(len(exact_response(f"r{i}"))) == exact_response(f"r{i}")
+            # the last app call returns (active_requests back to 0) after its send wrote the
+            # response, which this thread may have read first: wait (bounded) for it
+            deadline = time.monotonic() + IO_TIMEOUT
+            while srv.active_requests and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert (srv.connections, srv.active_requests, srv.total_requests) == (1, 0, 3)
         finally:
             c.close()
