@@ -734,6 +734,81 @@ def test_stream_over_acknowledged_max_concurrent_ends_the_connection(serve):
 
 
 # ----------------------------------------------------------------------------------------------
+# Stream identifiers (RFC 9113 §5.1.1)
+
+
+@pytest.mark.rule("RFC9113-5.1.1-stream-id-order")
+@pytest.mark.parametrize("opened, then", [([3], 1), ([1, 9], 5), ([1, 9], 3), ([1, 9], 7),
+                                          ([1], 2)],
+                         ids=["1-after-3", "5-after-9", "3-after-9", "7-after-9", "even-2"])
+def test_headers_on_a_skipped_or_even_stream_id(serve, opened, then):
+    """GETs on the streams `opened`, each answered; then a GET on `then`, an id the client
+    skipped (below one it used, never used: RFC 9113 §5.1.1 closed it) or an even one: GOAWAY
+    PROTOCOL_ERROR naming the last stream opened, no answer on `then`, the app not called for
+    it; another connection is served."""
+    app = Counting()
+    with serve(app) as srv:
+        c = Raw(srv.port)
+        for sid in opened:
+            served_on(c, sid)
+        c.send(frame(HEADERS, END_STREAM | END_HEADERS, then, GET_BLOCK))
+        g = c.until_goaway()
+        assert (g.error_code, g.last_stream_id) == (PROTOCOL_ERROR, opened[-1]), g
+        c.until_eof()
+        assert (then in c.responses, app.calls) == (False, len(opened))
+        served(srv.port)
+        assert app.calls == len(opened) + 1
+
+
+@pytest.mark.rule("RFC9113-5.1.1-stream-id-order")
+def test_only_the_newest_8_skipped_ranges_are_remembered(serve):
+    """GETs on 1, 5, 9, ..., 37 (nine ranges skipped: 3, 7, ..., 35): a GET on 3, the oldest
+    range, is ignored as nghttp2 ignores it (no answer, the connection goes on and serves 39);
+    a GET on 7, the oldest range remembered, ends the connection with GOAWAY PROTOCOL_ERROR."""
+    app = Counting()
+    with serve(app) as srv:
+        c = Raw(srv.port)
+        for sid in range(1, 38, 4):
+            served_on(c, sid)
+        c.send(frame(HEADERS, END_STREAM | END_HEADERS, 3, GET_BLOCK))
+        served_on(c, 39)
+        assert (c.goaway(), 3 in c.responses, app.calls) == (None, False, 11)
+        c.send(frame(HEADERS, END_STREAM | END_HEADERS, 7, GET_BLOCK))
+        g = c.until_goaway()
+        assert (g.error_code, g.last_stream_id, app.calls) == (PROTOCOL_ERROR, 39, 11), g
+
+
+# POST :path /fail (literal without indexing, name index 4), :authority "x"
+FAIL_BLOCK = b"\x83\x86\x04\x05/fail\x01\x01x"
+TRAILER_BLOCK = b"\x00\x03x-t\x011"  # x-t: 1 (literal without indexing, new name)
+
+
+@pytest.mark.rule("RFC9113-5.1.1-stream-id-order")
+def test_trailers_on_a_stream_the_server_reset_are_not_a_connection_error(serve):
+    """A POST on stream 1 whose app sends its head and a part, then raises: RST_STREAM
+    INTERNAL_ERROR;
+    the client, which had not seen the reset, sends the request's trailers on stream 1: they are
+    ignored (the stream was used, not skipped), and the connection serves stream 3."""
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/fail":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"part", "more_body": True})
+            raise RuntimeError("after the head")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serve(app) as srv:
+        c = Raw(srv.port)
+        c.send(frame(HEADERS, END_HEADERS, 1, FAIL_BLOCK))
+        c.until(lambda f: isinstance(f, RstStreamFrame) and f.stream_id == 1, what="reset")
+        c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, TRAILER_BLOCK))
+        served_on(c, 3)
+        assert (c.goaway(), c.resets()) == (None, {1: INTERNAL_ERROR})
+        assert len(srv.errors()) == 1
+
+
+# ----------------------------------------------------------------------------------------------
 # Stalls: a window kept at 0, a client that never reads
 
 

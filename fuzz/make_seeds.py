@@ -349,6 +349,12 @@ def h2_streams():
     out.append(start + headers(2, get))  # an even stream id
     enc = hpack.Encoder()
     out.append(start + headers(3, get) + headers(1, get))  # a stream id going down
+    enc = hpack.Encoder()  # nine ranges of ids skipped, then the oldest (forgotten) and the next
+    out.append(start + b"".join(headers(4 * i + 1, get) for i in range(10)) + headers(3, get)
+               + headers(7, get))
+    enc = hpack.Encoder()  # expect: 100-continue, the content after the 100 and without it
+    out.append(start + headers(1, post + [("expect", "100-continue")], ("END_HEADERS",))
+               + data(1, b"abc", True) + headers(3, post + [("expect", "100-continue")]))
     enc = hpack.Encoder()
     out.append(start + headers(1, get + [("x-big", "v" * 300)] * 4))  # over a small header list
     for extra in ([("host", "x"), ("host", "x")], [("host", "a b")], [("content-length", "1000")]):

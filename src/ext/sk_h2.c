@@ -72,6 +72,10 @@ enum {
 /* A DATA payload from a body held by reference at least this long (bytes) is queued by reference
  * (sk_transport_send_slice); a shorter one is copied, cheaper than a range of its own. */
 #define SLICE_MIN 4096
+/* Ranges of stream ids a client skipped that a connection remembers (the newest; an older range
+ * is forgotten, and a HEADERS naming one of its ids is then ignored, as nghttp2 does): a client
+ * that follows RFC 9113 §5.1.1 skips none, so this is what a broken client gets, at 8 bytes each. */
+#define SKIPPED_MAX 8
 
 typedef struct h2_conn h2_conn_t;
 
@@ -160,10 +164,17 @@ struct h2_conn {
     uint8_t shutdown;       /* 1: the notice GOAWAY (2^31-1) and its PING sent; 2: the final one */
     uint8_t goaway_due;     /* the notice PING's ACK was read: the final GOAWAY once mem_recv
                              * returns (h2_data_received) */
-    uint8_t calm;           /* GOAWAY ENHANCE_YOUR_CALM queued (a budget went over) */
+    uint8_t ended;          /* skirr ended the session (its GOAWAY is queued): a budget went
+                             * over (ENHANCE_YOUR_CALM) or a skipped stream id was used
+                             * (PROTOCOL_ERROR); no byte more is read */
     uint8_t progress;       /* DATA left since the stall deadline was last set */
     uint8_t resets_pending; /* some stream has reset_pending */
     uint32_t ping_seq;      /* opaque data of the shutdown PING */
+    /* RFC 9113 §5.1.1: the highest stream id a client's HEADERS named (-1: none yet), and the
+     * ids it skipped on the way ([lo, hi], odd, oldest first; SKIPPED_MAX at most) */
+    int32_t last_headers_id;
+    int32_t skipped[SKIPPED_MAX][2];
+    uint8_t nskipped;
     /* monotonic seconds each pending deadline falls due (0 = not pending); the transport's one
      * deadline is the earliest (dl_kind at dl_at) */
     double head_at, stall_at, idle_at, dl_at;
@@ -223,14 +234,14 @@ static void
 guard(h2_conn_t *c, int kind)
 {
     /* Counts one event against the connection's budgets (sk_h2guard.h); over budget: GOAWAY
-     * ENHANCE_YOUR_CALM (RFC 9113 §7), and nothing more is read (c->calm: on_frame_recv then
+     * ENHANCE_YOUR_CALM (RFC 9113 §7), and nothing more is read (c->ended: on_frame_recv then
      * stops mem_recv). */
-    if (c->calm || c->closed) {
+    if (c->ended || c->closed) {
         return;
     }
     uint32_t code = sk_h2guard_count(&c->guard, kind, now());
     if (code != 0) {
-        c->calm = 1;
+        c->ended = 1;
         (void)nghttp2_session_terminate_session(c->ng, code);
         if (c->srv->trace != NULL) {
             char event[120];
@@ -1637,6 +1648,63 @@ run_pending(h2_conn_t *c)
 /* ---- nghttp2 callbacks ----------------------------------------------------------------------- */
 
 static int
+was_skipped(const h2_conn_t *c, int32_t id)
+{
+    for (uint8_t i = 0; i < c->nskipped; i++) {
+        if (id >= c->skipped[i][0] && id <= c->skipped[i][1]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int
+on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *user)
+{
+    /* RFC 9113 §5.1.1: a new stream id closes every idle stream below it; a HEADERS that names
+     * one of those ids (the client skipped it, then went back) is a connection error
+     * PROTOCOL_ERROR. nghttp2 1.52 ignores such a HEADERS instead (it cannot tell a skipped id
+     * from a stream it closed, whose late trailers are no error: the client may not have seen
+     * the reset yet), so the request is never answered; skirr remembers the ids the client
+     * skipped and ends the connection itself. Called at each frame's 9-byte head, before
+     * nghttp2 acts on the frame; nghttp2 answers even stream ids itself. */
+    h2_conn_t *c = user;
+    int32_t id = hd->stream_id;
+    if (hd->type != NGHTTP2_HEADERS || (id & 1) == 0 || c->ended) {
+        return 0;
+    }
+    if (id > c->last_headers_id) {
+        if (id - c->last_headers_id > 2) {
+            if (c->nskipped == SKIPPED_MAX) { /* forget the oldest range */
+                memmove(c->skipped[0], c->skipped[1], sizeof(c->skipped[0]) * (SKIPPED_MAX - 1));
+                c->nskipped--;
+            }
+            c->skipped[c->nskipped][0] = c->last_headers_id + 2;
+            c->skipped[c->nskipped][1] = id - 2;
+            c->nskipped++;
+        }
+        c->last_headers_id = id;
+        return 0;
+    }
+    if (was_skipped(c, id)) {
+        /* the session ignores the rest of its input from here (nghttp2's IGN_ALL state: this
+         * frame included), and no byte more is given to it (c->ended) */
+        c->ended = 1;
+        (void)nghttp2_session_terminate_session(ng, NGHTTP2_PROTOCOL_ERROR);
+        if (c->srv->trace != NULL) {
+            char event[120];
+            socklen_t plen;
+            snprintf(event, sizeof(event),
+                     "HTTP/2 connection refused: GOAWAY PROTOCOL_ERROR (HEADERS on stream %d, "
+                     "which the client skipped)",
+                     (int)id);
+            sk_access_trace(&c->srv->access, c->client, sk_transport_peer(c->t, &plen), event);
+        }
+    }
+    return 0;
+}
+
+static int
 on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, void *user)
 {
     h2_conn_t *c = user;
@@ -1795,7 +1863,7 @@ on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *user)
      * of the wrong length) finds the session terminated already and fails an assertion of
      * nghttp2 1.52 (abort(): the whole server). The failure makes mem_recv return at once; the
      * GOAWAY ENHANCE_YOUR_CALM stays queued (found by fuzz_h2.c). */
-    return c->calm ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+    return c->ended ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
 }
 
 static void
@@ -2012,12 +2080,13 @@ h2_data_received(void *h, const char *data, size_t len)
 {
     h2_conn_t *c = h;
     c->in_recv = 1;
-    /* Once a budget went over (c->calm, also from on_frame_send's reset count), no byte more
-     * reaches nghttp2: its session is terminated, and a connection error found in later input
-     * fails an assertion of nghttp2 1.52 (on_frame_recv stops the read that went over). */
+    /* Once skirr ended the session (c->ended: a budget went over, also from on_frame_send's
+     * reset count, or a skipped stream id was used), no byte more reaches nghttp2: its session
+     * is terminated, and a connection error found in later input fails an assertion of nghttp2
+     * 1.52 (on_frame_recv or on_begin_frame stops the read that ended it). */
     ssize_t rv =
-        c->calm ? (ssize_t)len : nghttp2_session_mem_recv(c->ng, (const uint8_t *)data, len);
-    if (rv < 0 && !c->closed && !c->calm) {
+        c->ended ? (ssize_t)len : nghttp2_session_mem_recv(c->ng, (const uint8_t *)data, len);
+    if (rv < 0 && !c->closed && !c->ended) {
         /* fatal for the session: a bad preface (RFC 9113 §3.4) is a PROTOCOL_ERROR, a flood of
          * unsent ACKs or a failure of skirr's own an immediate end */
         if (rv == NGHTTP2_ERR_FLOODED || rv == NGHTTP2_ERR_NOMEM) {
@@ -2046,7 +2115,7 @@ h2_data_received(void *h, const char *data, size_t len)
     if (c->srv->metrics != NULL) {
         c->srv->metrics->bytes_in += len;
     }
-    if (!c->closed && !c->calm) {
+    if (!c->closed && !c->ended) {
         run_pending(c);
     }
     for (h2_stream_t *s = c->streams; s != NULL && !c->closed; s = s->next) {
@@ -2294,9 +2363,11 @@ sk_h2_start(sk_transport_t *t, sk_serve_t *srv)
     c->t = t;
     c->srv = srv;
     sk_h2guard_init(&c->guard, &srv->h2.guard, now());
+    c->last_headers_id = -1;
     if (nghttp2_session_callbacks_new(&cbs) != 0 || nghttp2_option_new(&opt) != 0) {
         goto done;
     }
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, on_begin_frame);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame_recv);
