@@ -352,6 +352,8 @@ def h2_streams():
     enc = hpack.Encoder()  # nine ranges of ids skipped, then the oldest (forgotten) and the next
     out.append(start + b"".join(headers(4 * i + 1, get) for i in range(10)) + headers(3, get)
                + headers(7, get))
+    enc = hpack.Encoder()  # the highest stream id first, then one below it
+    out.append(start + headers(0x7FFFFFFF, get) + headers(1, get))
     enc = hpack.Encoder()  # expect: 100-continue, the content after the 100 and without it
     out.append(start + headers(1, post + [("expect", "100-continue")], ("END_HEADERS",))
                + data(1, b"abc", True) + headers(3, post + [("expect", "100-continue")]))

@@ -72,9 +72,10 @@ enum {
 /* A DATA payload from a body held by reference at least this long (bytes) is queued by reference
  * (sk_transport_send_slice); a shorter one is copied, cheaper than a range of its own. */
 #define SLICE_MIN 4096
-/* Ranges of stream ids a client skipped that a connection remembers (the newest; an older range
- * is forgotten, and a HEADERS naming one of its ids is then ignored, as nghttp2 does): a client
- * that follows RFC 9113 §5.1.1 skips none, so this is what a broken client gets, at 8 bytes each. */
+/* Ranges of stream ids a client skipped that a connection remembers, 8 bytes each (the newest:
+ * RFC 9113 §5.1.1 lets a client skip ids, only using one later is the error; past this many
+ * ranges the oldest is forgotten, and a HEADERS naming one of its ids is ignored, as nghttp2
+ * does: detection is lost, never a false error). */
 #define SKIPPED_MAX 8
 
 typedef struct h2_conn h2_conn_t;
@@ -1666,15 +1667,18 @@ on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *user)
      * PROTOCOL_ERROR. nghttp2 1.52 ignores such a HEADERS instead (it cannot tell a skipped id
      * from a stream it closed, whose late trailers are no error: the client may not have seen
      * the reset yet), so the request is never answered; skirr remembers the ids the client
-     * skipped and ends the connection itself. Called at each frame's 9-byte head, before
-     * nghttp2 acts on the frame; nghttp2 answers even stream ids itself. */
+     * skipped and ends the connection itself. nghttp2 calls this once per frame it reads, once
+     * the frame's head (and for a HEADERS, its padding and priority fields) is in, before it
+     * acts on the frame; a frame it refuses at its head (a size error) may not get here, and
+     * those end the connection anyway. Even stream ids and 0 are nghttp2's to answer. */
     h2_conn_t *c = user;
     int32_t id = hd->stream_id;
-    if (hd->type != NGHTTP2_HEADERS || (id & 1) == 0 || c->ended) {
+    if (hd->type != NGHTTP2_HEADERS || (id & 1) == 0 || c->ended || c->closed) {
         return 0;
     }
     if (id > c->last_headers_id) {
-        if (id - c->last_headers_id > 2) {
+        /* last_headers_id is odd (or -1) and below id <= 2^31-1: + 2 cannot overflow */
+        if (id > c->last_headers_id + 2) {
             if (c->nskipped == SKIPPED_MAX) { /* forget the oldest range */
                 memmove(c->skipped[0], c->skipped[1], sizeof(c->skipped[0]) * (SKIPPED_MAX - 1));
                 c->nskipped--;
