@@ -354,6 +354,11 @@ def h2_streams():
                + headers(7, get))
     enc = hpack.Encoder()  # the highest stream id first, then one below it
     out.append(start + headers(0x7FFFFFFF, get) + headers(1, get))
+    enc = hpack.Encoder()  # a stream the client ended, opened again; one it reset, likewise
+    out.append(start + headers(1, get) + headers(3, get) + headers(1, get))
+    enc = hpack.Encoder()
+    out.append(start + headers(1, post, ("END_HEADERS",)) + rst(1) + headers(3, get)
+               + headers(1, get))
     enc = hpack.Encoder()  # expect: 100-continue, the content after the 100 and without it
     out.append(start + headers(1, post + [("expect", "100-continue")], ("END_HEADERS",))
                + data(1, b"abc", True) + headers(3, post + [("expect", "100-continue")]))

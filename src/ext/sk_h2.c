@@ -77,6 +77,10 @@ enum {
  * ranges the oldest is forgotten, and a HEADERS naming one of its ids is ignored, as nghttp2
  * does: detection is lost, never a false error). */
 #define SKIPPED_MAX 8
+/* Client streams (the newest, up to the highest id a HEADERS named) whose client side ended, one
+ * bit each: a HEADERS on one is a connection error STREAM_CLOSED (RFC 9113 §5.1); an older one
+ * gets nghttp2's answer (STREAM_CLOSED while it keeps the closed stream, else ignored). */
+#define ENDED_WINDOW 512
 
 typedef struct h2_conn h2_conn_t;
 
@@ -176,6 +180,10 @@ struct h2_conn {
     int32_t last_headers_id;
     int32_t skipped[SKIPPED_MAX][2];
     uint8_t nskipped;
+    /* RFC 9113 §5.1: bit (id / 2) % ENDED_WINDOW of each client stream id within ENDED_WINDOW
+     * streams of last_headers_id is set once the client's side of it ended (its END_STREAM or
+     * RST_STREAM received); cleared as the window moves past it */
+    uint8_t client_ended[ENDED_WINDOW / 8];
     /* monotonic seconds each pending deadline falls due (0 = not pending); the transport's one
      * deadline is the earliest (dl_kind at dl_at) */
     double head_at, stall_at, idle_at, dl_at;
@@ -1659,6 +1667,46 @@ was_skipped(const h2_conn_t *c, int32_t id)
     return 0;
 }
 
+/* 1 if id (odd, <= last_headers_id) is within the window client_ended covers. */
+static int
+ended_in_window(const h2_conn_t *c, int32_t id)
+{
+    return id <= c->last_headers_id && (int64_t)c->last_headers_id - id < 2 * ENDED_WINDOW;
+}
+
+static void
+ended_mark(h2_conn_t *c, int32_t id, int ended)
+{
+    uint32_t k = ((uint32_t)id >> 1) % ENDED_WINDOW;
+    if (ended) {
+        c->client_ended[k >> 3] |= (uint8_t)(1u << (k & 7));
+    }
+    else {
+        c->client_ended[k >> 3] &= (uint8_t) ~(1u << (k & 7));
+    }
+}
+
+static int
+client_ended(const h2_conn_t *c, int32_t id)
+{
+    uint32_t k = ((uint32_t)id >> 1) % ENDED_WINDOW;
+    return ended_in_window(c, id) && (c->client_ended[k >> 3] >> (k & 7)) & 1;
+}
+
+static void
+end_session(h2_conn_t *c, nghttp2_session *ng, uint32_t code, const char *event)
+{
+    /* skirr ends the session from a callback: GOAWAY `code` queued, and the session ignores the
+     * rest of its input from here (nghttp2's IGN_ALL state: this frame included); no byte more
+     * is given to it (c->ended) */
+    c->ended = 1;
+    (void)nghttp2_session_terminate_session(ng, code);
+    if (c->srv->trace != NULL) {
+        socklen_t plen;
+        sk_access_trace(&c->srv->access, c->client, sk_transport_peer(c->t, &plen), event);
+    }
+}
+
 static int
 on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *user)
 {
@@ -1670,7 +1718,13 @@ on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *user)
      * skipped and ends the connection itself. nghttp2 calls this once per frame it reads, once
      * the frame's head (and for a HEADERS, its padding and priority fields) is in, before it
      * acts on the frame; a frame it refuses at its head (a size error) may not get here, and
-     * those end the connection anyway. Even stream ids and 0 are nghttp2's to answer. */
+     * those end the connection anyway. Even stream ids and 0 are nghttp2's to answer.
+     * RFC 9113 §5.1: a HEADERS on a stream whose client side ended (END_STREAM or RST_STREAM
+     * received) is a connection error STREAM_CLOSED; nghttp2 answers it only while it keeps
+     * the closed stream (about --http2-max-concurrent-streams of them) and ignores it after,
+     * leaving that request unanswered, so skirr remembers which of the last ENDED_WINDOW
+     * streams the client ended. Late trailers on a stream the server reset while the client
+     * was still sending are no error (the client may not have seen the reset): never marked. */
     h2_conn_t *c = user;
     int32_t id = hd->stream_id;
     if (hd->type != NGHTTP2_HEADERS || (id & 1) == 0 || c->ended || c->closed) {
@@ -1687,23 +1741,32 @@ on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *user)
             c->skipped[c->nskipped][1] = id - 2;
             c->nskipped++;
         }
+        /* the ids entering the window take the slots of ids leaving it: not ended */
+        if ((int64_t)id - c->last_headers_id >= 2 * ENDED_WINDOW) {
+            memset(c->client_ended, 0, sizeof(c->client_ended));
+        }
+        else {
+            for (int64_t k = (int64_t)c->last_headers_id + 2; k <= id; k += 2) {
+                ended_mark(c, (int32_t)k, 0);
+            }
+        }
         c->last_headers_id = id;
         return 0;
     }
+    char event[120];
     if (was_skipped(c, id)) {
-        /* the session ignores the rest of its input from here (nghttp2's IGN_ALL state: this
-         * frame included), and no byte more is given to it (c->ended) */
-        c->ended = 1;
-        (void)nghttp2_session_terminate_session(ng, NGHTTP2_PROTOCOL_ERROR);
-        if (c->srv->trace != NULL) {
-            char event[120];
-            socklen_t plen;
-            snprintf(event, sizeof(event),
-                     "HTTP/2 connection refused: GOAWAY PROTOCOL_ERROR (HEADERS on stream %d, "
-                     "which the client skipped)",
-                     (int)id);
-            sk_access_trace(&c->srv->access, c->client, sk_transport_peer(c->t, &plen), event);
-        }
+        snprintf(event, sizeof(event),
+                 "HTTP/2 connection refused: GOAWAY PROTOCOL_ERROR (HEADERS on stream %d, which "
+                 "the client skipped)",
+                 (int)id);
+        end_session(c, ng, NGHTTP2_PROTOCOL_ERROR, event);
+    }
+    else if (client_ended(c, id)) {
+        snprintf(event, sizeof(event),
+                 "HTTP/2 connection refused: GOAWAY STREAM_CLOSED (HEADERS on stream %d, which "
+                 "the client ended)",
+                 (int)id);
+        end_session(c, ng, NGHTTP2_STREAM_CLOSED, event);
     }
     return 0;
 }
@@ -1811,6 +1874,12 @@ on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *user)
                          ? nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id)
                          : NULL;
     int end_stream = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+    int32_t sid = frame->hd.stream_id;
+    if ((sid & 1) && ended_in_window(c, sid) &&
+        (((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) && end_stream) ||
+         frame->hd.type == NGHTTP2_RST_STREAM)) {
+        ended_mark(c, sid, 1); /* the client's side of the stream ended (RFC 9113 §5.1) */
+    }
     switch (frame->hd.type) {
     case NGHTTP2_HEADERS:
         if (s == NULL) {
