@@ -402,6 +402,27 @@ def test_response_fields_lowercased_and_connection_specific_dropped(serve):
 
 
 @pytest.mark.rule("h2-response")
+def test_response_field_values_lose_the_whitespace_around_them(serve):
+    """Field values an app gives with SP or HTAB at either end (on HTTP/1.1 that is the field
+    line's optional whitespace) go out trimmed, in the head and the trailers: RFC 9113 §8.2.1
+    forbids them in an HTTP/2 value, and a client (h2, nghttp2) refuses such a response."""
+    def steps(scope):
+        return [{"type": "http.response.start", "status": 200, "trailers": True, "headers": [
+                    (b"x-a", b" text/plain"), (b"x-b", b"text/plain "), (b"x-c", b"\ta b\t"),
+                    (b"x-d", b" \t "), (b"x-e", b"v")]},
+                {"type": "http.response.body", "body": b"ok"},
+                {"type": "http.response.trailers", "headers": [(b"x-t", b"\t1 ")]}]
+
+    with serve(steps_app(steps), date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/"))
+    assert (a.status, a.body, a.ended) == (200, b"ok", True)
+    assert a.headers == [(b"x-a", b"text/plain"), (b"x-b", b"text/plain"), (b"x-c", b"a b"),
+                         (b"x-d", b""), (b"x-e", b"v"), (b"server", b"skirr")]
+    assert a.trailers == [(b"x-t", b"1")]
+
+
+@pytest.mark.rule("h2-response")
 @pytest.mark.parametrize("method, status", [("HEAD", 200), ("GET", 204), ("GET", 304)])
 def test_bodyless_responses_have_no_data(serve, method, status):
     def steps(scope):

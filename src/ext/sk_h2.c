@@ -517,9 +517,11 @@ static int
 record_fields(sk_buf_t *b, sk_field_t **v, uint32_t *n, uint32_t *cap, const sk_header_t *fields,
               size_t nfields, int trailer)
 {
-    /* Validates fields and appends them to (b, v) with lowercase names (RFC 9113 §8.2.1),
-     * dropping connection-specific ones. trailer: refuse what a trailer section may not hold
-     * (SK_ETRAILER). 0 or SK_E*. */
+    /* Validates fields and appends them to (b, v) with lowercase names (RFC 9113 §8.2.1) and
+     * values without the SP and HTAB around them (§8.2.1: an HTTP/2 value must not start or end
+     * with either; on HTTP/1.1 they are the field line's optional whitespace, RFC 9112 §5, so
+     * the client there never sees them either), dropping connection-specific ones. trailer:
+     * refuse what a trailer section may not hold (SK_ETRAILER). 0 or SK_E*. */
     for (size_t i = 0; i < nfields; i++) {
         const sk_header_t *f = &fields[i];
         int rc = sk_resp_check_field(f);
@@ -533,8 +535,11 @@ record_fields(sk_buf_t *b, sk_field_t **v, uint32_t *n, uint32_t *cap, const sk_
             continue;
         }
         sk_field_t sf;
+        const char *value = f->value;
+        size_t value_len = f->value_len;
+        sk_ows_trim(&value, &value_len);
         if (buf_span(b, f->name, f->name_len, &sf.name) < 0 ||
-            buf_span(b, f->value, f->value_len, &sf.value) < 0 || fields_push(v, n, cap, sf) < 0) {
+            buf_span(b, value, value_len, &sf.value) < 0 || fields_push(v, n, cap, sf) < 0) {
             return SK_ENOMEM;
         }
         char *p = sk_buf_head(b) + sf.name.off;
