@@ -405,9 +405,11 @@ def test_response_fields_lowercased_and_connection_specific_dropped(serve):
 def test_response_field_values_lose_the_whitespace_around_them(serve):
     """Field values an app gives with SP or HTAB at either end (on HTTP/1.1 that is the field
     line's optional whitespace) go out trimmed, in the head and the trailers: RFC 9113 §8.2.1
-    forbids them in an HTTP/2 value, and a client (h2, nghttp2) refuses such a response."""
+    forbids them in an HTTP/2 value, and a client (nghttp2's) refuses such a response; an early
+    hint's link values (a 103's fields) likewise."""
     def steps(scope):
-        return [{"type": "http.response.start", "status": 200, "trailers": True, "headers": [
+        return [{"type": "http.response.early_hint", "links": [b" </a.css>; rel=preload\t"]},
+                {"type": "http.response.start", "status": 200, "trailers": True, "headers": [
                     (b"x-a", b" text/plain"), (b"x-b", b"text/plain "), (b"x-c", b"\ta b\t"),
                     (b"x-d", b" \t "), (b"x-e", b"v")]},
                 {"type": "http.response.body", "body": b"ok"},
@@ -420,6 +422,7 @@ def test_response_field_values_lose_the_whitespace_around_them(serve):
     assert a.headers == [(b"x-a", b"text/plain"), (b"x-b", b"text/plain"), (b"x-c", b"a b"),
                          (b"x-d", b""), (b"x-e", b"v"), (b"server", b"skirr")]
     assert a.trailers == [(b"x-t", b"1")]
+    assert a.interim == [(103, [(b"link", b"</a.css>; rel=preload")])]
 
 
 @pytest.mark.rule("h2-response")

@@ -1720,10 +1720,11 @@ on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *user)
      * PROTOCOL_ERROR. nghttp2 1.52 ignores such a HEADERS instead (it cannot tell a skipped id
      * from a stream it closed, whose late trailers are no error: the client may not have seen
      * the reset yet), so the request is never answered; skirr remembers the ids the client
-     * skipped and ends the connection itself. nghttp2 calls this once per frame it reads, once
-     * the frame's head (and for a HEADERS, its padding and priority fields) is in, before it
-     * acts on the frame; a frame it refuses at its head (a size error) may not get here, and
-     * those end the connection anyway. Even stream ids and 0 are nghttp2's to answer.
+     * skipped and ends the connection itself. nghttp2 calls this once per frame it reads,
+     * after the frame's 9-byte head (for a padded or PRIORITY-flagged HEADERS, before its pad
+     * length and priority fields are read; only the head is used here) and before it acts on
+     * the frame; a frame it refuses at its head (a size error) may not get here, and those end
+     * the connection anyway. Even stream ids and 0 are nghttp2's to answer.
      * RFC 9113 §5.1: a HEADERS on a stream whose client side ended (END_STREAM or RST_STREAM
      * received) is a connection error STREAM_CLOSED; nghttp2 answers it only while it keeps
      * the closed stream (about --http2-max-concurrent-streams of them) and ignores it after,
