@@ -170,8 +170,9 @@ struct h2_conn {
     uint8_t goaway_due;     /* the notice PING's ACK was read: the final GOAWAY once mem_recv
                              * returns (h2_data_received) */
     uint8_t ended;          /* skirr ended the session (its GOAWAY is queued): a budget went
-                             * over (ENHANCE_YOUR_CALM) or a skipped stream id was used
-                             * (PROTOCOL_ERROR); no byte more is read */
+                             * over (ENHANCE_YOUR_CALM), a skipped stream id was used
+                             * (PROTOCOL_ERROR) or an ended one (STREAM_CLOSED); no byte more
+                             * is read */
     uint8_t progress;       /* DATA left since the stall deadline was last set */
     uint8_t resets_pending; /* some stream has reset_pending */
     uint32_t ping_seq;      /* opaque data of the shutdown PING */
@@ -2160,9 +2161,9 @@ h2_data_received(void *h, const char *data, size_t len)
     h2_conn_t *c = h;
     c->in_recv = 1;
     /* Once skirr ended the session (c->ended: a budget went over, also from on_frame_send's
-     * reset count, or a skipped stream id was used), no byte more reaches nghttp2: its session
-     * is terminated, and a connection error found in later input fails an assertion of nghttp2
-     * 1.52 (on_frame_recv or on_begin_frame stops the read that ended it). */
+     * reset count, or a skipped or ended stream id was used), no byte more reaches nghttp2: its
+     * session is terminated, and a connection error found in later input fails an assertion of
+     * nghttp2 1.52 (on_frame_recv or on_begin_frame stops the read that ended it). */
     ssize_t rv =
         c->ended ? (ssize_t)len : nghttp2_session_mem_recv(c->ng, (const uint8_t *)data, len);
     if (rv < 0 && !c->closed && !c->ended) {
