@@ -28,6 +28,7 @@ import pytest
 
 from _flow import BlockedLoop, shrink_server_send_buffer
 from h2_util import PREFACE, H2Client, raw_frames
+from test_access_log import access  # noqa: F401  (the access fixture)
 from tls_util import TLSFiles
 
 IO = 5.0
@@ -1652,14 +1653,33 @@ def test_body_timeout_waits_while_the_connection_window_is_closed(serve):
     assert seen["/echo"] == 10
 
 
-@pytest.mark.rule("h2-response", "h2-trailers")
-@pytest.mark.parametrize("where", ["head", "trailers"])
-def test_header_block_nghttp2_cannot_send_resets_the_stream(serve, where):
-    """A response head, or trailers, with a 70,000-byte field value: over the 64 KiB header
-    block nghttp2 sends, so it is never sent. The stream is reset INTERNAL_ERROR (it waited for
-    good: no HEADERS, no RST_STREAM, and the app's send() had succeeded); a trailers' stream got
-    its head and body first; the connection serves the next stream."""
-    big = b"v" * 70_000
+# RFC 9113 §6.5.2's measure (name + value + 32 bytes) of the fields skirr adds to a head of
+# serve(date_header=False): :status and server: skirr. The largest section sent is 65,536 bytes,
+# or the client's SETTINGS_MAX_HEADER_LIST_SIZE when smaller.
+OWN_HEAD = (32 + 7 + 3) + (32 + 6 + 5)
+SECTION_CASES = {  # where: (the fields beside the app's one, the app's field's name)
+    "head": (OWN_HEAD, b"x-big"),
+    "early_hint": (32 + 7 + 3, b"link"),
+    "trailers": (0, b"x-big"),
+}
+
+
+@pytest.mark.rule("h2-response", "h2-trailers", "h2-early-hints")
+@pytest.mark.parametrize("client_limit", [None, 1000])
+@pytest.mark.parametrize("over", [0, 1])
+@pytest.mark.parametrize("where", sorted(SECTION_CASES))
+def test_a_field_section_over_the_limit_is_refused_to_the_app(serve, access, where, over,
+                                                              client_limit):
+    """A head, 103 or trailer section at the limit (65,536 bytes, or the client's
+    SETTINGS_MAX_HEADER_LIST_SIZE) goes out exactly; one byte over, the app's send() raises
+    RuntimeError and nothing of it is queued: a head becomes the 500 of an app error (the access
+    log says 500, not the app's 200), a 103 is left out and the response goes on, trailers fail
+    the response (RST_STREAM INTERNAL_ERROR after the head and body, never complete). The
+    connection serves the next stream."""
+    own, name = SECTION_CASES[where]
+    limit = client_limit or 65536
+    value = b"v" * (limit - own - (32 + len(name)) + over)
+    refused: list = []
 
     async def app(scope, receive, send):
         if scope["type"] != "http":
@@ -1668,27 +1688,54 @@ def test_header_block_nghttp2_cannot_send_resets_the_stream(serve, where):
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"next"})
             return
-        if where == "head":
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"x-big", big)]})
-            await send({"type": "http.response.body", "body": b"body"})
-            return
-        await send({"type": "http.response.start", "status": 200, "headers": [],
-                    "trailers": True})
-        await send({"type": "http.response.body", "body": b"body"})
-        await send({"type": "http.response.trailers", "headers": [(b"x-big", big)],
-                    "more_trailers": False})
 
-    with serve(app) as srv:
-        with H2Client.open(srv.port) as c:
+        async def attempt(message: dict) -> None:
+            try:
+                await send(message)
+            except RuntimeError as e:
+                refused.append(str(e))
+                if where == "head":
+                    raise
+
+        if where == "early_hint":
+            await attempt({"type": "http.response.early_hint", "links": [value]})
+        head = [(b"x-big", value)] if where == "head" else []
+        await attempt({"type": "http.response.start", "status": 200, "headers": head,
+                       "trailers": where == "trailers"})
+        await send({"type": "http.response.body", "body": b"body"})
+        if where == "trailers":
+            await attempt({"type": "http.response.trailers", "headers": [(b"x-big", value)]})
+
+    settings = {h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: client_limit or 1 << 20}
+    with serve(app, date_header=False, access_log_format="%(s)s") as srv:
+        with H2Client.open(srv.port, settings=settings) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
             a = c.answer(c.get("/big"))
             b = c.answer(c.get("/next"))
-    if where == "head":
-        assert (a.status, a.body, a.ended, a.reset) == (
-            None, b"", False, h2.errors.ErrorCodes.INTERNAL_ERROR)
-    else:
+        assert access.wait(2) == (["500", "200"] if where == "head" and over else ["200", "200"])
+        errors = srv.errors()
+    message = ("response field section over 65,536 bytes or the client's "
+               "SETTINGS_MAX_HEADER_LIST_SIZE, each field counted as its name, value and 32 bytes "
+               "(RFC 9113 §6.5.2)")
+    if where == "early_hint":
+        message = "'http.response.early_hint': " + message
+    assert refused == ([message] if over else [])
+    assert len(errors) == (1 if where == "head" and over else 0)
+    sent = [(name, value)] if not over else []
+    if where == "head" and over:
+        assert (a.status, a.body, a.ended, a.reset) == (500, b"Internal Server Error", True, None)
+    elif where == "head":
+        assert (a.status, a.headers, a.body, a.ended) == (
+            200, [*sent, (b"server", b"skirr")], b"body", True)
+    elif where == "early_hint":
+        assert (a.interim, a.status, a.body, a.ended) == (
+            [(103, sent)] if sent else [], 200, b"body", True)
+    elif over:
         assert (a.status, a.body, a.trailers, a.ended, a.reset) == (
             200, b"body", None, False, h2.errors.ErrorCodes.INTERNAL_ERROR)
+    else:
+        assert (a.status, a.body, a.trailers, a.ended, a.reset) == (
+            200, b"body", sent, True, None)
     assert (b.status, b.body, b.ended, b.goaway) == (200, b"next", True, None)
 
 

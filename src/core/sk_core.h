@@ -32,17 +32,20 @@
  *    or what fail() returns (HPE_USER, the status recorded in the parser).
  *
  * Error codes: always negative, so functions return >= 0 on success. */
-#define SK_ERRORS(X)                                                                          \
-    X(SK_ENOMEM, -1, "out of memory")                                                         \
-    X(SK_EHDRNAME, -2, "response header name is not a token (RFC 9110 §5.1)")                 \
-    X(SK_EHDRVALUE, -3, "response header value contains a control character (RFC 9110 §5.5)") \
-    X(SK_ESTATUS, -4, "response status is not an integer in 100..599")                        \
-    X(SK_ECL, -5, "response content-length is not a single decimal integer")                  \
-    X(SK_ETE, -6, "response transfer-encoding other than chunked, or with content-length")    \
-    X(SK_ETOOLONG, -7, "response body longer than its content-length")                        \
-    X(SK_ETOOSHORT, -8, "response body shorter than its content-length")                      \
-    X(SK_ESTATE, -9, "operation not valid in the current state")                              \
-    X(SK_ETRAILER, -10, "field name not allowed in a trailer section (RFC 9110 §6.5.1)")
+#define SK_ERRORS(X)                                                                             \
+    X(SK_ENOMEM, -1, "out of memory")                                                            \
+    X(SK_EHDRNAME, -2, "response header name is not a token (RFC 9110 §5.1)")                    \
+    X(SK_EHDRVALUE, -3, "response header value contains a control character (RFC 9110 §5.5)")    \
+    X(SK_ESTATUS, -4, "response status is not an integer in 100..599")                           \
+    X(SK_ECL, -5, "response content-length is not a single decimal integer")                     \
+    X(SK_ETE, -6, "response transfer-encoding other than chunked, or with content-length")       \
+    X(SK_ETOOLONG, -7, "response body longer than its content-length")                           \
+    X(SK_ETOOSHORT, -8, "response body shorter than its content-length")                         \
+    X(SK_ESTATE, -9, "operation not valid in the current state")                                 \
+    X(SK_ETRAILER, -10, "field name not allowed in a trailer section (RFC 9110 §6.5.1)")         \
+    X(SK_EFIELDSIZE, -11,                                                                        \
+      "response field section over 65,536 bytes or the client's SETTINGS_MAX_HEADER_LIST_SIZE, " \
+      "each field counted as its name, value and 32 bytes (RFC 9113 §6.5.2)")
 
 enum sk_error {
 #define SK_ERR_ENUM(name, value, text) name = (value),

@@ -551,6 +551,66 @@ record_fields(sk_buf_t *b, sk_field_t **v, uint32_t *n, uint32_t *cap, const sk_
     return 0;
 }
 
+/* RFC 9113 §6.5.2's measure of a field: its name's and value's bytes and 32 more. */
+#define FIELD_SIZE(nl, vl) ((size_t)(nl) + (size_t)(vl) + 32)
+/* The largest response field section skirr sends (the same measure). nghttp2 refuses to pack a
+ * header block whose encoded bound (12 bytes a field more than its name and value, plus 17) is
+ * over 64 KiB (nghttp2_session.c, max_send_header_block_length); 32 bytes a field keeps every
+ * section this lets through inside that bound. */
+#define SECTION_MAX 65536
+
+static int
+next_line(const char **s, const char *end, const char **name, size_t *nl, const char **value,
+          size_t *vl)
+{
+    /* The next of the server's own "name: value\r\n" lines (sk_resp_opts_t) from *s, the value
+     * without the OWS around it; *s moves past it. 1, or 0 when there is none. */
+    if (*s >= end) {
+        return 0;
+    }
+    const char *eol = memchr(*s, '\r', (size_t)(end - *s));
+    const char *colon = memchr(*s, ':', (size_t)(end - *s));
+    if (eol == NULL || colon == NULL || colon > eol) {
+        return 0;
+    }
+    *name = *s;
+    *nl = (size_t)(colon - *s);
+    *value = colon + 1;
+    *vl = (size_t)(eol - *value);
+    sk_ows_trim(value, vl);
+    *s = eol + 2;
+    return 1;
+}
+
+static size_t
+lines_size(const char *s, size_t n)
+{
+    /* The server's own lines by FIELD_SIZE (every one: never less than submit_head() sends). */
+    size_t size = 0, nl, vl;
+    const char *name, *value, *end = s + n;
+    while (next_line(&s, end, &name, &nl, &value, &vl)) {
+        size += FIELD_SIZE(nl, vl);
+    }
+    return size;
+}
+
+static int
+section_fits(h2_conn_t *c, const sk_field_t *v, uint32_t n, size_t own)
+{
+    /* 0 when a response field section (the recorded fields plus `own` bytes of the server's
+     * own, both by FIELD_SIZE) is at most SECTION_MAX and the client's
+     * SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 §6.5.2: advisory; a client that sets it may refuse
+     * a larger section, so the app is told instead, while it can still answer). Else
+     * SK_EFIELDSIZE. */
+    size_t size = own;
+    for (uint32_t i = 0; i < n; i++) {
+        size += FIELD_SIZE(v[i].name.len, v[i].value.len);
+    }
+    uint32_t peer =
+        nghttp2_session_get_remote_settings(c->ng, NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE);
+    return size <= SECTION_MAX && size <= peer ? 0 : SK_EFIELDSIZE;
+}
+
 static int
 parse_cl(const char *v, size_t n, int64_t *out)
 {
@@ -582,27 +642,17 @@ server_lines(const char *s, size_t n, nghttp2_nv *nv, size_t room, char *lower, 
 {
     /* The server's own "name: value\r\n" lines (sk_resp_opts_t) as nv pairs, names lowercased
      * into lower (lower_room bytes). How many were written (at most room). */
-    size_t k = 0, used = 0;
-    const char *end = s + n;
-    while (s < end && k < room) {
-        const char *eol = memchr(s, '\r', (size_t)(end - s));
-        const char *colon = memchr(s, ':', (size_t)(end - s));
-        if (eol == NULL || colon == NULL || colon > eol) {
-            break;
-        }
-        size_t nl = (size_t)(colon - s);
-        const char *v = colon + 1;
-        size_t vl = (size_t)(eol - v);
-        sk_ows_trim(&v, &vl);
+    size_t k = 0, used = 0, nl, vl;
+    const char *name, *v, *end = s + n;
+    while (k < room && next_line(&s, end, &name, &nl, &v, &vl)) {
         if (used + nl > lower_room) {
             break;
         }
         for (size_t i = 0; i < nl; i++) {
-            lower[used + i] = (char)sk_ascii_lower((unsigned char)s[i]);
+            lower[used + i] = (char)sk_ascii_lower((unsigned char)name[i]);
         }
         nv[k++] = NV(lower + used, nl, v, vl);
         used += nl;
-        s = eol + 2;
     }
     return k;
 }
@@ -960,6 +1010,18 @@ h2w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int tr
             s->app_server = 1;
         }
     }
+    if (rc == 0) { /* what submit_head() adds: :status, date, server and the extra lines */
+        const sk_resp_opts_t *o = &s->c->srv->resp_opts;
+        int date = !s->app_date && sk_serve_date(s->c->srv) != NULL;
+        size_t own = FIELD_SIZE(7, 3) + (date ? FIELD_SIZE(4, SK_DATE_LEN) : 0);
+        if (!s->app_server) {
+            own += o->server == NULL ? FIELD_SIZE(6, 5) : lines_size(o->server, o->server_len);
+        }
+        if (o->extra != NULL) {
+            own += lines_size(o->extra, o->extra_len);
+        }
+        rc = section_fits(s->c, s->rf, s->nrf, own);
+    }
     if (rc < 0) {
         s->nrf = 0;
         s->app_date = s->app_server = 0;
@@ -989,6 +1051,9 @@ submit_interim(h2_stream_t *s, int status, const sk_header_t *fields, size_t nfi
     nghttp2_nv *nv = NULL;
     char st[4];
     int rc = record_fields(&b, &v, &n, &cap, fields, nfields, 0);
+    if (rc == 0) {
+        rc = section_fits(c, v, n, FIELD_SIZE(7, 3));
+    }
     if (rc == 0) {
         nv = PyMem_Malloc(((size_t)n + 1) * sizeof(nghttp2_nv));
         rc = nv == NULL ? SK_ENOMEM : 0;
@@ -1145,6 +1210,9 @@ h2w_trailers(void *w, const sk_header_t *fields, size_t nfields, int more)
     }
     if (!s->bodyless) {
         int rc = record_fields(&s->th, &s->tf, &s->ntf, &s->tf_cap, fields, nfields, 1);
+        if (rc == 0) { /* all of the trailer section so far (more=True adds to it) */
+            rc = section_fits(s->c, s->tf, s->ntf, 0);
+        }
         if (rc < 0) {
             return rc;
         }
@@ -2032,10 +2100,11 @@ static int
 on_frame_not_send(nghttp2_session *ng, const nghttp2_frame *frame, int lib_error_code, void *user)
 {
     /* nghttp2 could not send a frame it had queued: for a response's HEADERS (the head, or the
-     * trailers) that is a header block over its send limit (64 KiB of HPACK-encoded fields,
-     * NGHTTP2_ERR_FRAME_SIZE_ERROR), and the stream would wait for good for a head or trailers
-     * that never come. It is reset INTERNAL_ERROR instead (RFC 9113 §8.1: never taken for
-     * complete), and its app, if still there, loses the stream (ClientDisconnected). */
+     * trailers) that is a header block over its send limit (NGHTTP2_ERR_FRAME_SIZE_ERROR), and
+     * the stream would wait for good for a head or trailers that never come. section_fits()
+     * refuses such a section to the app before it is queued; should one still get here, the
+     * stream is reset INTERNAL_ERROR (RFC 9113 §8.1: never taken for complete), and its app, if
+     * still there, loses the stream (ClientDisconnected). */
     (void)lib_error_code;
     h2_conn_t *c = user;
     if (frame->hd.type != NGHTTP2_HEADERS) {
