@@ -707,6 +707,33 @@ def test_no_100_continue_when_the_app_answers_first(serve, reads):
 
 
 @pytest.mark.rule("h2-100-continue")
+def test_100_continue_when_the_app_started_its_response_but_sent_no_body(serve):
+    """http.response.start alone sends no HEADERS (the head waits for the first body, whose
+    content-length it may set): an app that starts its response and then reads still gets the
+    100 first, then its 200, as on HTTP/1.1."""
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        body = b""
+        while True:
+            m = await receive()
+            body += m.get("body", b"")
+            if not m.get("more_body"):
+                break
+        await send({"type": "http.response.body", "body": b"got " + body})
+
+    with serve(app, date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            sid = c.request(post_head(), end=False)
+            evs = c.events_until(is_100(sid))
+            c.conn.send_data(sid, b"hello", end_stream=True)
+            c.flush()
+            a = c.answer(sid)
+    assert interim_of(evs, sid) == [[(b":status", b"100")]]
+    assert stream_events(evs, sid) == [evs[-1]]
+    assert (a.status, a.body, a.ended, a.interim) == (200, b"got hello", True, [])
+
+
+@pytest.mark.rule("h2-100-continue")
 def test_no_100_continue_without_content(serve):
     """END_STREAM on the HEADERS: there is no content to ask for."""
     seen: list = []
