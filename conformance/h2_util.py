@@ -12,8 +12,11 @@ negotiated protocol is in `.alpn`). Then:
   event included), the peer closes (`ConnectionClosed` events are synthesised) or the timeout
   passes (AssertionError); `answer(stream_id)` collects one stream's events into an `Answer`;
 - `send_raw(bytes)` writes bytes as they are (hyperframe frames h2 refuses to make: `frame(...)`
-  serialises one), `.conn` is the h2 state machine for anything else, `flush()` sends what it
-  queued.
+  serialises one; `raw_frame(...)` makes bytes hyperframe refuses to, a bad length or padding),
+  `.conn` is the h2 state machine for anything else, `flush()` sends what it queued;
+- `frames_until(pred, timeout)`, for a case that writes every frame itself (h2's state machine
+  knows nothing of its streams): the server's frames as hyperframe parsed them, each HEADERS with
+  its block decoded in `.fields`, the server's SETTINGS acknowledged.
 
 Window updates are NOT sent automatically: `events_until` acknowledges received DATA only when
 `ack_data=True` (the default), so a case can hold the server's window closed. Every socket read is
@@ -32,6 +35,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+import hpack
 import hyperframe.frame
 
 IO_TIMEOUT = 5.0
@@ -66,6 +70,13 @@ class Answer:
         return None
 
 
+def raw_frame(ftype: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+    """One frame's bytes as given (RFC 9113 §4.1): any type, flags, stream id (the reserved bit
+    included) and payload, lengths and padding unchecked."""
+    return (len(payload).to_bytes(3, "big") + bytes([ftype, flags]) + stream_id.to_bytes(4, "big")
+            + payload)
+
+
 def frame(kind: type, stream_id: int = 0, **attrs) -> bytes:
     """One hyperframe frame serialised: frame(hyperframe.frame.PingFrame, opaque_data=b"12345678")."""
     f = kind(stream_id)
@@ -89,6 +100,8 @@ class H2Client:
         self.alpn: Optional[str] = None
         self.closed = False
         self.pending: list = []   # events read but not yet returned by events_until
+        self.raw = b""            # frames_until: bytes read, not yet a whole frame
+        self.decoder = hpack.Decoder()
         if preface:
             self.conn.initiate_connection()
             if settings:
@@ -143,7 +156,8 @@ class H2Client:
 
     # ---- reading ----
 
-    def _read(self, deadline: float) -> list:
+    def _recv(self, deadline: float) -> bytes:
+        """One read: the bytes, b"" once the server has closed (self.closed)."""
         left = deadline - time.monotonic()
         if left <= 0:
             raise AssertionError("timed out waiting for the server")
@@ -156,6 +170,11 @@ class H2Client:
             data = b""
         if not data:
             self.closed = True
+        return data
+
+    def _read(self, deadline: float) -> list:
+        data = self._recv(deadline)
+        if not data:
             return [ConnectionClosed()]
         events = self.conn.receive_data(data)
         self.flush()   # SETTINGS ACK, PING ACK
@@ -180,6 +199,36 @@ class H2Client:
                 out.append(ConnectionClosed())
                 return out
             self.pending.extend(self._read(deadline))
+
+    def frames_until(self, pred: Callable, timeout: Optional[float] = None) -> list:
+        """Raw reading: the server's frames (hyperframe) up to the first one pred() accepts
+        (included), or up to the close (ConnectionClosed last); AssertionError after timeout
+        seconds. A HEADERS frame with END_HEADERS gets `.fields`, its block decoded (one hpack
+        decoder for the connection); a SETTINGS without ACK is acknowledged. Not to be mixed
+        with events_until on one connection (h2 never sees these bytes)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        out: list = []
+        while True:
+            frames, self.raw = split_frames(self.raw, most=1)
+            if frames:
+                f = frames[0]
+                if isinstance(f, hyperframe.frame.HeadersFrame) and "END_HEADERS" in f.flags:
+                    f.fields = self.decoder.decode(bytes(f.data), raw=True)
+                if (isinstance(f, hyperframe.frame.SettingsFrame) and "ACK" not in f.flags
+                        and not self.closed):
+                    ack = hyperframe.frame.SettingsFrame(0, flags=["ACK"])
+                    try:
+                        self.send_raw(ack.serialize())
+                    except OSError:
+                        pass
+                out.append(f)
+                if pred(f):
+                    return out
+                continue
+            if self.closed:
+                out.append(ConnectionClosed())
+                return out
+            self.raw += self._recv(deadline)
 
     def answer(self, sid: int, timeout: Optional[float] = None, ack_data: bool = True) -> Answer:
         """Reads until stream sid ended (END_STREAM or RST_STREAM) or the connection did."""
@@ -240,14 +289,20 @@ class H2Client:
         self.close()
 
 
-def raw_frames(data: bytes) -> list:
-    """hyperframe frames parsed from bytes the server sent (after its preface-less start)."""
-    out = []
-    while len(data) >= 9:
+def split_frames(data: bytes, most: Optional[int] = None) -> tuple:
+    """(the whole frames at the start of data, parsed by hyperframe, at most `most` of them; the
+    bytes after them)."""
+    out: list = []
+    while len(data) >= 9 and (most is None or len(out) < most):
         f, length = hyperframe.frame.Frame.parse_frame_header(memoryview(data[:9]))
         if len(data) < 9 + length:
             break
         f.parse_body(memoryview(data[9:9 + length]))
         out.append(f)
         data = data[9 + length:]
-    return out
+    return out, data
+
+
+def raw_frames(data: bytes) -> list:
+    """hyperframe frames parsed from bytes the server sent (after its preface-less start)."""
+    return split_frames(data)[0]
