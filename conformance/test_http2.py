@@ -1684,6 +1684,10 @@ def test_body_timeout_waits_while_the_connection_window_is_closed(serve):
 # serve(date_header=False): :status and server: skirr. The largest section sent is 65,536 bytes,
 # or the client's SETTINGS_MAX_HEADER_LIST_SIZE when smaller.
 OWN_HEAD = (32 + 7 + 3) + (32 + 6 + 5)
+SECTION_MESSAGE = ("response field section over 65,536 bytes or the client's "
+                   "SETTINGS_MAX_HEADER_LIST_SIZE, each field counted as its name, value and 32 "
+                   "bytes (RFC 9113 §6.5.2), the server's own :status, date, server and --header "
+                   "fields included")
 SECTION_CASES = {  # where: (the fields beside the app's one, the app's field's name)
     "head": (OWN_HEAD, b"x-big"),
     "early_hint": (32 + 7 + 3, b"link"),
@@ -1741,9 +1745,7 @@ def test_a_field_section_over_the_limit_is_refused_to_the_app(serve, access, whe
             b = c.answer(c.get("/next"))
         assert access.wait(2) == (["500", "200"] if where == "head" and over else ["200", "200"])
         errors = srv.errors()
-    message = ("response field section over 65,536 bytes or the client's "
-               "SETTINGS_MAX_HEADER_LIST_SIZE, each field counted as its name, value and 32 bytes "
-               "(RFC 9113 §6.5.2)")
+    message = SECTION_MESSAGE
     if where == "early_hint":
         message = "'http.response.early_hint': " + message
     assert refused == ([message] if over else [])
@@ -1764,6 +1766,70 @@ def test_a_field_section_over_the_limit_is_refused_to_the_app(serve, access, whe
         assert (a.status, a.body, a.trailers, a.ended, a.reset) == (
             200, b"body", sent, True, None)
     assert (b.status, b.body, b.ended, b.goaway) == (200, b"next", True, None)
+
+
+CSP = "content-security-policy:" + "v" * 9000  # a server's own field over 8,192 (Netty's limit)
+
+
+@pytest.mark.rule("h2-response")
+@pytest.mark.parametrize("client_limit,headers", [(0, []), (100, []), (8192, [CSP])],
+                         ids=["limit-0", "limit-100", "limit-8192-own-9000"])
+def test_skirr_own_responses_are_not_held_to_the_client_limit(serve, access, client_limit,
+                                                               headers):
+    """A client whose SETTINGS_MAX_HEADER_LIST_SIZE is below what any head would carry (its own
+    choice, or the server's --header fields over it): the app's head is refused to it (send()
+    raises) and the app error's 500 goes out anyway, exactly, as does the 500 of an app that
+    raises before starting: the limit is advisory (RFC 9113 §6.5.2) and skirr's own response is
+    the answer, never a stream left waiting. The access log says 500 for both."""
+    refused: list = []
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/raise":
+            raise RuntimeError("boom")
+        try:  # 142 bytes beside skirr's server field: over each limit here
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"x-app", b"v" * 20)]})
+        except RuntimeError as e:
+            refused.append(str(e))
+            raise
+        await send({"type": "http.response.body", "body": b"sent"})
+
+    with serve(app, date_header=False, headers=headers, access_log_format="%(s)s") as srv:
+        settings = {h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: client_limit}
+        with H2Client.open(srv.port, settings=settings) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+            # h2 decodes up to the limit its client advertised: this one reads what came
+            c.conn.decoder.max_header_list_size = 1 << 20
+            a = c.answer(c.get("/raise"))
+            b = c.answer(c.get("/plain"))
+        assert access.wait(2) == ["500", "500"]
+        assert len(srv.errors()) == 2
+    own = [(b"content-security-policy", CSP[24:].encode())] if headers else []
+    for x in (a, b):
+        assert (x.status, x.body, x.ended, x.reset) == (500, b"Internal Server Error", True, None)
+        assert x.headers == [(b"content-type", b"text/plain; charset=utf-8"),
+                             (b"content-length", b"21"), (b"server", b"skirr"), *own]
+    assert refused == [SECTION_MESSAGE]
+
+
+@pytest.mark.rule("skirr-header-options")
+def test_every_server_field_is_sent_over_http2(serve):
+    """Twenty --header fields, and names of 302 bytes, all go out on HTTP/2 as on HTTP/1.1, in
+    order, names lowercased (none dropped for want of room)."""
+    long_a, long_b = "y" * 301 + "a", "y" * 301 + "b"
+    hdrs = [f"X-H{i}: {i}" for i in range(20)] + [f"{long_a}: 1", f"{long_b}: 2", "X-After: 3"]
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serve(app, date_header=False, headers=hdrs) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/"))
+    assert (a.status, a.body) == (200, b"ok")
+    assert a.headers == [(b"server", b"skirr"),
+                         *[(f"x-h{i}".encode(), str(i).encode()) for i in range(20)],
+                         (long_a.encode(), b"1"), (long_b.encode(), b"2"), (b"x-after", b"3")]
 
 
 @pytest.mark.rule("skirr-timeout-ready-input-first")

@@ -154,3 +154,46 @@ def test_health_check_path_answers_any_method_exact_path(serve, echo_app):
                        "OPTIONS": (200, b"OK\n"), "HEAD": (200, b"")}
     assert [c["scope"]["path"] for c in echo_app.calls.items] == ["/healthz/"]
     assert other.status == 200
+
+
+# skirr's own HTTP/2 500 beside the server's fields: :status, content-type, content-length (two
+# digits), then date and "server: skirr" (RFC 9113 §6.5.2's measure: name + value + 32 bytes)
+OWN_500 = (32 + 7 + 3) + (32 + 12 + 25) + (32 + 14 + 2) + (32 + 4 + 29) + (32 + 6 + 5)
+
+
+@pytest.mark.rule("skirr-header-options")
+@pytest.mark.parametrize("over", [0, 1])
+def test_header_fields_too_big_for_an_http2_head_are_a_usage_error(serve, over):
+    """--header fields that leave skirr's own HTTP/2 response over 65,536 bytes (one byte over):
+    a usage error at startup, unless only HTTP/1.1 is served (--http 1); at the limit the server
+    starts and its 500 goes out whole over HTTP/2."""
+    from skirr.config import Config, ConfigError
+
+    from h2_util import H2Client
+
+    value = "v" * (65536 - OWN_500 - (32 + 5) + over)
+    field = f"x-big:{value}"
+    size = 65536 + over
+    message = (f"headers: skirr's own HTTP/2 responses would carry {size:,} bytes of fields "
+               "(RFC 9113 §6.5.2: name + value + 32 bytes each; the server, date and --header "
+               "fields with :status, content-type and content-length), over the 65,536 an "
+               "HTTP/2 response head may hold: send fewer or shorter --header fields, or serve "
+               "HTTP/1.1 only (--http 1)")
+    Config(app, headers=[field], http="1")
+    if over:
+        with pytest.raises(ConfigError) as info:
+            Config(app, headers=[field])
+        assert str(info.value) == message
+        p = subprocess.run([sys.executable, "-m", "skirr", "nomodule:app", "--header", field],
+                           capture_output=True, text=True, timeout=30)
+        assert (p.returncode, p.stderr) == (2, f"skirr: error: {message}\n")
+        return
+
+    async def raising(scope, receive, send):
+        raise RuntimeError("boom")
+
+    with serve(raising, headers=[field]) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/"))
+    assert (a.status, a.body, a.ended, a.reset) == (500, b"Internal Server Error", True, None)
+    assert a.header(b"x-big") == value.encode()

@@ -1684,6 +1684,7 @@ setup(const uint8_t *cfg)
         srv->resp_opts.server_len = sizeof(server) - 1;
         srv->resp_opts.extra = extra;
         srv->resp_opts.extra_len = sizeof(extra) - 1;
+        sk_resp_opts_measure(&srv->resp_opts); /* as sk_server.c's server_opts() */
     }
     memset(&H.metrics, 0, sizeof(H.metrics));
     H.eager = (cfg[1] & 0x10) != 0;

@@ -810,3 +810,49 @@ sk_format_date(int64_t t, char out[SK_DATE_LEN + 1])
     *o = '\0';
     assert(o - out == (ptrdiff_t)SK_DATE_LEN);
 }
+
+int
+sk_resp_next_line(const char **s, const char *end, sk_header_t *f)
+{
+    if (*s >= end) {
+        return 0;
+    }
+    const char *eol = memchr(*s, '\r', (size_t)(end - *s));
+    const char *colon = memchr(*s, ':', (size_t)(end - *s));
+    if (eol == NULL || colon == NULL || colon > eol) {
+        return 0;
+    }
+    f->name = *s;
+    f->name_len = (size_t)(colon - *s);
+    f->value = colon + 1;
+    f->value_len = (size_t)(eol - f->value);
+    sk_ows_trim(&f->value, &f->value_len);
+    *s = eol + 2;
+    return 1;
+}
+
+static size_t
+lines_measure(const char *s, size_t n, size_t *lines, size_t *names_len)
+{
+    /* RFC 9113 §6.5.2's measure of s[0..n)'s lines, adding to *lines and *names_len. */
+    size_t size = 0;
+    if (s == NULL) {
+        return 0;
+    }
+    const char *end = s + n;
+    sk_header_t f;
+    while (sk_resp_next_line(&s, end, &f)) {
+        size += f.name_len + f.value_len + 32;
+        *names_len += f.name_len;
+        *lines += 1;
+    }
+    return size;
+}
+
+void
+sk_resp_opts_measure(sk_resp_opts_t *o)
+{
+    o->lines = o->names_len = 0;
+    o->server_size = lines_measure(o->server, o->server_len, &o->lines, &o->names_len);
+    o->extra_size = lines_measure(o->extra, o->extra_len, &o->lines, &o->names_len);
+}

@@ -28,7 +28,21 @@ typedef struct {
     size_t server_len;  /* bytes */
     const char *extra;  /* complete, validated "name: value\r\n" lines added to every response */
     size_t extra_len;   /* bytes */
+    /* What sk_resp_opts_measure() found in server and extra (HTTP/2 sizes its arrays and checks
+     * a head's size with them): */
+    size_t lines;       /* field lines in both */
+    size_t names_len;   /* bytes of their names */
+    size_t server_size; /* the server lines by RFC 9113 §6.5.2's measure (name + value + 32) */
+    size_t extra_size;  /* the extra lines by the same measure */
 } sk_resp_opts_t;
+
+/* The next complete "name: value\r\n" line of s[..end) (sk_resp_opts_t's form): f gets its name
+ * and its value without the OWS around it (RFC 9110 §5.5), *s moves past the line. 1, or 0 when
+ * no whole line is left. */
+int sk_resp_next_line(const char **s, const char *end, sk_header_t *f);
+
+/* Fills o's lines, names_len, server_size and extra_size from its server and extra lines. */
+void sk_resp_opts_measure(sk_resp_opts_t *o);
 
 /* What the serializer needs to know about the request being answered. */
 typedef struct {

@@ -560,54 +560,20 @@ record_fields(sk_buf_t *b, sk_field_t **v, uint32_t *n, uint32_t *cap, const sk_
 #define SECTION_MAX 65536
 
 static int
-next_line(const char **s, const char *end, const char **name, size_t *nl, const char **value,
-          size_t *vl)
-{
-    /* The next of the server's own "name: value\r\n" lines (sk_resp_opts_t) from *s, the value
-     * without the OWS around it; *s moves past it. 1, or 0 when there is none. */
-    if (*s >= end) {
-        return 0;
-    }
-    const char *eol = memchr(*s, '\r', (size_t)(end - *s));
-    const char *colon = memchr(*s, ':', (size_t)(end - *s));
-    if (eol == NULL || colon == NULL || colon > eol) {
-        return 0;
-    }
-    *name = *s;
-    *nl = (size_t)(colon - *s);
-    *value = colon + 1;
-    *vl = (size_t)(eol - *value);
-    sk_ows_trim(value, vl);
-    *s = eol + 2;
-    return 1;
-}
-
-static size_t
-lines_size(const char *s, size_t n)
-{
-    /* The server's own lines by FIELD_SIZE (every one: never less than submit_head() sends). */
-    size_t size = 0, nl, vl;
-    const char *name, *value, *end = s + n;
-    while (next_line(&s, end, &name, &nl, &value, &vl)) {
-        size += FIELD_SIZE(nl, vl);
-    }
-    return size;
-}
-
-static int
-section_fits(h2_conn_t *c, const sk_field_t *v, uint32_t n, size_t own)
+section_fits(h2_conn_t *c, const sk_field_t *v, uint32_t n, size_t own, int advisory)
 {
     /* 0 when a response field section (the recorded fields plus `own` bytes of the server's
-     * own, both by FIELD_SIZE) is at most SECTION_MAX and the client's
+     * own, both by FIELD_SIZE) is at most SECTION_MAX and, when `advisory`, the client's
      * SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 §6.5.2: advisory; a client that sets it may refuse
-     * a larger section, so the app is told instead, while it can still answer). Else
-     * SK_EFIELDSIZE. */
+     * a larger section, so the app is told while it can still answer; skirr's own responses
+     * are not held to it, they are the answer). Else SK_EFIELDSIZE. */
     size_t size = own;
     for (uint32_t i = 0; i < n; i++) {
         size += FIELD_SIZE(v[i].name.len, v[i].value.len);
     }
     uint32_t peer =
-        nghttp2_session_get_remote_settings(c->ng, NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE);
+        advisory ? nghttp2_session_get_remote_settings(c->ng, NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE)
+                 : UINT32_MAX;
     return size <= SECTION_MAX && size <= peer ? 0 : SK_EFIELDSIZE;
 }
 
@@ -642,17 +608,18 @@ server_lines(const char *s, size_t n, nghttp2_nv *nv, size_t room, char *lower, 
 {
     /* The server's own "name: value\r\n" lines (sk_resp_opts_t) as nv pairs, names lowercased
      * into lower (lower_room bytes). How many were written (at most room). */
-    size_t k = 0, used = 0, nl, vl;
-    const char *name, *v, *end = s + n;
-    while (k < room && next_line(&s, end, &name, &nl, &v, &vl)) {
-        if (used + nl > lower_room) {
+    size_t k = 0, used = 0;
+    const char *end = s + n;
+    sk_header_t f;
+    while (k < room && sk_resp_next_line(&s, end, &f)) {
+        if (used + f.name_len > lower_room) {
             break;
         }
-        for (size_t i = 0; i < nl; i++) {
-            lower[used + i] = (char)sk_ascii_lower((unsigned char)name[i]);
+        for (size_t i = 0; i < f.name_len; i++) {
+            lower[used + i] = (char)sk_ascii_lower((unsigned char)f.name[i]);
         }
-        nv[k++] = NV(lower + used, nl, v, vl);
-        used += nl;
+        nv[k++] = NV(lower + used, f.name_len, f.value, f.value_len);
+        used += f.name_len;
     }
     return k;
 }
@@ -857,12 +824,16 @@ submit_head(h2_stream_t *s)
      * SK_ENOMEM. */
     h2_conn_t *c = s->c;
     const sk_resp_opts_t *o = &c->srv->resp_opts;
-    size_t room = 2 + s->nrf + 16;
+    /* :status, date, the default server line, the app's fields, the server's own lines; their
+     * names lowercased into `lower` (every line sent, however many: sk_resp_opts_measure()) */
+    size_t room = 3 + s->nrf + o->lines;
     nghttp2_nv stack[48];
-    char lower[512];
+    char lower_stack[512];
     nghttp2_nv *nv = room <= 48 ? stack : PyMem_Malloc(room * sizeof(nghttp2_nv));
-    if (nv == NULL) {
-        return SK_ENOMEM;
+    char *lower = o->names_len <= sizeof(lower_stack) ? lower_stack : PyMem_Malloc(o->names_len);
+    int rv = -1;
+    if (nv == NULL || lower == NULL) {
+        goto done;
     }
     size_t n = 0;
     /* three digits (h2w_start() takes 200..599, own_head() skirr's own codes): snprintf's
@@ -880,13 +851,13 @@ submit_head(h2_stream_t *s)
     if (!s->app_date && date != NULL) {
         nv[n++] = NV("date", 4, date, SK_DATE_LEN);
     }
-    size_t used = 0;
+    size_t used = 0, lower_room = lower == lower_stack ? sizeof(lower_stack) : o->names_len;
     if (!s->app_server) {
         if (o->server == NULL) {
             nv[n++] = NV("server", 6, "skirr", 5);
         }
         else {
-            size_t k = server_lines(o->server, o->server_len, nv + n, 4, lower, sizeof(lower));
+            size_t k = server_lines(o->server, o->server_len, nv + n, room - n, lower, lower_room);
             for (size_t i = 0; i < k; i++) {
                 used += nv[n + i].namelen;
             }
@@ -894,14 +865,18 @@ submit_head(h2_stream_t *s)
         }
     }
     if (o->extra != NULL && o->extra_len > 0) {
-        n += server_lines(o->extra, o->extra_len, nv + n, room - n, lower + used,
-                          sizeof(lower) - used);
+        n +=
+            server_lines(o->extra, o->extra_len, nv + n, room - n, lower + used, lower_room - used);
     }
     int eos = s->bodyless || (s->body_end && queue_len(s) == 0 && s->fd < 0 && !s->trailers);
     nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
-    int rv = nghttp2_submit_response(c->ng, s->id, nv, n, eos ? NULL : &prd);
+    rv = nghttp2_submit_response(c->ng, s->id, nv, n, eos ? NULL : &prd);
+done:
     if (nv != stack) {
         PyMem_Free(nv);
+    }
+    if (lower != lower_stack) {
+        PyMem_Free(lower);
     }
     if (rv != 0) {
         return SK_ENOMEM;
@@ -1015,12 +990,10 @@ h2w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int tr
         int date = !s->app_date && sk_serve_date(s->c->srv) != NULL;
         size_t own = FIELD_SIZE(7, 3) + (date ? FIELD_SIZE(4, SK_DATE_LEN) : 0);
         if (!s->app_server) {
-            own += o->server == NULL ? FIELD_SIZE(6, 5) : lines_size(o->server, o->server_len);
+            own += o->server == NULL ? FIELD_SIZE(6, 5) : o->server_size;
         }
-        if (o->extra != NULL) {
-            own += lines_size(o->extra, o->extra_len);
-        }
-        rc = section_fits(s->c, s->rf, s->nrf, own);
+        own += o->extra_size;
+        rc = section_fits(s->c, s->rf, s->nrf, own, !s->own);
     }
     if (rc < 0) {
         s->nrf = 0;
@@ -1052,7 +1025,7 @@ submit_interim(h2_stream_t *s, int status, const sk_header_t *fields, size_t nfi
     char st[4];
     int rc = record_fields(&b, &v, &n, &cap, fields, nfields, 0);
     if (rc == 0) {
-        rc = section_fits(c, v, n, FIELD_SIZE(7, 3));
+        rc = section_fits(c, v, n, FIELD_SIZE(7, 3), 1);
     }
     if (rc == 0) {
         nv = PyMem_Malloc(((size_t)n + 1) * sizeof(nghttp2_nv));
@@ -1211,7 +1184,7 @@ h2w_trailers(void *w, const sk_header_t *fields, size_t nfields, int more)
     if (!s->bodyless) {
         int rc = record_fields(&s->th, &s->tf, &s->ntf, &s->tf_cap, fields, nfields, 1);
         if (rc == 0) { /* all of the trailer section so far (more=True adds to it) */
-            rc = section_fits(s->c, s->tf, s->ntf, 0);
+            rc = section_fits(s->c, s->tf, s->ntf, 0, 1);
         }
         if (rc < 0) {
             return rc;
@@ -1321,7 +1294,18 @@ h2w_error(void *w, int status)
         close(s->fd);
         s->fd = -1;
     }
-    return own_head(s, status) < 0 ? SK_WIRE_GONE : 0;
+    if (own_head(s, status) < 0) {
+        /* no memory for it (skirr.Config keeps the server's own fields inside SECTION_MAX): the
+         * stream is reset INTERNAL_ERROR, never left waiting, and the exchange let go, as the
+         * SK_WIRE_GONE it is told means */
+        s->app_reset = 1;
+        s->rst_sent = 1;
+        (void)nghttp2_submit_rst_stream(s->c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
+        detach(s);
+        (void)flush_how(s->c, 1);
+        return SK_WIRE_GONE;
+    }
+    return 0;
 }
 
 static void

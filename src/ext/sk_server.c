@@ -324,6 +324,7 @@ server_opts(sk_serve_t *h, PyObject *server, PyObject *extra)
     h->resp_opts.server_len = (size_t)sn;
     h->resp_opts.extra = buf + sn;
     h->resp_opts.extra_len = (size_t)en;
+    sk_resp_opts_measure(&h->resp_opts);
     return 0;
 }
 

@@ -126,6 +126,14 @@ def default_limit_connections() -> int:
         return 0
     return max(1, soft - max(CONNECTION_FD_RESERVE_MIN, soft // 8))
 
+# The largest HTTP/2 response field section skirr sends, by RFC 9113 §6.5.2's measure (name +
+# value + 32 bytes a field): src/ext/sk_h2.c SECTION_MAX, under nghttp2's 64 KiB block bound.
+H2_SECTION_MAX = 65536
+# What skirr's own response adds to the server's fields: :status, content-type
+# (text/plain; charset=utf-8) and content-length (a reason phrase: two digits).
+H2_OWN_RESPONSE_SIZE = (32 + 7 + 3) + (32 + 12 + 25) + (32 + 14 + 2)
+
+
 class ConfigError(ValueError):
     """A setting or the application cannot be used; ``str()`` is one line meant for the user.
     A ``ValueError``, so a bad value given to :class:`Config` raises what Python code expects."""
@@ -575,6 +583,8 @@ class Config:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         self.encoded_headers = encode_headers(self.headers)
+        if self.http != "1":
+            self._check_h2_own_fields()
         self.allow_ips = _allow_ips(self.forwarded_allow_ips)
 
         self._check_process_settings()
@@ -742,6 +752,24 @@ class Config:
     def supervised(self) -> bool:
         """True when a supervisor process runs the workers (``workers`` > 1 or ``reload``)."""
         return self.workers > 1 or self.reload
+
+    def _check_h2_own_fields(self) -> None:
+        """Raises ConfigError when skirr's own HTTP/2 response (its 500, a refusal) could not be
+        sent: the server, date and --header fields with its :status, content-type and
+        content-length over :data:`H2_SECTION_MAX` bytes by RFC 9113 §6.5.2's measure (name +
+        value + 32 bytes a field). An app's response beside them would be refused too."""
+        server, extra = self.response_fields
+        size = H2_OWN_RESPONSE_SIZE + (32 + 4 + 29 if self.date_header else 0)
+        for line in (server + extra).split(b"\r\n")[:-1]:
+            name, _, value = line.partition(b":")
+            size += 32 + len(name) + len(value.strip(b" \t"))
+        if size > H2_SECTION_MAX:
+            raise ConfigError(
+                f"headers: skirr's own HTTP/2 responses would carry {size:,} bytes of fields "
+                f"(RFC 9113 §6.5.2: name + value + 32 bytes each; the server, date and --header "
+                f"fields with :status, content-type and content-length), over the "
+                f"{H2_SECTION_MAX:,} an HTTP/2 response head may hold: send fewer or shorter "
+                f"--header fields, or serve HTTP/1.1 only (--http 1)")
 
     @property
     def response_fields(self) -> tuple[bytes, bytes]:

@@ -1642,8 +1642,9 @@ test_resp_error(T *t)
     /* the server's own fields (--no-server-header, --header, --no-date-header) */
     {
         static const char lines[] = "server: edge\r\nx-a: 1\r\n";
-        sk_resp_opts_t none = {"", 0, "x-a: 1\r\n", 8};
-        sk_resp_opts_t edge = {lines, 14, lines + 14, 8};
+        sk_resp_opts_t none = {.server = "", .extra = "x-a: 1\r\n", .extra_len = 8};
+        sk_resp_opts_t edge = {
+            .server = lines, .server_len = 14, .extra = lines + 14, .extra_len = 8};
         sk_resp_t r;
         sk_req_info_t info = REQ11;
 
@@ -1665,6 +1666,34 @@ test_resp_error(T *t)
                  SK_CONTINUE_RESPONSE_LEN == 25);
     CHECK(t, strcmp(SK_CONTINUE_RESPONSE, "HTTP/1.1 100 Continue\r\n\r\n") == 0);
     sk_buf_free(&out);
+}
+
+static void
+test_resp_opts_measure(T *t)
+{
+    /* the server's own lines as HTTP/2 counts them: values without OWS, RFC 9113 §6.5.2's
+     * name + value + 32 bytes each */
+    static const char server[] = "server: skirr\r\n";
+    static const char extra[] = "X-A:  1 \r\nB:\r\n";
+    sk_resp_opts_t o = {.server = server,
+                        .server_len = sizeof(server) - 1,
+                        .extra = extra,
+                        .extra_len = sizeof(extra) - 1};
+    sk_resp_opts_measure(&o);
+    CHECK(t, o.lines == 3 && o.names_len == 6 + 3 + 1);
+    CHECK(t, o.server_size == 32 + 6 + 5 && o.extra_size == (32 + 3 + 1) + (32 + 1 + 0));
+    sk_resp_opts_t none = {0};
+    sk_resp_opts_measure(&none);
+    CHECK(t,
+          none.lines == 0 && none.names_len == 0 && none.server_size == 0 && none.extra_size == 0);
+    const char *p = extra, *end = extra + sizeof(extra) - 1;
+    sk_header_t f;
+    CHECK(t, sk_resp_next_line(&p, end, &f) == 1 && f.name_len == 3 &&
+                 memcmp(f.name, "X-A", 3) == 0 && f.value_len == 1 && f.value[0] == '1');
+    CHECK(t, sk_resp_next_line(&p, end, &f) == 1 && f.name_len == 1 && f.value_len == 0);
+    CHECK(t, sk_resp_next_line(&p, end, &f) == 0 && p == end);
+    const char *torn = "x-a: 1"; /* no CRLF: not a whole line */
+    CHECK(t, sk_resp_next_line(&torn, torn + 6, &f) == 0);
 }
 
 static void
@@ -2201,6 +2230,7 @@ main(void)
     test_resp_fields(&t);
     test_resp_accounting(&t);
     test_resp_error(&t);
+    test_resp_opts_measure(&t);
     test_date(&t);
     test_ws_handshake(&t);
     munmap(t.base, t.map_len);
