@@ -363,7 +363,9 @@ class Config:
             RFC 9110 tokens and values visible ASCII/Latin-1 without CR, LF or NUL; the fields
             skirr writes itself (content-length, transfer-encoding, connection, keep-alive,
             upgrade, te, trailer, proxy-connection, date, and a 101's sec-websocket-accept,
-            -extensions and -protocol) are refused.
+            -extensions and -protocol) are refused. Unless ``http`` is ``"1"``, fields that would
+            leave skirr's own HTTP/2 response over :data:`H2_SECTION_MAX` bytes (RFC 9113
+            §6.5.2's measure) are refused too.
         log_config: a ``logging.config.dictConfig`` dict, or a file: ``.json``/``.yaml``/
             ``.yml`` (dictConfig) or INI (fileConfig); applied when the server starts, before
             the app is imported. The ``skirr`` logger's level is ``log_level`` (``info`` when
