@@ -345,6 +345,25 @@ def test_gunicorn_atoms(serve, access):
 
 
 @pytest.mark.rule("skirr-access-format")
+@pytest.mark.parametrize("fails", ["raises", "returns"])
+def test_response_field_atom_of_skirr_500_is_not_the_apps(serve, access, fails):
+    """An app that starts its response (content-type: x) and then raises, or returns without a
+    body, gets skirr's own text/plain 500: %({content-type}o)s is "-", not the app's x, which
+    never went out."""
+    async def failing(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"x"), (b"x-out", b"o1")]})
+        if fails == "raises":
+            raise RuntimeError("boom")
+
+    with serve(failing, access_log_format="%(s)s %({content-type}o)s %({x-out}o)s") as srv:
+        r = srv.get("/")
+        lines = access.wait(1)
+    assert (r.status, r.get(b"content-type")) == (500, b"text/plain; charset=utf-8")
+    assert lines == ["500 - -"]
+
+
+@pytest.mark.rule("skirr-access-format")
 def test_bad_format_is_config_error():
     import skirr
     from skirr.config import ConfigError

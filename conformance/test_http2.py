@@ -1812,6 +1812,25 @@ def test_skirr_own_responses_are_not_held_to_the_client_limit(serve, access, cli
     assert refused == [SECTION_MESSAGE]
 
 
+@pytest.mark.rule("h2-100-continue", "h2-response")
+def test_100_continue_is_not_held_to_the_client_limit(serve):
+    """A 100 is skirr's own answer to the client's expectation: sent to a client whose
+    SETTINGS_MAX_HEADER_LIST_SIZE (41) is under its 42 bytes."""
+    seen: list = []
+    settings = {h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 41}
+    with serve(reading_app(seen), date_header=False, server_header=False) as srv:
+        with H2Client.open(srv.port, settings=settings) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+            c.conn.decoder.max_header_list_size = 1 << 20  # read what comes (as above)
+            sid = c.request(post_head(), end=False)
+            evs = c.events_until(is_100(sid))
+            c.conn.send_data(sid, b"hello", end_stream=True)
+            c.flush()
+            a = c.answer(sid)
+    assert interim_of(evs, sid) == [[(b":status", b"100")]]
+    assert (a.status, a.body) == (500, b"Internal Server Error")  # its 200's head is over 41
+
+
 @pytest.mark.rule("skirr-header-options")
 def test_every_server_field_is_sent_over_http2(serve):
     """Twenty --header fields, and names of 302 bytes, all go out on HTTP/2 as on HTTP/1.1, in

@@ -119,6 +119,7 @@ answer_500(RequestObject *r)
     /* Answers r with 500 (RFC 9110 §15.6.1) through the wire, which closes after it: nothing of
      * the app's response reached the output. */
     void *w = r->wire;
+    Py_CLEAR(r->acc.resp_headers); /* the app's head is not what goes out: %({name}o)s is "-" */
     if (r->ops->error(w, 500) < 0) {
         return; /* the wire closed: sk_exchange_gone() ran */
     }

@@ -1025,7 +1025,7 @@ submit_interim(h2_stream_t *s, int status, const sk_header_t *fields, size_t nfi
     char st[4];
     int rc = record_fields(&b, &v, &n, &cap, fields, nfields, 0);
     if (rc == 0) {
-        rc = section_fits(c, v, n, FIELD_SIZE(7, 3), 1);
+        rc = section_fits(c, v, n, FIELD_SIZE(7, 3), status != 100); /* a 100 is skirr's own */
     }
     if (rc == 0) {
         nv = PyMem_Malloc(((size_t)n + 1) * sizeof(nghttp2_nv));

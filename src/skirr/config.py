@@ -129,9 +129,10 @@ def default_limit_connections() -> int:
 # The largest HTTP/2 response field section skirr sends, by RFC 9113 §6.5.2's measure (name +
 # value + 32 bytes a field): src/ext/sk_h2.c SECTION_MAX, under nghttp2's 64 KiB block bound.
 H2_SECTION_MAX = 65536
-# What skirr's own response adds to the server's fields: :status, content-type
-# (text/plain; charset=utf-8) and content-length (a reason phrase: two digits).
-H2_OWN_RESPONSE_SIZE = (32 + 7 + 3) + (32 + 12 + 25) + (32 + 14 + 2)
+# Room kept beside the server's own fields for what skirr's own answers add (the same measure):
+# :status, content-type, content-length and the health check's cache-control (211 bytes), an
+# x-request-id of up to 200 bytes (244): 455, rounded up.
+H2_OWN_RESPONSE_SIZE = 512
 
 
 class ConfigError(ValueError):
@@ -756,10 +757,11 @@ class Config:
         return self.workers > 1 or self.reload
 
     def _check_h2_own_fields(self) -> None:
-        """Raises ConfigError when skirr's own HTTP/2 response (its 500, a refusal) could not be
-        sent: the server, date and --header fields with its :status, content-type and
-        content-length over :data:`H2_SECTION_MAX` bytes by RFC 9113 §6.5.2's measure (name +
-        value + 32 bytes a field). An app's response beside them would be refused too."""
+        """Raises ConfigError when skirr's own HTTP/2 answers (its 500, a refusal, the health
+        check) could not be sent: the server, date and --header fields with
+        :data:`H2_OWN_RESPONSE_SIZE` more over :data:`H2_SECTION_MAX` bytes by RFC 9113
+        §6.5.2's measure (name + value + 32 bytes a field). An app's response beside them would
+        be refused too."""
         server, extra = self.response_fields
         size = H2_OWN_RESPONSE_SIZE + (32 + 4 + 29 if self.date_header else 0)
         for line in (server + extra).split(b"\r\n")[:-1]:
@@ -769,7 +771,7 @@ class Config:
             raise ConfigError(
                 f"headers: skirr's own HTTP/2 responses would carry {size:,} bytes of fields "
                 f"(RFC 9113 §6.5.2: name + value + 32 bytes each; the server, date and --header "
-                f"fields with :status, content-type and content-length), over the "
+                f"fields with {H2_OWN_RESPONSE_SIZE} for its own), over the "
                 f"{H2_SECTION_MAX:,} an HTTP/2 response head may hold: send fewer or shorter "
                 f"--header fields, or serve HTTP/1.1 only (--http 1)")
 

@@ -420,7 +420,9 @@ def from_env(
 # Config fields checked one by one when their value came from the environment (see main).
 _CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(Config)) - {"env_file"}
 _PROBE_APP = "module:app"  # a well-formed APP for those checks (nothing is imported)
-_PROBE_WITH = {"uds_perms": ("uds",)}  # the fields a field is only valid with
+# the fields a field is only valid with, or whose check depends on them (headers: the HTTP/2
+# size check counts the date and server fields, and none is made with --http 1)
+_PROBE_WITH = {"uds_perms": ("uds",), "headers": ("http", "date_header", "server_header")}
 
 
 def check_env_values(args: argparse.Namespace, env: dict[str, str]) -> None:
