@@ -346,10 +346,11 @@ def test_gunicorn_atoms(serve, access):
 
 @pytest.mark.rule("skirr-access-format")
 @pytest.mark.parametrize("fails", ["raises", "returns"])
-def test_response_field_atom_of_skirr_500_is_not_the_apps(serve, access, fails):
+@pytest.mark.parametrize("http", ["1.1", "2"])
+def test_response_field_atom_of_skirr_500_is_not_the_apps(serve, access, fails, http):
     """An app that starts its response (content-type: x) and then raises, or returns without a
-    body, gets skirr's own text/plain 500: %({content-type}o)s is "-", not the app's x, which
-    never went out."""
+    body, gets skirr's own text/plain 500, over HTTP/1.1 and HTTP/2: %({content-type}o)s is "-",
+    not the app's x, which never went out."""
     async def failing(scope, receive, send):
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"x"), (b"x-out", b"o1")]})
@@ -357,9 +358,17 @@ def test_response_field_atom_of_skirr_500_is_not_the_apps(serve, access, fails):
             raise RuntimeError("boom")
 
     with serve(failing, access_log_format="%(s)s %({content-type}o)s %({x-out}o)s") as srv:
-        r = srv.get("/")
+        if http == "2":
+            from h2_util import H2Client
+
+            with H2Client.open(srv.port) as c:
+                a = c.answer(c.get("/"))
+            status, ctype = a.status, a.header(b"content-type")
+        else:
+            r = srv.get("/")
+            status, ctype = r.status, r.get(b"content-type")
         lines = access.wait(1)
-    assert (r.status, r.get(b"content-type")) == (500, b"text/plain; charset=utf-8")
+    assert (status, ctype) == (500, b"text/plain; charset=utf-8")
     assert lines == ["500 - -"]
 
 

@@ -1686,12 +1686,12 @@ def test_body_timeout_waits_while_the_connection_window_is_closed(serve):
 OWN_HEAD = (32 + 7 + 3) + (32 + 6 + 5)
 SECTION_MESSAGE = ("response field section over 65,536 bytes or the client's "
                    "SETTINGS_MAX_HEADER_LIST_SIZE, each field counted as its name, value and 32 "
-                   "bytes (RFC 9113 §6.5.2), the server's own :status, date, server and --header "
-                   "fields included")
+                   "bytes (RFC 9113 §6.5.2), with what skirr adds to it (a head's :status, date, "
+                   "server and --header fields, a 103's :status)")
 SECTION_CASES = {  # where: (the fields beside the app's one, the app's field's name)
     "head": (OWN_HEAD, b"x-big"),
     "early_hint": (32 + 7 + 3, b"link"),
-    "trailers": (0, b"x-big"),
+    "trailers": (32 + 3, b"x-big"),  # x-a (empty) sent before it, in its own message
 }
 
 
@@ -1734,7 +1734,9 @@ def test_a_field_section_over_the_limit_is_refused_to_the_app(serve, access, whe
         await attempt({"type": "http.response.start", "status": 200, "headers": head,
                        "trailers": where == "trailers"})
         await send({"type": "http.response.body", "body": b"body"})
-        if where == "trailers":
+        if where == "trailers":  # the section is all the trailers sent so far
+            await attempt({"type": "http.response.trailers", "headers": [(b"x-a", b"")],
+                           "more_trailers": True})
             await attempt({"type": "http.response.trailers", "headers": [(b"x-big", value)]})
 
     settings = {h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: client_limit or 1 << 20}
@@ -1764,7 +1766,7 @@ def test_a_field_section_over_the_limit_is_refused_to_the_app(serve, access, whe
             200, b"body", None, False, h2.errors.ErrorCodes.INTERNAL_ERROR)
     else:
         assert (a.status, a.body, a.trailers, a.ended, a.reset) == (
-            200, b"body", sent, True, None)
+            200, b"body", [(b"x-a", b""), *sent], True, None)
     assert (b.status, b.body, b.ended, b.goaway) == (200, b"next", True, None)
 
 
@@ -1778,9 +1780,10 @@ def test_skirr_own_responses_are_not_held_to_the_client_limit(serve, access, cli
                                                                headers):
     """A client whose SETTINGS_MAX_HEADER_LIST_SIZE is below what any head would carry (its own
     choice, or the server's --header fields over it): the app's head is refused to it (send()
-    raises) and the app error's 500 goes out anyway, exactly, as does the 500 of an app that
-    raises before starting: the limit is advisory (RFC 9113 §6.5.2) and skirr's own response is
-    the answer, never a stream left waiting. The access log says 500 for both."""
+    raises) and the app error's 500 goes out anyway, exactly, as do the 500 of an app that
+    raises before starting and a refusal (413): the limit is advisory (RFC 9113 §6.5.2) and
+    skirr's own response is the answer, never a stream left waiting. The access log says what
+    went out."""
     refused: list = []
 
     async def app(scope, receive, send):
@@ -1794,7 +1797,8 @@ def test_skirr_own_responses_are_not_held_to_the_client_limit(serve, access, cli
             raise
         await send({"type": "http.response.body", "body": b"sent"})
 
-    with serve(app, date_header=False, headers=headers, access_log_format="%(s)s") as srv:
+    with serve(app, date_header=False, headers=headers, access_log_format="%(s)s",
+               limit_request_body=10) as srv:
         settings = {h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: client_limit}
         with H2Client.open(srv.port, settings=settings) as c:
             c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
@@ -1802,13 +1806,18 @@ def test_skirr_own_responses_are_not_held_to_the_client_limit(serve, access, cli
             c.conn.decoder.max_header_list_size = 1 << 20
             a = c.answer(c.get("/raise"))
             b = c.answer(c.get("/plain"))
-        assert access.wait(2) == ["500", "500"]
+            big = c.answer(c.get("/up", method="POST", extra=[("content-length", "11")],
+                                 body=b"x" * 11))  # a refusal: --limit-request-body 10
+        lines = access.wait(3)
         assert len(srv.errors()) == 2
+    assert [x.split(" (refused:")[0] for x in lines] == ["500", "500", "413"]
     own = [(b"content-security-policy", CSP[24:].encode())] if headers else []
-    for x in (a, b):
-        assert (x.status, x.body, x.ended, x.reset) == (500, b"Internal Server Error", True, None)
+    for x, status, body in ((a, 500, b"Internal Server Error"), (b, 500, b"Internal Server Error"),
+                            (big, 413, b"Content Too Large")):
+        assert (x.status, x.body, x.ended, x.reset) == (status, body, True, None)
         assert x.headers == [(b"content-type", b"text/plain; charset=utf-8"),
-                             (b"content-length", b"21"), (b"server", b"skirr"), *own]
+                             (b"content-length", str(len(body)).encode()),
+                             (b"server", b"skirr"), *own]
     assert refused == [SECTION_MESSAGE]
 
 
@@ -1833,10 +1842,10 @@ def test_100_continue_is_not_held_to_the_client_limit(serve):
 
 @pytest.mark.rule("skirr-header-options")
 def test_every_server_field_is_sent_over_http2(serve):
-    """Twenty --header fields, and names of 302 bytes, all go out on HTTP/2 as on HTTP/1.1, in
-    order, names lowercased (none dropped for want of room)."""
+    """Fifty --header fields, and names of 302 bytes, all go out on HTTP/2 as on HTTP/1.1, in
+    order, names lowercased (none dropped for want of room: before, 15 with date and server)."""
     long_a, long_b = "y" * 301 + "a", "y" * 301 + "b"
-    hdrs = [f"X-H{i}: {i}" for i in range(20)] + [f"{long_a}: 1", f"{long_b}: 2", "X-After: 3"]
+    hdrs = [f"X-H{i}: {i}" for i in range(50)] + [f"{long_a}: 1", f"{long_b}: 2", "X-After: 3"]
 
     async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -1847,7 +1856,7 @@ def test_every_server_field_is_sent_over_http2(serve):
             a = c.answer(c.get("/"))
     assert (a.status, a.body) == (200, b"ok")
     assert a.headers == [(b"server", b"skirr"),
-                         *[(f"x-h{i}".encode(), str(i).encode()) for i in range(20)],
+                         *[(f"x-h{i}".encode(), str(i).encode()) for i in range(50)],
                          (long_a.encode(), b"1"), (long_b.encode(), b"2"), (b"x-after", b"3")]
 
 

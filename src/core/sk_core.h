@@ -45,8 +45,8 @@
     X(SK_ETRAILER, -10, "field name not allowed in a trailer section (RFC 9110 §6.5.1)")         \
     X(SK_EFIELDSIZE, -11,                                                                        \
       "response field section over 65,536 bytes or the client's SETTINGS_MAX_HEADER_LIST_SIZE, " \
-      "each field counted as its name, value and 32 bytes (RFC 9113 §6.5.2), the server's own " \
-      ":status, date, server and --header fields included")
+      "each field counted as its name, value and 32 bytes (RFC 9113 §6.5.2), with what skirr "  \
+      "adds to it (a head's :status, date, server and --header fields, a 103's :status)")
 
 enum sk_error {
 #define SK_ERR_ENUM(name, value, text) name = (value),

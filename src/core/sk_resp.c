@@ -819,7 +819,7 @@ sk_resp_next_line(const char **s, const char *end, sk_header_t *f)
     }
     const char *eol = memchr(*s, '\r', (size_t)(end - *s));
     const char *colon = memchr(*s, ':', (size_t)(end - *s));
-    if (eol == NULL || colon == NULL || colon > eol) {
+    if (eol == NULL || end - eol < 2 || eol[1] != '\n' || colon == NULL || colon > eol) {
         return 0;
     }
     f->name = *s;

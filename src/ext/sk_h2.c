@@ -987,7 +987,7 @@ h2w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int tr
     }
     if (rc == 0) { /* what submit_head() adds: :status, date, server and the extra lines */
         const sk_resp_opts_t *o = &s->c->srv->resp_opts;
-        int date = !s->app_date && sk_serve_date(s->c->srv) != NULL;
+        int date = !s->app_date && s->c->srv->date_header; /* as sk_serve_date() */
         size_t own = FIELD_SIZE(7, 3) + (date ? FIELD_SIZE(4, SK_DATE_LEN) : 0);
         if (!s->app_server) {
             own += o->server == NULL ? FIELD_SIZE(6, 5) : o->server_size;
@@ -1282,30 +1282,28 @@ own_response(h2_stream_t *s, int status)
     return rc;
 }
 
+static void h2w_abort(void *w, int reset);
+
 static int
 h2w_error(void *w, int status)
 {
-    /* Nothing of the app's response left: skirr's own 500 in its place (sent at end()). */
+    /* Nothing of the app's response left: skirr's own 500 in its place (sent at end()). Should
+     * the head be queued already (no caller does that: the exchange asks only while the head is
+     * not out), or own_head() fail (no memory, or server fields over SECTION_MAX: skirr.Config
+     * refuses them, the extension alone does not), the stream is reset INTERNAL_ERROR instead,
+     * never left waiting, and the exchange let go, as the SK_WIRE_GONE it is told means. */
     h2_stream_t *s = w;
-    if (s->submitted) {
-        return SK_WIRE_GONE;
+    if (!s->submitted) {
+        if (s->fd >= 0) {
+            close(s->fd);
+            s->fd = -1;
+        }
+        if (own_head(s, status) == 0) {
+            return 0;
+        }
     }
-    if (s->fd >= 0) {
-        close(s->fd);
-        s->fd = -1;
-    }
-    if (own_head(s, status) < 0) {
-        /* no memory for it (skirr.Config keeps the server's own fields inside SECTION_MAX): the
-         * stream is reset INTERNAL_ERROR, never left waiting, and the exchange let go, as the
-         * SK_WIRE_GONE it is told means */
-        s->app_reset = 1;
-        s->rst_sent = 1;
-        (void)nghttp2_submit_rst_stream(s->c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
-        detach(s);
-        (void)flush_how(s->c, 1);
-        return SK_WIRE_GONE;
-    }
-    return 0;
+    h2w_abort(s, 1);
+    return SK_WIRE_GONE;
 }
 
 static void

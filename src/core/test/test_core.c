@@ -1694,6 +1694,8 @@ test_resp_opts_measure(T *t)
     CHECK(t, sk_resp_next_line(&p, end, &f) == 0 && p == end);
     const char *torn = "x-a: 1"; /* no CRLF: not a whole line */
     CHECK(t, sk_resp_next_line(&torn, torn + 6, &f) == 0);
+    const char *cr = "x-a: 1\r"; /* a CR without its LF: not whole either */
+    CHECK(t, sk_resp_next_line(&cr, cr + 7, &f) == 0 && *cr == 'x');
 }
 
 static void
