@@ -70,6 +70,19 @@ class Answer:
         return None
 
 
+def hpack_int(value: int, prefix: int, first: int = 0) -> bytes:
+    """An HPACK integer (RFC 7541 §5.1) with an N-bit prefix, OR-ed into `first`."""
+    limit = (1 << prefix) - 1
+    if value < limit:
+        return bytes([first | value])
+    out = [first | limit]
+    value -= limit
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    return bytes(out + [value])
+
+
 def raw_frame(ftype: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     """One frame's bytes as given (RFC 9113 §4.1): any type, flags, stream id (the reserved bit
     included) and payload, lengths and padding unchecked."""

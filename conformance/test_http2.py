@@ -34,6 +34,18 @@ from tls_util import TLSFiles
 IO = 5.0
 
 
+async def read_body(receive, seen: "list | None" = None) -> bytes:
+    """The request's content, read whole; each receive() message appended to seen if given."""
+    body = b""
+    while True:
+        m = await receive()
+        if seen is not None:
+            seen.append(m)
+        body += m.get("body", b"")
+        if not m.get("more_body"):
+            return body
+
+
 async def hello(scope, receive, send):
     """200 'hello' for any request (its body read whole first)."""
     if scope["type"] != "http":
@@ -57,13 +69,7 @@ class Recorder:
         if scope["type"] != "http":
             return
         self.scopes.append(scope)
-        body = b""
-        while True:
-            m = await receive()
-            self.events.append(m)
-            body += m.get("body", b"")
-            if not m.get("more_body"):
-                break
+        body = await read_body(receive, self.events)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": body})
 
@@ -552,13 +558,7 @@ def reading_app(seen: list, before=(), delay: float = 0.0):
         for msg in before:
             await send(msg)
         await asyncio.sleep(delay)
-        body = b""
-        while True:
-            m = await receive()
-            seen.append(m)
-            body += m.get("body", b"")
-            if not m.get("more_body"):
-                break
+        body = await read_body(receive, seen)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"got " + body})
     return app
@@ -677,13 +677,7 @@ def test_no_100_continue_when_the_app_answers_first(serve, reads):
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"first ", "more_body": reads})
         if reads:
-            body = b""
-            while True:
-                m = await receive()
-                body += m.get("body", b"")
-                if not m.get("more_body"):
-                    break
-            await send({"type": "http.response.body", "body": body})
+            await send({"type": "http.response.body", "body": await read_body(receive)})
 
     with serve(app, date_header=False) as srv:
         with H2Client.open(srv.port) as c:
@@ -713,13 +707,7 @@ def test_100_continue_when_the_app_started_its_response_but_sent_no_body(serve):
     100 first, then its 200, as on HTTP/1.1."""
     async def app(scope, receive, send):
         await send({"type": "http.response.start", "status": 200, "headers": []})
-        body = b""
-        while True:
-            m = await receive()
-            body += m.get("body", b"")
-            if not m.get("more_body"):
-                break
-        await send({"type": "http.response.body", "body": b"got " + body})
+        await send({"type": "http.response.body", "body": b"got " + await read_body(receive)})
 
     with serve(app, date_header=False) as srv:
         with H2Client.open(srv.port) as c:

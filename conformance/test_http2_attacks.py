@@ -32,6 +32,8 @@ from hyperframe.frame import (DataFrame, Frame, GoAwayFrame, HeadersFrame, PingF
 import skirr
 import _proc
 from conftest import IO_TIMEOUT
+from h2_util import hpack_int
+from h2_util import raw_frame as frame  # bytes as given: hyperframe refuses some attacks' frames
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # RFC 9113 §7 error codes
@@ -73,26 +75,6 @@ def rss() -> int:
     """This process's resident set, bytes (the server runs in a thread of it)."""
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * PAGE
-
-
-def frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
-    """One frame's bytes as they are (no validation: hyperframe refuses some attacks' frames)."""
-    head = struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid)
-    return head + payload
-
-
-def hpack_int(value: int, prefix: int, first: int = 0) -> bytes:
-    """An HPACK integer (RFC 7541 §5.1) with an N-bit prefix, OR-ed into `first`."""
-    limit = (1 << prefix) - 1
-    if value < limit:
-        return bytes([first | value])
-    out = [first | limit]
-    value -= limit
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 _OPEN: list = []  # every Raw's socket, closed after each case (close_raw)

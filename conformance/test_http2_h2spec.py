@@ -30,7 +30,7 @@ from h2.errors import ErrorCodes as E
 from hyperframe.frame import (DataFrame, GoAwayFrame, HeadersFrame, PingFrame, RstStreamFrame,
                               SettingsFrame)
 
-from h2_util import ConnectionClosed, H2Client, raw_frame
+from h2_util import ConnectionClosed, H2Client, hpack_int, raw_frame
 
 RULE = "RFC9113-h2spec-server-cases"
 pytestmark = pytest.mark.rule(RULE)
@@ -83,19 +83,6 @@ def lit(name: bytes, value: bytes, first: int = 0x00) -> bytes:
     """A literal field, new name, no Huffman (RFC 7541 §6.2): without indexing (0x00), with
     incremental indexing (0x40), never indexed (0x10)."""
     return bytes([first, len(name)]) + name + bytes([len(value)]) + value
-
-
-def hpack_int(value: int, prefix: int, first: int = 0) -> bytes:
-    """An HPACK integer (RFC 7541 §5.1) with an N-bit prefix, OR-ed into `first`."""
-    limit = (1 << prefix) - 1
-    if value < limit:
-        return bytes([first | value])
-    out = [first | limit]
-    value -= limit
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    return bytes(out + [value])
 
 
 GET = block(fields())
