@@ -586,6 +586,16 @@ def is_100(sid: int):
                       and e.stream_id == sid and dict(e.headers)[b":status"] == b"100")
 
 
+def expect_then_send(c: H2Client, body: bytes = b"hello") -> tuple:
+    """A POST with 'expect: 100-continue' on a new stream; once its 100 came, the content.
+    (stream id, the events up to the 100, the stream's Answer)."""
+    sid = c.request(post_head(length=len(body)), end=False)
+    evs = c.events_until(is_100(sid))
+    c.conn.send_data(sid, body, end_stream=True)
+    c.flush()
+    return sid, evs, c.answer(sid)
+
+
 @pytest.mark.rule("h2-100-continue")
 @pytest.mark.parametrize("expect", [b"100-continue", b"100-Continue"])
 def test_100_continue_sent_when_the_app_first_receives(serve, expect):
@@ -658,11 +668,7 @@ def test_early_hint_then_100_then_the_final_response(serve):
     hint = {"type": "http.response.early_hint", "links": [b"</a.css>; rel=preload"]}
     with serve(reading_app(seen, before=[hint]), date_header=False) as srv:
         with H2Client.open(srv.port) as c:
-            sid = c.request(post_head(), end=False)
-            evs = c.events_until(is_100(sid))
-            c.conn.send_data(sid, b"hello", end_stream=True)
-            c.flush()
-            a = c.answer(sid)
+            sid, evs, a = expect_then_send(c)
     assert interim_of(evs, sid) == [[(b":status", b"103"), (b"link", b"</a.css>; rel=preload")],
                                     [(b":status", b"100")]]
     assert (a.status, a.body, a.interim) == (200, b"got hello", [])
@@ -711,11 +717,7 @@ def test_100_continue_when_the_app_started_its_response_but_sent_no_body(serve):
 
     with serve(app, date_header=False) as srv:
         with H2Client.open(srv.port) as c:
-            sid = c.request(post_head(), end=False)
-            evs = c.events_until(is_100(sid))
-            c.conn.send_data(sid, b"hello", end_stream=True)
-            c.flush()
-            a = c.answer(sid)
+            sid, evs, a = expect_then_send(c)
     assert interim_of(evs, sid) == [[(b":status", b"100")]]
     assert stream_events(evs, sid) == [evs[-1]]
     assert (a.status, a.body, a.ended, a.interim) == (200, b"got hello", True, [])
@@ -1819,11 +1821,7 @@ def test_100_continue_is_not_held_to_the_client_limit(serve):
         with H2Client.open(srv.port, settings=settings) as c:
             c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
             c.conn.decoder.max_header_list_size = 1 << 20  # read what comes (as above)
-            sid = c.request(post_head(), end=False)
-            evs = c.events_until(is_100(sid))
-            c.conn.send_data(sid, b"hello", end_stream=True)
-            c.flush()
-            a = c.answer(sid)
+            sid, evs, a = expect_then_send(c)
     assert interim_of(evs, sid) == [[(b":status", b"100")]]
     assert (a.status, a.body) == (500, b"Internal Server Error")  # its 200's head is over 41
 
