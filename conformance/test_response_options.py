@@ -213,3 +213,32 @@ def test_header_fields_too_big_for_an_http2_head_are_a_usage_error(serve, over):
     assert (h.status, h.body, h.ended, h.reset) == (200, b"OK\n", True, None)
     assert (h.header(b"cache-control"), h.header(b"x-request-id"), h.header(b"x-big")) == (
         b"no-store", rid.encode(), value.encode())
+
+
+@pytest.mark.rule("skirr-header-options")
+@pytest.mark.parametrize("over", [0, 1])
+def test_the_native_server_refuses_server_fields_too_big_for_http2(over):
+    """The extension alone (skirr._native.Server, without skirr.Config's check first) refuses
+    server fields that would leave skirr's own HTTP/2 answers over 65,536 bytes, as Config does,
+    and takes them at the limit or with HTTP/1.1 only (http=1); the size is measured by the one
+    C function Config's message quotes (h2_own_fields_size)."""
+    import socket
+
+    from skirr import _native
+
+    value = b"v" * (65536 - OWN - (32 + 5) + over)
+    server, extra = b"server: skirr\r\n", b"x-big: " + value + b"\r\n"
+    assert _native.h2_own_fields_size(server, extra, True) == 65536 + over
+    assert _native.h2_own_fields_size(server, extra, False) == 65536 + over - (32 + 4 + 29)
+    with socket.socket() as s:
+        kwargs = dict(server_header=server, headers=extra)
+        _native.Server(lambda *a: None, None, s.fileno(), http=1, **kwargs)
+        if not over:
+            _native.Server(lambda *a: None, None, s.fileno(), **kwargs)
+            return
+        with pytest.raises(ValueError) as info:
+            _native.Server(lambda *a: None, None, s.fileno(), **kwargs)
+        _native.Server(lambda *a: None, None, s.fileno(), date_header=False, **kwargs)
+    assert str(info.value) == ("server_header and headers carry too much for an HTTP/2 response "
+                               "head: 65537 bytes with skirr's own (RFC 9113 section 6.5.2), "
+                               "over 65536")

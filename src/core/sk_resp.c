@@ -842,7 +842,7 @@ lines_measure(const char *s, size_t n, size_t *lines, size_t *names_len)
     const char *end = s + n;
     sk_header_t f;
     while (sk_resp_next_line(&s, end, &f)) {
-        size += f.name_len + f.value_len + 32;
+        size += SK_FIELD_SIZE(f.name_len, f.value_len);
         *names_len += f.name_len;
         *lines += 1;
     }
@@ -855,4 +855,11 @@ sk_resp_opts_measure(sk_resp_opts_t *o)
     o->lines = o->names_len = 0;
     o->server_size = lines_measure(o->server, o->server_len, &o->lines, &o->names_len);
     o->extra_size = lines_measure(o->extra, o->extra_len, &o->lines, &o->names_len);
+}
+
+size_t
+sk_resp_opts_h2_own_size(const sk_resp_opts_t *o, int date)
+{
+    return o->server_size + o->extra_size + SK_H2_OWN_RESPONSE_SIZE +
+           (date ? SK_FIELD_SIZE(4, SK_DATE_LEN) : 0);
 }

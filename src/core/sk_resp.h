@@ -21,6 +21,19 @@ typedef struct {
     size_t value_len;  /* bytes */
 } sk_header_t;
 
+/* RFC 9113 §6.5.2's measure of a field (bytes): its name's and value's bytes and 32 more. HTTP/2
+ * field sections are sized by it (sk_h2.c, skirr.Config's check of --header). */
+#define SK_FIELD_SIZE(name_len, value_len) ((size_t)(name_len) + (size_t)(value_len) + 32)
+/* The largest HTTP/2 response field section skirr sends, by that measure (bytes). nghttp2 refuses
+ * to pack a header block whose encoded bound (12 bytes a field more than its name and value, plus
+ * 17) is over 64 KiB (nghttp2_session.c, max_send_header_block_length); 32 bytes a field keeps
+ * every section this lets through inside that bound. */
+#define SK_H2_SECTION_MAX 65536
+/* Room kept beside the server's own fields for what skirr's own HTTP/2 answers add (bytes, the
+ * same measure): :status, content-type, content-length and the health check's cache-control
+ * (211), an x-request-id of up to 200 bytes (244): 455, rounded up. */
+#define SK_H2_OWN_RESPONSE_SIZE 512
+
 /* The server's own fields, configurable (--server-header, --header). NULL = the defaults:
  * "server: skirr" and nothing else. */
 typedef struct {
@@ -43,6 +56,12 @@ int sk_resp_next_line(const char **s, const char *end, sk_header_t *f);
 
 /* Fills o's lines, names_len, server_size and extra_size from its server and extra lines. */
 void sk_resp_opts_measure(sk_resp_opts_t *o);
+
+/* The size (bytes, SK_FIELD_SIZE's measure) skirr's own HTTP/2 answers may reach with o's
+ * measured lines: o->server_size + o->extra_size + SK_H2_OWN_RESPONSE_SIZE, and a date field
+ * when `date` (--date-header). Over SK_H2_SECTION_MAX the server's fields are refused at startup
+ * (skirr.Config, and the native server's constructor: ValueError). */
+size_t sk_resp_opts_h2_own_size(const sk_resp_opts_t *o, int date);
 
 /* What the serializer needs to know about the request being answered. */
 typedef struct {

@@ -125,6 +125,7 @@ typedef struct h2_stream {
     sk_buf_t th; /* the trailer fields, likewise */
     sk_field_t *tf;
     uint32_t ntf, tf_cap;
+    size_t tf_size;               /* their size so far, SK_FIELD_SIZE's measure (bytes) */
     uint8_t app_date, app_server; /* the app sent date / server */
     uint8_t started;              /* start() recorded a head */
     uint8_t submitted;            /* the HEADERS are queued */
@@ -516,13 +517,14 @@ connection_specific(const char *name, size_t n)
 
 static int
 record_fields(sk_buf_t *b, sk_field_t **v, uint32_t *n, uint32_t *cap, const sk_header_t *fields,
-              size_t nfields, int trailer)
+              size_t nfields, int trailer, size_t *size)
 {
     /* Validates fields and appends them to (b, v) with lowercase names (RFC 9113 §8.2.1) and
      * values without the SP and HTAB around them (§8.2.1: an HTTP/2 value must not start or end
      * with either; on HTTP/1.1 they are the field line's optional whitespace, RFC 9112 §5, so
      * the client there never sees them either), dropping connection-specific ones. trailer:
-     * refuse what a trailer section may not hold (SK_ETRAILER). 0 or SK_E*. */
+     * refuse what a trailer section may not hold (SK_ETRAILER). *size grows by each recorded
+     * field's SK_FIELD_SIZE (bytes; section_fits() judges the sum). 0 or SK_E*. */
     for (size_t i = 0; i < nfields; i++) {
         const sk_header_t *f = &fields[i];
         int rc = sk_resp_check_field(f);
@@ -547,34 +549,23 @@ record_fields(sk_buf_t *b, sk_field_t **v, uint32_t *n, uint32_t *cap, const sk_
         for (uint32_t k = 0; k < sf.name.len; k++) {
             p[k] = (char)sk_ascii_lower((unsigned char)p[k]);
         }
+        *size += SK_FIELD_SIZE(sf.name.len, sf.value.len);
     }
     return 0;
 }
 
-/* RFC 9113 §6.5.2's measure of a field: its name's and value's bytes and 32 more. */
-#define FIELD_SIZE(nl, vl) ((size_t)(nl) + (size_t)(vl) + 32)
-/* The largest response field section skirr sends (the same measure). nghttp2 refuses to pack a
- * header block whose encoded bound (12 bytes a field more than its name and value, plus 17) is
- * over 64 KiB (nghttp2_session.c, max_send_header_block_length); 32 bytes a field keeps every
- * section this lets through inside that bound. */
-#define SECTION_MAX 65536
-
 static int
-section_fits(h2_conn_t *c, const sk_field_t *v, uint32_t n, size_t own, int advisory)
+section_fits(h2_conn_t *c, size_t size, int advisory)
 {
-    /* 0 when a response field section (the recorded fields plus `own` bytes of the server's
-     * own, both by FIELD_SIZE) is at most SECTION_MAX and, when `advisory`, the client's
-     * SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 §6.5.2: advisory; a client that sets it may refuse
-     * a larger section, so the app is told while it can still answer; skirr's own responses
-     * are not held to it, they are the answer). Else SK_EFIELDSIZE. */
-    size_t size = own;
-    for (uint32_t i = 0; i < n; i++) {
-        size += FIELD_SIZE(v[i].name.len, v[i].value.len);
-    }
+    /* 0 when a response field section of `size` bytes (SK_FIELD_SIZE's measure: the recorded
+     * fields and what skirr adds to them) is at most SK_H2_SECTION_MAX and, when `advisory`, the
+     * client's SETTINGS_MAX_HEADER_LIST_SIZE (RFC 9113 §6.5.2: advisory; a client that sets it
+     * may refuse a larger section, so the app is told while it can still answer; skirr's own
+     * responses are not held to it, they are the answer). Else SK_EFIELDSIZE. */
     uint32_t peer =
         advisory ? nghttp2_session_get_remote_settings(c->ng, NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE)
                  : UINT32_MAX;
-    return size <= SECTION_MAX && size <= peer ? 0 : SK_EFIELDSIZE;
+    return size <= SK_H2_SECTION_MAX && size <= peer ? 0 : SK_EFIELDSIZE;
 }
 
 static int
@@ -966,7 +957,8 @@ h2w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int tr
     s->rh.start = s->rh.end = 0;
     s->nrf = 0;
     s->clen = -1;
-    int rc = record_fields(&s->rh, &s->rf, &s->nrf, &s->rf_cap, fields, nfields, 0);
+    size_t size = 0;
+    int rc = record_fields(&s->rh, &s->rf, &s->nrf, &s->rf_cap, fields, nfields, 0, &size);
     for (uint32_t i = 0; rc == 0 && i < s->nrf; i++) {
         const char *name = span_ptr(&s->rh, s->rf[i].name);
         size_t nl = s->rf[i].name.len;
@@ -988,12 +980,12 @@ h2w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int tr
     if (rc == 0) { /* what submit_head() adds: :status, date, server and the extra lines */
         const sk_resp_opts_t *o = &s->c->srv->resp_opts;
         int date = !s->app_date && s->c->srv->date_header; /* as sk_serve_date() */
-        size_t own = FIELD_SIZE(7, 3) + (date ? FIELD_SIZE(4, SK_DATE_LEN) : 0);
+        size += SK_FIELD_SIZE(7, 3) + (date ? SK_FIELD_SIZE(4, SK_DATE_LEN) : 0);
         if (!s->app_server) {
-            own += o->server == NULL ? FIELD_SIZE(6, 5) : o->server_size;
+            size += o->server == NULL ? SK_FIELD_SIZE(6, 5) : o->server_size;
         }
-        own += o->extra_size;
-        rc = section_fits(s->c, s->rf, s->nrf, own, !s->own);
+        size += o->extra_size;
+        rc = section_fits(s->c, size, !s->own);
     }
     if (rc < 0) {
         s->nrf = 0;
@@ -1023,9 +1015,10 @@ submit_interim(h2_stream_t *s, int status, const sk_header_t *fields, size_t nfi
     uint32_t n = 0, cap = 0;
     nghttp2_nv *nv = NULL;
     char st[4];
-    int rc = record_fields(&b, &v, &n, &cap, fields, nfields, 0);
+    size_t size = SK_FIELD_SIZE(7, 3); /* :status */
+    int rc = record_fields(&b, &v, &n, &cap, fields, nfields, 0, &size);
     if (rc == 0) {
-        rc = section_fits(c, v, n, FIELD_SIZE(7, 3), status != 100); /* a 100 is skirr's own */
+        rc = section_fits(c, size, status != 100); /* a 100 is skirr's own */
     }
     if (rc == 0) {
         nv = PyMem_Malloc(((size_t)n + 1) * sizeof(nghttp2_nv));
@@ -1182,9 +1175,10 @@ h2w_trailers(void *w, const sk_header_t *fields, size_t nfields, int more)
         return SK_ESTATE;
     }
     if (!s->bodyless) {
-        int rc = record_fields(&s->th, &s->tf, &s->ntf, &s->tf_cap, fields, nfields, 1);
+        int rc =
+            record_fields(&s->th, &s->tf, &s->ntf, &s->tf_cap, fields, nfields, 1, &s->tf_size);
         if (rc == 0) { /* all of the trailer section so far (more=True adds to it) */
-            rc = section_fits(s->c, s->tf, s->ntf, 0, 1);
+            rc = section_fits(s->c, s->tf_size, 1);
         }
         if (rc < 0) {
             return rc;
@@ -1289,8 +1283,8 @@ h2w_error(void *w, int status)
 {
     /* Nothing of the app's response left: skirr's own 500 in its place (sent at end()). Should
      * the head be queued already (no caller does that: the exchange asks only while the head is
-     * not out), or own_head() fail (no memory, or server fields over SECTION_MAX: skirr.Config
-     * refuses them, the extension alone does not), the stream is reset INTERNAL_ERROR instead,
+     * not out), or own_head() fail (no memory: server fields over SK_H2_SECTION_MAX are refused
+     * when the Server is made), the stream is reset INTERNAL_ERROR instead,
      * never left waiting, and the exchange let go, as the SK_WIRE_GONE it is told means. */
     h2_stream_t *s = w;
     if (!s->submitted) {

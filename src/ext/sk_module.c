@@ -10,7 +10,7 @@
 #include "sk_module.h"
 
 #include "sk_http.h" /* llhttp's HTTP_METHOD_MAP, for the method cache */
-#include "sk_resp.h" /* the reason phrases, for reason_phrases() */
+#include "sk_resp.h" /* the reason phrases, for reason_phrases(); the HTTP/2 field sizes */
 
 #include <stddef.h> /* offsetof */
 #if PY_VERSION_HEX < 0x030C0000
@@ -437,6 +437,30 @@ done:
     return res;
 }
 
+static PyObject *
+sk_h2_own_fields_size(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    /* New reference: an int, the size skirr's own HTTP/2 answers may reach with these server
+     * fields (sk_resp_opts_h2_own_size: bytes, RFC 9113 §6.5.2's measure). args: the server
+     * line(s) and the --header lines as the Server takes them (bytes of complete
+     * "name: value\r\n" lines; not validated here), and whether a date field is added. */
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "h2_own_fields_size(server: bytes, headers: bytes, date: bool)");
+        return NULL;
+    }
+    int date = PyObject_IsTrue(args[2]);
+    if (date < 0) {
+        return NULL;
+    }
+    sk_resp_opts_t o = {.server = PyBytes_AS_STRING(args[0]),
+                        .server_len = (size_t)PyBytes_GET_SIZE(args[0]),
+                        .extra = PyBytes_AS_STRING(args[1]),
+                        .extra_len = (size_t)PyBytes_GET_SIZE(args[1])};
+    sk_resp_opts_measure(&o);
+    return PyLong_FromSize_t(sk_resp_opts_h2_own_size(&o, date));
+}
+
 static PyMethodDef sk_functions[] = {
     {"_live", sk_live, METH_NOARGS,
      "_live() -> dict: live Server, connection, Request and ready-awaitable counts (for leak "
@@ -450,6 +474,12 @@ static PyMethodDef sk_functions[] = {
     {"reason_phrases", sk_reason_phrases, METH_NOARGS,
      "reason_phrases() -> dict[int, str]: the reason phrase of each status skirr's status lines "
      "name (RFC 9110 section 15, else the IANA registry's), from the C core's one table."},
+    {"h2_own_fields_size", (PyCFunction)(void (*)(void))sk_h2_own_fields_size, METH_FASTCALL,
+     "h2_own_fields_size(server: bytes, headers: bytes, date: bool) -> int: the bytes, by RFC "
+     "9113 section 6.5.2's measure (name + value + 32 a field), that skirr's own HTTP/2 answers "
+     "may carry with these server fields (complete 'name: value\\r\\n' lines), "
+     "H2_OWN_RESPONSE_SIZE for their own fields and a date field when date is true. Over "
+     "H2_SECTION_MAX the Server refuses them (ValueError). Raises TypeError for other types."},
     {"tls_ktls_available", sk_tlsctx_ktls_available, METH_NOARGS,
      "tls_ktls_available() -> bool: the kernel offers kernel TLS (the tls ULP). Files on TLS "
      "connections are read in bounded chunks and encrypted either way (libssl never has the "
@@ -652,6 +682,11 @@ sk_exec(PyObject *module)
         assert(len > 0 && len < 256);
         st->field_value_next[i] = st->field_value_first[len];
         st->field_value_first[len] = (uint8_t)(i + 1);
+    }
+    /* bytes: the HTTP/2 field-section sizes (sk_resp.h), for skirr.Config's check */
+    if (PyModule_AddIntConstant(module, "H2_SECTION_MAX", SK_H2_SECTION_MAX) < 0 ||
+        PyModule_AddIntConstant(module, "H2_OWN_RESPONSE_SIZE", SK_H2_OWN_RESPONSE_SIZE) < 0) {
+        goto error;
     }
     v = PyUnicode_FromString("0.1.0");
     if (v == NULL || PyModule_AddObjectRef(module, "__version__", v) < 0) {

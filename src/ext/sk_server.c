@@ -539,6 +539,15 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     h->ws.ping_timeout = ws_ping_timeout;
     h->ws.per_message_deflate = (uint8_t)ws_pmd;
     h->h2.mode = (uint8_t)http_mode;
+    if (http_mode != SK_HTTP_1 &&
+        sk_resp_opts_h2_own_size(&h->resp_opts, h->date_header) > SK_H2_SECTION_MAX) {
+        /* skirr's own HTTP/2 answers could not be sent (skirr.Config says so first) */
+        PyErr_Format(PyExc_ValueError,
+                     "server_header and headers carry too much for an HTTP/2 response head: "
+                     "%zu bytes with skirr's own (RFC 9113 section 6.5.2), over %d",
+                     sk_resp_opts_h2_own_size(&h->resp_opts, h->date_header), SK_H2_SECTION_MAX);
+        goto error;
+    }
     h->h2.max_concurrent_streams = (uint32_t)h2_streams;
     h->h2.max_headers_size = (uint32_t)h2_headers;
     h->h2.initial_window = (uint32_t)h2_window;

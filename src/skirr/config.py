@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from . import _native
 from ._logformat import TRACE
 
 LOG_LEVELS = {
@@ -127,12 +128,10 @@ def default_limit_connections() -> int:
     return max(1, soft - max(CONNECTION_FD_RESERVE_MIN, soft // 8))
 
 # The largest HTTP/2 response field section skirr sends, by RFC 9113 §6.5.2's measure (name +
-# value + 32 bytes a field): src/ext/sk_h2.c SECTION_MAX, under nghttp2's 64 KiB block bound.
-H2_SECTION_MAX = 65536
-# Room kept beside the server's own fields for what skirr's own answers add (the same measure):
-# :status, content-type, content-length and the health check's cache-control (211 bytes), an
-# x-request-id of up to 200 bytes (244): 455, rounded up.
-H2_OWN_RESPONSE_SIZE = 512
+# value + 32 bytes a field), and the room kept beside the server's own fields for what skirr's own
+# answers add: one home, src/core/sk_resp.h (SK_H2_SECTION_MAX, SK_H2_OWN_RESPONSE_SIZE).
+H2_SECTION_MAX: int = _native.H2_SECTION_MAX
+H2_OWN_RESPONSE_SIZE: int = _native.H2_OWN_RESPONSE_SIZE
 
 
 class ConfigError(ValueError):
@@ -653,7 +652,6 @@ class Config:
         """
         if self.ssl_certfile is None:
             return None
-        from . import _native
 
         password = self.ssl_keyfile_password
         try:
@@ -763,10 +761,7 @@ class Config:
         §6.5.2's measure (name + value + 32 bytes a field). An app's response beside them would
         be refused too."""
         server, extra = self.response_fields
-        size = H2_OWN_RESPONSE_SIZE + (32 + 4 + 29 if self.date_header else 0)
-        for line in (server + extra).split(b"\r\n")[:-1]:
-            name, _, value = line.partition(b":")
-            size += 32 + len(name) + len(value.strip(b" \t"))
+        size = _native.h2_own_fields_size(server, extra, self.date_header)
         if size > H2_SECTION_MAX:
             raise ConfigError(
                 f"headers: skirr's own HTTP/2 responses would carry {size:,} bytes of fields "
