@@ -600,6 +600,43 @@ def test_http2_refusal_line_is_the_app_responses(serve, access, fmt):
                 assert atoms[1] == atoms[0], p
 
 
+def status_text_phrase(status: int) -> str:
+    """The reason phrase skirr's own response carries as its content."""
+    from skirr.access import status_text
+
+    return status_text(status).split(" ", 1)[1]
+
+
+@pytest.mark.rule("skirr-access-refusals")
+@pytest.mark.parametrize("method,kind", [("GET", "421"), ("HEAD", "421"), ("HEAD", "413-declared"),
+                                         ("HEAD", "503")])
+def test_http2_refusal_bytes_are_its_content(serve, access, method, kind):
+    """An HTTP/2 refusal's logged byte count is the content skirr sent with it (%(b)s, %(B)s):
+    the phrase, none for HEAD (its content-length still says the phrase's), as over HTTP/1.1."""
+    from h2_util import H2Client
+
+    config, _, path, scheme, extra, body, end, status, _ = H2_REFUSED[kind]
+    entered, release = threading.Event(), threading.Event()
+    with serve(h2_app(entered, release), access_log_format="%(m)s %(s)s %(b)s %(B)s",
+               **config) as srv:
+        with H2Client.open(srv.port) as c:
+            if kind == "503":
+                hold = c.get("/hold")
+                assert entered.wait(IO_TIMEOUT)
+            sid = c.request([(":method", method), (":scheme", scheme), (":path", path),
+                             (":authority", "testserver"), *extra], body, end=end)
+            a = c.answer(sid)
+            refused = access.wait(1)[0]
+            if kind == "503":
+                release.set()
+                assert c.answer(hold).status == 200
+    sent = len(a.body)
+    assert (a.status, a.ended, int(a.header(b"content-length"))) == (
+        status, True, len(status_text_phrase(status)))
+    assert sent == (0 if method == "HEAD" else len(status_text_phrase(status)))
+    assert refused == f"{method} {status} {sent or '-'} {sent} (refused: {H2_REFUSED[kind][-1]})"
+
+
 # -- WebSocket handshakes (issue 14) ----------------------------------------------------------------
 
 def run_ws_cases(srv, access) -> list[str]:

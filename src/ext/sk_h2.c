@@ -1446,8 +1446,9 @@ note_refusal(h2_stream_t *s, int status, const char *why)
             split_path(s, &line.path, &line.path_len, &line.query, &line.query_len);
             line.version = "2.0"; /* scope "2", logged as HTTP/2.0 (skirr.access) */
         }
+        /* the content own_head() sends: the phrase, none for HEAD */
         sk_access_refusal(&c->srv->access, c->client, peer, s->head_valid ? &line : NULL, status,
-                          sk_resp_error_content_length(status, 0), why);
+                          sk_resp_error_content_length(status, s->is_head), why);
     }
     if (c->srv->trace != NULL) {
         char event[160];
