@@ -422,6 +422,221 @@ def test_access_log_cost_in_bench_results():
     assert vs[1] == "met" and vs[2] == vs[3], (name, vs[0])
 
 
+# -- HTTP/2 refusals -------------------------------------------------------------------------------
+
+# kind: (config, method, :path, :scheme, extra fields, content, END_STREAM, status, reason). Each is
+# refused once its header block is complete and has passed the checks an app's request passes.
+H2_REFUSED = {
+    "413-declared": ({"limit_request_body": 10}, "POST", "/up?x=1", "http",
+                     [("content-length", "5000")], b"", False, 413,
+                     "content-length over --limit-request-body"),
+    "413-content": ({"limit_request_body": 10}, "POST", "/up?x=1", "http", [], b"a" * 100, True,
+                    413, "content over --limit-request-body"),
+    "503": ({"limit_concurrency": 1}, "GET", "/second?q=2", "http", [], b"", True, 503,
+            "--limit-concurrency reached"),
+    "408": ({"timeout_request_body": 0.5}, "POST", "/slow?s=1", "http", [], b"abc", False, 408,
+            "request content not complete in time"),
+    "421": ({}, "GET", "/s?x=1", "ftp", [], b"", True, 421, ":scheme other than http or https"),
+    "501": ({}, "FOO", "/m?y=1", "http", [], b"", True, 501, "method not implemented"),
+}
+# kind: (config, fields, status, reason): refused before skirr checked the head as an app's
+# request (a header list over --http2-max-headers-size, so not kept whole; CONNECT, whose
+# :authority is its target and which has no :path): no request line, as HTTP/1.1's refusals
+# before the head is complete.
+H2_NO_LINE = {
+    "431": ({"http2_max_headers_size": 200},
+            [(":method", "GET"), (":scheme", "http"), (":path", "/big?q=1"),
+             (":authority", "testserver"), ("x-big", "v" * 300)], 431,
+            "request header list larger than --http2-max-headers-size"),
+    "501-connect": ({}, [(":method", "CONNECT"), (":authority", "example.com:443")], 501,
+                    "CONNECT is not served"),
+}
+H2_FORMATS = {  # id: access_log_format
+    "default": None,
+    "json": "json",
+    "gunicorn": '"%(r)s" %(m)s %(U)s %(q)s %(H)s %(s)s %(b)s',
+}
+
+
+def h2_app(entered: threading.Event, release: threading.Event):
+    """/hold waits for release (entered set on its call); any other path reads its content (a
+    disconnect ends it with no response) and answers 200 "ok"."""
+    import asyncio
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/hold":
+            entered.set()
+            while not release.is_set():
+                await asyncio.sleep(0.01)
+        else:
+            while True:
+                m = await receive()
+                if m["type"] == "http.disconnect":
+                    return
+                if not m.get("more_body"):
+                    break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+    return app
+
+
+def h2_line(fmt: str | None, a: str, method: str | None, target: str | None, status: int,
+            reason: str) -> str | dict:
+    """The access line of an HTTP/2 refusal from a (host:port) of request method and target (None:
+    no request line) in format fmt; a dict (without "time") for JSON."""
+    from skirr.access import status_text
+
+    text = status_text(status)
+    sent = len(text.split(" ", 1)[1])  # the phrase is the content
+    path, _, query = (target or "").partition("?")
+    if fmt == "json":
+        return {"client": a, "method": method, "path": path if method else None,
+                "query": query if method else None, "http_version": "2.0" if method else None,
+                "status": status, "bytes": sent, "duration_ms": None, "referer": None,
+                "user_agent": None, "request_id": None, "reason": reason}
+    if fmt is None:
+        line = f"{method} {target} HTTP/2.0" if method else "-"
+        return f'{a} - "{line}" {text} (refused: {reason})'
+    if method is None:  # r m U H "-", q empty
+        return f'"-" - -  - {status} {sent} (refused: {reason})'
+    return (f'"{method} {target} HTTP/2.0" {method} {path} {query} HTTP/2.0 {status} {sent} '
+            f"(refused: {reason})")
+
+
+def parsed(fmt: str | None, line: str) -> str | dict:
+    """A line as h2_line gives it: JSON parsed, its time checked and dropped."""
+    if fmt != "json":
+        return line
+    d = json.loads(line)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", d.pop("time"))
+    return d
+
+
+@pytest.mark.rule("skirr-access-refusals", "skirr-access-format")
+@pytest.mark.parametrize("fmt", sorted(H2_FORMATS))
+@pytest.mark.parametrize("kind", sorted(H2_REFUSED))
+def test_http2_refusal_logs_its_request_line(serve, access, kind, fmt):
+    """An HTTP/2 stream skirr refuses after its head was complete and checked (413 from the
+    declared length or the content, 503 at --limit-concurrency, 408 for content not complete in
+    time, 421 for another :scheme, 501 for a method skirr does not serve) is logged with the
+    request line an app's response on it would have, "METHOD PATH?QUERY HTTP/2.0", in the
+    default line, JSON (method, path, query, http_version) and gunicorn's r m U q H."""
+    from h2_util import H2Client
+
+    config, method, path, scheme, extra, body, end, status, reason = H2_REFUSED[kind]
+    entered, release = threading.Event(), threading.Event()
+    with serve(h2_app(entered, release), access_log_format=H2_FORMATS[fmt], **config) as srv:
+        with H2Client.open(srv.port) as c:
+            a = addr(c)
+            if kind == "503":  # /hold takes the one place
+                hold = c.get("/hold")
+                assert entered.wait(IO_TIMEOUT)
+            sid = c.request([(":method", method), (":scheme", scheme), (":path", path),
+                             (":authority", "testserver"), *extra], body, end=end)
+            assert c.answer(sid).status == status
+            refused = access.wait(1)[0]
+            if kind == "503":
+                release.set()
+                assert c.answer(hold).status == 200
+        lines = access.wait(2 if kind == "503" else 1)
+    assert parsed(fmt, refused) == h2_line(H2_FORMATS[fmt], a, method, path, status, reason)
+    assert len(lines) == (2 if kind == "503" else 1)
+
+
+@pytest.mark.rule("skirr-access-refusals")
+@pytest.mark.parametrize("fmt", ["default", "json"])
+@pytest.mark.parametrize("kind", sorted(H2_NO_LINE))
+def test_http2_refusal_before_the_head_was_checked_logs_no_request_line(serve, access, kind,
+                                                                        fmt):
+    """A 431 (the header list over --http2-max-headers-size: not kept whole) and CONNECT's 501
+    (no :path; refused before skirr's checks of the head) log "-" (JSON: method, path, query and
+    http_version null), as HTTP/1.1's refusals before the head is complete."""
+    from h2_util import H2Client
+
+    config, fields, status, reason = H2_NO_LINE[kind]
+    with serve(app, access_log_format=H2_FORMATS[fmt], **config) as srv:
+        with H2Client.open(srv.port) as c:
+            a = addr(c)
+            assert c.answer(c.request(fields)).status == status
+        lines = access.wait(1)
+    assert [parsed(H2_FORMATS[fmt], x) for x in lines] == [
+        h2_line(H2_FORMATS[fmt], a, None, None, status, reason)]
+
+
+@pytest.mark.rule("skirr-access-refusals")
+@pytest.mark.parametrize("fmt", sorted(H2_FORMATS))
+def test_http2_refusal_line_is_the_app_responses(serve, access, fmt):
+    """Under --root-path, the request line of a refused stream (413) is the one the same
+    request served by the app is logged with: the root path before :path, an empty query
+    dropped with its '?'."""
+    from h2_util import H2Client
+
+    def post(c, path, length):
+        return c.request([(":method", "POST"), (":scheme", "http"), (":path", path),
+                          (":authority", "testserver"), ("content-length", str(length))],
+                         b"a" * length)
+
+    paths = ["/r?a=1", "/e?", "/"]
+    with serve(app, root_path="/api", limit_request_body=10,
+               access_log_format=H2_FORMATS[fmt]) as srv:
+        with H2Client.open(srv.port) as c:
+            for p in paths:
+                assert c.answer(post(c, p, 2)).status == 200
+                assert c.answer(post(c, p, 20)).status == 413
+        lines = access.wait(2 * len(paths))
+    fields = ("method", "path", "query", "http_version")
+    for i, p in enumerate(paths):
+        served, refused = lines[2 * i], lines[2 * i + 1]
+        if fmt == "json":
+            served, refused = json.loads(served), json.loads(refused)
+            assert [refused[k] for k in fields] == [served[k] for k in fields], p
+            assert (served["status"], refused["status"]) == (200, 413)
+        else:
+            quoted = served.split('"')[1]
+            assert quoted == f"POST /api{p.rstrip('?')} HTTP/2.0", served
+            assert refused.split('"')[1] == quoted, p
+            if fmt == "gunicorn":  # m U q H too (q may be empty)
+                atoms = [x.split('"')[2].split(" ")[:5] for x in (served, refused)]
+                assert atoms[1] == atoms[0], p
+
+
+def status_text_phrase(status: int) -> str:
+    """The reason phrase skirr's own response carries as its content."""
+    from skirr.access import status_text
+
+    return status_text(status).split(" ", 1)[1]
+
+
+@pytest.mark.rule("skirr-access-refusals")
+@pytest.mark.parametrize("method,kind", [("GET", "421"), ("HEAD", "421"), ("HEAD", "413-declared"),
+                                         ("HEAD", "503")])
+def test_http2_refusal_bytes_are_its_content(serve, access, method, kind):
+    """An HTTP/2 refusal's logged byte count is the content skirr sent with it (%(b)s, %(B)s):
+    the phrase, none for HEAD (its content-length still says the phrase's), as over HTTP/1.1."""
+    from h2_util import H2Client
+
+    config, _, path, scheme, extra, body, end, status, _ = H2_REFUSED[kind]
+    entered, release = threading.Event(), threading.Event()
+    with serve(h2_app(entered, release), access_log_format="%(m)s %(s)s %(b)s %(B)s",
+               **config) as srv:
+        with H2Client.open(srv.port) as c:
+            if kind == "503":
+                hold = c.get("/hold")
+                assert entered.wait(IO_TIMEOUT)
+            sid = c.request([(":method", method), (":scheme", scheme), (":path", path),
+                             (":authority", "testserver"), *extra], body, end=end)
+            a = c.answer(sid)
+            refused = access.wait(1)[0]
+            if kind == "503":
+                release.set()
+                assert c.answer(hold).status == 200
+    sent = len(a.body)
+    assert (a.status, a.ended, int(a.header(b"content-length"))) == (
+        status, True, len(status_text_phrase(status)))
+    assert sent == (0 if method == "HEAD" else len(status_text_phrase(status)))
+    assert refused == f"{method} {status} {sent or '-'} {sent} (refused: {H2_REFUSED[kind][-1]})"
+
+
 # -- WebSocket handshakes (issue 14) ----------------------------------------------------------------
 
 def run_ws_cases(srv, access) -> list[str]:

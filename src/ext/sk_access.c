@@ -5,6 +5,7 @@
 #include "sk_logesc.h"
 #include "sk_metrics.h"
 
+#include <string.h>
 #include <time.h>
 
 double
@@ -112,21 +113,66 @@ sk_access_exchange_end(sk_access_t *a, sk_access_req_t *rq, int status, uint64_t
     }
 }
 
+const sk_access_line_t *
+sk_access_line_http1(const sk_parser_t *p, sk_access_line_t *out)
+{
+    /* The request line only once the head was read whole (its spans are valid only then). */
+    if (p == NULL || !p->head_read || p->head == NULL) {
+        return NULL;
+    }
+    const char *m = sk_parser_method_name(p);
+    *out = (sk_access_line_t){
+        .method = m,
+        .method_len = strlen(m),
+        .path = sk_parser_ptr(p, p->target),
+        .path_len = p->target.len,
+        .version = p->http_minor == 0 ? "1.0" : "1.1",
+    };
+    return out;
+}
+
+static PyObject *
+line_target(const sk_access_line_t *l)
+{
+    /* New reference: the record's target (sk_access.h: prefix, path, '?' and query when there
+     * is one) as latin-1 str; NULL with an exception. */
+    if (l->prefix_len == 0 && l->query_len == 0) {
+        return PyUnicode_DecodeLatin1(l->path, (Py_ssize_t)l->path_len, NULL);
+    }
+    size_t n = l->prefix_len + l->path_len + (l->query_len > 0 ? 1 + l->query_len : 0);
+    char *buf = PyMem_Malloc(n);
+    if (buf == NULL) {
+        return PyErr_NoMemory();
+    }
+    char *w = buf;
+    if (l->prefix_len > 0) {
+        memcpy(w, l->prefix, l->prefix_len);
+        w += l->prefix_len;
+    }
+    memcpy(w, l->path, l->path_len);
+    w += l->path_len;
+    if (l->query_len > 0) {
+        *w++ = '?';
+        memcpy(w, l->query, l->query_len);
+    }
+    PyObject *res = PyUnicode_DecodeLatin1(buf, (Py_ssize_t)n, NULL);
+    PyMem_Free(buf);
+    return res;
+}
+
 void
 sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr *peer,
-                  const sk_parser_t *p, int status, uint64_t bytes, const char *reason)
+                  const sk_access_line_t *line, int status, uint64_t bytes, const char *reason)
 {
     PyObject *method = NULL, *target = NULL, *version = NULL;
     PyObject *cl = peer_client(a, client, peer);
     if (cl == NULL) {
         goto error;
     }
-    /* The request line only once the head was read whole (its spans are valid only then). */
-    int have_head = p != NULL && p->head_read && p->head != NULL;
-    if (have_head) {
-        method = PyUnicode_FromString(sk_parser_method_name(p));
-        target = PyUnicode_DecodeLatin1(sk_parser_ptr(p, p->target), p->target.len, NULL);
-        version = PyUnicode_FromString(p->http_minor == 0 ? "1.0" : "1.1");
+    if (line != NULL) {
+        method = PyUnicode_DecodeLatin1(line->method, (Py_ssize_t)line->method_len, NULL);
+        target = line_target(line);
+        version = PyUnicode_FromString(line->version);
     }
     else {
         method = Py_NewRef(Py_None);

@@ -1,6 +1,6 @@
-/* sk_access.h — the access log's native half: what the HTTP/1.1 handler records per finished
- * exchange and per refusal, and the WebSocket session (sk_wssession.c) per handshake answer,
- * handed to Python in batches.
+/* sk_access.h — the access log's native half: what the HTTP/1.1 and HTTP/2 handlers record per
+ * finished exchange and per refusal, and the WebSocket session (sk_wssession.c) per handshake
+ * answer, handed to Python in batches.
  *
  * Owns: the record tuples, the pending list they are appended to (owned by the Python side) and
  * scheduling its flush (loop.call_soon) for the first record of a batch and for each full one. The line is
@@ -25,9 +25,10 @@
  *       never the time its batch is written.
  *   refusal:  (None, status, client, method, target, http_version, reason, bytes, time)
  *       a request skirr answered itself (400, 408, 413, 414, 426, 431, 500, 501, 503, 505; 400 and
- *       426 for a refused WebSocket handshake too): client is
- *       (host, port) or None, method/target are str or None when not parsed that far,
- *       http_version "1.0"/"1.1" or None, reason a short English explanation, time as above.
+ *       426 for a refused WebSocket handshake too; 421 too over HTTP/2): client is
+ *       (host, port) or None, method/target are str or None when not parsed that far (see
+ *       sk_access_line_t), http_version "1.0"/"1.1"/"2.0" or None, reason a short English
+ *       explanation, time as above.
  */
 #ifndef SK_ACCESS_H
 #define SK_ACCESS_H
@@ -76,11 +77,35 @@ void sk_access_exchange_begin(sk_access_t *a, sk_access_req_t *rq, PyObject *sco
  * and the access log's response record (the tuple above; rq->scope is dropped; a failure to
  * record is reported as unraisable), each only while on. */
 void sk_access_exchange_end(sk_access_t *a, sk_access_req_t *rq, int status, uint64_t bytes);
+/* The request line of a refused request, as the wire knows it: every pointer borrowed and valid
+ * for the call it is given to, every length in bytes. The record's target is prefix, path, then
+ * '?' and query when query_len > 0, each byte as received (decoded as latin-1):
+ *   HTTP/1.1  method the parser's name, prefix empty, path the request-target whole (query
+ *             empty), version "1.0" or "1.1": the request line as received;
+ *   HTTP/2    method :method, prefix the root path's bytes, path and query :path split at its
+ *             first '?' ("/" for an empty path), version "2.0": the line an app's response on
+ *             the stream is logged with (its scope's method, raw_path and query_string). */
+typedef struct {
+    const char *method;
+    size_t method_len;
+    const char *prefix; /* may be NULL when prefix_len is 0; likewise query */
+    size_t prefix_len;
+    const char *path;
+    size_t path_len;
+    const char *query; /* after the '?', without it */
+    size_t query_len;
+    const char *version; /* NUL-terminated: "1.0", "1.1" or "2.0" */
+} sk_access_line_t;
+
+/* HTTP/1.1's request line from p (may be NULL) into *out: out, or NULL when the head was not read
+ * whole (only then are the request line's spans valid; the head may be invalid). */
+const sk_access_line_t *sk_access_line_http1(const sk_parser_t *p, sk_access_line_t *out);
 /* Records a refusal: skirr's own response of `bytes` bytes of content (0: none was sent), with
- * the request line when the head was read whole (valid or not). p may be NULL; client is
- * borrowed (may be NULL: taken from peer). */
+ * the request line when the wire gives one (line; NULL: "-" and no method, target nor version).
+ * client is borrowed (may be NULL: taken from peer). */
 void sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr *peer,
-                       const sk_parser_t *p, int status, uint64_t bytes, const char *reason);
+                       const sk_access_line_t *line, int status, uint64_t bytes,
+                       const char *reason);
 void sk_access_req_clear(sk_access_req_t *rq);
 /* GC support for a request's record. */
 int sk_access_req_traverse(sk_access_req_t *rq, visitproc visit, void *arg);

@@ -102,6 +102,8 @@ typedef struct h2_stream {
     uint64_t head_size;    /* bytes of the header list, RFC 9113 §6.5.2's measure */
     uint8_t head_open;     /* the header block is being received */
     uint8_t too_big;       /* over --http2-max-headers-size: answered 431 */
+    uint8_t head_valid;    /* the complete head passed malformed(): :method and :path are set
+                            * and a refusal's access line names them (note_refusal) */
     uint8_t run_pending;   /* the exchange is to be started once mem_recv returns */
     uint8_t body_done;     /* END_STREAM received: the request content ended */
     uint8_t is_head;       /* the method was HEAD */
@@ -1397,17 +1399,50 @@ conn_addresses(h2_conn_t *c)
 }
 
 static void
-note_refusal(h2_conn_t *c, int status, const char *why)
+split_path(const h2_stream_t *s, const char **path, size_t *path_len, const char **query,
+           size_t *query_len)
 {
-    /* A stream skirr answered itself: metrics, access-log record and trace event. */
+    /* :path (s->has_path) as the scope's raw_path and query_string: the bytes before its first
+     * '?' ("/" when there are none), the bytes after it (*query NULL: no '?'); lengths in bytes.
+     * Pointers into s->head (or static), valid until s->head grows. */
+    const char *p = span_ptr(&s->head, s->path);
+    size_t n = s->path.len;
+    const char *q = memchr(p, '?', n);
+    *path = p;
+    *path_len = q != NULL ? (size_t)(q - p) : n;
+    *query = q != NULL ? q + 1 : NULL;
+    *query_len = q != NULL ? (size_t)(p + n - q - 1) : 0;
+    if (*path_len == 0) {
+        *path = "/";
+        *path_len = 1;
+    }
+}
+
+static void
+note_refusal(h2_stream_t *s, int status, const char *why)
+{
+    /* A stream skirr answered itself: metrics, access-log record and trace event. The record
+     * names the request as its app response would be logged once the head passed malformed()
+     * (s->head_valid), else "-" (sk_access.h: sk_access_line_t). */
+    h2_conn_t *c = s->c;
     if (c->srv->metrics != NULL) {
         sk_metrics_refusal(c->srv->metrics, status);
     }
     socklen_t plen;
     const struct sockaddr *peer = sk_transport_peer(c->t, &plen);
     if (c->srv->access.pending != NULL) {
-        sk_access_refusal(&c->srv->access, c->client, peer, NULL, status,
-                          sk_resp_error_content_length(status, 0), why);
+        sk_access_line_t line = {0};
+        if (s->head_valid) {
+            line.method = span_ptr(&s->head, s->method);
+            line.method_len = s->method.len;
+            line.prefix = PyBytes_AS_STRING(c->srv->root_path_b);
+            line.prefix_len = (size_t)PyBytes_GET_SIZE(c->srv->root_path_b);
+            split_path(s, &line.path, &line.path_len, &line.query, &line.query_len);
+            line.version = "2.0"; /* scope "2", logged as HTTP/2.0 (skirr.access) */
+        }
+        /* the content own_head() sends: the phrase, none for HEAD */
+        sk_access_refusal(&c->srv->access, c->client, peer, s->head_valid ? &line : NULL, status,
+                          sk_resp_error_content_length(status, s->is_head), why);
     }
     if (c->srv->trace != NULL) {
         char event[160];
@@ -1419,7 +1454,7 @@ note_refusal(h2_conn_t *c, int status, const char *why)
 static void
 refuse_stream(h2_stream_t *s, int status, const char *why)
 {
-    note_refusal(s->c, status, why);
+    note_refusal(s, status, why);
     if (own_response(s, status) < 0) {
         (void)nghttp2_submit_rst_stream(s->c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
     }
@@ -1546,6 +1581,7 @@ head_complete(h2_conn_t *c, h2_stream_t *s, int end_stream)
         malformed_stream(c, s, why);
         return;
     }
+    s->head_valid = 1;
     {
         const char *base = sk_buf_head(&s->head);
         const char *sch = base + s->scheme.off;
@@ -1611,20 +1647,10 @@ head_complete(h2_conn_t *c, h2_stream_t *s, int end_stream)
     }
     const char *base = sk_buf_head(&s->head);
     const char *m = base + mname.off;
-    const char *path = base + s->path.off;
-    size_t plen = s->path.len;
-    const char *q = memchr(path, '?', plen);
     sk_req_head_t h = {0};
     h.method = sk_http_method_id(m, mname.len);
     h.method_name = m;
-    h.path = path;
-    h.path_len = q != NULL ? (size_t)(q - path) : plen;
-    h.query = q != NULL ? q + 1 : NULL;
-    h.query_len = q != NULL ? (size_t)(path + plen - q - 1) : 0;
-    if (h.path_len == 0) {
-        h.path = "/";
-        h.path_len = 1;
-    }
+    split_path(s, &h.path, &h.path_len, &h.query, &h.query_len);
     h.authority = s->has_authority ? base + s->authority.off : NULL;
     h.authority_len = s->has_authority ? s->authority.len : 0;
     h.fields.base = base;

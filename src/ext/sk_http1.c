@@ -221,7 +221,9 @@ note_refusal(http1_conn_t *c, int status, const char *why)
             uint64_t bytes =
                 sent ? sk_resp_error_content_length(status, p != NULL && p->method == HTTP_HEAD)
                      : 0;
-            sk_access_refusal(&c->srv->access, c->client, peer, p, status, bytes, reason);
+            sk_access_line_t line;
+            sk_access_refusal(&c->srv->access, c->client, peer, sk_access_line_http1(p, &line),
+                              status, bytes, reason);
         }
         if (c->srv->trace != NULL) {
             char event[160];
