@@ -389,7 +389,7 @@ sk_asgi_awaitable_iter(PyObject *obj)
 /* ---- an app's Task ------------------------------------------------------------------------- */
 
 int
-sk_asgi_task_cancelling(PyObject *task)
+sk_asgi_task_cancelling(sk_state *st, PyObject *task)
 {
     /* See sk_asgi.h. */
     int yes = 1;
@@ -400,11 +400,11 @@ sk_asgi_task_cancelling(PyObject *task)
     }
     else {
         PyObject *asyncio = PyImport_ImportModule("asyncio");
-        t = asyncio ? PyObject_CallMethod(asyncio, "current_task", NULL) : NULL;
+        t = asyncio ? PyObject_CallMethodNoArgs(asyncio, st->s_current_task) : NULL;
         Py_XDECREF(asyncio);
     }
     if (t != NULL && t != Py_None) {
-        n = PyObject_CallMethod(t, "cancelling", NULL);
+        n = PyObject_CallMethodNoArgs(t, st->s_cancelling);
         if (n != NULL && PyLong_Check(n)) {
             yes = PyLong_AsLong(n) != 0;
         }

@@ -362,6 +362,11 @@ static PyType_Spec bound_spec = {
     X(s_call_soon, "call_soon") \
     X(s_error, "error") \
     X(s_copy, "copy") \
+    X(s_cancel, "cancel") \
+    X(s_cancelled, "cancelled") \
+    X(s_cancelling, "cancelling") \
+    X(s_current_task, "current_task") \
+    X(s_join, "join") \
     X(s_extensions, "extensions") \
     X(s_http_response_pathsend, "http.response.pathsend") \
     X(s_http_response_zerocopysend, "http.response.zerocopysend") \
