@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import tracemalloc
 
 import pytest
@@ -220,6 +221,62 @@ def test_many_keepalive_requests_do_not_grow_memory(serve):
         # Under AddressSanitizer (make sanitize) freed memory sits in ASan's quarantine (256 MiB
         # by default), so RSS says nothing about leaks there; the traced bound above still holds.
         assert rss1 - rss0 < RSS_BOUND, (rss0, rss1)
+
+
+WS_SESSIONS = 400  # WebSockets opened and closed per round of the closed-sessions case
+
+
+async def ws_idle_app(scope, receive, send):
+    """Accepts a WebSocket, then waits for its end (the idle rows' echo app, minus the echo)."""
+    assert (await receive())["type"] == "websocket.connect"
+    await send({"type": "websocket.accept"})
+    while (await receive())["type"] != "websocket.disconnect":
+        pass
+
+
+def open_and_close_websockets(srv, n: int) -> None:
+    """n accepted WebSockets on srv at once, then every client gone (the socket closed, no Close
+    frame: a 1006 for the app), waited for until no skirr connection or session is alive."""
+    from _ws import upgrade
+
+    conns = [srv.connect(timeout=10.0) for _ in range(n)]
+    for c in conns:
+        c.send(upgrade())
+    for c in conns:
+        assert c.read_until(b"\r\n\r\n").startswith(b"HTTP/1.1 101 ")
+    for c in conns:
+        c.close()
+    deadline = time.monotonic() + 20
+    while _native._live()["requests"] or _native._live()["connections"]:
+        assert time.monotonic() < deadline, _native._live()
+        time.sleep(0.02)
+
+
+@pytest.mark.rule("skirr-lifetime-websockets-closed-released")
+@pytest.mark.timeout(120)
+def test_closed_websockets_leave_no_method_names_behind(serve):
+    """WS_SESSIONS WebSockets opened and closed (after a round that warms the free lists and
+    caches up), then a collection: no skirr object alive, and of the blocks traced during the
+    second round, none of the size of a str "cancelled" is still alive. Before stop 56 each
+    session's end made a "cancelled" str (PyObject_CallMethod) that CPython's type attribute cache
+    kept, one per cache slot it landed in: 52-265 of them here, by loop and run."""
+    name_size = sys.getsizeof("cancelled")
+    # No access log: pytest's log capture keeps every record, and each holds its client's host
+    # str, the same size as "cancelled" for 127.0.0.1.
+    with serve(ws_idle_app, ws_ping_interval=0, access_log=False) as srv:
+        open_and_close_websockets(srv, WS_SESSIONS)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            open_and_close_websockets(srv, WS_SESSIONS)
+            gc.collect()
+            survivors = [t.size for t in tracemalloc.take_snapshot().traces]
+        finally:
+            tracemalloc.stop()
+        live = _native._live()
+    assert (live["connections"], live["requests"]) == (0, 0), live
+    kept = survivors.count(name_size)
+    assert kept == 0, (kept, len(survivors))
 
 
 @pytest.mark.rule("skirr-lifetime-cycles-collected")

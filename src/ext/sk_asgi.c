@@ -50,10 +50,11 @@ static const char *const WRAPPERS[][2] = {
 };
 
 static int
-name_is(PyObject *cls, const char *attr, const char *want)
+name_is(PyObject *cls, PyObject *attr, const char *want)
 {
-    /* 1 when cls.<attr> is the str want, else 0. Never leaves an exception set. */
-    PyObject *v = PyObject_GetAttrString(cls, attr); /* new */
+    /* 1 when cls.<attr> (attr: an interned str of the module state) is the str want, else 0.
+     * Never leaves an exception set. */
+    PyObject *v = PyObject_GetAttr(cls, attr); /* new */
     int eq = v != NULL && PyUnicode_Check(v) && PyUnicode_CompareWithASCIIString(v, want) == 0;
     Py_XDECREF(v);
     PyErr_Clear();
@@ -61,13 +62,13 @@ name_is(PyObject *cls, const char *attr, const char *want)
 }
 
 static int
-known_wrapper(PyObject *e)
+known_wrapper(sk_state *st, PyObject *e)
 {
     /* 1 when e (borrowed, an exception instance) is an instance of one of WRAPPERS (its class
      * or a base), else 0. Never leaves an exception set. */
     /* a strong reference (not tp_mro, borrowed: the attribute lookups below run code, and
      * another thread may give the class new bases meanwhile): a tuple of classes */
-    PyObject *mro = PyObject_GetAttrString((PyObject *)Py_TYPE(e), "__mro__");
+    PyObject *mro = PyObject_GetAttr((PyObject *)Py_TYPE(e), st->s_dunder_mro);
     int found = 0;
     if (mro == NULL || !PyTuple_Check(mro)) {
         PyErr_Clear();
@@ -77,8 +78,8 @@ known_wrapper(PyObject *e)
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro) && !found; i++) {
         PyObject *cls = PyTuple_GET_ITEM(mro, i);
         for (size_t k = 0; k < sizeof(WRAPPERS) / sizeof(WRAPPERS[0]) && !found; k++) {
-            found = name_is(cls, "__qualname__", WRAPPERS[k][1]) &&
-                    name_is(cls, "__module__", WRAPPERS[k][0]);
+            found = name_is(cls, st->s_dunder_qualname, WRAPPERS[k][1]) &&
+                    name_is(cls, st->s_dunder_module, WRAPPERS[k][0]);
         }
     }
     Py_DECREF(mro);
@@ -103,7 +104,7 @@ from_disconnect(sk_state *st, PyObject *exc)
         }
         else if (PyExceptionInstance_Check(e)) {
             PyObject *next[2] = {PyException_GetCause(e),
-                                 known_wrapper(e) ? PyException_GetContext(e) : NULL}; /* new */
+                                 known_wrapper(st, e) ? PyException_GetContext(e) : NULL}; /* new */
             for (int i = 0; i < 2; i++) {
                 if (next[i] != NULL && n < CHAIN_MAX) {
                     stack[n++] = next[i];
@@ -113,7 +114,7 @@ from_disconnect(sk_state *st, PyObject *exc)
                 }
             }
             if (PyErr_GivenExceptionMatches(e, PyExc_BaseExceptionGroup)) {
-                PyObject *members = PyObject_GetAttrString(e, "exceptions"); /* new */
+                PyObject *members = PyObject_GetAttr(e, st->s_exceptions); /* new */
                 if (members != NULL && PyTuple_Check(members)) {
                     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(members) && n < CHAIN_MAX; i++) {
                         stack[n++] = Py_NewRef(PyTuple_GET_ITEM(members, i));
@@ -139,9 +140,10 @@ sk_asgi_log_app_exception(sk_state *st, PyObject *logger, PyObject *exc, int cli
         return 0;
     }
     if (logger != Py_None) {
-        PyObject *res = PyObject_CallMethod(logger, "debug", "sO",
-                                            "Client disconnected: the application ended with %r",
-                                            exc); /* new */
+        PyObject *msg = PyUnicode_FromString("Client disconnected: the application ended with %r");
+        PyObject *res =
+            msg ? PyObject_CallMethodObjArgs(logger, st->s_debug, msg, exc, NULL) : NULL; /* new */
+        Py_XDECREF(msg);
         if (res == NULL) {
             PyErr_WriteUnraisable(logger);
         }
@@ -389,7 +391,7 @@ sk_asgi_awaitable_iter(PyObject *obj)
 /* ---- an app's Task ------------------------------------------------------------------------- */
 
 int
-sk_asgi_task_cancelling(PyObject *task)
+sk_asgi_task_cancelling(sk_state *st, PyObject *task)
 {
     /* See sk_asgi.h. */
     int yes = 1;
@@ -400,11 +402,11 @@ sk_asgi_task_cancelling(PyObject *task)
     }
     else {
         PyObject *asyncio = PyImport_ImportModule("asyncio");
-        t = asyncio ? PyObject_CallMethod(asyncio, "current_task", NULL) : NULL;
+        t = asyncio ? PyObject_CallMethodNoArgs(asyncio, st->s_current_task) : NULL;
         Py_XDECREF(asyncio);
     }
     if (t != NULL && t != Py_None) {
-        n = PyObject_CallMethod(t, "cancelling", NULL);
+        n = PyObject_CallMethodNoArgs(t, st->s_cancelling);
         if (n != NULL && PyLong_Check(n)) {
             yes = PyLong_AsLong(n) != 0;
         }

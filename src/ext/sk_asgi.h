@@ -76,8 +76,9 @@ PyObject *sk_asgi_awaitable_iter(PyObject *obj);
 
 /* 1 when someone called cancel() on task (Task.cancelling() > 0, 3.11+; task NULL: the current
  * Task, as in an eager first step on 3.12+), or when that cannot be told (no Task, an error:
- * quiet is the safe side); else 0. Call with no exception set; leaves none. */
-int sk_asgi_task_cancelling(PyObject *task);
+ * quiet is the safe side); else 0. Call with no exception set; leaves none. st: the module
+ * state (its interned method names). */
+int sk_asgi_task_cancelling(sk_state *st, PyObject *task);
 
 /* New reference (result is stolen): a coroutine send()/throw() method's answer for an am_send
  * outcome: the yielded value, or NULL with StopIteration on a return (or the error set). */

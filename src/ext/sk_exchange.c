@@ -704,7 +704,7 @@ next_message(RequestObject *r, PyObject **out)
             data = Py_NewRef(PyList_GET_ITEM(r->body, 0));
         }
         else {
-            data = PyObject_CallMethod(st->empty_bytes, "join", "O", r->body);
+            data = PyObject_CallMethodOneArg(st->empty_bytes, st->s_join, r->body);
         }
         if (data == NULL || (r->body && PyList_SetSlice(r->body, 0, n, NULL) < 0)) {
             goto error;
@@ -1566,7 +1566,7 @@ task_cancelling(RequestObject *r)
 {
     /* 1 when someone called cancel() on the request's Task (an eager start, 3.12+, still inside
      * its first step has none yet: the current Task is asked); see sk_asgi_task_cancelling. */
-    return sk_asgi_task_cancelling(r->task);
+    return sk_asgi_task_cancelling(r->st, r->task);
 }
 
 static void

@@ -1056,8 +1056,13 @@ tls_closed(http1_conn_t *c, char *event, size_t size)
             where = PyUnicode_FromString("unix");
         }
         if (where != NULL) {
-            res = PyObject_CallMethod(c->srv->logger, "debug", "sOs",
-                                      "%s - TLS handshake failed: %s", where, why); /* new */
+            PyObject *msg = PyUnicode_FromString("%s - TLS handshake failed: %s");
+            PyObject *text = msg ? PyUnicode_FromString(why) : NULL;
+            res = text ? PyObject_CallMethodObjArgs(c->srv->logger, c->srv->st->s_debug, msg, where,
+                                                    text, NULL)
+                       : NULL; /* new */
+            Py_XDECREF(text);
+            Py_XDECREF(msg);
         }
         if (res == NULL) {
             PyErr_WriteUnraisable(c->srv->logger);

@@ -362,6 +362,16 @@ static PyType_Spec bound_spec = {
     X(s_call_soon, "call_soon") \
     X(s_error, "error") \
     X(s_copy, "copy") \
+    X(s_cancel, "cancel") \
+    X(s_cancelled, "cancelled") \
+    X(s_cancelling, "cancelling") \
+    X(s_current_task, "current_task") \
+    X(s_join, "join") \
+    X(s_debug, "debug") \
+    X(s_dunder_mro, "__mro__") \
+    X(s_dunder_module, "__module__") \
+    X(s_dunder_qualname, "__qualname__") \
+    X(s_exceptions, "exceptions") \
     X(s_extensions, "extensions") \
     X(s_http_response_pathsend, "http.response.pathsend") \
     X(s_http_response_zerocopysend, "http.response.zerocopysend") \

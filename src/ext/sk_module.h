@@ -124,6 +124,12 @@ typedef struct {
     PyObject *s_add_done_callback;
     PyObject *s_set_exception, *s_done, *s_add_reader;
     PyObject *s_remove_reader, *s_call_soon, *s_error, *s_copy;
+    /* method names called per connection or request: interned, never a fresh str per call
+     * (PyObject_CallMethod(obj, "name") or PyObject_GetAttrString make one, and CPython 3.11's type attribute cache keeps
+     * a strong reference to each until its slot is reused: hundreds of them, left in the arenas
+     * a burst of connections made; issue 37, bench/LEVERS.md stop 56) */
+    PyObject *s_cancel, *s_cancelled, *s_cancelling, *s_current_task, *s_join;
+    PyObject *s_debug, *s_dunder_mro, *s_dunder_module, *s_dunder_qualname, *s_exceptions;
     /* the response extensions (ASGI www 2.5 extensions) */
     PyObject *s_extensions, *s_http_response_pathsend, *s_http_response_zerocopysend;
     PyObject *s_http_response_trailers, *s_http_response_early_hint, *s_file, *s_offset;

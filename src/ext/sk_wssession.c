@@ -749,7 +749,7 @@ ws_app_done(PyObject *op, PyObject *task)
         0) {
         return NULL;
     }
-    PyObject *cancelled = PyObject_CallMethod(task, "cancelled", NULL);
+    PyObject *cancelled = PyObject_CallMethodNoArgs(task, st->s_cancelled);
     if (cancelled == NULL) {
         return NULL;
     }
@@ -886,7 +886,7 @@ ws_step_ended(WebSocketObject *w, PySendResult res, PyObject **result)
     /* A CancelledError the app raised itself (no one called cancel() on its Task) is its
      * failure, as any other exception; a cancelled Task's is not. */
     if (PyErr_GivenExceptionMatches(val, w->st->CancelledError) &&
-        sk_asgi_task_cancelling(w->task)) {
+        sk_asgi_task_cancelling(w->st, w->task)) {
         PyErr_Restore(typ, val, tb);
         *result = NULL;
         return PYGEN_ERROR;
@@ -1044,7 +1044,7 @@ ws_run(WebSocketObject *w)
         res = PyObject_VectorcallMethod(st->s_add_done_callback, dargs, 2, srv->call_soon_kw);
     }
     if (res == NULL) {
-        PyObject *r = PyObject_CallMethod(task, "cancel", NULL);
+        PyObject *r = PyObject_CallMethodNoArgs(task, st->s_cancel);
         Py_XDECREF(r);
         goto done;
     }
