@@ -371,6 +371,47 @@ def test_no_window_update_until_the_app_reads(serve):
     assert (a.status, a.body) == (200, b"66535")
 
 
+@pytest.mark.rule("h2-flow-control-app")
+@pytest.mark.parametrize("window", [1, 1000, 16383, 16384, 16385, 65535])
+def test_an_upload_through_a_small_window_arrives_whole(serve, window):
+    """An app that calls receive() again at once (so a receive() is waiting when each DATA frame
+    comes) reopens the windows as it takes the content, whatever --http2-initial-stream-window-size
+    is. The bytes a waiting receive() took as they came were never given back, so with a window
+    of one DATA frame (16,384) or less the upload stalled for good (an attack, stop 56)."""
+    import hashlib
+
+    async def app(scope, receive, send):
+        body = b""
+        while True:
+            m = await receive()
+            body += m["body"]
+            if not m["more_body"]:
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body",
+                    "body": f"{len(body)} {hashlib.sha256(body).hexdigest()}".encode()})
+
+    total = 3000 if window < 1000 else 100_000  # a window of 1: one round trip a byte
+    data = (bytes(range(256)) * (total // 256 + 1))[:total]
+    with serve(app, http2_initial_stream_window_size=window) as srv:
+        with H2Client.open(srv.port) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+            sid = c.request([(":method", "POST"), (":scheme", "http"), (":path", "/"),
+                             (":authority", "t")], end=False)
+            sent = 0
+            while sent < total:
+                room = min(c.conn.local_flow_control_window(sid), c.conn.max_outbound_frame_size,
+                           total - sent)
+                if room == 0:  # the stream's or the connection's window: wait for it to reopen
+                    c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated), timeout=5)
+                    continue
+                c.conn.send_data(sid, data[sent:sent + room], end_stream=sent + room == total)
+                c.flush()
+                sent += room
+            a = c.answer(sid)
+    assert (a.status, a.body) == (200, f"{total} {hashlib.sha256(data).hexdigest()}".encode())
+
+
 # ---- responses ---------------------------------------------------------------------------------
 
 

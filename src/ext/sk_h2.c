@@ -2058,12 +2058,17 @@ on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *dat
     }
     s->body_recv += len;
     s->expect_100 = 0; /* the client sends the content without waiting for a 100 */
+    /* counted as given before the exchange has it: a receive() waiting for it takes it at once,
+     * and h2w_resume() gives back what was given and taken then; counted after, those bytes
+     * were never given back, and a window no larger than them stayed closed for good */
+    s->given += len;
     if (sk_exchange_body(s->x, (const char *)data, len) < 0) {
+        /* nothing of it queued nor taken */
         PyErr_WriteUnraisable(c->srv->owner);
+        s->given -= len;
         consume(c, id, len);
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
-    s->given += len;
     s->body_at = 0; /* a body byte: sync_deadline re-arms --timeout-request-body */
     return 0;
 }
