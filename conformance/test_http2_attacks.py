@@ -932,6 +932,39 @@ def test_zero_window_stall_with_pings(serve):
         served(srv.port)
 
 
+@pytest.mark.rule("RFC9113-10.5-zero-window-stall")
+def test_zero_window_stall_while_other_streams_progress(serve):
+    """As test_zero_window_stall, while the client opens a stream every 0.2 s and gives each
+    the window for its 2-byte answer: their DATA leaving is not progress of stream 1's stalled
+    response, so GOAWAY ENHANCE_YOUR_CALM comes within the same bound. It never came (any
+    stream's DATA restarted the connection's bound), so a client could hold stalled responses,
+    their apps and their memory for good (an attack, stop 56: 95 streams of 2 MB pinned 180 MB)."""
+    app = Sender(64, 16384, big=1)
+    with serve(app, timeout_write=0.5) as srv:
+        c = Raw(srv.port, settings={SettingsFrame.INITIAL_WINDOW_SIZE: 0})
+        c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, GET_BLOCK))
+        c.until(lambda f: isinstance(f, HeadersFrame) and f.stream_id == 1, what="the HEADERS")
+        t0 = time.monotonic()
+        g = None
+        sid = 3
+        while g is None and time.monotonic() - t0 < 6.0:
+            c.send(frame(HEADERS, END_STREAM | END_HEADERS, sid, GET_BLOCK)
+                   + frame(WINDOW_UPDATE, 0, sid, struct.pack(">I", 2)))
+            sid += 2
+            time.sleep(0.2)
+            c.poll()
+            goaways = c.of(GoAwayFrame)
+            g = goaways[0] if goaways else None
+        waited = time.monotonic() - t0
+        assert g is not None, f"no GOAWAY within {waited:.1f} s of other streams' DATA"
+        assert g.error_code == ENHANCE_YOUR_CALM, g
+        assert waited < 0.5 + 2.0 + 0.5, waited
+        data = c.of(DataFrame)
+        assert len(data) >= 2 and all(f.stream_id != 1 and f.data == b"zz" for f in data), data
+        assert app.wait(1, timeout=IO_TIMEOUT)[0][0] == "disconnected"
+        served(srv.port)
+
+
 @pytest.mark.rule("RFC9113-10.5-never-reads")
 def test_client_never_reads(serve):
     """Windows opened to 2^31-1, 8 streams of 4 MiB each asked for, nothing read (a 4 KiB

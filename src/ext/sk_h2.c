@@ -136,6 +136,9 @@ typedef struct h2_stream {
     uint8_t trailers;             /* trailers announced */
     uint8_t trailers_end;         /* the last trailers piece was given */
     uint8_t deferred;     /* the data source said NGHTTP2_ERR_DEFERRED: resume_data wakes it */
+    uint8_t progress;     /* DATA of its left since sync_deadline() last looked */
+    double stall_at; /* monotonic seconds: --timeout-write's due time while its own window keeps
+                      * its content back (restarted only by its own DATA leaving), 0 = none */
     uint8_t waiting;      /* a send() waits for drain (SK_WIRE_WAIT given) */
     uint8_t own;          /* the response is skirr's own (refusal, error()) */
     uint8_t app_reset;    /* skirr reset the stream for the app (not the client's doing) */
@@ -436,7 +439,8 @@ sync_deadline(h2_conn_t *c)
     /* Each pending deadline has its own due time and the transport's one deadline is the
      * earliest: idle while no stream is open (counted from the last stream's end, however
      * quickly it was answered), head while a header block is being received, the write timeout
-     * while response content waits on a closed window (restarted by any DATA that leaves), and
+     * while response content waits on a closed window (restarted by any DATA that leaves, and
+     * per stream while its own window is closed, restarted only by its own DATA), and
      * per stream the request body's (restarted by each DATA received on it), also for the rest
      * of an answered stream's request (lingers); the shutdown's own once it began. */
     if (c->closed || !sk_transport_is_open(c->t) || c->shutdown == 1) {
@@ -470,8 +474,22 @@ sync_deadline(h2_conn_t *c)
         c->idle_at = 0;
     }
     int kind = 0;
-    double at = 0;
+    double at = 0, stall = c->stall_at;
     for (h2_stream_t *s = c->streams; s != NULL; s = s->next) {
+        /* a stream whose own window keeps its content back: its bound is restarted by its own
+         * DATA only, so streams the client lets progress do not keep it open for good (the
+         * connection's bound above is restarted by any DATA: it covers the shared window) */
+        if ((queue_len(s) > 0 || s->fd >= 0) && s->submitted &&
+            nghttp2_session_get_stream_remote_window_size(c->ng, s->id) <= 0) {
+            if (s->stall_at == 0 || s->progress) {
+                s->stall_at = t + c->srv->h2.write_timeout;
+            }
+            stall = stall == 0 || s->stall_at < stall ? s->stall_at : stall;
+        }
+        else {
+            s->stall_at = 0;
+        }
+        s->progress = 0;
         if (!wants_body(c, s) && !lingers(c, s)) {
             s->body_at = 0;
             continue;
@@ -487,7 +505,7 @@ sync_deadline(h2_conn_t *c)
     const struct {
         int kind;
         double at;
-    } other[3] = {{DL_HEAD, c->head_at}, {DL_STALL, c->stall_at}, {DL_IDLE, c->idle_at}};
+    } other[3] = {{DL_HEAD, c->head_at}, {DL_STALL, stall}, {DL_IDLE, c->idle_at}};
     for (size_t i = 0; i < 3; i++) {
         if (other[i].at != 0 && (kind == 0 || other[i].at < at)) {
             kind = other[i].kind;
@@ -703,9 +721,10 @@ ref_advance(h2_stream_t *s, size_t n)
 /* send_data()'s answer once a frame is appended: NGHTTP2_ERR_PAUSE once the output reaches
  * SK_OUTPUT_HIGH_WATER, else 0. */
 static int
-data_sent(h2_conn_t *c)
+data_sent(h2_conn_t *c, h2_stream_t *s)
 {
     c->progress = 1;
+    s->progress = 1;
     if (sk_transport_out_len(c->t) >= SK_OUTPUT_HIGH_WATER) {
         c->data_paused = 1;
         return NGHTTP2_ERR_PAUSE;
@@ -747,7 +766,7 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
         }
         if (sk_transport_send_slice(c->t, s->ref, s->ref_off, length) == 0) {
             ref_advance(s, length);
-            return data_sent(c);
+            return data_sent(c, s);
         }
         out->end -= FRAME_HEAD; /* no range taken: the frame is written whole below, copied */
     }
@@ -806,7 +825,7 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
         p += pad - 1;
     }
     out->end = (size_t)(p - out->data);
-    return data_sent(c);
+    return data_sent(c, s);
 }
 
 static int
