@@ -135,21 +135,21 @@ typedef struct h2_stream {
     uint8_t body_end;             /* the final body piece was given */
     uint8_t trailers;             /* trailers announced */
     uint8_t trailers_end;         /* the last trailers piece was given */
-    uint8_t deferred;     /* the data source said NGHTTP2_ERR_DEFERRED: resume_data wakes it */
-    uint8_t progress;     /* DATA of its left since sync_deadline() last looked */
-    double stall_at; /* monotonic seconds: --timeout-write's due time while its own window keeps
+    uint8_t deferred;   /* the data source said NGHTTP2_ERR_DEFERRED: resume_data wakes it */
+    uint8_t progress;   /* DATA of its left since sync_deadline() last looked */
+    double stall_at;    /* monotonic seconds: --timeout-write's due time while its own window keeps
                       * its content back (restarted only by its own DATA leaving), 0 = none */
-    uint8_t waiting;      /* a send() waits for drain (SK_WIRE_WAIT given) */
-    uint8_t own;          /* the response is skirr's own (refusal, error()) */
-    uint8_t app_reset;    /* skirr reset the stream for the app (not the client's doing) */
-    int64_t clen;         /* the app's content-length, or -1 */
-    uint64_t body_sent;   /* content bytes accepted */
-    sk_buf_t body;        /* content waiting for the peer's window */
-    PyObject *ref;        /* strong, or NULL: the final body given by reference (body_ref) while
+    uint8_t waiting;    /* a send() waits for drain (SK_WIRE_WAIT given) */
+    uint8_t own;        /* the response is skirr's own (refusal, error()) */
+    uint8_t app_reset;  /* skirr reset the stream for the app (not the client's doing) */
+    int64_t clen;       /* the app's content-length, or -1 */
+    uint64_t body_sent; /* content bytes accepted */
+    sk_buf_t body;      /* content waiting for the peer's window */
+    PyObject *ref;      /* strong, or NULL: the final body given by reference (body_ref) while
                            * nothing else was queued, sent in place from ref_off: then the
                            * stream's only content (body empty, no file range) */
-    size_t ref_off;       /* bytes of ref already sent */
-    int fd;               /* a file range being sent (after body), or -1 */
+    size_t ref_off;     /* bytes of ref already sent */
+    int fd;             /* a file range being sent (after body), or -1 */
     uint64_t foff, fleft; /* its next offset and bytes left */
     sk_buf_t after;       /* content given while the file range is pending (sent after it) */
 } h2_stream_t;
@@ -798,10 +798,18 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
                 continue;
             }
             if (r <= 0) {
-                /* the file shrank or failed: the response can never complete */
+                /* the file shrank or failed: the response can never complete; logged as
+                 * HTTP/1.1 logs it (sk_http1.c), the stream reset instead of the connection */
                 close(s->fd);
                 s->fd = -1;
                 s->app_reset = 1;
+                sk_asgi_log_error(c->srv->st, c->srv->logger,
+                                  r == 0 ? "File response incomplete: the file ended before the "
+                                           "bytes promised (it shrank while being sent); stream "
+                                           "reset"
+                                         : "File response incomplete: reading the file failed; "
+                                           "stream reset",
+                                  NULL);
                 return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* RST_STREAM INTERNAL_ERROR */
             }
             got += (size_t)r;
