@@ -114,10 +114,12 @@ typedef struct h2_stream {
     uint8_t reset_pending; /* abort() inside data_received(): RST_STREAM once the queue is out */
     uint64_t discarded;    /* request content bytes dropped since the response ended */
     double body_at;        /* monotonic seconds: the request body's deadline, 0 = not armed */
-    uint8_t timed_out;     /* --timeout-request-body ended it: the rest is reset, not read */
-    uint8_t expect_100;    /* 'expect: 100-continue' came with content to follow, and no 100 was
+    double stall_at;    /* monotonic seconds: --timeout-write's due time while its own window keeps
+                      * its content back (restarted only by its own DATA leaving), 0 = none */
+    uint8_t timed_out;  /* --timeout-request-body ended it: the rest is reset, not read */
+    uint8_t expect_100; /* 'expect: 100-continue' came with content to follow, and no 100 was
                             * sent nor content received yet (RFC 9110 §10.1.1: h2w_resume) */
-    uint64_t body_recv;    /* request content bytes received (--limit-request-body) */
+    uint64_t body_recv; /* request content bytes received (--limit-request-body) */
     /* the response */
     int status;
     char status_str[4];
@@ -135,21 +137,19 @@ typedef struct h2_stream {
     uint8_t body_end;             /* the final body piece was given */
     uint8_t trailers;             /* trailers announced */
     uint8_t trailers_end;         /* the last trailers piece was given */
-    uint8_t deferred;   /* the data source said NGHTTP2_ERR_DEFERRED: resume_data wakes it */
-    uint8_t progress;   /* DATA of its left since sync_deadline() last looked */
-    double stall_at;    /* monotonic seconds: --timeout-write's due time while its own window keeps
-                      * its content back (restarted only by its own DATA leaving), 0 = none */
-    uint8_t waiting;    /* a send() waits for drain (SK_WIRE_WAIT given) */
-    uint8_t own;        /* the response is skirr's own (refusal, error()) */
-    uint8_t app_reset;  /* skirr reset the stream for the app (not the client's doing) */
-    int64_t clen;       /* the app's content-length, or -1 */
-    uint64_t body_sent; /* content bytes accepted */
-    sk_buf_t body;      /* content waiting for the peer's window */
-    PyObject *ref;      /* strong, or NULL: the final body given by reference (body_ref) while
+    uint8_t deferred;     /* the data source said NGHTTP2_ERR_DEFERRED: resume_data wakes it */
+    uint8_t progress;     /* DATA of its left since sync_deadline() last looked */
+    uint8_t waiting;      /* a send() waits for drain (SK_WIRE_WAIT given) */
+    uint8_t own;          /* the response is skirr's own (refusal, error()) */
+    uint8_t app_reset;    /* skirr reset the stream for the app (not the client's doing) */
+    int64_t clen;         /* the app's content-length, or -1 */
+    uint64_t body_sent;   /* content bytes accepted */
+    sk_buf_t body;        /* content waiting for the peer's window */
+    PyObject *ref;        /* strong, or NULL: the final body given by reference (body_ref) while
                            * nothing else was queued, sent in place from ref_off: then the
                            * stream's only content (body empty, no file range) */
-    size_t ref_off;     /* bytes of ref already sent */
-    int fd;             /* a file range being sent (after body), or -1 */
+    size_t ref_off;       /* bytes of ref already sent */
+    int fd;               /* a file range being sent (after body), or -1 */
     uint64_t foff, fleft; /* its next offset and bytes left */
     sk_buf_t after;       /* content given while the file range is pending (sent after it) */
 } h2_stream_t;
