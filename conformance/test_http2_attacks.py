@@ -881,6 +881,29 @@ class Sender:
         return list(self.outcomes)
 
 
+def stalled_stream_1(port: int) -> "Raw":
+    """A connection with SETTINGS_INITIAL_WINDOW_SIZE 0 whose stream 1 asked for the app's answer
+    and got its HEADERS: the answer's content now waits on stream 1's closed window."""
+    c = Raw(port, settings={SettingsFrame.INITIAL_WINDOW_SIZE: 0})
+    c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, GET_BLOCK))
+    c.until(lambda f: isinstance(f, HeadersFrame) and f.stream_id == 1, what="the HEADERS")
+    return c
+
+
+def goaway_while(c: "Raw", step: Callable[[], None], limit: float = 6.0) -> tuple:
+    """Calls step() every 0.2 s until a GOAWAY comes or `limit` seconds pass: (the GOAWAY frame
+    or None, seconds waited)."""
+    t0 = time.monotonic()
+    g = None
+    while g is None and time.monotonic() - t0 < limit:
+        step()
+        time.sleep(0.2)
+        c.poll()
+        goaways = c.of(GoAwayFrame)
+        g = goaways[0] if goaways else None
+    return g, time.monotonic() - t0
+
+
 @pytest.mark.rule("RFC9113-10.5-zero-window-stall")
 def test_zero_window_stall(serve):
     """SETTINGS_INITIAL_WINDOW_SIZE 0 and never a WINDOW_UPDATE: within --timeout-write (0.5 s)
@@ -889,9 +912,7 @@ def test_zero_window_stall(serve):
     ClientDisconnected; not one DATA frame left; another connection is served."""
     app = Sender(64, 16384, big=1)
     with serve(app, timeout_write=0.5) as srv:
-        c = Raw(srv.port, settings={SettingsFrame.INITIAL_WINDOW_SIZE: 0})
-        c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, GET_BLOCK))
-        c.until(lambda f: isinstance(f, HeadersFrame) and f.stream_id == 1, what="the HEADERS")
+        c = stalled_stream_1(srv.port)
         t0 = time.monotonic()
         g = c.until_goaway(timeout=IO_TIMEOUT)
         waited = time.monotonic() - t0
@@ -911,18 +932,8 @@ def test_zero_window_stall_with_pings(serve):
     ENHANCE_YOUR_CALM comes within the same bound (it never came: each ACK restarted it)."""
     app = Sender(64, 16384, big=1)
     with serve(app, timeout_write=0.5) as srv:
-        c = Raw(srv.port, settings={SettingsFrame.INITIAL_WINDOW_SIZE: 0})
-        c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, GET_BLOCK))
-        c.until(lambda f: isinstance(f, HeadersFrame) and f.stream_id == 1, what="the HEADERS")
-        t0 = time.monotonic()
-        g = None
-        while g is None and time.monotonic() - t0 < 6.0:
-            c.send(frame(PING, 0, 0, b"keepaliv"))
-            time.sleep(0.2)
-            c.poll()
-            goaways = c.of(GoAwayFrame)
-            g = goaways[0] if goaways else None
-        waited = time.monotonic() - t0
+        c = stalled_stream_1(srv.port)
+        g, waited = goaway_while(c, lambda: c.send(frame(PING, 0, 0, b"keepaliv")))
         assert g is not None, f"no GOAWAY within {waited:.1f} s of PINGs"
         assert (g.error_code, g.last_stream_id) == (ENHANCE_YOUR_CALM, 1), g
         assert waited < 0.5 + 2.0 + 0.5, waited
@@ -941,21 +952,15 @@ def test_zero_window_stall_while_other_streams_progress(serve):
     their apps and their memory for good (an attack, stop 56: 95 streams of 2 MB pinned 180 MB)."""
     app = Sender(64, 16384, big=1)
     with serve(app, timeout_write=0.5) as srv:
-        c = Raw(srv.port, settings={SettingsFrame.INITIAL_WINDOW_SIZE: 0})
-        c.send(frame(HEADERS, END_STREAM | END_HEADERS, 1, GET_BLOCK))
-        c.until(lambda f: isinstance(f, HeadersFrame) and f.stream_id == 1, what="the HEADERS")
-        t0 = time.monotonic()
-        g = None
-        sid = 3
-        while g is None and time.monotonic() - t0 < 6.0:
+        c = stalled_stream_1(srv.port)
+        sids = iter(range(3, 1 << 31, 2))
+
+        def another_stream():  # a GET and the window for its 2-byte answer
+            sid = next(sids)
             c.send(frame(HEADERS, END_STREAM | END_HEADERS, sid, GET_BLOCK)
                    + frame(WINDOW_UPDATE, 0, sid, struct.pack(">I", 2)))
-            sid += 2
-            time.sleep(0.2)
-            c.poll()
-            goaways = c.of(GoAwayFrame)
-            g = goaways[0] if goaways else None
-        waited = time.monotonic() - t0
+
+        g, waited = goaway_while(c, another_stream)
         assert g is not None, f"no GOAWAY within {waited:.1f} s of other streams' DATA"
         assert g.error_code == ENHANCE_YOUR_CALM, g
         assert waited < 0.5 + 2.0 + 0.5, waited
