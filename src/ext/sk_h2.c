@@ -395,21 +395,6 @@ unlink_stream(h2_conn_t *c, h2_stream_t *s)
 }
 
 static int
-stalled(h2_conn_t *c)
-{
-    /* 1 when some stream has response content queued that a closed window (the stream's or the
-     * connection's, RFC 9113 §6.9) keeps from leaving. */
-    int conn_closed = nghttp2_session_get_remote_window_size(c->ng) <= 0;
-    for (h2_stream_t *s = c->streams; s != NULL; s = s->next) {
-        if ((queue_len(s) > 0 || s->fd >= 0) && s->submitted &&
-            (conn_closed || nghttp2_session_get_stream_remote_window_size(c->ng, s->id) <= 0)) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static int
 wants_body(h2_conn_t *c, const h2_stream_t *s)
 {
     /* 1 while --timeout-request-body runs for s: its app may read the request content, the
@@ -457,14 +442,6 @@ sync_deadline(h2_conn_t *c)
     else {
         c->head_at = 0;
     }
-    if (c->nstreams > 0 && stalled(c)) {
-        if (c->stall_at == 0 || progress) {
-            c->stall_at = t + c->srv->h2.write_timeout;
-        }
-    }
-    else {
-        c->stall_at = 0;
-    }
     if (c->nstreams == 0) {
         if (c->idle_at == 0) {
             c->idle_at = t + c->srv->keep_alive;
@@ -473,14 +450,18 @@ sync_deadline(h2_conn_t *c)
     else {
         c->idle_at = 0;
     }
-    int kind = 0;
-    double at = 0, stall = c->stall_at;
+    int kind = 0, held_back = 0;
+    double at = 0, stall = 0;
+    int conn_closed = nghttp2_session_get_remote_window_size(c->ng) <= 0;
     for (h2_stream_t *s = c->streams; s != NULL; s = s->next) {
-        /* a stream whose own window keeps its content back: its bound is restarted by its own
-         * DATA only, so streams the client lets progress do not keep it open for good (the
-         * connection's bound above is restarted by any DATA: it covers the shared window) */
-        if ((queue_len(s) > 0 || s->fd >= 0) && s->submitted &&
-            nghttp2_session_get_stream_remote_window_size(c->ng, s->id) <= 0) {
+        /* Response content a closed window keeps back (RFC 9113 §6.9): the connection's or the
+         * stream's own. The connection's bound is restarted by any DATA that leaves (the shared
+         * window); a stream whose own window is closed also has its own, restarted only by its
+         * own DATA, so streams the client lets progress do not keep it open for good. */
+        int queued = (queue_len(s) > 0 || s->fd >= 0) && s->submitted;
+        int own = queued && nghttp2_session_get_stream_remote_window_size(c->ng, s->id) <= 0;
+        held_back |= queued && (conn_closed || own);
+        if (own) {
             if (s->stall_at == 0 || s->progress) {
                 s->stall_at = t + c->srv->h2.write_timeout;
             }
@@ -501,6 +482,15 @@ sync_deadline(h2_conn_t *c)
             kind = DL_BODY;
             at = s->body_at;
         }
+    }
+    if (held_back) {
+        if (c->stall_at == 0 || progress) {
+            c->stall_at = t + c->srv->h2.write_timeout;
+        }
+        stall = stall == 0 || c->stall_at < stall ? c->stall_at : stall;
+    }
+    else {
+        c->stall_at = 0;
     }
     const struct {
         int kind;
