@@ -27,7 +27,7 @@ import hyperframe.frame
 import pytest
 
 from _flow import BlockedLoop, shrink_server_send_buffer
-from h2_util import PREFACE, H2Client, raw_frames
+from h2_util import PREFACE, ConnectionClosed, H2Client, raw_frames
 from test_access_log import access  # noqa: F401  (the access fixture)
 from tls_util import TLSFiles
 
@@ -140,7 +140,7 @@ def test_server_settings(serve):
     S = h2.settings.SettingCodes
     assert got == {S.MAX_CONCURRENT_STREAMS: 100, S.INITIAL_WINDOW_SIZE: 1048576,
                    S.MAX_FRAME_SIZE: 16384, S.MAX_HEADER_LIST_SIZE: 65536, S.ENABLE_PUSH: 0}
-    assert evs[-1].delta == 1048576 - 65535
+    assert evs[-1].delta == 4 * 1048576 - 65535  # the connection's window: four streams'
 
 
 # ---- the scope ---------------------------------------------------------------------------------
@@ -333,7 +333,12 @@ def test_h2c_upgrade_stays_http11(serve):
 
 
 @pytest.mark.rule("h2-flow-control-app")
-def test_no_window_update_until_the_app_reads(serve):
+@pytest.mark.parametrize("connection", [None, 65535], ids=["default", "connection-65535"])
+def test_no_window_update_until_the_app_reads(serve, connection):
+    """A stream's whole window sent while the app does not read: no WINDOW_UPDATE until it
+    reads, then the stream's. The connection's comes with it when the read content is half the
+    connection's window or more (nghttp2's threshold): with a connection window of 65,535, not
+    with the default four stream windows (262,140 here)."""
     gate = threading.Event()
 
     async def app(scope, receive, send):
@@ -349,7 +354,8 @@ def test_no_window_update_until_the_app_reads(serve):
         await send({"type": "http.response.body", "body": str(n).encode()})
 
     window = 65535
-    with serve(app, http2_initial_stream_window_size=window) as srv:
+    with serve(app, http2_initial_stream_window_size=window,
+               http2_initial_connection_window_size=connection) as srv:
         with H2Client.open(srv.port) as c:
             c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
             sid = c.request([(":method", "POST"), (":scheme", "http"), (":path", "/"),
@@ -364,7 +370,8 @@ def test_no_window_update_until_the_app_reads(serve):
             gate.set()
             evs = c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated)
                                  and e.stream_id == sid)
-            assert any(isinstance(e, h2.events.WindowUpdated) and e.stream_id == 0 for e in evs)
+            assert any(isinstance(e, h2.events.WindowUpdated) and e.stream_id == 0
+                       for e in evs) == (connection == 65535)
             c.conn.send_data(sid, b"y" * 1000, end_stream=True)
             c.flush()
             a = c.answer(sid)
@@ -1508,7 +1515,10 @@ def test_idle_counts_from_the_last_stream(serve):
      "(not in 1..2147483647)"),
     (["--http2-max-frame-size", "16383"],
      "argument --http2-max-frame-size: invalid integer: '16383' (not in 16384..16777215)"),
-], ids=["http", "streams", "headers", "window", "frame"])
+    (["--http2-initial-connection-window-size", "65534"],
+     "argument --http2-initial-connection-window-size: invalid integer: '65534' "
+     "(not in 65535..2147483647)"),
+], ids=["http", "streams", "headers", "window", "frame", "connection-window"])
 def test_bad_flag_values(tmp_path, args, line):
     import _proc
     status, stderr = _proc.run_to_exit(["basic:app", *args], tmp_path)
@@ -1516,21 +1526,34 @@ def test_bad_flag_values(tmp_path, args, line):
 
 
 @pytest.mark.rule("h2-cli-flags", "h2-settings")
-def test_flags_reach_the_settings(tmp_path):
+@pytest.mark.parametrize("connection, increment", [
+    (None, 4 * 70000 - 65535), (["200000"], 200000 - 65535), (["65535"], None)],
+    ids=["four-streams", "200000", "65535"])
+def test_flags_reach_the_settings(tmp_path, connection, increment):
+    """The flags' values in the server's SETTINGS; the connection's window raised from 65,535
+    by a WINDOW_UPDATE on stream 0 to --http2-initial-connection-window-size, by default four
+    stream windows; at 65,535 none is sent (a PING answered shows nothing came before it)."""
     import _proc
     port = _proc.free_port()
     args = ["basic:app", "--port", str(port), "--http2-max-concurrent-streams", "7",
             "--http2-max-headers-size", "9000", "--http2-initial-stream-window-size", "70000",
             "--http2-max-frame-size", "32768"]
+    if connection is not None:
+        args += ["--http2-initial-connection-window-size", *connection]
     with _proc.Skirr(args, tmp_path) as proc:
         proc.wait_accepting(port)
         with H2Client.open(port) as c:
-            evs = c.events_until(lambda e: isinstance(e, h2.events.RemoteSettingsChanged))
+            c.conn.ping(b"12345678")
+            c.flush()
+            evs = c.events_until(lambda e: isinstance(e, h2.events.PingAckReceived))
         proc.stop()
-    got = {int(k): v.new_value for k, v in evs[-1].changed_settings.items()}
+    changed = [e for e in evs if isinstance(e, h2.events.RemoteSettingsChanged)]
+    got = {int(k): v.new_value for k, v in changed[0].changed_settings.items()}
     S = h2.settings.SettingCodes
     assert got == {S.MAX_CONCURRENT_STREAMS: 7, S.INITIAL_WINDOW_SIZE: 70000,
                    S.MAX_FRAME_SIZE: 32768, S.MAX_HEADER_LIST_SIZE: 9000, S.ENABLE_PUSH: 0}
+    updates = [(e.stream_id, e.delta) for e in evs if isinstance(e, h2.events.WindowUpdated)]
+    assert updates == ([] if increment is None else [(0, increment)])
 
 
 # ---- timeouts ----------------------------------------------------------------------------------
@@ -1658,8 +1681,8 @@ def test_answered_stream_whose_request_stops_is_reset(serve, body):
 
 @pytest.mark.rule("h2-body-timeout")
 def test_body_timeout_waits_while_the_connection_window_is_closed(serve):
-    """Stream 1's app does not read yet and its body fills the connection's window (the
-    stream's window is the connection's, h2-settings); stream 3 then cannot send a byte
+    """Stream 1's app does not read yet and its body fills the connection's window (set to the
+    stream's, --http2-initial-connection-window-size); stream 3 then cannot send a byte
     (RFC 9113 §6.9.1). Past --timeout-request-body (0.5 s) stream 3 is not answered 408: once
     stream 1's app reads, the window reopens and stream 3's body arrives and is echoed."""
     release = threading.Event()
@@ -1684,7 +1707,8 @@ def test_body_timeout_waits_while_the_connection_window_is_closed(serve):
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"%d" % len(body)})
 
-    with serve(app, timeout_request_body=0.5) as srv:
+    with serve(app, timeout_request_body=0.5,
+               http2_initial_connection_window_size=1048576) as srv:
         with H2Client.open(srv.port) as c:
             hold = c.request(POST + [(":path", "/hold")], end=False)
 
@@ -1717,6 +1741,93 @@ def test_body_timeout_waits_while_the_connection_window_is_closed(serve):
     assert (a.status, a.body, a.reset) == (200, b"10", None)  # not 408 Request Timeout
     assert [e for e in updates if getattr(e, "stream_id", None) == echo] == []
     assert seen["/echo"] == 10
+
+
+@pytest.mark.rule("h2-connection-window")
+@pytest.mark.parametrize("holds", [1, 3, 4])
+def test_an_app_that_does_not_read_holds_back_only_its_own_upload(serve, holds):
+    """`holds` streams whose apps do not read yet each send what the windows let them: a
+    stream's 65,536 bytes (the connection's window is four of them, 262,144). Up to three, another
+    stream's 10-byte upload arrives at once and is echoed while they still wait, with no
+    WINDOW_UPDATE for what they sent; four fill the connection's window exactly (the request
+    content buffered on a connection is bounded by it), so the other upload waits until they
+    read. Each echoes its whole body once released."""
+    release = threading.Event()
+    seen: dict = {}
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        if scope["path"].startswith("/hold"):
+            while not release.is_set():
+                await asyncio.sleep(0.02)
+        body = b""
+        while True:
+            m = await receive()
+            if m["type"] == "http.disconnect":
+                return
+            body += m.get("body", b"")
+            if not m.get("more_body"):
+                break
+        seen[scope["path"]] = len(body)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"%d" % len(body)})
+
+    window = 65536
+    with serve(app, http2_initial_stream_window_size=window) as srv:
+        with H2Client.open(srv.port) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated) and e.stream_id == 0)
+            held, sent = [], 0
+            for k in range(holds):
+                sid = c.request(POST + [(":path", f"/hold{k}")], end=False)
+                while (room := min(c.conn.local_flow_control_window(sid),
+                                   c.conn.max_outbound_frame_size)) > 0:
+                    c.conn.send_data(sid, b"h" * room)
+                    sent += room
+                held.append(sid)
+            c.flush()
+            updates: list = []
+            assert sent == min(holds, 4) * window
+            assert c.conn.outbound_flow_control_window == 4 * window - sent
+            echo = c.request(POST + [(":path", "/echo")], end=False)
+            if holds < 4:
+                c.conn.send_data(echo, b"e" * 10, end_stream=True)
+                c.flush()
+                a = c.answer(echo, timeout=2.0)
+                assert (a.status, a.body, a.reset) == (200, b"10", None)
+                assert seen == {"/echo": 10}  # the held apps have read nothing yet
+            else:
+                assert c.conn.local_flow_control_window(echo) == 0
+                end = time.monotonic() + 1.0
+                while time.monotonic() < end:  # no WINDOW_UPDATE comes while nothing is read
+                    try:
+                        updates += c.events_until(
+                            lambda e: isinstance(e, h2.events.WindowUpdated), 0.05)
+                    except AssertionError:
+                        pass
+                assert seen == {}
+            assert [e for e in updates if isinstance(e, h2.events.WindowUpdated)] == []
+            release.set()
+            if holds == 4:
+                c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated)
+                               and e.stream_id == 0)
+                c.conn.send_data(echo, b"e" * 10, end_stream=True)
+            for sid in held:
+                c.conn.end_stream(sid)
+            c.flush()
+            waiting = set(held + ([echo] if holds == 4 else []))
+            bodies = dict.fromkeys(waiting, b"")
+            while waiting:  # the answers in any order
+                for e in c.events_until(lambda e: isinstance(e, (h2.events.StreamEnded,
+                                                                 h2.events.StreamReset))):
+                    if isinstance(e, h2.events.DataReceived):
+                        bodies[e.stream_id] += e.data
+                    if isinstance(e, h2.events.StreamEnded):
+                        waiting.discard(e.stream_id)
+                    assert not isinstance(e, (h2.events.StreamReset, ConnectionClosed)), e
+    assert bodies == {**{sid: b"%d" % window for sid in held},
+                      **({echo: b"10"} if holds == 4 else {})}
+    assert seen == {**{f"/hold{k}": window for k in range(holds)}, "/echo": 10}
 
 
 # RFC 9113 §6.5.2's measure (name + value + 32 bytes) of the fields skirr adds to a head of

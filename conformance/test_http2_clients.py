@@ -146,6 +146,10 @@ def test_nghttp_sees_the_settings_the_flags_say(serve):
         "[SETTINGS_MAX_HEADER_LIST_SIZE(0x06):9000]",
         "[SETTINGS_ENABLE_PUSH(0x02):0]",
     ]), out.stdout
+    # the connection's window: four stream windows (h2-settings), raised from 65,535
+    assert re.findall(r"recv WINDOW_UPDATE frame <length=4, flags=0x00, stream_id=0>\n"
+                      r"\s+\(window_size_increment=(\d+)\)", out.stdout) == [
+        str(4 * 100000 - 65535)], out.stdout
     # nghttp opens its request on stream 13 (streams 3-11 are its priority placeholders)
     assert re.search(r"recv \(stream_id=13\) :status: 200\n", out.stdout), out.stdout
 

@@ -34,7 +34,8 @@
  *   [4..7] seed of the read sizes, clock steps, the apps' choices, when shutdown comes and
  *       whether sk_serve_addresses fails (1 in 32); [4] bits 0-1 also pick
  *       the clock's step per read {1 ms, 250 ms, 1.1 s, random among 1 ms, 0.5 s, 2 s, 7 s}
- *       (after the input: 3 s per round, 12 rounds, so every deadline can pass)
+ *       (after the input: 3 s per round, 12 rounds, so every deadline can pass); [5] bit 0
+ *       also makes the connection's window one stream's (else four; at least 65535)
  *
  * Checks, beyond "no crash, no sanitizer report":
  *   - every byte written parses as HTTP/2 frames (RFC 9113 §4): the server preface first
@@ -1550,7 +1551,8 @@ out_frame(walk_t *w)
         REQUIRE(inc > 0);
         if (sid == 0) {
             H.conn_updated += inc;
-            uint64_t raised = H.srv.h2.initial_window > 65535 ? H.srv.h2.initial_window - 65535 : 0;
+            uint64_t raised =
+                H.srv.h2.connection_window > 65535 ? H.srv.h2.connection_window - 65535 : 0;
             /* the connection's window reopens only for content received */
             REQUIRE(H.in_lost || H.conn_updated <= H.client_total + raised);
         }
@@ -1702,6 +1704,12 @@ setup(const uint8_t *cfg)
     srv->h2.mode = SK_HTTP_AUTO;
     srv->h2.max_concurrent_streams = streams[cfg[0] & 3];
     srv->h2.initial_window = windows[(cfg[0] >> 2) & 3];
+    /* the connection's window: one stream's (cfg[5]'s low bit) or
+     * the default four; never under RFC 9113's 65535 */
+    srv->h2.connection_window = srv->h2.initial_window * ((cfg[5] & 1) ? 1 : 4);
+    if (srv->h2.connection_window < 65535) {
+        srv->h2.connection_window = 65535;
+    }
     srv->h2.max_headers_size = (cfg[0] & 0x10) ? 256 : 65536;
     srv->h2.max_frame_size = 16384;
     srv->h2.write_timeout = 30.0;

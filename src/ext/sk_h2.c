@@ -2571,11 +2571,12 @@ sk_h2_start(sk_transport_t *t, sk_serve_t *srv)
     if (nghttp2_submit_settings(c->ng, NGHTTP2_FLAG_NONE, iv, sizeof(iv) / sizeof(iv[0])) != 0) {
         goto done;
     }
-    /* the connection's window as the stream's: bounds the request content buffered for the
-     * app over all streams */
-    if (cfg->initial_window > NGHTTP2_INITIAL_CONNECTION_WINDOW_SIZE &&
+    /* the connection's window (RFC 9113 §6.9.1, 65535 until a WINDOW_UPDATE on stream 0)
+     * bounds the request content buffered for the apps over all streams; larger than one
+     * stream's, so a stream whose app does not read holds back only its own upload */
+    if (cfg->connection_window > NGHTTP2_INITIAL_CONNECTION_WINDOW_SIZE &&
         nghttp2_session_set_local_window_size(c->ng, NGHTTP2_FLAG_NONE, 0,
-                                              (int32_t)cfg->initial_window) != 0) {
+                                              (int32_t)cfg->connection_window) != 0) {
         goto done;
     }
     SSL *ssl = sk_tls_ssl(sk_transport_stream(t));

@@ -47,7 +47,10 @@ typedef struct {
     uint32_t max_headers_size;  /* --http2-max-headers-size: SETTINGS_MAX_HEADER_LIST_SIZE,
                                       * bytes (RFC 9113 §6.5.2: names + values + 32 per field) */
     uint32_t initial_window;    /* --http2-initial-stream-window-size: bytes of request body a
-                                      * stream (and the connection) may have unread (1..2^31-1) */
+                                      * stream may have unread (1..2^31-1) */
+    uint32_t connection_window; /* --http2-initial-connection-window-size: bytes of request
+                                 * body a connection's streams together may have unread
+                                 * (65535..2^31-1; RFC 9113 §6.9.1) */
     uint32_t max_frame_size;    /* --http2-max-frame-size: SETTINGS_MAX_FRAME_SIZE, bytes
                                       * (2^14..2^24-1) */
     double write_timeout;       /* --timeout-write: seconds response content may wait on a

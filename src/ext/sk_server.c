@@ -386,6 +386,7 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
                              "http2_max_headers_size",
                              "http2_initial_stream_window_size",
                              "http2_max_frame_size",
+                             "http2_initial_connection_window_size",
                              NULL};
     PyObject *app, *loop, *unix_path = Py_None, *root_path = NULL, *state = Py_None;
     PyObject *logger = Py_None;
@@ -406,16 +407,17 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     Py_ssize_t max_line = 8190, max_fields = 100, max_section = 65536;
     int http_mode = SK_HTTP_AUTO;
     Py_ssize_t h2_streams = 100, h2_headers = -1, h2_window = 1024 * 1024, h2_frame = 16384;
+    Py_ssize_t h2_conn_window = -1;
     ServerObject *s = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kwds, "OOi|$OUOdOnnnOddnndOOpUpSSOppOnddpdUOinnnn", kwlist, &app, &loop,
+            args, kwds, "OOi|$OUOdOnnnOddnndOOpUpSSOppOnddpdUOinnnnn", kwlist, &app, &loop,
             &listen_fd, &unix_path, &root_path, &state, &keep_alive, &max_body_o, &max_line,
             &max_fields, &max_section, &logger, &head_timeout, &write_timeout, &limit_concurrency,
             &limit_connections, &body_timeout, &access_log, &access_flush, &proxy_headers,
             &allow_ips, &date_header, &server_header, &extra_headers, &trace, &metrics, &ws,
             &ws_max_size_o, &ws_max_queue, &ws_ping_interval, &ws_ping_timeout, &ws_pmd,
             &batch_delay, &proxy_mode, &ssl_context, &http_mode, &h2_streams, &h2_headers,
-            &h2_window, &h2_frame)) {
+            &h2_window, &h2_frame, &h2_conn_window)) {
         return NULL;
     }
     if (h2_headers < 0) {
@@ -424,7 +426,8 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     /* RFC 9113 §6.5.2 ranges, checked before narrowing to the settings' uint32_t */
     if (http_mode < SK_HTTP_AUTO || http_mode > SK_HTTP_2 || h2_streams < 1 ||
         h2_streams > UINT32_MAX / 2 || h2_headers < 1 || h2_headers > UINT32_MAX / 2 ||
-        h2_window < 1 || h2_window > INT32_MAX || h2_frame < 16384 || h2_frame > 16777215) {
+        h2_window < 1 || h2_window > INT32_MAX || h2_frame < 16384 || h2_frame > 16777215 ||
+        (h2_conn_window != -1 && (h2_conn_window < 65535 || h2_conn_window > INT32_MAX))) {
         PyErr_SetString(PyExc_ValueError, "http must be 0, 1 or 2 and the http2_* limits in "
                                           "their RFC 9113 ranges");
         return NULL;
@@ -551,6 +554,13 @@ server_new(PyTypeObject *tp, PyObject *args, PyObject *kwds)
     h->h2.max_concurrent_streams = (uint32_t)h2_streams;
     h->h2.max_headers_size = (uint32_t)h2_headers;
     h->h2.initial_window = (uint32_t)h2_window;
+    /* -1: four stream windows (RFC 9113 §6.9.1 lets the connection's be no less than 65535),
+     * so up to three streams whose apps do not read leave a stream window for the others */
+    h->h2.connection_window =
+        h2_conn_window != -1 ? (uint32_t)h2_conn_window
+                             : (uint32_t)(h2_window > INT32_MAX / 4
+                                              ? INT32_MAX
+                                              : (4 * h2_window < 65535 ? 65535 : 4 * h2_window));
     h->h2.max_frame_size = (uint32_t)h2_frame;
     h->h2.write_timeout = write_timeout;
     h->h2.guard = sk_h2guard_defaults;

@@ -400,9 +400,14 @@ class Config:
         http2_max_headers_size: bytes of a request's header list (SETTINGS_MAX_HEADER_LIST_SIZE,
             RFC 9113 §6.5.2: names + values + 32 per field); larger: 431 on the stream.
             ``None`` (the default): 65536, HTTP/1.1's head limit.
-        http2_initial_stream_window_size: bytes of request content a stream, and the
-            connection, may have sent and the app not yet read (SETTINGS_INITIAL_WINDOW_SIZE;
-            the window reopens as the app's receive() takes it). Default 1 MiB.
+        http2_initial_stream_window_size: bytes of request content a stream may have sent and
+            its app not yet read (SETTINGS_INITIAL_WINDOW_SIZE; the window reopens as the app's
+            receive() takes it). Default 1 MiB.
+        http2_initial_connection_window_size: bytes of request content all of a connection's
+            streams together may have sent and their apps not yet read (the connection's
+            flow-control window, RFC 9113 §6.9.1; raised from 65,535 by a WINDOW_UPDATE on
+            stream 0), 65535..2**31-1. ``None`` (the default): four stream windows (4 MiB), so
+            up to three streams whose apps do not read hold back no other stream's upload.
         http2_max_frame_size: the largest frame payload skirr accepts (SETTINGS_MAX_FRAME_SIZE,
             16384..16777215). Default 16384.
         env_file: a dotenv file loaded (python-dotenv; existing variables win) on construction,
@@ -500,6 +505,7 @@ class Config:
     http2_max_concurrent_streams: int = 100
     http2_max_headers_size: int | None = None
     http2_initial_stream_window_size: int = 1024 * 1024
+    http2_initial_connection_window_size: int | None = None
     http2_max_frame_size: int = 16384
     ssl_keyfile: str | None = None
     ssl_certfile: str | None = None
@@ -535,9 +541,11 @@ class Config:
         for name, low, high in (("http2_max_concurrent_streams", 1, 2**31 - 1),
                                 ("http2_max_headers_size", 1, 2**31 - 1),
                                 ("http2_initial_stream_window_size", 1, 2**31 - 1),
+                                ("http2_initial_connection_window_size", 65535, 2**31 - 1),
                                 ("http2_max_frame_size", 16384, 2**24 - 1)):
             value = getattr(self, name)
-            if value is None and name == "http2_max_headers_size":
+            if value is None and name in ("http2_max_headers_size",
+                                          "http2_initial_connection_window_size"):
                 continue
             _check_number(name, value, integer=True, minimum=low)
             if value > high:

@@ -207,7 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
         "larger: 431 (default: 65536)")
     add("--http2-initial-stream-window-size", type=_int_at_least(1, 2**31 - 1),
         default=1024 * 1024, metavar="BYTES", help="bytes of HTTP/2 request content a stream "
-        "(and the connection) may send ahead of the app's reads (default: %(default)s)")
+        "may send ahead of its app's reads (default: %(default)s)")
+    add("--http2-initial-connection-window-size", type=_int_at_least(65535, 2**31 - 1),
+        default=None, metavar="BYTES", help="bytes of HTTP/2 request content a connection's "
+        "streams together may send ahead of their apps' reads (default: four stream windows, "
+        "4194304)")
     add("--http2-max-frame-size", type=_int_at_least(16384, 2**24 - 1), default=16384,
         metavar="BYTES", help="the largest HTTP/2 frame payload accepted (default: %(default)s)")
     add("--ws-max-size", type=_int_at_least(1), default=16 * 1024 * 1024, metavar="BYTES",
@@ -564,6 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             http2_max_concurrent_streams=args.http2_max_concurrent_streams,
             http2_max_headers_size=args.http2_max_headers_size,
             http2_initial_stream_window_size=args.http2_initial_stream_window_size,
+            http2_initial_connection_window_size=args.http2_initial_connection_window_size,
             http2_max_frame_size=args.http2_max_frame_size,
             ssl_keyfile=args.ssl_keyfile,
             ssl_certfile=args.ssl_certfile,

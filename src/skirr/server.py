@@ -476,6 +476,9 @@ class Server:
             http2_max_headers_size=(-1 if config.http2_max_headers_size is None
                                     else config.http2_max_headers_size),
             http2_initial_stream_window_size=config.http2_initial_stream_window_size,
+            http2_initial_connection_window_size=(
+                -1 if config.http2_initial_connection_window_size is None
+                else config.http2_initial_connection_window_size),
             http2_max_frame_size=config.http2_max_frame_size,
         )
 
