@@ -112,6 +112,31 @@ def test_curl_http2_over_tls_without_h2_falls_back(serve, tls):
     assert (got.returncode, got.stdout) == (0, '{"hello":"world"}\n1.1 200'), got.stderr
 
 
+@rule("skirr-h2-real-clients", "RFC9110-8.6-no-content-length-in-204",
+      "RFC9110-15.3.6-205-no-content")
+@pytest.mark.parametrize("status", [204, 205])
+def test_curl_reads_204_and_205_whatever_length_and_body_the_app_gives(serve, status):
+    """An app that gives a 204 or 205 a content-length and a body: curl (nghttp2 underneath)
+    gets the status with no content over HTTP/2, as over HTTP/1.1 (it failed the 204 as a
+    malformed response, exit 92, when the app's content-length went out)."""
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", b"5")]})
+        await send({"type": "http.response.body", "body": b"hello"})
+
+    with serve(app) as srv:
+        got = [curl(*flag, "-D", "-", *W, f"http://127.0.0.1:{srv.port}/")
+               for flag in (["--http2-prior-knowledge"], ["--http1.1"])]
+    for g, version in zip(got, ("2", "1.1")):
+        assert g.returncode == 0, g.stderr
+        lines = g.stdout.split("\n")  # text mode: curl's CRLFs read as LFs
+        assert lines[0] == (f"HTTP/2 {status} " if version == "2" else
+                            f"HTTP/1.1 {status} {'No Content' if status == 204 else 'Reset Content'}")
+        lengths = [ln for ln in lines if ln.lower().startswith("content-length:")]
+        assert lengths == ([] if status == 204 else ["content-length: 0"]), g.stdout
+        assert g.stdout.endswith(f"\n\n\n{version} {status}"), g.stdout  # no content
+
+
 async def hello(scope, receive, send):
     while (await receive()).get("more_body"):
         pass

@@ -834,9 +834,10 @@ submit_head(h2_stream_t *s)
      * SK_ENOMEM. */
     h2_conn_t *c = s->c;
     const sk_resp_opts_t *o = &c->srv->resp_opts;
-    /* :status, date, the default server line, the app's fields, the server's own lines; their
-     * names lowercased into `lower` (every line sent, however many: sk_resp_opts_measure()) */
-    size_t room = 3 + s->nrf + o->lines;
+    /* :status, 205's content-length, date, the default server line, the app's fields, the
+     * server's own lines; their names lowercased into `lower` (every line sent, however many:
+     * sk_resp_opts_measure()) */
+    size_t room = 4 + s->nrf + o->lines;
     nghttp2_nv stack[48];
     char lower_stack[512];
     nghttp2_nv *nv = room <= 48 ? stack : PyMem_Malloc(room * sizeof(nghttp2_nv));
@@ -853,6 +854,9 @@ submit_head(h2_stream_t *s)
     s->status_str[2] = (char)('0' + s->status % 10);
     s->status_str[3] = '\0';
     nv[n++] = NV(":status", 7, s->status_str, 3);
+    if (s->status == 205) { /* RFC 9110 §15.3.6: no content, said so (h2w_start) */
+        nv[n++] = NV("content-length", 14, "0", 1);
+    }
     for (uint32_t i = 0; i < s->nrf; i++) {
         nv[n++] = NV(span_ptr(&s->rh, s->rf[i].name), s->rf[i].name.len,
                      span_ptr(&s->rh, s->rf[i].value), s->rf[i].value.len);
@@ -977,7 +981,12 @@ h2w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int tr
     s->nrf = 0;
     s->clen = -1;
     size_t size = 0;
+    /* 204 and 205 carry no content-length of the app's (RFC 9110 §8.6; a client's HTTP/2 layer
+     * resets a 204 that has one), a 205 skirr's own "content-length: 0" (§15.3.6), as HTTP/1.1
+     * does (sk_resp.c); the app's is still checked */
+    int no_cl = status == 204 || status == 205;
     int rc = record_fields(&s->rh, &s->rf, &s->nrf, &s->rf_cap, fields, nfields, 0, &size);
+    uint32_t kept = 0;
     for (uint32_t i = 0; rc == 0 && i < s->nrf; i++) {
         const char *name = span_ptr(&s->rh, s->rf[i].name);
         size_t nl = s->rf[i].name.len;
@@ -988,6 +997,10 @@ h2w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int tr
             if (rc == 0) {
                 s->clen = v;
             }
+            if (no_cl) {
+                size -= SK_FIELD_SIZE(nl, s->rf[i].value.len);
+                continue;
+            }
         }
         else if (SK_TOKEN_IEQ(name, nl, "date")) {
             s->app_date = 1;
@@ -995,11 +1008,19 @@ h2w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int tr
         else if (SK_TOKEN_IEQ(name, nl, "server")) {
             s->app_server = 1;
         }
+        s->rf[kept++] = s->rf[i];
+    }
+    if (rc == 0) {
+        s->nrf = kept;
+        if (no_cl) {
+            s->clen = -1;
+        }
     }
     if (rc == 0) { /* what submit_head() adds: :status, date, server and the extra lines */
         const sk_resp_opts_t *o = &s->c->srv->resp_opts;
         int date = !s->app_date && s->c->srv->date_header; /* as sk_serve_date() */
         size += SK_FIELD_SIZE(7, 3) + (date ? SK_FIELD_SIZE(4, SK_DATE_LEN) : 0);
+        size += status == 205 ? SK_FIELD_SIZE(14, 1) : 0;
         if (!s->app_server) {
             size += o->server == NULL ? SK_FIELD_SIZE(6, 5) : o->server_size;
         }
@@ -1014,7 +1035,7 @@ h2w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int tr
     s->status = status;
     s->started = 1;
     s->trailers = (uint8_t)(trailers != 0);
-    s->bodyless = s->is_head || status == 204 || status == 304;
+    s->bodyless = s->is_head || status == 204 || status == 205 || status == 304;
     return 0;
 }
 
