@@ -429,6 +429,45 @@ def test_session_ticket_resumes(serve, tmp_path, maximum):
             assert tls.session_reused
 
 
+@pytest.mark.rule("RFC6066-sni-resumption", "ASGI-tls-extension")
+@pytest.mark.parametrize("maximum", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+@pytest.mark.parametrize("first, second, resumed", [
+    ("other.example", "localhost", False), ("localhost", "other.example", False),
+    ("other.example", None, False), ("other.example", "a.wild.example", True),
+    ("other.example", "other.example", True), ("localhost", "localhost", True)])
+def test_a_session_resumes_only_under_a_name_of_its_certificate(serve, tmp_path, maximum, first,
+                                                                 second, resumed):
+    """A session made under one server name and offered under another resumes only when both
+    names select the same certificate; otherwise a full handshake with the certificate the new
+    name selects, and the scope's server_cert is that one (it named the first certificate on
+    TLS 1.3 when OpenSSL resumed across certificates: an attack, stop 57)."""
+    files = TLSFiles(tmp_path)
+    cert, key = files.issue("other", "other.example", "*.wild.example")
+    seen = []
+
+    async def app(scope, receive, send):
+        seen.append(scope["extensions"]["tls"]["server_cert"])
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body"})
+
+    def selects(name):
+        return pem_text(cert) if name in ("other.example", "a.wild.example") else pem_text(
+            files.cert_pem)
+
+    with serve(app, **files.server_config(ssl_sni=[f"{cert}:{key}"])) as srv:
+        ctx = files.client_context()
+        ctx.check_hostname = False
+        ctx.maximum_version = maximum
+        with connect(srv.port, ctx, first) as tls:
+            assert get(tls).status == 204
+            session = tls.session
+        with connect(srv.port, ctx, second, session=session) as tls:
+            assert get(tls).status == 204
+            assert (tls.session_reused, tls.getpeercert(binary_form=True)) == (
+                resumed, der(selects(second).encode()))
+    assert seen == [selects(first), selects(second)]
+
+
 def s_client(port: int, files: TLSFiles, *args: str) -> str:
     """`openssl s_client -tls1_3 -msg` asking GET / with Connection: close, reading until the
     server closes (-ign_eof): its stdout (the handshake messages, the cipher line, the answer)."""

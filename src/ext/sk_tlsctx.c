@@ -298,32 +298,77 @@ name_matches(const char *pattern, const char *name)
     return strcmp(pattern, name) == 0;
 }
 
-static int
-servername_cb(SSL *ssl, int *alert, void *arg)
+static SSL_CTX *
+sni_pick(const sni_table_t *t, const unsigned char *req, size_t n)
 {
-    /* RFC 6066 §3: switches the connection to the certificate whose names match the requested
-     * server name; anything else keeps the default. Never refuses a name (the alert is only
-     * read when the callback says so). */
-    *alert = SSL_AD_UNRECOGNIZED_NAME;
-    sni_table_t *t = arg;
-    const char *req = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    /* RFC 6066 §3: the SSL_CTX whose certificate's names match the requested host name req (n
+     * bytes, as the client sent it: compared in lowercase, without a final dot), or NULL (the
+     * default's). Borrowed. */
     char name[256];
-    size_t n;
-    if (t == NULL || req == NULL || (n = strlen(req)) == 0 || n >= sizeof(name)) {
-        return SSL_TLSEXT_ERR_OK;
+    if (n == 0 || n >= sizeof(name)) {
+        return NULL;
     }
-    for (size_t i = 0; i <= n; i++) {
-        name[i] = (char)tolower((unsigned char)req[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (req[i] == '\0') {
+            return NULL; /* not a host name */
+        }
+        name[i] = (char)tolower(req[i]);
     }
+    name[n] = '\0';
     if (name[n - 1] == '.') {
         name[n - 1] = '\0'; /* an absolute name */
     }
     for (size_t i = 0; i < t->nnames; i++) {
         if (name_matches(t->names[i], name)) {
-            SSL_set_SSL_CTX(ssl, t->ctx[t->target[i]]);
-            break;
+            return t->ctx[t->target[i]];
         }
     }
+    return NULL;
+}
+
+static int
+client_hello_cb(SSL *ssl, int *alert, void *arg)
+{
+    /* Switches the connection to the certificate its server_name extension selects (RFC 6066 §3:
+     * a ServerNameList, its first host_name entry), before OpenSSL looks at a session to resume
+     * or makes a new one: each certificate has its own session id context (new_ctx), so a
+     * session is resumed only under a name that selects the certificate it was made with. A
+     * malformed extension selects nothing here (OpenSSL's own parsing refuses it). Never fails
+     * the handshake. */
+    (void)alert;
+    const sni_table_t *t = arg;
+    const unsigned char *p;
+    size_t len;
+    if (t == NULL || !SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &p, &len) ||
+        len < 2 || (size_t)((p[0] << 8) | p[1]) != len - 2) {
+        return SSL_CLIENT_HELLO_SUCCESS;
+    }
+    for (size_t off = 2; off + 3 <= len;) {
+        size_t n = ((size_t)p[off + 1] << 8) | p[off + 2];
+        if (off + 3 + n > len) {
+            break;
+        }
+        if (p[off] == TLSEXT_NAMETYPE_host_name) {
+            SSL_CTX *ctx = sni_pick(t, p + off + 3, n);
+            if (ctx != NULL) {
+                SSL_set_SSL_CTX(ssl, ctx);
+            }
+            break;
+        }
+        off += 3 + n;
+    }
+    return SSL_CLIENT_HELLO_SUCCESS;
+}
+
+static int
+servername_cb(SSL *ssl, int *alert, void *arg)
+{
+    /* Acknowledges the server name (RFC 6066 §3; OpenSSL then keeps it in a new session): the
+     * certificate was chosen by client_hello_cb. Never refuses a name (the alert is only read
+     * when the callback says so). */
+    (void)ssl;
+    (void)arg;
+    *alert = SSL_AD_UNRECOGNIZED_NAME;
     return SSL_TLSEXT_ERR_OK;
 }
 
@@ -508,12 +553,19 @@ done:
 }
 
 static SSL_CTX *
-new_ctx(TLSContextObject *o, PyObject *certfile, PyObject *keyfile, PyObject *password, int sni,
-        const unsigned char sid[SID_LEN])
+new_ctx(TLSContextObject *o, PyObject *certfile, PyObject *keyfile, PyObject *password,
+        size_t which, const unsigned char sid[SID_LEN])
 {
     /* A new SSL_CTX (one reference, the caller's) with every setting of the object, the
-     * certificate and key given and the session id context sid (sid_context); NULL with an
-     * exception. */
+     * certificate and key given (which: 0 the default, k the k-th --ssl-sni one) and the session
+     * id context sid (sid_context) made that certificate's own: RFC 6066 §3, a server MUST NOT
+     * resume a session under another server name than it was made for, and OpenSSL resumes only
+     * under the session id context it was made with. NULL with an exception. */
+    unsigned char own[SID_LEN];
+    memcpy(own, sid, SID_LEN);
+    own[SID_LEN - 1] ^= (unsigned char)(which & 0xff);
+    own[SID_LEN - 2] ^= (unsigned char)((which >> 8) & 0xff);
+    int sni = which > 0;
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
     PyObject *fs = NULL;
     if (ctx == NULL) {
@@ -551,7 +603,7 @@ new_ctx(TLSContextObject *o, PyObject *certfile, PyObject *keyfile, PyObject *pa
         goto error;
     }
     if (SSL_CTX_set_tlsext_ticket_keys(ctx, o->ticket_key, TICKET_KEY_LEN) != 1 ||
-        SSL_CTX_set_session_id_context(ctx, sid, SID_LEN) != 1) {
+        SSL_CTX_set_session_id_context(ctx, own, SID_LEN) != 1) {
         raise_ssl("TLS session tickets", NULL, "cannot set the key");
         goto error;
     }
@@ -680,7 +732,7 @@ build(TLSContextObject *o)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *e = PyTuple_GET_ITEM(o->sni, i);
         SSL_CTX *c = new_ctx(o, PyTuple_GET_ITEM(e, 0), PyTuple_GET_ITEM(e, 1),
-                             PyTuple_GET_ITEM(e, 2), 1, sid);
+                             PyTuple_GET_ITEM(e, 2), (size_t)i + 1, sid);
         if (c == NULL) {
             goto error;
         }
@@ -693,8 +745,8 @@ build(TLSContextObject *o)
         raise_ssl("--ssl-sni", NULL, "cannot attach the SNI table");
         goto error;
     }
+    SSL_CTX_set_client_hello_cb(ctx, client_hello_cb, t); /* t is freed with ctx (sni_free) */
     SSL_CTX_set_tlsext_servername_callback(ctx, servername_cb);
-    SSL_CTX_set_tlsext_servername_arg(ctx, t); /* t is freed with ctx (sni_free) */
     return ctx;
 error:
     sni_free(NULL, t, NULL, 0, 0, NULL);
