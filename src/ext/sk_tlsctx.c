@@ -334,8 +334,8 @@ client_hello_cb(SSL *ssl, int *alert, void *arg)
      * or makes a new one: each certificate has its own session id context (new_ctx), so a
      * session is resumed only under a name that selects the certificate it was made with. A
      * malformed extension selects nothing here (OpenSSL's own parsing refuses it). Never fails
-     * the handshake. */
-    (void)alert;
+     * the handshake (the alert is only read when the callback fails). */
+    *alert = SSL_AD_UNRECOGNIZED_NAME;
     const sni_table_t *t = arg;
     const unsigned char *p;
     size_t len;
