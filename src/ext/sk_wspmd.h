@@ -29,8 +29,8 @@
  *   Together 16 KiB + 16 KiB of tables instead of 128 KiB + 128 KiB at 15 bits and memLevel 8.
  * - The answer to a client_max_window_bits offer (§7.1.2.2, which lets the server answer a
  *   smaller value than offered, or a value when the offer had none): at most 12, so the inflater
- *   keeps a 4 KiB window instead of 32 KiB. A client that does not offer the parameter may use
- *   15 bits: its inflater keeps 32 KiB. */
+ *   keeps a 4 KiB window instead of 32 KiB. A client that does not offer the parameter
+ *   (Firefox) may use 15 bits: the server's inflater for it keeps 32 KiB. */
 #define SK_PMD_SERVER_WINDOW_BITS 12
 #define SK_PMD_SERVER_MEM_LEVEL 5
 #define SK_PMD_CLIENT_WINDOW_BITS 12
