@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import random
 import threading
 import time
 import zlib
@@ -881,7 +882,16 @@ def pmd_handshake(c, offer: bytes) -> dict:
 
 @rule("RFC7692-7.1-negotiation")
 @pytest.mark.parametrize("offer, answer", [
-    (b"permessage-deflate; client_max_window_bits", b"permessage-deflate"),
+    # Chrome's offer (and the websockets client's): no value, so the server names the window the
+    # client compresses with, 12 bits (§7.1.2.2), and its inflater keeps 4 KiB, not 32 KiB
+    (b"permessage-deflate; client_max_window_bits",
+     b"permessage-deflate; client_max_window_bits=12"),
+    # Firefox's offer: without the parameter the answer may not name it (§7.1.2.2)
+    (b"permessage-deflate", b"permessage-deflate"),
+    (b"permessage-deflate; client_max_window_bits=15",
+     b"permessage-deflate; client_max_window_bits=12"),
+    (b"permessage-deflate; client_max_window_bits=8",
+     b"permessage-deflate; client_max_window_bits=8"),
     (b"permessage-deflate; server_no_context_takeover; client_no_context_takeover",
      b"permessage-deflate; server_no_context_takeover; client_no_context_takeover"),
     (b"permessage-deflate; server_max_window_bits=10; client_max_window_bits=12",
@@ -893,8 +903,9 @@ def pmd_handshake(c, offer: bytes) -> dict:
     (b"x-webkit-deflate-frame, permessage-deflate; server_max_window_bits=16", None),
 ])
 def test_permessage_deflate_negotiation(serve, offer, answer):
-    """RFC 7692 §7.1: the first acceptable offer is answered with the parameters it asked for;
-    none acceptable: no Sec-WebSocket-Extensions in the 101 (and RSV1 stays an error)."""
+    """RFC 7692 §7.1: the first acceptable offer is answered with the parameters it asked for,
+    client_max_window_bits at most 12; none acceptable: no Sec-WebSocket-Extensions in the 101
+    (and RSV1 stays an error)."""
     with serve(make_app(Recorder())) as srv:
         c = srv.connect()
         fields = pmd_handshake(c, offer)
@@ -932,6 +943,72 @@ def test_permessage_deflate_echo(serve, params):
             data = os.urandom(100_000)
             ws.send(data)
             assert ws.recv(timeout=IO_TIMEOUT) == data
+
+
+# 5,000 incompressible bytes: sent twice, the second copy is 5,000 bytes back, past a 4 KiB window
+BLOCK = random.Random(7692).randbytes(5000)
+TAIL = b"\x00\x00\xff\xff"  # RFC 7692 §7.2.2
+
+
+@rule("RFC7692-7.1.2-window-bits")
+def test_permessage_deflate_websockets_client_default(serve):
+    """The websockets client with its default compression (it offers client_max_window_bits, as
+    Chrome does): it is told 12 bits for its compressor and keeps 15 for its decompressor (the
+    server's smaller window is not announced); JSON, a block repeated 5,000 bytes back and text
+    round-trip, compressed both ways."""
+    with serve(make_app(Recorder())) as srv:
+        with connect(f"ws://127.0.0.1:{srv.port}/", open_timeout=IO_TIMEOUT,
+                     close_timeout=IO_TIMEOUT, max_size=None) as ws:
+            (ext,) = ws.protocol.extensions
+            assert (type(ext).__name__, ext.local_max_window_bits, ext.remote_max_window_bits) == (
+                "PerMessageDeflate", 12, 15)
+            chat = json.dumps([{"id": i, "user": f"user{i % 7}", "text": "hello " * (i % 5)}
+                               for i in range(60)])
+            for message in (chat, BLOCK, BLOCK, BLOCK + BLOCK, "héllo " * 2000, chat):
+                ws.send(message)
+                assert ws.recv(timeout=IO_TIMEOUT) == message
+
+
+@rule("RFC7692-7.1.2-window-bits")
+def test_permessage_deflate_server_window_is_12_bits(serve):
+    """The server compresses with a 4 KiB window (12 bits) whatever maximum was agreed (15 here):
+    its echo of a block sent again, 5,000 bytes after the first, inflates with a 12-bit window
+    (a 15-bit compressor would point back into the first echo)."""
+    with serve(make_app(Recorder())) as srv:
+        c = srv.connect()
+        assert pmd_handshake(c, b"permessage-deflate")[b"sec-websocket-extensions"] == (
+            b"permessage-deflate")
+        inflater = zlib.decompressobj(wbits=-12)
+        for _ in range(2):
+            c.send(frame(0x82, BLOCK))  # uncompressed (RSV1 clear), echoed compressed
+            b0, payload = read_frame(c)
+            assert b0 == 0xC2  # FIN, RSV1 (compressed), binary
+            assert inflater.decompress(payload + TAIL) == BLOCK
+
+
+@rule("RFC7692-7.1.2-window-bits")
+@pytest.mark.parametrize("wbits", [12, 15])
+def test_permessage_deflate_client_window_is_the_answer(serve, wbits):
+    """Offered client_max_window_bits without a value, the answer is 12 and the inflater keeps a
+    4 KiB window: a client that compresses with 12 bits is echoed; one that points 5,000 bytes
+    back into its previous message (15 bits, past what it agreed to) fails with 1007."""
+    with serve(make_app(Recorder())) as srv:
+        c = srv.connect()
+        assert pmd_handshake(c, b"permessage-deflate; client_max_window_bits")[
+            b"sec-websocket-extensions"] == b"permessage-deflate; client_max_window_bits=12"
+        deflater = zlib.compressobj(wbits=-wbits)
+        inflater = zlib.decompressobj(wbits=-15)
+        for n in range(2):
+            z = deflater.compress(BLOCK) + deflater.flush(zlib.Z_SYNC_FLUSH)
+            assert z.endswith(TAIL)
+            assert (len(z) < 100) == (n == 1 and wbits == 15)  # the second a back-reference
+            c.send(frame(0xC2, z[:-4]))
+            if n == 1 and wbits == 15:
+                assert c.read_until_close() == close_frame(1007)
+                break
+            b0, payload = read_frame(c)
+            assert b0 == 0xC2
+            assert inflater.decompress(payload + TAIL) == BLOCK
 
 
 def read_frame(c) -> tuple[int, bytes]:

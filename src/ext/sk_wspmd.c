@@ -100,11 +100,13 @@ offer(const char *s, size_t n, sk_pmd_params_t *out)
             out->server_max_window_bits = (uint8_t)bits;
         }
         else if (SK_TOKEN_IEQ(p, nlen, "client_max_window_bits")) {
-            int bits = v ? window_bits(v, vlen, 8) : 0;
+            int bits = v ? window_bits(v, vlen, 8) : 15; /* no value: the client takes any */
             if (seen_cmwb++ || bits < 0) {
                 return 0;
             }
-            out->client_max_window_bits = (uint8_t)bits;
+            /* §7.1.2.2: the answer may be smaller than the offer: the inflater's window */
+            out->client_max_window_bits =
+                (uint8_t)(bits < SK_PMD_CLIENT_WINDOW_BITS ? bits : SK_PMD_CLIENT_WINDOW_BITS);
         }
         else {
             return 0; /* §7.1: an unknown parameter: decline this offer */
@@ -209,7 +211,12 @@ sk_pmd_inflate(sk_pmd_t *z, const char *in, size_t n, int final, sk_buf_t *out, 
 {
     if (!z->inflater_ready) {
         memset(&z->inflater, 0, sizeof(z->inflater));
-        if (inflateInit2(&z->inflater, -15) != Z_OK) {
+        /* The window the client agreed to compress with (§7.1.2.2), else RFC 7692's 15 bits;
+         * at least 9: a zlib client cannot deflate raw with 8 and uses 9 when it agreed to 8
+         * (a larger inflater window reads any smaller one: 512 bytes instead of 256). */
+        int bits = z->params.client_max_window_bits;
+        bits = bits == 0 ? 15 : bits < 9 ? 9 : bits;
+        if (inflateInit2(&z->inflater, -bits) != Z_OK) {
             return SK_ENOMEM;
         }
         z->inflater_ready = 1;
@@ -230,8 +237,12 @@ sk_pmd_deflate(sk_pmd_t *z, const char *in, size_t n, sk_buf_t *out)
     z_stream *s = &z->deflater;
     if (!z->deflater_ready) {
         memset(s, 0, sizeof(*s));
-        if (deflateInit2(s, Z_DEFAULT_COMPRESSION, Z_DEFLATED,
-                         -(int)z->params.server_max_window_bits, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+        /* A window no larger than agreed (§7.1.2.1) and no larger than SK_PMD_SERVER_WINDOW_BITS:
+         * the client's inflater reads any smaller one (sk_wspmd.h: bytes kept per connection) */
+        int bits = z->params.server_max_window_bits;
+        bits = bits < SK_PMD_SERVER_WINDOW_BITS ? bits : SK_PMD_SERVER_WINDOW_BITS;
+        if (deflateInit2(s, Z_DEFAULT_COMPRESSION, Z_DEFLATED, -bits, SK_PMD_SERVER_MEM_LEVEL,
+                         Z_DEFAULT_STRATEGY) != Z_OK) {
             return SK_ENOMEM;
         }
         z->deflater_ready = 1;

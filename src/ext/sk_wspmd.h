@@ -18,13 +18,33 @@
 
 #include "sk_core.h"
 
+/* The server's own zlib settings, smaller than RFC 7692's maximum (the websockets library's
+ * server defaults, for the same reason: zlib's tables are kept for the connection's life with
+ * context takeover). zlib's formula (zconf.h): deflate holds (1 << (windowBits + 2)) +
+ * (1 << (memLevel + 9)) bytes, inflate 1 << windowBits bytes of window beside its ~7 KiB state.
+ * - The compressor's LZ77 window: at most 12 bits (4 KiB) whatever was agreed. §7.1.2.1: the
+ *   agreed server_max_window_bits is a maximum, and the client's decompressor takes any smaller
+ *   window, so this is not announced.
+ * - The compressor's memLevel 5 (zlib's default 8): its hash table and match buffers.
+ *   Together 16 KiB + 16 KiB of tables instead of 128 KiB + 128 KiB at 15 bits and memLevel 8.
+ * - The answer to a client_max_window_bits offer (§7.1.2.2, which lets the server answer a
+ *   smaller value than offered, or a value when the offer had none): at most 12, so the inflater
+ *   keeps a 4 KiB window instead of 32 KiB. A client that does not offer the parameter
+ *   (Firefox) may use 15 bits: the server's inflater for it keeps 32 KiB. */
+#define SK_PMD_SERVER_WINDOW_BITS 12
+#define SK_PMD_SERVER_MEM_LEVEL 5
+#define SK_PMD_CLIENT_WINDOW_BITS 12
+
 /* The agreed parameters (RFC 7692 §7.1). */
 typedef struct {
     uint8_t server_no_context_takeover; /* the server resets its compressor after each message */
     uint8_t client_no_context_takeover; /* the client resets its: the server resets its inflater */
-    uint8_t server_max_window_bits;     /* 9..15: the server's LZ77 window (8 is declined: zlib's
-                                         * raw deflate cannot use a 256-byte window) */
-    uint8_t client_max_window_bits;     /* 8..15 when the client offered a value (echoed), else 0 */
+    uint8_t server_max_window_bits;     /* 9..15: the most the server's LZ77 window may be (8 is
+                                         * declined: zlib's raw deflate cannot use a 256-byte
+                                         * window); it uses at most SK_PMD_SERVER_WINDOW_BITS */
+    uint8_t client_max_window_bits;     /* the answer, 8..SK_PMD_CLIENT_WINDOW_BITS, when the
+                                         * client offered the parameter (the offered value or
+                                         * SK_PMD_CLIENT_WINDOW_BITS, the smaller), else 0 */
 } sk_pmd_params_t;
 
 /* Looks at one Sec-WebSocket-Extensions field value: 1 when it holds an acceptable
