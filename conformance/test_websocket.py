@@ -896,6 +896,12 @@ def pmd_handshake(c, offer: bytes) -> dict:
      b"permessage-deflate; server_no_context_takeover; client_no_context_takeover"),
     (b"permessage-deflate; server_max_window_bits=10; client_max_window_bits=12",
      b"permessage-deflate; server_max_window_bits=10; client_max_window_bits=12"),
+    # §7.1.2.1: an offer naming server_max_window_bits is answered naming it, 15 too (it was
+    # left out, and the websockets client refused the answer: an attack, stop 57)
+    (b"permessage-deflate; server_max_window_bits=15",
+     b"permessage-deflate; server_max_window_bits=15"),
+    (b"permessage-deflate; server_max_window_bits=14; client_max_window_bits",
+     b"permessage-deflate; server_max_window_bits=14; client_max_window_bits=12"),
     # an offer skirr cannot take (8 bits: zlib; an unknown parameter) is skipped for the next
     (b"permessage-deflate; server_max_window_bits=8, permessage-deflate; x=1, "
      b"permessage-deflate; server_max_window_bits=\"9\"",
@@ -926,7 +932,8 @@ def test_permessage_deflate_off(serve):
 @rule("RFC7692-7.2-compressed-messages")
 @pytest.mark.parametrize("params", [{}, {"server_no_context_takeover": True,
                                          "client_no_context_takeover": True},
-                                    {"server_max_window_bits": 9, "client_max_window_bits": 9}])
+                                    {"server_max_window_bits": 9, "client_max_window_bits": 9},
+                                    {"server_max_window_bits": 15}])
 def test_permessage_deflate_echo(serve, params):
     """RFC 7692 §7.2: compressed messages both ways with the websockets client (which checks the
     server's frames), context takeover on and off, small windows; the app sees plain text."""

@@ -98,6 +98,7 @@ offer(const char *s, size_t n, sk_pmd_params_t *out)
                 return 0;
             }
             out->server_max_window_bits = (uint8_t)bits;
+            out->server_max_window_bits_offered = 1;
         }
         else if (SK_TOKEN_IEQ(p, nlen, "client_max_window_bits")) {
             int bits = v ? window_bits(v, vlen, 8) : 15; /* no value: the client takes any */
@@ -136,7 +137,9 @@ sk_pmd_response(const sk_pmd_params_t *p, char *buf, size_t cap)
     int n = snprintf(buf, cap, "permessage-deflate%s%s",
                      p->server_no_context_takeover ? "; server_no_context_takeover" : "",
                      p->client_no_context_takeover ? "; client_no_context_takeover" : "");
-    if (n > 0 && (size_t)n < cap && p->server_max_window_bits < 15) {
+    /* §7.1.2.1: an offer that names server_max_window_bits is accepted by naming it, with the
+     * same value or a smaller one (the same: the compressor's own window is no larger) */
+    if (n > 0 && (size_t)n < cap && p->server_max_window_bits_offered) {
         n += snprintf(buf + n, cap - (size_t)n, "; server_max_window_bits=%d",
                       p->server_max_window_bits);
     }

@@ -42,7 +42,9 @@ typedef struct {
     uint8_t server_max_window_bits;     /* 9..15: the most the server's LZ77 window may be (8 is
                                          * declined: zlib's raw deflate cannot use a 256-byte
                                          * window); it uses at most SK_PMD_SERVER_WINDOW_BITS */
-    uint8_t client_max_window_bits;     /* the answer, 8..SK_PMD_CLIENT_WINDOW_BITS, when the
+    uint8_t server_max_window_bits_offered; /* the offer named server_max_window_bits: the
+                                             * answer names it too (§7.1.2.1) */
+    uint8_t client_max_window_bits;         /* the answer, 8..SK_PMD_CLIENT_WINDOW_BITS, when the
                                          * client offered the parameter (the offered value or
                                          * SK_PMD_CLIENT_WINDOW_BITS, the smaller), else 0 */
 } sk_pmd_params_t;
