@@ -990,6 +990,41 @@ def test_workers_sighup_rolls_onto_the_new_certificate(tmp_path, loop):
         assert proc.stop() == 0
 
 
+@pytest.mark.rule("skirr-workers-dead-slot")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+def test_workers_a_dead_slot_with_a_bad_key_on_disk_gets_no_new_connections(tmp_path, loop):
+    """A worker killed after its key file was spoilt on disk (a certificate rotation gone wrong)
+    cannot restart: every new TLS connection is answered within 1 s by the other worker, and
+    once the file is good again the slot serves its share."""
+    import re
+
+    with two_tls_workers(tmp_path, loop) as (files, port, proc):
+        victim, other = (int(p) for p in re.findall(r"Started worker \[(\d+)\]", proc.stderr))
+        key = files.key_pem.read_bytes()
+        files.key_pem.write_text("garbage\n")
+        os.kill(victim, signal.SIGKILL)
+        proc.wait_stderr("restarting in 0.1 s")
+        ctx = files.client_context()
+        for _ in range(20):
+            began = time.monotonic()
+            sock = socket.create_connection(("127.0.0.1", port), timeout=1.0)
+            with ctx.wrap_socket(sock, server_hostname="localhost") as tls:
+                r = get(tls)
+            assert (r.status, r.body.decode()) == (200, f"{other} v1")
+            assert time.monotonic() - began < 1.0
+        assert "Slot 0 has no serving worker: its new connections go to the other slot(s)" in \
+            proc.stderr
+        files.key_pem.write_bytes(key)
+        proc.wait_stderr("Slot 0 serves again: it gets its share of new connections")
+        pids = set()
+        deadline = time.monotonic() + 20
+        while len(pids) < 2 and time.monotonic() < deadline:
+            with connect(port, ctx) as tls:
+                pids.add(int(get(tls).body.split()[0]))
+        assert other in pids and victim not in pids and len(pids) == 2, pids
+        assert proc.stop() == 0
+
+
 @pytest.mark.rule("skirr-tls-config-errors")
 @pytest.mark.parametrize("loop", _proc.LOOPS)
 def test_config_refuses_a_password_callable_with_workers(tmp_path, loop):

@@ -358,6 +358,61 @@ def test_failing_restarts_back_off(tmp_path):
         assert proc.stop() == 0
 
 
+@pytest.mark.rule("skirr-workers-dead-slot")
+def test_a_slot_whose_worker_cannot_restart_gets_no_new_connections(tmp_path):
+    """The attack of stop 57: one worker killed while its restarts keep failing (lifespan
+    startup refused). Connections queued on its slot end at the first failed restart instead of
+    hanging for the back-off; new connections all go to the serving worker, each answered within
+    1 s; once the restart succeeds, the slot gets its share again."""
+    fail = tmp_path / "fail"
+    proc, port = _serve(tmp_path, "--workers", "2", env={"SKIRR_TEST_FAIL_FILE": str(fail)})
+    with proc:
+        proc.wait_accepting(port)
+        pids = _serving_pids(port, 2)
+        victim = min(pids)
+        (other,) = pids - {victim}
+        os.kill(victim, signal.SIGSTOP)  # it accepts nothing more: its queue fills
+        queued = []
+        for _ in range(24):  # about half wait in the victim's queue
+            sock = _proc.connect(port)
+            conn = h11.Connection(h11.CLIENT)
+            _proc.send_request(sock, conn, "GET", "/")
+            queued.append((sock, conn))
+        time.sleep(0.2)
+        fail.write_text("x")
+        killed_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        answered, reset = [], 0
+        for sock, conn in queued:
+            with sock:
+                try:
+                    r = _proc.read_response(sock, conn)
+                except (ConnectionResetError, h11.RemoteProtocolError):
+                    reset += 1
+                else:
+                    answered.append((r.status, r.body.decode()))
+        # The queued ones on the victim's slot are reset at the first failed restart (one
+        # worker start), not left waiting for the back-off; the others answered.
+        assert time.monotonic() - killed_at < 5.0
+        assert reset and set(answered) == {(200, f"{other} v1")}, (reset, answered)
+        slot = re.search(rf"Worker \[{victim}\] \(slot (\d+)\) died", proc.stderr)[1]
+        _wait_for(lambda: "restarting in 0.2 s" in proc.stderr, 10, "2 failed restarts", proc)
+        assert f"Slot {slot} has no serving worker: its new connections go to the other " \
+            "slot(s)" in proc.stderr
+        assert f"Slot {slot} has no worker to start before its back-off ends: reset " in \
+            proc.stderr
+        for _ in range(24):
+            began = time.monotonic()
+            r = _proc.request(port, "GET", "/", timeout=1.0)
+            assert (r.status, r.body.decode()) == (200, f"{other} v1")
+            assert time.monotonic() - began < 1.0
+        fail.unlink()
+        new = _serving_pids(port, 2)
+        assert other in new and victim not in new
+        assert f"Slot {slot} serves again: it gets its share of new connections" in proc.stderr
+        assert proc.stop() == 0
+
+
 def _block_a_worker(port: int) -> tuple[threading.Thread, list]:
     """GET /block?s=30 (blocks the event loop that takes it) from a thread: (the thread, the list
     it appends the answer or its error to)."""

@@ -3,18 +3,25 @@
 Owns: the listening sockets (bound here, before any worker starts, so a port in use is reported
 once), one worker process per slot (``python -m skirr._worker``, a fresh interpreter that imports
 the application itself), their heartbeats, restarts, recycling and the process signals. Never:
-imports the application or touches a client connection.
+imports the application or reads a client connection (it only resets, unread, those queued on a
+slot whose worker cannot start: see Slots).
 
 Slots. On Linux over TCP each slot has its own ``SO_REUSEPORT`` listener, so the kernel spreads
 new connections over the workers; the supervisor keeps every slot's socket open for the slot's
 whole life and hands the same socket to the slot's next worker, so connections queued on a dead
 worker's socket are served by its successor instead of being reset (closing a reuse-port
-listener drops its queue). The first worker listens on its slot's socket itself (so a failed
-startup never accepts a connection); every later slot's socket is listened on here, in slot
-order, as its first worker starts (connections the kernel routes to it wait for that worker, as
-they wait for a replacement), which keeps the order of the kernel's reuse-port group known for
-SIGTTOU. ``reuse_port=False``, a Unix-domain socket or an inherited ``fd`` share one listener
-between every slot instead.
+listener drops its queue). While a slot has no serving worker (its worker died and the
+replacement has not reported serving, or its first worker is still starting) and another slot
+serves, new connections go to the serving slots only (the routing program of SIGTTOU, below);
+one line says when a slot that served is routed away and when it serves again. When a
+replacement cannot start (a back-off before the next try), the connections queued on the slot's
+listener are reset (accepted and closed with SO_LINGER 0) rather than left waiting for the
+back-off; with no routing program, so are the new ones the kernel keeps giving the slot. When no
+slot serves, every queue waits for its next worker. The first worker listens on its slot's
+socket itself (so a failed startup never accepts a connection); every later slot's socket is
+listened on here, in slot order, as its first worker starts, which keeps the order of the
+kernel's reuse-port group known for routing. ``reuse_port=False``, a Unix-domain socket or an
+inherited ``fd`` share one listener between every slot instead.
 
 Thread workers (``worker_kind="thread"``, free-threaded Python only). One slot, whose one worker
 process runs ``workers`` event loops in as many threads (``skirr._worker``): the slot holds
@@ -73,11 +80,11 @@ Signals (as gunicorn's arbiter):
     SIGTTIN          one worker more (a new slot).
     SIGTTOU          one worker fewer (the newest slot; never below one). Its own listener
                      first stops getting new connections (a classic BPF program on the
-                     reuse-port group picks one of the remaining listeners at random; the
-                     supervisor listens every slot's socket itself, in slot order, so it knows
-                     each one's index in the group); once its accept queue is empty (at least
-                     0.5 s later, at most 10 s) its worker stops gracefully and the listener
-                     closes, so no queued connection is reset.
+                     reuse-port group picks one of the remaining serving listeners at random;
+                     the supervisor listens every slot's socket itself, in slot order, so it
+                     knows each one's index in the group); once its accept queue is empty
+                     (at least 0.5 s later, at most 10 s) its worker stops gracefully and the
+                     listener closes, so no queued connection is reset.
 """
 from __future__ import annotations
 
@@ -134,6 +141,8 @@ class _Slot:
     restart_at: float | None = None
     restart_successor: bool = False  # the start due at restart_at replaces a serving worker
     spawn_errors: int = 0  # consecutive starts the system refused a resource for
+    served: bool = False  # a worker of the slot has served (its first start is over)
+    away: bool = False  # said to get no new connections (no serving worker), not said back yet
 
     def __post_init__(self) -> None:
         if not self.socks:
@@ -198,7 +207,9 @@ class Supervisor:
         # The own listeners in the order of the kernel's reuse-port group (the index a routing
         # program returns); None when that order is not known (then SIGTTOU cannot reroute).
         self._group: list[_Slot] | None = []
-        self._routed = False  # a routing program is attached to the group
+        self._routed = False  # new connections follow the program attached (self._targets)
+        self._targets: list[int] = []  # the group indices the attached program picks from
+        # (empty while none is attached)
         self._retiring: list[_Slot] = []  # removed by SIGTTOU, draining their accept queues
         self._wake_w = -1
         self._sel: selectors.BaseSelector | None = None
@@ -310,7 +321,11 @@ class Supervisor:
             return
         self._check_heartbeats(now)
         self._check_retiring(now)
+        serving = any(self._serves(s) for s in self.slots)
         for slot in self.slots:
+            if serving and slot.restart_at is not None and slot.current is None \
+                    and slot.successor is None:
+                self._reset_queue(slot)  # nobody will accept them before the back-off ends
             if slot.restart_at is not None and now >= slot.restart_at:
                 slot.restart_at = None
                 if slot.current is None and slot.successor is None:
@@ -455,6 +470,7 @@ class Supervisor:
         worker.ready = True
         slot = worker.slot
         slot.failures = 0
+        slot.served = True
         if slot.own and not slot.listening:  # the first worker listened itself
             self._joined(slot)
         if worker is slot.successor:
@@ -463,6 +479,7 @@ class Supervisor:
                 logger.info("Worker [%d] serves slot %d: stopping worker [%d]", worker.pid,
                             slot.index, old.pid)
                 self._stop_worker(old)
+        self._route()  # the slot serves: it gets its share of new connections (again)
         if self._starting:
             self._starting = False
             for other in self.slots:
@@ -521,6 +538,9 @@ class Supervisor:
         if not worker.killed:
             logger.warning("Worker [%d] (slot %d) died (%s): restarting it", worker.pid,
                            slot.index, _status(returncode))
+        # Until its replacement serves (an interpreter start and the application's import at
+        # least; a back-off too if it fails), the other slots take the slot's new connections.
+        self._route()
         if slot.current is None and slot.successor is None:
             self._spawn(slot)
 
@@ -685,8 +705,37 @@ class Supervisor:
         slot.listening = True
         if self._group is not None:
             self._group.append(slot)
-        if self._routed:
-            self._route()
+        self._route()
+
+    @staticmethod
+    def _serves(slot: _Slot) -> bool:
+        """A worker of ``slot`` accepts its connections (a successor that serves becomes its
+        current worker at once)."""
+        return slot.current is not None and slot.current.ready
+
+    def _reset_queue(self, slot: _Slot) -> None:
+        """Resets the connections waiting on ``slot``'s own listener while no worker of the slot
+        is running and its next start waits for a back-off (a failed startup, a refused
+        resource) that other slots serve through: those clients get an error now instead of
+        waiting for a worker that may be seconds away. New connections are routed to the other
+        slots meanwhile (see _route); this also empties the queue of what came before, or of
+        every connection the kernel gives the slot when nothing can route them away."""
+        if not (slot.own and slot.listening):
+            return  # a shared listener's queue belongs to the serving workers too
+        reset = 0
+        while reset < 4096:
+            try:
+                conn, _ = slot.sock.accept()
+            except ConnectionAbortedError:
+                continue
+            except OSError:  # empty (EAGAIN), or no descriptor for one now (EMFILE ...)
+                break
+            with conn:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            reset += 1
+        if reset:
+            logger.warning("Slot %d has no worker to start before its back-off ends: reset %d "
+                           "connection(s) waiting on it", slot.index, reset)
 
     def _close_slot(self, slot: _Slot) -> None:
         """Closes a removed slot's own listener; the kernel moves the group's last socket into
@@ -697,19 +746,30 @@ class Supervisor:
             i = self._group.index(slot)
             self._group[i] = self._group[-1]
             self._group.pop()
-        if self._routed:
-            self._route()
+        self._route()
 
     def _route(self) -> None:
         """Routes new connections only to the listeners of ``self.slots`` (not to the slots
-        being removed): a classic BPF program on the reuse-port group that picks one of them at
-        random. Without one (not Linux, an unknown group order, a refused program) SIGTTOU
-        stops the removed worker at once, as before."""
+        being removed) whose worker serves (not to a slot whose worker died or has not started
+        yet, while another slot serves; when none serves, to all of them, each queueing for its
+        next worker): a classic BPF program on the reuse-port group that picks one of them at
+        random, attached once the kernel's own spread would send connections elsewhere. Without
+        one (not Linux, an unknown group order, a refused program) SIGTTOU stops the removed
+        worker at once, as before, and a slot without a worker keeps getting its share of new
+        connections, which wait for its next worker (reset while a back-off delays it: see
+        _reset_queue)."""
         group = self._group
-        if group is None or not self.slots or not all(s in group for s in self.slots):
+        if group is None or self._threads or self._stopping or not self.slots or \
+                not all(s in group for s in self.slots):
             self._routed = False  # a removed slot then closes at once
             return
-        indices = [group.index(s) for s in self.slots]
+        targets = [s for s in self.slots if self._serves(s)] or self.slots
+        indices = [group.index(s) for s in targets]
+        if indices == self._targets or (not self._targets and len(indices) == len(group)):
+            # the program attached already picks these, or none is and the kernel's own spread
+            # reaches every listener
+            self._routed = bool(self._targets)
+            return
         insns = [(_BPF_LD_W_ABS, 0, 0, _SKF_AD_RANDOM), (_BPF_ALU_MOD_K, 0, 0, len(indices))]
         for i, index in enumerate(indices):
             insns += [(_BPF_JEQ_K, 0, 1, i), (_BPF_RET_K, 0, 0, index)]
@@ -719,11 +779,23 @@ class Supervisor:
         try:
             self.slots[0].sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_REUSEPORT_CBPF, fprog)
         except OSError as exc:
-            logger.warning("Could not route connections away from a removed worker: %s", exc)
+            logger.warning("Could not route connections away from a removed worker or one that "
+                           "does not serve: %s", exc)
             self._group = None
             self._routed = False
+            self._targets = []
             return
         self._routed = True
+        self._targets = indices
+        for slot in self.slots:  # said for a worker lost, not for a first start
+            if slot.served and not slot.away and slot not in targets:
+                slot.away = True
+                logger.warning("Slot %d has no serving worker: its new connections go to the "
+                               "other slot(s)", slot.index)
+            elif slot.away and self._serves(slot):
+                slot.away = False
+                logger.info("Slot %d serves again: it gets its share of new connections",
+                            slot.index)
 
     def _bind(self) -> None:
         config = self.config
