@@ -130,6 +130,11 @@ int sk_parser_eof_mid_message(const sk_parser_t *p);
 
 /* 1 while between requests (no byte of the next request seen yet). */
 int sk_parser_idle(const sk_parser_t *p);
+/* 1 when the current request's head was read whole and passed every check a head the app gets
+ * passes: SK_EV_HEAD was returned, or the one refusal made after those checks, a declared
+ * Content-Length over limits.max_body (413, RFC 9110 §15.5.14). Its target and fields are then
+ * what a scope would be built from; 0 for a head not read whole or refused as invalid. */
+int sk_parser_head_checked(const sk_parser_t *p);
 /* Between messages (sk_parser_idle), frees the head block and the field array (made again by
  * the next message's first bytes); does nothing otherwise. */
 void sk_parser_trim(sk_parser_t *p);
