@@ -96,8 +96,7 @@ split_ok(const sk_parser_t *p)
     size_t auth_len, path_len, query_len;
 
     REQUIRE(sk_parser_head_checked(p));
-    sk_http_target_split(t, p->target.len, &auth, &auth_len, &path, &path_len, &query,
-                         &query_len);
+    sk_http_target_split(t, p->target.len, &auth, &auth_len, &path, &path_len, &query, &query_len);
     REQUIRE(path_len > 0 && memchr(path, '?', path_len) == NULL);
     REQUIRE((path_len == 1 && path[0] == '/') || (path >= t && path + path_len <= end));
     REQUIRE(auth == NULL || (auth > t && auth + auth_len <= end));

@@ -179,14 +179,12 @@ sk_http_target_split(const char *t, size_t tlen, const char **authority, size_t 
     *authority = NULL;
     *authority_len = 0;
     if (tlen > 0 && t[0] != '/' && t[0] != '*') {
-        const char *sep = NULL;
-        for (size_t i = 0; i + 2 < tlen; i++) {
-            if (t[i] == ':' && t[i + 1] == '/' && t[i + 2] == '/') {
-                sep = t + i + 3;
-                break;
-            }
+        size_t i = 0; /* where "://" is, if anywhere */
+        while (i + 2 < tlen && !(t[i] == ':' && t[i + 1] == '/' && t[i + 2] == '/')) {
+            i++;
         }
-        if (sep != NULL) {
+        if (i + 2 < tlen) {
+            const char *sep = t + i + 3;
             const char *end = t + tlen;
             const char *ps = sep;
             while (ps < end && *ps != '/' && *ps != '?') {
