@@ -459,12 +459,12 @@ H2_FORMATS = {  # id: access_log_format
 
 
 def h2_app(entered: threading.Event, release: threading.Event):
-    """/hold waits for release (entered set on its call); any other path reads its content (a
-    disconnect ends it with no response) and answers 200 "ok"."""
+    """/hold (after any root path) waits for release (entered set on its call); any other path
+    reads its content (a disconnect ends it with no response) and answers 200 "ok"."""
     import asyncio
 
     async def app(scope, receive, send):
-        if scope["path"] == "/hold":
+        if scope["path"].endswith("/hold"):  # under --root-path too
             entered.set()
             while not release.is_set():
                 await asyncio.sleep(0.01)
@@ -635,6 +635,235 @@ def test_http2_refusal_bytes_are_its_content(serve, access, method, kind):
         status, True, len(status_text_phrase(status)))
     assert sent == (0 if method == "HEAD" else len(status_text_phrase(status)))
     assert refused == f"{method} {status} {sent or '-'} {sent} (refused: {H2_REFUSED[kind][-1]})"
+
+
+# -- A refusal's client and root path (stop 57) ---------------------------------------------------
+
+# The proxy fields every case below sends (both families: only --proxy-headers-mode's is read).
+PROXY_FIELDS = [("X-Forwarded-For", "203.0.113.7"), ("Forwarded", 'for="203.0.113.9:4711"')]
+PROXY_MODES = {  # id: (config, the client a line names; None: the peer, the test's socket)
+    "x-forwarded": ({}, "203.0.113.7:0"),
+    "forwarded": ({"proxy_headers_mode": "forwarded"}, "203.0.113.9:4711"),
+    "untrusted": ({"forwarded_allow_ips": "10.0.0.1"}, None),
+    "off": ({"proxy_headers": False, "forwarded_allow_ips": "*"}, None),
+}
+
+
+def h1_head(method: str, target: str, fields=(), content: bytes = b"") -> bytes:
+    """An HTTP/1.1 request head with Host and PROXY_FIELDS, then fields, then content."""
+    lines = [f"{method} {target} HTTP/1.1", "Host: x",
+             *(f"{k}: {v}" for k, v in [*PROXY_FIELDS, *fields])]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + content
+
+
+# kind: (config, request, status, request line, reason). Each head passed every check an app's
+# request passes; the 413 of the declared length and the 503 come before an exchange, the others
+# (the chunk's 413 and 400, the content's 408) after it: its scope's client then.
+H1_REFUSED = {
+    "413-declared": ({"limit_request_body": 10},
+                     h1_head("POST", "/up?x=1", [("Content-Length", "100")]), 413,
+                     "POST /up?x=1 HTTP/1.1", "content too large"),
+    "413-content": ({"limit_request_body": 10},
+                    h1_head("POST", "/up?x=1", [("Transfer-Encoding", "chunked")], b"64\r\n"),
+                    413, "POST /up?x=1 HTTP/1.1", "content too large"),
+    "400-chunk": ({}, h1_head("POST", "/c?x=1", [("Transfer-Encoding", "chunked")], b"zz\r\n"),
+                  400, "POST /c?x=1 HTTP/1.1", "Invalid character in chunk size"),
+    "408": ({"timeout_request_body": 1},
+            h1_head("POST", "/slow?s=1", [("Content-Length", "20")], b"abc"), 408,
+            "POST /slow?s=1 HTTP/1.1", "request content not complete in time"),
+    "503": ({"limit_concurrency": 1}, h1_head("GET", "/second?q=2"), 503,
+            "GET /second?q=2 HTTP/1.1", "--limit-concurrency reached"),
+}
+# kind: (config, request, status, request line, reason): a head not read whole, or read whole and
+# refused as invalid: its fields are not trusted, the line names the peer whatever they say.
+H1_PEER = {
+    "400-no-host": ({}, b"GET /nohost?a=1 HTTP/1.1\r\nX-Forwarded-For: 203.0.113.7\r\n\r\n", 400,
+                    "GET /nohost?a=1 HTTP/1.1", "HTTP/1.1 request without Host"),
+    "431": ({}, b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.7\r\n"
+            + b"".join(b"X-%d: v\r\n" % i for i in range(120)) + b"\r\n", 431, "-",
+            "too many header fields"),
+    "408-head": ({"timeout_request_head": 1},
+                 b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.7\r\n", 408, "-",
+                 "request head not complete in time"),
+}
+
+
+def h1_refused(serve, access, kind: str, config: dict, data: bytes, status: int):
+    """Sends one HTTP/1.1 request skirr refuses with status (503: while /hold takes the one
+    place); (its access record, the socket's address)."""
+    entered, release = threading.Event(), threading.Event()
+    with serve(h2_app(entered, release), **config) as srv:
+        if kind == "503":
+            hold = srv.connect()
+            hold.send(http_request("GET", "/hold"))
+            assert entered.wait(IO_TIMEOUT)
+        c = srv.connect()
+        a = addr(c)
+        c.send(data)
+        assert c.response(allow_incomplete=True).status == status
+        access.wait(1)
+        rec = access.records[0]
+        if kind == "503":
+            release.set()
+            assert hold.response().status == 200
+            access.wait(2)
+    return rec, a
+
+
+@pytest.mark.rule("skirr-access-refusals", "skirr-proxy-trusted")
+@pytest.mark.parametrize("mode", sorted(PROXY_MODES))
+@pytest.mark.parametrize("kind", sorted(H1_REFUSED))
+def test_refusal_names_the_client_the_proxy_gave(serve, access, kind, mode):
+    """An HTTP/1.1 refusal of a head that passed the checks names the client its scope has (or
+    would have had): the one a trusted proxy's X-Forwarded-For or, in forwarded mode, Forwarded
+    gives; the peer when the peer is not trusted or --proxy-headers is off. In the line and the
+    record's client_addr."""
+    from skirr.access import status_text
+
+    config, data, status, line, reason = H1_REFUSED[kind]
+    proxy, client = PROXY_MODES[mode]
+    rec, a = h1_refused(serve, access, kind, {**config, **proxy}, data, status)
+    client = client or a
+    assert rec.getMessage() == f'{client} - "{line}" {status_text(status)} (refused: {reason})'
+    assert rec.client_addr == client
+
+
+@pytest.mark.rule("skirr-access-refusals")
+@pytest.mark.parametrize("kind", sorted(H1_PEER))
+def test_refusal_of_a_head_not_checked_names_the_peer(serve, access, kind):
+    """A head not read whole (431, 408) or read whole and refused as invalid (400 without Host):
+    the line names the peer, whatever X-Forwarded-For says."""
+    from skirr.access import status_text
+
+    config, data, status, line, reason = H1_PEER[kind]
+    rec, a = h1_refused(serve, access, kind, config, data, status)
+    assert rec.getMessage() == f'{a} - "{line}" {status_text(status)} (refused: {reason})'
+
+
+@pytest.mark.rule("skirr-access-refusals", "skirr-access-format")
+@pytest.mark.parametrize("fmt", ["gunicorn", "json"])
+@pytest.mark.parametrize("mode", ["x-forwarded", "forwarded"])
+def test_refusal_client_in_every_format(serve, access, fmt, mode):
+    """gunicorn's %(h)s is the proxy's client's host, JSON's client its host:port."""
+    config, data, status, line, reason = H1_REFUSED["413-declared"]
+    proxy, client = PROXY_MODES[mode]
+    form = "json" if fmt == "json" else '%(h)s "%(r)s" %(s)s'
+    rec, _ = h1_refused(serve, access, "413-declared",
+                        {**config, **proxy, "access_log_format": form}, data, status)
+    if fmt == "json":
+        d = json.loads(rec.getMessage())
+        assert (d["client"], d["method"], d["path"], d["query"], d["status"]) == (
+            client, "POST", "/up", "x=1", 413)
+    else:
+        host = client.rsplit(":", 1)[0]
+        assert rec.getMessage() == f'{host} "{line}" 413 (refused: {reason})'
+
+
+@pytest.mark.rule("skirr-access-refusals", "skirr-proxy-trusted")
+@pytest.mark.parametrize("mode", sorted(PROXY_MODES))
+@pytest.mark.parametrize("kind", sorted(H2_REFUSED))
+def test_http2_refusal_names_the_client_the_proxy_gave(serve, access, kind, mode):
+    """Over HTTP/2 too: a refused stream whose head passed the checks (413 of the declared length
+    or the content, 503, 408, 421, 501) names the client its scope has or would have had."""
+    from h2_util import H2Client
+
+    config, method, path, scheme, extra, body, end, status, reason = H2_REFUSED[kind]
+    proxy, client = PROXY_MODES[mode]
+    fields = [(k.lower(), v) for k, v in PROXY_FIELDS]
+    entered, release = threading.Event(), threading.Event()
+    with serve(h2_app(entered, release), **config, **proxy) as srv:
+        with H2Client.open(srv.port) as c:
+            a = addr(c)
+            if kind == "503":
+                hold = c.get("/hold")
+                assert entered.wait(IO_TIMEOUT)
+            sid = c.request([(":method", method), (":scheme", scheme), (":path", path),
+                             (":authority", "testserver"), *extra, *fields], body, end=end)
+            assert c.answer(sid).status == status
+            access.wait(1)
+            rec = access.records[0]
+            if kind == "503":
+                release.set()
+                assert c.answer(hold).status == 200
+                access.wait(2)
+    assert rec.getMessage() == h2_line(None, client or a, method, path, status, reason)
+    assert rec.client_addr == (client or a)
+
+
+# (method, request-target, the request line an app's response and a refusal log under /api)
+H1_TARGETS = [
+    ("POST", "/r?a=1", "POST /api/r?a=1 HTTP/1.1"),
+    ("POST", "/e?", "POST /api/e HTTP/1.1"),
+    ("POST", "/", "POST /api/ HTTP/1.1"),
+    ("POST", "http://h/a?b=1", "POST /api/a?b=1 HTTP/1.1"),  # absolute-form: its path
+    ("POST", "http://h", "POST /api/ HTTP/1.1"),
+    ("POST", "http://h?z", "POST /api/?z HTTP/1.1"),
+    ("OPTIONS", "*", "OPTIONS /api* HTTP/1.1"),  # the scope's raw_path: root_path then "*"
+]
+
+
+@pytest.mark.rule("skirr-access-refusals")
+@pytest.mark.parametrize("fmt", sorted(H2_FORMATS))
+def test_refusal_line_is_the_app_responses(serve, access, fmt):
+    """Under --root-path and a trusted proxy, an HTTP/1.1 refusal of a head that passed the
+    checks (413 from its declared length) is logged as the same request served by the app: the
+    client the proxy gave, the root path first, an absolute-form target's path, an empty query
+    dropped with its '?', asterisk-form as the scope's raw_path has it."""
+    with serve(app, root_path="/api", limit_request_body=10,
+               access_log_format=H2_FORMATS[fmt]) as srv:
+        for method, target, _ in H1_TARGETS:
+            for n, status in ((2, 200), (20, 413)):
+                c = srv.connect()
+                c.send(h1_head(method, target, [("Content-Length", str(n))], b"a" * n))
+                assert c.response(allow_incomplete=True).status == status, target
+                c.close()
+                access.wait(len(access.records) + 1)
+        lines = access.wait(2 * len(H1_TARGETS))
+    fields = ("client", "method", "path", "query", "http_version")
+    for i, (method, target, line) in enumerate(H1_TARGETS):
+        served, refused = lines[2 * i], lines[2 * i + 1]
+        if fmt == "json":
+            served, refused = json.loads(served), json.loads(refused)
+            assert [refused[k] for k in fields] == [served[k] for k in fields], target
+            assert (served["client"], served["status"], refused["status"]) == (
+                "203.0.113.7:0", 200, 413)
+        elif fmt == "default":
+            assert served == f'203.0.113.7:0 - "{line}" 200 OK', target
+            assert refused == (f'203.0.113.7:0 - "{line}" 413 Content Too Large (refused: '
+                               f'content too large)'), target
+        else:  # r m U q H
+            assert refused.split('"')[1] == served.split('"')[1] == line, target
+            atoms = [x.split('"')[2].split(" ")[:5] for x in (served, refused)]
+            assert atoms[1] == atoms[0], target
+
+
+# (config, request, status, request line under --root-path /api)
+H1_ROOT = {
+    # heads that passed the checks, refused before or after their exchange
+    "503": ({"limit_concurrency": 1}, http_request("GET", "/second?q=2"), 503,
+            "GET /api/second?q=2 HTTP/1.1"),
+    "413-content": ({"limit_request_body": 10},
+                    b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n64\r\n",
+                    413, "POST /api/up HTTP/1.1"),
+    "408": ({"timeout_request_body": 1},
+            b"POST /slow?s=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 20\r\n\r\nabc", 408,
+            "POST /api/slow?s=1 HTTP/1.1"),
+    # heads refused as invalid: the target as received, the root path first when origin-form
+    "400-no-host": ({}, b"GET /nohost?a=1 HTTP/1.1\r\n\r\n", 400, "GET /api/nohost?a=1 HTTP/1.1"),
+    "421": ({}, b"GET ftp://x/f HTTP/1.1\r\nHost: x\r\n\r\n", 421, "GET ftp://x/f HTTP/1.1"),
+    "400-asterisk": ({}, b"POST * HTTP/1.1\r\nHost: x\r\n\r\n", 400, "POST * HTTP/1.1"),
+}
+
+
+@pytest.mark.rule("skirr-access-refusals")
+@pytest.mark.parametrize("kind", sorted(H1_ROOT))
+def test_refusal_line_has_the_root_path(serve, access, kind):
+    """--root-path: an HTTP/1.1 refusal's request line puts it first, as an app's response and
+    HTTP/2's refusals do; a target refused as invalid that is not origin-form (absolute-form,
+    asterisk-form) is logged as received."""
+    config, data, status, line = H1_ROOT[kind]
+    rec, a = h1_refused(serve, access, kind, {**config, "root_path": "/api"}, data, status)
+    assert rec.getMessage().split('"')[:2] == [f"{a} - ", line]
 
 
 # -- WebSocket handshakes (issue 14) ----------------------------------------------------------------

@@ -106,6 +106,34 @@ def test_trace_connection_events(tmp_path, loop):
         assert line in err.splitlines(), (line, err)
 
 
+@pytest.mark.rule("skirr-log-trace", "skirr-access-refusals")
+@pytest.mark.parametrize("access_log", [True, False], ids=["access-log", "no-access-log"])
+def test_trace_refusal_names_the_client_the_proxy_gave(tmp_path, loop, access_log):
+    """A refusal's trace event names the client its access line does: the one a trusted proxy
+    gave, before an exchange (413 from the declared length) and after it (408 for content not
+    complete in time: its scope's client, kept for the event without the access log too)."""
+    port = _proc.free_port()
+    args = ["basic:app", "--loop", loop, "--port", str(port), "--log-level", "trace",
+            "--limit-request-body", "10", "--timeout-request-body", "1"]
+    with _proc.Skirr(args + ([] if access_log else ["--no-access-log"]), tmp_path) as proc:
+        proc.wait_accepting(port)
+        assert get(port, raw=b"POST /up HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.7\r\n"
+                   b"Content-Length: 100\r\n\r\n")[0] == 413
+        assert get(port, raw=b"POST /slow HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 203.0.113.8\r\n"
+                   b"Content-Length: 5\r\n\r\nab")[0] == 408
+        assert proc.stop() == 0
+        err = proc.stderr.splitlines()
+    for line in ("TRACE:    203.0.113.7:0 - HTTP request refused: 413 (content too large)",
+                 "TRACE:    203.0.113.8:0 - HTTP request refused: 408 (request content not "
+                 "complete in time)"):
+        assert line in err, (line, err)
+    assert access_lines(proc.stdout + proc.stderr) == ([
+        'INFO:     203.0.113.7:0 - "POST /up HTTP/1.1" 413 Content Too Large (refused: content '
+        'too large)',
+        'INFO:     203.0.113.8:0 - "POST /slow HTTP/1.1" 408 Request Timeout (refused: request '
+        'content not complete in time)'] if access_log else [])
+
+
 @pytest.mark.rule("skirr-log-trace")
 def test_no_trace_below_trace(tmp_path, loop):
     port = _proc.free_port()

@@ -12,9 +12,10 @@
  *     1xx, files, reading the request body through resume, waiting for drain), its script
  *     picked from the input;
  *   - the server's services (sk_serve_date, sk_serve_addresses, sk_access_*, sk_metrics_refusal,
- *     sk_tls_ssl, sk_tls_info);
+ *     sk_proxy_client, sk_tls_ssl, sk_tls_info);
  *   - the few CPython entry points sk_h2.c's macros and calls reach (PyMem_* as libc malloc, so
- *     ASan sees every block; _Py_Dealloc for Py_DECREF; PyErr_WriteUnraisable, PyErr_Clear;
+ *     ASan sees every block; _Py_Dealloc for Py_DECREF; PyErr_WriteUnraisable, PyErr_Clear,
+ *     PyErr_Occurred; _Py_NoneStruct for Py_None;
  *     on a free-threaded build, _Py_MergeZeroLocalRefcount and _Py_DecRefShared, where its
  *     Py_DECREF goes). No interpreter is started and libpython is not linked: Python.h is only
  *     compiled.
@@ -35,7 +36,8 @@
  *       whether sk_serve_addresses fails (1 in 32); [4] bits 0-1 also pick
  *       the clock's step per read {1 ms, 250 ms, 1.1 s, random among 1 ms, 0.5 s, 2 s, 7 s}
  *       (after the input: 3 s per round, 12 rounds, so every deadline can pass); [5] bit 0
- *       also makes the connection's window one stream's (else four; at least 65535)
+ *       also makes the connection's window one stream's (else four; at least 65535), bit 1
+ *       turns --proxy-headers on (a refusal's client: sk_proxy_client, sk_exchange_client)
  *
  * Checks, beyond "no crash, no sanitizer report":
  *   - every byte written parses as HTTP/2 frames (RFC 9113 §4): the server preface first
@@ -372,6 +374,14 @@ void
 PyErr_Clear(void)
 {}
 
+PyObject *
+PyErr_Occurred(void)
+{
+    return NULL; /* the stubs never set an exception */
+}
+
+PyObject _Py_NoneStruct; /* Py_None: srv->unix_path (a TCP listener) */
+
 static PyTypeObject stub_type = {
     PyVarObject_HEAD_INIT(NULL, 0) /* */
         .tp_name = "fuzz_h2.stub",
@@ -541,6 +551,26 @@ sk_access_refusal(sk_access_t *a, PyObject *client, const struct sockaddr *peer,
         REQUIRE(status != 431); /* a header list over the limit is not kept whole */
         check_line(line);
     }
+}
+
+PyObject *
+sk_proxy_client(const sk_proxy_t *px, const sk_fields_t *p, const struct sockaddr *peer,
+                int unix_peer)
+{
+    /* a refused stream whose head passed the checks and has no exchange: its fields are read
+     * byte by byte (ASan checks the spans); a client (a new object) or none, by their bytes */
+    REQUIRE(px == &H.srv.proxy && px->enabled && peer != NULL && unix_peer == 0);
+    unsigned sum = 0;
+    for (uint32_t i = 0; i < p->n; i++) {
+        const sk_field_t *f = &p->v[i];
+        for (uint32_t k = 0; k < f->name.len; k++) {
+            sum += (unsigned char)p->base[f->name.off + k];
+        }
+        for (uint32_t k = 0; k < f->value.len; k++) {
+            sum += (unsigned char)p->base[f->value.off + k];
+        }
+    }
+    return (sum & 1) ? stub_object(sizeof(PyObject)) : NULL;
 }
 
 void
@@ -768,6 +798,15 @@ sk_exchange_new(sk_serve_t *srv, const sk_req_head_t *head, const sk_wire_ops_t 
     H.apps[H.napps++] = x;
     Py_INCREF((PyObject *)x); /* the harness's own: the Task's, in skirr */
     return x;
+}
+
+PyObject *
+sk_exchange_client(const sk_exchange_t *x)
+{
+    /* a refusal of an exchange's request, noted while attached: its scope's client (a new
+     * object) or none, by its seed */
+    REQUIRE(H.srv.proxy.enabled && x->w != NULL && !x->gone);
+    return (x->seed & 1) ? stub_object(sizeof(PyObject)) : NULL;
 }
 
 static void app_run(struct sk_exchange *x, int max);
@@ -1707,6 +1746,8 @@ setup(const uint8_t *cfg)
     /* the connection's window: one stream's (cfg[5]'s low bit) or
      * the default four; never under RFC 9113's 65535 */
     srv->h2.connection_window = srv->h2.initial_window * ((cfg[5] & 1) ? 1 : 4);
+    srv->unix_path = Py_None;
+    srv->proxy.enabled = (cfg[5] & 2) != 0;
     if (srv->h2.connection_window < 65535) {
         srv->h2.connection_window = 65535;
     }

@@ -16,6 +16,9 @@
  *    limits hold, field names are tokens and no target or value holds CR, LF or NUL;
  *  - content delivered never exceeds max_body, and equals Content-Length at SK_EV_END;
  *  - a dead parser keeps returning the same SK_EV_ERROR without consuming;
+ *  - a head is checked (sk_parser_head_checked) at SK_EV_HEAD and, refused, only for the declared
+ *    length's 413; a checked head's target splits (sk_http_target_split) into a non-empty path
+ *    and a query inside the target (or the static "/"), as a refusal's access line reads them;
  *  - the event log (heads, content with pieces merged, ends, error status, EOF state) of the split
  *    run equals the whole run's; the one accepted difference is the status of a refusal when one
  *    of the two is a limit's (413/414/431; see same_events()).
@@ -85,6 +88,22 @@ span_ok(const sk_parser_t *p, sk_span_t s)
 }
 
 static void
+split_ok(const sk_parser_t *p)
+{
+    /* the target of a checked head as the scope and a refusal's access line have it */
+    const char *t = sk_parser_ptr(p, p->target), *end = t + p->target.len;
+    const char *auth, *path, *query;
+    size_t auth_len, path_len, query_len;
+
+    REQUIRE(sk_parser_head_checked(p));
+    sk_http_target_split(t, p->target.len, &auth, &auth_len, &path, &path_len, &query, &query_len);
+    REQUIRE(path_len > 0 && memchr(path, '?', path_len) == NULL);
+    REQUIRE((path_len == 1 && path[0] == '/') || (path >= t && path + path_len <= end));
+    REQUIRE(auth == NULL || (auth > t && auth + auth_len <= end));
+    REQUIRE(query == NULL ? query_len == 0 : query > t && query + query_len == end);
+}
+
+static void
 on_head(run_t *r, const sk_parser_t *p)
 {
     uint64_t section = 0;
@@ -113,6 +132,7 @@ on_head(run_t *r, const sk_parser_t *p)
     if (r->lim.max_body != 0)
         REQUIRE(p->content_length <= r->lim.max_body);
     REQUIRE(method != NULL);
+    split_ok(p);
 
     PUT_LIT(&r->log, "H");
     put(&r->log, method, strlen(method) + 1);
@@ -196,6 +216,11 @@ pump(sk_parser_t *p, sk_buf_t *pend, run_t *r)
             REQUIRE(sk_parser_execute(p, d, len, &again) == 0);
             REQUIRE(again.type == SK_EV_ERROR && again.status == ev.status);
             REQUIRE(!sk_parser_idle(p));
+            /* a refused head is checked only for its declared length's 413, or past its head */
+            if (sk_parser_head_checked(p) && !p->head_done) {
+                REQUIRE(ev.status == 413 && p->head_read);
+                split_ok(p);
+            }
             break;
         }
         default: die("unknown event type");

@@ -389,6 +389,12 @@ H2_CONFIGS = [
     bytes([0xc5, 0x8a, 2, 7, 2, 9, 9, 9]),
     bytes([0xc0, 0x90, 14, 0, 0, 0, 0, 2]),
     bytes([0x40, 0x24, 13, 1, 3, 0, 1, 0]),
+    # --proxy-headers on with the access log: a refusal's client (sk_proxy_client, and
+    # sk_exchange_client for an exchange's 413 and 408: the apps echo, or hang) under the body
+    # deadline, --limit-concurrency and --limit-request-body
+    bytes([0xc0, 0xd0, 2, 0, 0, 2, 0, 2]),
+    bytes([0xc0, 0xd0, 3, 0, 0, 2, 0, 2]),
+    bytes([0x00, 0x70, 0, 1, 0, 2, 0, 1]),
 ]
 
 

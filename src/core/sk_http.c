@@ -1130,6 +1130,15 @@ sk_parser_idle(const sk_parser_t *p)
     return !p->dead && !p->method_pending && !p->in_message;
 }
 
+int
+sk_parser_head_checked(const sk_parser_t *p)
+{
+    /* on_headers_complete fails with 413 for the declared length after every other check of the
+     * head (fail() keeps the first error: a 413 with the head read and no SK_EV_HEAD is that one;
+     * a chunked body's 413 comes after SK_EV_HEAD) */
+    return p->head_done || (p->head_read && p->err_status == 413);
+}
+
 void
 sk_parser_trim(sk_parser_t *p)
 {

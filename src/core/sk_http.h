@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "sk_core.h"
 #include "llhttp.h"
 
@@ -130,6 +131,11 @@ int sk_parser_eof_mid_message(const sk_parser_t *p);
 
 /* 1 while between requests (no byte of the next request seen yet). */
 int sk_parser_idle(const sk_parser_t *p);
+/* 1 when the current request's head was read whole and passed every check a head the app gets
+ * passes: SK_EV_HEAD was returned, or the one refusal made after those checks, a declared
+ * Content-Length over limits.max_body (413, RFC 9110 §15.5.14). Its target and fields are then
+ * what a scope would be built from; 0 for a head not read whole or refused as invalid. */
+int sk_parser_head_checked(const sk_parser_t *p);
 /* Between messages (sk_parser_idle), frees the head block and the field array (made again by
  * the next message's first bytes); does nothing otherwise. */
 void sk_parser_trim(sk_parser_t *p);
@@ -159,5 +165,47 @@ int sk_http_valid_authority(const char *v, size_t n, int nonempty);
  * QUERY, ... methods; CONNECT included, refused by its caller), or -1: HTTP/1.1 answers such a
  * method (a token, 'get', 'FOO', 'PRI') 501 (RFC 9110 §9.1). */
 int sk_http_method_id(const char *m, size_t n);
+
+/* The request-target t[0..tlen) of a checked head as the scope has it: origin-form and the
+ * asterisk-form as received; absolute-form (RFC 9112 §3.2.2) without its scheme and authority,
+ * which goes to *authority (NULL: not absolute-form). *path is the bytes before the first '?'
+ * ("/" when there are none: "?q", an absolute-form target without a path); *query the bytes
+ * after it (NULL: no '?'). Pointers into t (or static); lengths in bytes. Inline: the HTTP/1.1
+ * request path (sk_http1.c) and a refusal's access line (sk_access.c) split the same way. */
+static inline void
+sk_http_target_split(const char *t, size_t tlen, const char **authority, size_t *authority_len,
+                     const char **path, size_t *path_len, const char **query, size_t *query_len)
+{
+    *authority = NULL;
+    *authority_len = 0;
+    if (tlen > 0 && t[0] != '/' && t[0] != '*') {
+        size_t i = 0; /* where "://" is, if anywhere */
+        while (i + 2 < tlen && !(t[i] == ':' && t[i + 1] == '/' && t[i + 2] == '/')) {
+            i++;
+        }
+        if (i + 2 < tlen) {
+            const char *sep = t + i + 3;
+            const char *end = t + tlen;
+            const char *ps = sep;
+            while (ps < end && *ps != '/' && *ps != '?') {
+                ps++;
+            }
+            *authority = sep;
+            *authority_len = (size_t)(ps - sep);
+            tlen = (size_t)(end - ps);
+            t = ps;
+        }
+    }
+    const char *q = tlen > 0 ? (const char *)memchr(t, '?', tlen) : NULL;
+    size_t plen = q ? (size_t)(q - t) : tlen;
+    *path = t;
+    if (plen == 0 && (tlen == 0 || t[0] == '?')) {
+        *path = "/";
+        plen = 1;
+    }
+    *path_len = plen;
+    *query = q != NULL ? q + 1 : NULL;
+    *query_len = q != NULL ? (size_t)(t + tlen - q - 1) : 0;
+}
 
 #endif

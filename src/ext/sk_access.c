@@ -114,20 +114,34 @@ sk_access_exchange_end(sk_access_t *a, sk_access_req_t *rq, int status, uint64_t
 }
 
 const sk_access_line_t *
-sk_access_line_http1(const sk_parser_t *p, sk_access_line_t *out)
+sk_access_line_http1(const sk_parser_t *p, const char *root, size_t root_len, sk_access_line_t *out)
 {
     /* The request line only once the head was read whole (its spans are valid only then). */
     if (p == NULL || !p->head_read || p->head == NULL) {
         return NULL;
     }
     const char *m = sk_parser_method_name(p);
+    const char *t = sk_parser_ptr(p, p->target);
     *out = (sk_access_line_t){
         .method = m,
         .method_len = strlen(m),
-        .path = sk_parser_ptr(p, p->target),
+        .path = t,
         .path_len = p->target.len,
         .version = p->http_minor == 0 ? "1.0" : "1.1",
     };
+    if (sk_parser_head_checked(p)) {
+        /* as the scope (sk_http1.c's h1_head): the line an app's response is logged with */
+        const char *authority;
+        size_t authority_len;
+        sk_http_target_split(t, p->target.len, &authority, &authority_len, &out->path,
+                             &out->path_len, &out->query, &out->query_len);
+        out->prefix = root;
+        out->prefix_len = root_len;
+    }
+    else if (p->target.len > 0 && t[0] == '/') {
+        out->prefix = root; /* origin-form: the root path first, as an app's response has it */
+        out->prefix_len = root_len;
+    }
     return out;
 }
 

@@ -80,8 +80,12 @@ void sk_access_exchange_end(sk_access_t *a, sk_access_req_t *rq, int status, uin
 /* The request line of a refused request, as the wire knows it: every pointer borrowed and valid
  * for the call it is given to, every length in bytes. The record's target is prefix, path, then
  * '?' and query when query_len > 0, each byte as received (decoded as latin-1):
- *   HTTP/1.1  method the parser's name, prefix empty, path the request-target whole (query
- *             empty), version "1.0" or "1.1": the request line as received;
+ *   HTTP/1.1  method the parser's name, version "1.0" or "1.1"; for a head that passed the checks
+ *             (sk_parser_head_checked) prefix the root path's bytes and path and query the
+ *             request-target split as the scope's raw_path and query_string
+ *             (sk_http_target_split): the line an app's response to it is logged with; for a head
+ *             read whole but refused as invalid the request-target whole as received (query
+ *             empty), after the root path only when it is origin-form (begins with '/');
  *   HTTP/2    method :method, prefix the root path's bytes, path and query :path split at its
  *             first '?' ("/" for an empty path), version "2.0": the line an app's response on
  *             the stream is logged with (its scope's method, raw_path and query_string). */
@@ -97,9 +101,11 @@ typedef struct {
     const char *version; /* NUL-terminated: "1.0", "1.1" or "2.0" */
 } sk_access_line_t;
 
-/* HTTP/1.1's request line from p (may be NULL) into *out: out, or NULL when the head was not read
- * whole (only then are the request line's spans valid; the head may be invalid). */
-const sk_access_line_t *sk_access_line_http1(const sk_parser_t *p, sk_access_line_t *out);
+/* HTTP/1.1's request line from p (may be NULL) into *out, root[0..root_len) the root path's bytes
+ * (--root-path): out, or NULL when the head was not read whole (only then are the request line's
+ * spans valid; the head may be invalid). */
+const sk_access_line_t *sk_access_line_http1(const sk_parser_t *p, const char *root,
+                                             size_t root_len, sk_access_line_t *out);
 /* Records a refusal: skirr's own response of `bytes` bytes of content (0: none was sent), with
  * the request line when the wire gives one (line; NULL: "-" and no method, target nor version).
  * client is borrowed (may be NULL: taken from peer). */

@@ -59,6 +59,8 @@ struct sk_exchange {
                        * its own request (Task.get_coro()) is refused */
     uint8_t in_send;  /* a send() is reading its message (which may run app code) */
     sk_access_req_t acc; /* the access log's record (sk_access.h), while the log is on */
+    PyObject *client;    /* strong: the scope's client, kept only for --log-level trace with the
+                          * access log off and --proxy-headers on (sk_exchange_client), or NULL */
 };
 
 /* ---- state transitions ---------------------------------------------------------------------- */
@@ -1856,7 +1858,24 @@ sk_exchange_new(sk_serve_t *srv, const sk_req_head_t *head, const sk_wire_ops_t 
         return NULL;
     }
     sk_access_exchange_begin(&srv->access, &r->acc, r->scope, head->method);
+    if (srv->trace != NULL && r->acc.scope == NULL && srv->proxy.enabled) {
+        /* a refusal's trace event names the scope's client (sk_exchange_client); with the access
+         * log on, acc.scope has it. The scope was just made with "client": no error. */
+        r->client = Py_XNewRef(PyDict_GetItem(r->scope, st->s_client));
+    }
     return r;
+}
+
+PyObject *
+sk_exchange_client(const sk_exchange_t *x)
+{
+    /* New reference, or NULL without an exception (see sk_exchange.h). The scope the access
+     * record keeps is the app's own: its "client" as it is now. PyDict_GetItem (borrowed)
+     * reports no error: a scope whose "client" an app removed names the connection's client. */
+    if (x->acc.scope != NULL) {
+        return Py_XNewRef(PyDict_GetItem(x->acc.scope, x->st->s_client));
+    }
+    return Py_XNewRef(x->client);
 }
 
 #if PY_VERSION_HEX < 0x030C0000
@@ -2033,6 +2052,7 @@ request_traverse(PyObject *op, visitproc visit, void *arg)
     Py_VISIT(r->body);
     Py_VISIT(r->scope);
     Py_VISIT(r->ext);
+    Py_VISIT(r->client);
     return sk_access_req_traverse(&r->acc, visit, arg);
 }
 
@@ -2050,6 +2070,7 @@ request_clear(PyObject *op)
     Py_CLEAR(r->drain_waiters);
     Py_CLEAR(r->body);
     Py_CLEAR(r->scope);
+    Py_CLEAR(r->client);
     sk_access_req_clear(&r->acc);
     /* last but the server: the app's coroutine and the scope, which reach the dict, are gone.
      * The ring is the loop thread's: a request freed on another (the last reference to its

@@ -180,6 +180,12 @@ void sk_exchange_drained(sk_exchange_t *x);
  * complete is lost (GONE); receive() gets http.disconnect, a send() waiting for drain raises
  * ClientDisconnected. The wire drops its reference after the call. */
 void sk_exchange_gone(sk_exchange_t *x);
+/* New reference: the client of the exchange's scope (scope["client"] as it is now: an app or its
+ * middleware may have set it), for the access line and trace event of a refusal of its request
+ * (a 408 for content not complete in time, a 400 for a bad chunk...), kept while --proxy-headers
+ * is on and the access log (or --log-level trace) is; NULL without an exception otherwise (the
+ * caller names the connection's client, which the scope's is then). */
+PyObject *sk_exchange_client(const sk_exchange_t *x);
 
 /* New reference: the `http` scope for head (a fresh dict; sk_wsh.c turns it into a websocket
  * one); with ext_out, a new reference to its scope["extensions"] (to give back through the ring).

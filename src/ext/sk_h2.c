@@ -1456,18 +1456,50 @@ split_path(const h2_stream_t *s, const char **path, size_t *path_len, const char
     }
 }
 
+static PyObject *
+refusal_client(h2_stream_t *s, const struct sockaddr *peer)
+{
+    /* New reference, or NULL without an exception: the client a refusal's access line and trace
+     * event name when --proxy-headers is on (skirr-access-refusals): the scope's of the stream's
+     * exchange (its fields are not read again), else, for a head that passed the checks
+     * (s->head_valid), the one the proxy headers among its fields give, as its scope would have
+     * had it; NULL: the connection's client. */
+    sk_serve_t *srv = s->c->srv;
+    if (!srv->proxy.enabled) {
+        return NULL;
+    }
+    if (s->x != NULL) {
+        return sk_exchange_client(s->x);
+    }
+    if (!s->head_valid) {
+        return NULL; /* not checked, or not kept whole (431): its fields are not trusted */
+    }
+    sk_fields_t f = {.base = sk_buf_head(&s->head), .v = s->fields, .n = s->nfields};
+    PyObject *client = sk_proxy_client(&srv->proxy, &f, peer, srv->unix_path != Py_None);
+    if (client == NULL && PyErr_Occurred()) {
+        PyErr_WriteUnraisable(srv->owner); /* out of memory: the line names the peer */
+    }
+    return client;
+}
+
 static void
 note_refusal(h2_stream_t *s, int status, const char *why)
 {
     /* A stream skirr answered itself: metrics, access-log record and trace event. The record
      * names the request as its app response would be logged once the head passed malformed()
-     * (s->head_valid), else "-" (sk_access.h: sk_access_line_t). */
+     * (s->head_valid), else "-" (sk_access.h: sk_access_line_t), and the client as its scope
+     * would (refusal_client). Called while the stream's exchange, if any, is attached. */
     h2_conn_t *c = s->c;
     if (c->srv->metrics != NULL) {
         sk_metrics_refusal(c->srv->metrics, status);
     }
+    if (c->srv->access.pending == NULL && c->srv->trace == NULL) {
+        return;
+    }
     socklen_t plen;
     const struct sockaddr *peer = sk_transport_peer(c->t, &plen);
+    PyObject *proxied = refusal_client(s, peer); /* strong, or NULL */
+    PyObject *client = proxied != NULL ? proxied : c->client;
     if (c->srv->access.pending != NULL) {
         sk_access_line_t line = {0};
         if (s->head_valid) {
@@ -1479,13 +1511,23 @@ note_refusal(h2_stream_t *s, int status, const char *why)
             line.version = "2.0"; /* scope "2", logged as HTTP/2.0 (skirr.access) */
         }
         /* the content own_head() sends: the phrase, none for HEAD */
-        sk_access_refusal(&c->srv->access, c->client, peer, s->head_valid ? &line : NULL, status,
+        sk_access_refusal(&c->srv->access, client, peer, s->head_valid ? &line : NULL, status,
                           sk_resp_error_content_length(status, s->is_head), why);
     }
     if (c->srv->trace != NULL) {
         char event[160];
         snprintf(event, sizeof(event), "HTTP/2 request refused: %d (%s)", status, why);
-        sk_access_trace(&c->srv->access, c->client, peer, event);
+        sk_access_trace(&c->srv->access, client, peer, event);
+    }
+    Py_XDECREF(proxied);
+}
+
+static void
+answer_refused(h2_stream_t *s, int status)
+{
+    /* skirr's own response for a refusal noted (note_refusal), or RST_STREAM without memory */
+    if (own_response(s, status) < 0) {
+        (void)nghttp2_submit_rst_stream(s->c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
     }
 }
 
@@ -1493,9 +1535,7 @@ static void
 refuse_stream(h2_stream_t *s, int status, const char *why)
 {
     note_refusal(s, status, why);
-    if (own_response(s, status) < 0) {
-        (void)nghttp2_submit_rst_stream(s->c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
-    }
+    answer_refused(s, status);
 }
 
 static const char *
@@ -1579,6 +1619,8 @@ body_too_large(h2_stream_t *s)
         h2w_abort(s, 1);
         return;
     }
+    /* noted while the exchange is attached: the line names its scope's client */
+    note_refusal(s, 413, "content over --limit-request-body");
     detach(s);
     /* a head the app gave but not sent yet is replaced, as h2w_error's */
     if (s->fd >= 0) {
@@ -1587,7 +1629,7 @@ body_too_large(h2_stream_t *s)
     }
     s->body_sent = 0;
     s->body_end = 0;
-    refuse_stream(s, 413, "content over --limit-request-body");
+    answer_refused(s, 413);
 }
 
 static void
@@ -2358,9 +2400,13 @@ body_timeouts(h2_conn_t *c)
         if (c->srv->metrics != NULL) {
             c->srv->metrics->timeouts[SK_TIMEOUT_BODY]++;
         }
+        if (!s->submitted) {
+            /* noted while the exchange is attached: the line names its scope's client */
+            note_refusal(s, 408, "request content not complete in time");
+        }
         detach(s);
         if (!s->submitted) {
-            refuse_stream(s, 408, "request content not complete in time");
+            answer_refused(s, 408);
         }
         else {
             s->app_reset = 1;

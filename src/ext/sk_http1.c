@@ -196,6 +196,32 @@ settle_output(http1_conn_t *c)
     }
 }
 
+/* New reference, or NULL without an exception: the client a refusal's access line and trace
+ * event name when --proxy-headers is on (skirr-access-refusals): the scope's of the request's
+ * exchange (its fields are not read again), else, for a head that passed the checks
+ * (sk_parser_head_checked), the one the proxy headers among its fields give, as its scope would
+ * have had it; NULL: the connection's client. */
+static PyObject *
+refusal_client(http1_conn_t *c, const sk_parser_t *p, const struct sockaddr *peer)
+{
+    sk_serve_t *srv = c->srv;
+    if (!srv->proxy.enabled) {
+        return NULL;
+    }
+    if (c->current != NULL) {
+        return sk_exchange_client(c->current);
+    }
+    if (p == NULL || !sk_parser_head_checked(p)) {
+        return NULL; /* the head not read whole or invalid: its fields are not trusted */
+    }
+    sk_fields_t f = {.base = p->head, .v = p->fields, .n = p->nfields};
+    PyObject *client = sk_proxy_client(&srv->proxy, &f, peer, srv->unix_path != Py_None);
+    if (client == NULL && PyErr_Occurred()) {
+        PyErr_WriteUnraisable(srv->owner); /* out of memory: the line names the peer */
+    }
+    return client;
+}
+
 /* A refusal's metrics, access-log record and trace event (why: its reason, or NULL to take it
  * from the parser or the status). The response itself is written by the caller. */
 static void
@@ -215,6 +241,8 @@ note_refusal(http1_conn_t *c, int status, const char *why)
                              : status == 408 ? "request head not complete in time"
                              : status == 503 ? "--limit-concurrency reached"
                                              : "server error";
+        PyObject *proxied = refusal_client(c, p, peer); /* strong, or NULL */
+        PyObject *client = proxied != NULL ? proxied : c->client;
         if (c->srv->access.pending != NULL) {
             /* a current request has its work storage */
             int sent = c->current == NULL || (c->w != NULL && !c->w->resp.head_written);
@@ -222,14 +250,18 @@ note_refusal(http1_conn_t *c, int status, const char *why)
                 sent ? sk_resp_error_content_length(status, p != NULL && p->method == HTTP_HEAD)
                      : 0;
             sk_access_line_t line;
-            sk_access_refusal(&c->srv->access, c->client, peer, sk_access_line_http1(p, &line),
+            PyObject *root = c->srv->root_path_b;
+            sk_access_refusal(&c->srv->access, client, peer,
+                              sk_access_line_http1(p, PyBytes_AS_STRING(root),
+                                                   (size_t)PyBytes_GET_SIZE(root), &line),
                               status, bytes, reason);
         }
         if (c->srv->trace != NULL) {
             char event[160];
             snprintf(event, sizeof(event), "HTTP request refused: %d (%s)", status, reason);
-            sk_access_trace(&c->srv->access, c->client, peer, event);
+            sk_access_trace(&c->srv->access, client, peer, event);
         }
+        Py_XDECREF(proxied);
     }
 }
 
@@ -308,39 +340,8 @@ h1_head(http1_conn_t *c, sk_req_head_t *h)
     h->method = p->method;
     h->method_name = sk_parser_method_name(p);
     /* absolute-form (RFC 9112 §3.2.2): path and query come from the URL; "/" when empty. */
-    h->authority = NULL;
-    h->authority_len = 0;
-    if (tlen > 0 && t[0] != '/' && t[0] != '*') {
-        const char *sep = NULL;
-        for (size_t i = 0; i + 2 < tlen; i++) {
-            if (t[i] == ':' && t[i + 1] == '/' && t[i + 2] == '/') {
-                sep = t + i + 3;
-                break;
-            }
-        }
-        if (sep != NULL) {
-            const char *end = t + tlen;
-            const char *ps = sep;
-            while (ps < end && *ps != '/' && *ps != '?') {
-                ps++;
-            }
-            h->authority = sep;
-            h->authority_len = (size_t)(ps - sep);
-            tlen = (size_t)(end - ps);
-            t = ps;
-        }
-    }
-    const char *q = tlen > 0 ? memchr(t, '?', tlen) : NULL;
-    size_t plen = q ? (size_t)(q - t) : tlen;
-    h->path = t;
-    if (plen == 0 && (tlen == 0 || t[0] == '?')) {
-        static const char slash[] = "/";
-        h->path = slash;
-        plen = sizeof(slash) - 1;
-    }
-    h->path_len = plen;
-    h->query = q != NULL ? q + 1 : NULL;
-    h->query_len = q != NULL ? (size_t)(t + tlen - q - 1) : 0;
+    sk_http_target_split(t, tlen, &h->authority, &h->authority_len, &h->path, &h->path_len,
+                         &h->query, &h->query_len);
     h->fields.base = p->head;
     h->fields.v = p->fields;
     h->fields.n = p->nfields;

@@ -603,3 +603,17 @@ sk_proxy_apply(const sk_proxy_t *px, const sk_fields_t *p, const struct sockaddr
     }
     return 0;
 }
+
+PyObject *
+sk_proxy_client(const sk_proxy_t *px, const sk_fields_t *p, const struct sockaddr *peer,
+                int unix_peer)
+{
+    /* New reference or NULL (see sk_proxy.h): sk_proxy_apply sets client only on a change, so
+     * starting from NULL leaves NULL when the headers give no client. */
+    PyObject *client = NULL;
+    int https;
+    if (sk_proxy_apply(px, p, peer, unix_peer, &client, &https) < 0) {
+        return NULL;
+    }
+    return client;
+}

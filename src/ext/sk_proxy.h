@@ -53,5 +53,12 @@ void sk_proxy_free(sk_proxy_t *px);
  * *https (0/1; -1 = unchanged) are set. Returns 0, or -1 with an exception (memory only). */
 int sk_proxy_apply(const sk_proxy_t *px, const sk_fields_t *p, const struct sockaddr *peer,
                    int unix_peer, PyObject **client, int *https);
+/* New reference: the client sk_proxy_apply gives a scope for the header fields p, for a request
+ * refused before it had one (its access line and trace event name the client an app's response
+ * would: skirr-access-refusals); NULL without an exception when the proxy headers give none
+ * (--proxy-headers off, the peer not trusted, no usable header: the caller names the
+ * connection's client), NULL with an exception when out of memory. */
+PyObject *sk_proxy_client(const sk_proxy_t *px, const sk_fields_t *p, const struct sockaddr *peer,
+                          int unix_peer);
 
 #endif

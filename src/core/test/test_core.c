@@ -940,8 +940,36 @@ test_parser_api(T *t)
         CHECK(t, c <= sizeof(bad) - 1);
     }
     CHECK(t, ev.type == SK_EV_ERROR && ev.status == 400 && p.method == HTTP_HEAD);
+    CHECK(t, sk_parser_head_checked(&p) == 0); /* the head was never read whole */
     sk_parser_free(&p);
     sk_parser_free(&p); /* free twice is harmless */
+    /* a head that passed every check: SK_EV_HEAD, or the 413 of a declared length over
+     * max_body (made after the others); a head read whole but refused as invalid is not */
+    {
+        static const struct {
+            const char *in;
+            int status; /* 0: SK_EV_HEAD */
+            int checked;
+        } heads[] = {
+            {"GET /a HTTP/1.1\r\nHost: x\r\n\r\n", 0, 1},
+            {"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\n", 413, 1},
+            {"POST /a HTTP/1.1\r\nContent-Length: 11\r\n\r\n", 400, 0}, /* no Host */
+            {"GET ftp://x/ HTTP/1.1\r\nHost: x\r\n\r\n", 421, 0},       /* its scheme */
+            {"GET /a HTTP/1.1\r\nHost: x\r\nX-", 0, 0},                 /* not whole */
+        };
+        sk_limits_default(&lim);
+        lim.max_body = 10;
+        for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+            sk_parser_init(&p, &lim);
+            CHECK(t, sk_parser_head_checked(&p) == 0);
+            d = guard_place(t, heads[i].in, strlen(heads[i].in));
+            (void)sk_parser_execute(&p, d, strlen(heads[i].in), &ev);
+            CHECK(t, heads[i].status == 0 ? ev.type != SK_EV_ERROR
+                                          : ev.type == SK_EV_ERROR && ev.status == heads[i].status);
+            CHECK(t, sk_parser_head_checked(&p) == heads[i].checked);
+            sk_parser_free(&p);
+        }
+    }
 }
 
 /* ---- serializer ------------------------------------------------------------------------------ */
