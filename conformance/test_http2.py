@@ -1700,19 +1700,14 @@ def test_answered_stream_whose_request_stops_is_reset(serve, body):
     assert g.error_code == h2.errors.ErrorCodes.NO_ERROR
 
 
-@pytest.mark.rule("h2-body-timeout")
-def test_body_timeout_waits_while_the_connection_window_is_closed(serve):
-    """Stream 1's app does not read yet and its body fills the connection's window (set to the
-    stream's, --http2-initial-connection-window-size); stream 3 then cannot send a byte
-    (RFC 9113 §6.9.1). Past --timeout-request-body (0.5 s) stream 3 is not answered 408: once
-    stream 1's app reads, the window reopens and stream 3's body arrives and is echoed."""
-    release = threading.Event()
-    seen: dict = {}
-
+def held_reader(release: threading.Event, seen: dict):
+    """An app that, for a path starting /hold, reads nothing until `release` is set; then (and
+    at once for other paths) reads the whole body, records its length in seen[path] ("disconnect"
+    for http.disconnect) and answers it as digits."""
     async def app(scope, receive, send):
         if scope["type"] != "http":
             return
-        if scope["path"] == "/hold":
+        if scope["path"].startswith("/hold"):
             while not release.is_set():
                 await asyncio.sleep(0.02)
         body = b""
@@ -1727,7 +1722,18 @@ def test_body_timeout_waits_while_the_connection_window_is_closed(serve):
         seen[scope["path"]] = len(body)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"%d" % len(body)})
+    return app
 
+
+@pytest.mark.rule("h2-body-timeout")
+def test_body_timeout_waits_while_the_connection_window_is_closed(serve):
+    """Stream 1's app does not read yet and its body fills the connection's window (set to the
+    stream's, --http2-initial-connection-window-size); stream 3 then cannot send a byte
+    (RFC 9113 §6.9.1). Past --timeout-request-body (0.5 s) stream 3 is not answered 408: once
+    stream 1's app reads, the window reopens and stream 3's body arrives and is echoed."""
+    release = threading.Event()
+    seen: dict = {}
+    app = held_reader(release, seen)
     with serve(app, timeout_request_body=0.5,
                http2_initial_connection_window_size=1048576) as srv:
         with H2Client.open(srv.port) as c:
@@ -1775,25 +1781,7 @@ def test_an_app_that_does_not_read_holds_back_only_its_own_upload(serve, holds):
     read. Each echoes its whole body once released."""
     release = threading.Event()
     seen: dict = {}
-
-    async def app(scope, receive, send):
-        if scope["type"] != "http":
-            return
-        if scope["path"].startswith("/hold"):
-            while not release.is_set():
-                await asyncio.sleep(0.02)
-        body = b""
-        while True:
-            m = await receive()
-            if m["type"] == "http.disconnect":
-                return
-            body += m.get("body", b"")
-            if not m.get("more_body"):
-                break
-        seen[scope["path"]] = len(body)
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"%d" % len(body)})
-
+    app = held_reader(release, seen)
     window = 65536
     with serve(app, http2_initial_stream_window_size=window) as srv:
         with H2Client.open(srv.port) as c:
