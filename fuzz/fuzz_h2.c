@@ -1746,11 +1746,11 @@ setup(const uint8_t *cfg)
     /* the connection's window: one stream's (cfg[5]'s low bit) or
      * the default four; never under RFC 9113's 65535 */
     srv->h2.connection_window = srv->h2.initial_window * ((cfg[5] & 1) ? 1 : 4);
-    srv->unix_path = Py_None;
-    srv->proxy.enabled = (cfg[5] & 2) != 0;
     if (srv->h2.connection_window < 65535) {
         srv->h2.connection_window = 65535;
     }
+    srv->unix_path = Py_None;
+    srv->proxy.enabled = (cfg[5] & 2) != 0;
     srv->h2.max_headers_size = (cfg[0] & 0x10) ? 256 : 65536;
     srv->h2.max_frame_size = 16384;
     srv->h2.write_timeout = 30.0;
