@@ -1839,6 +1839,62 @@ def test_an_app_that_does_not_read_holds_back_only_its_own_upload(serve, holds):
     assert seen == {**{f"/hold{k}": window for k in range(holds)}, "/echo": 10}
 
 
+@pytest.mark.rule("h2-connection-window")
+@pytest.mark.parametrize("holds", [0, 3])
+def test_a_reading_stream_uploads_many_windows_beside_held_streams(serve, holds):
+    """`holds` streams whose apps do not read yet take three quarters of the connection's window
+    (3 x 65,536 of 262,144); another stream then uploads 1,048,576 bytes, sixteen of its own
+    windows, and its app reads them all: the connection's WINDOW_UPDATEs give back what that app
+    read (nghttp2 alone waits for half the connection's window to be read, which the 65,536 bytes
+    left can never make: the upload stalled after its first window), and never what the held
+    streams sent (the peer's window stays within 65,536 while they hold it)."""
+    release = threading.Event()
+    seen: dict = {}
+    app = held_reader(release, seen)
+    window, total = 65536, 1048576
+    with serve(app, http2_initial_stream_window_size=window) as srv:
+        with H2Client.open(srv.port) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated) and e.stream_id == 0)
+            held = []
+            for k in range(holds):
+                sid = c.request(POST + [(":path", f"/hold{k}")], end=False)
+                for _ in range(window // c.conn.max_outbound_frame_size):
+                    c.conn.send_data(sid, b"h" * c.conn.max_outbound_frame_size)
+                held.append(sid)
+            up = c.request(POST + [(":path", "/up")], end=False)
+            sent, most = 0, 0
+            while sent < total:
+                room = min(c.conn.local_flow_control_window(up), c.conn.max_outbound_frame_size,
+                           total - sent)
+                if room == 0:
+                    c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated), IO)
+                    most = max(most, c.conn.outbound_flow_control_window)
+                    continue
+                c.conn.send_data(up, b"u" * room, end_stream=sent + room == total)
+                c.flush()
+                sent += room
+            a = c.answer(up, timeout=IO)
+            assert (a.status, a.body, a.reset) == (200, b"%d" % total, None)
+            assert seen == {"/up": total}  # the held apps have read nothing yet
+            if holds:
+                assert most <= window
+            release.set()
+            for sid in held:
+                c.conn.end_stream(sid)
+            c.flush()
+            waiting, bodies = set(held), dict.fromkeys(held, b"")
+            while waiting:  # the answers in any order
+                for e in c.events_until(lambda e: isinstance(e, (h2.events.StreamEnded,
+                                                                 h2.events.StreamReset))):
+                    assert not isinstance(e, (h2.events.StreamReset, ConnectionClosed)), e
+                    if isinstance(e, h2.events.DataReceived):
+                        bodies[e.stream_id] += e.data
+                    if isinstance(e, h2.events.StreamEnded):
+                        waiting.discard(e.stream_id)
+            assert bodies == {sid: b"%d" % window for sid in held}
+    assert seen == {**{f"/hold{k}": window for k in range(holds)}, "/up": total}
+
+
 # RFC 9113 §6.5.2's measure (name + value + 32 bytes) of the fields skirr adds to a head of
 # serve(date_header=False): :status and server: skirr. The largest section sent is 65,536 bytes,
 # or the client's SETTINGS_MAX_HEADER_LIST_SIZE when smaller.

@@ -162,6 +162,8 @@ struct h2_conn {
     h2_stream_t *streams; /* open streams, newest first */
     uint32_t nstreams;    /* how many */
     uint32_t heads_open;  /* streams whose header block is not complete */
+    size_t given;         /* request content given to the exchanges and not yet consumed, over
+                           * all streams (the sum of their s->given): bytes */
     PyObject **running;   /* strong: exchanges detached while their app still ran */
     size_t nrunning, running_cap;
     PyObject *client; /* strong: scope "client" (None for UDS) */
@@ -327,14 +329,43 @@ consume(h2_conn_t *c, int32_t id, size_t n)
 }
 
 static void
+give_back(h2_stream_t *s, size_t n)
+{
+    /* n bytes of the request content given to the stream's exchange were taken (or are no
+     * longer wanted): they go back to the windows. */
+    s->given -= n;
+    s->c->given -= n;
+    consume(s->c, s->id, n);
+}
+
+static void
+ack_connection(h2_conn_t *c)
+{
+    /* RFC 9113 §6.9.1: nghttp2 sends the connection's WINDOW_UPDATE once half its window is
+     * consumed. While the apps hold more than half of it unread (c->given: streams whose app
+     * does not call receive()), the consumed bytes of the reading streams never reach that
+     * half and every upload on the connection stalls. So the consumed bytes are acknowledged
+     * (an increment no larger than the bytes received: the window does not grow, nghttp2
+     * takes them off its own count) once they are half of what the unread content leaves:
+     * with nothing unread, nghttp2's own threshold; never zero while some is left, so the
+     * peer's window never closes on consumed content. */
+    int64_t w = nghttp2_session_get_effective_local_window_size(c->ng);
+    int64_t acked_due = (int64_t)nghttp2_session_get_effective_recv_data_length(c->ng) -
+                        (int64_t)c->given; /* received, neither held nor acknowledged */
+    int64_t left = w - (int64_t)c->given;
+    if (acked_due > 0 && 2 * acked_due >= left) {
+        (void)nghttp2_submit_window_update(c->ng, NGHTTP2_FLAG_NONE, 0, (int32_t)acked_due);
+    }
+}
+
+static void
 detach(h2_stream_t *s)
 {
     /* The stream's exchange loses its wire (if it still had it): http.disconnect for receive(),
      * ClientDisconnected for a send(). Its unread content goes back to the windows. */
     h2_conn_t *c = s->c;
     sk_exchange_t *x = s->x;
-    consume(c, s->id, s->given);
-    s->given = 0;
+    give_back(s, s->given);
     if (x != NULL) {
         s->x = NULL;
         sk_exchange_gone(x);
@@ -1252,8 +1283,7 @@ h2w_end(void *w)
     h2_conn_t *c = s->c;
     sk_exchange_t *x = s->x;
     s->x = NULL;
-    consume(c, s->id, s->given);
-    s->given = 0;
+    give_back(s, s->given);
     s->waiting = 0;
     if (x != NULL) {
         (void)keep_running(c, x);
@@ -1397,8 +1427,7 @@ h2w_resume(void *w, int waiting)
     }
     size_t buffered = sk_exchange_buffered(s->x);
     if (s->given > buffered) {
-        consume(c, s->id, s->given - buffered);
-        s->given = buffered;
+        give_back(s, s->given - buffered);
         (void)flush(c);
     }
     return 0;
@@ -2142,11 +2171,11 @@ on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const uint8_t *dat
      * and h2w_resume() gives back what was given and taken then; counted after, those bytes
      * were never given back, and a window no larger than them stayed closed for good */
     s->given += len;
+    c->given += len;
     if (sk_exchange_body(s->x, (const char *)data, len) < 0) {
         /* nothing of it queued nor taken */
         PyErr_WriteUnraisable(c->srv->owner);
-        s->given -= len;
-        consume(c, id, len);
+        give_back(s, len);
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     }
     s->body_at = 0; /* a body byte: sync_deadline re-arms --timeout-request-body */
@@ -2254,6 +2283,9 @@ pump(h2_conn_t *c)
         return;
     }
     c->in_pump = 1;
+    if (!c->ended) {
+        ack_connection(c);
+    }
     int fatal = 0;
     for (int round = 0; round < 2 && !fatal; round++) {
         int empty = 0; /* nghttp2 had nothing more to send */
