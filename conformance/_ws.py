@@ -25,7 +25,12 @@ def frame(b0: int, payload: bytes = b"", masked: bool = True, length16: bool = F
     """A client frame: first byte b0 (FIN, RSV, opcode), the payload masked with MASK."""
     n = len(payload)
     bit = 0x80 if masked else 0
-    head = bytes([b0, bit | 126]) + n.to_bytes(2, "big") if length16 or n > 125 else bytes([b0, bit | n])
+    if n > 65535:  # RFC 6455 §5.2: the 64-bit form
+        head = bytes([b0, bit | 127]) + n.to_bytes(8, "big")
+    elif length16 or n > 125:
+        head = bytes([b0, bit | 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([b0, bit | n])
     if not masked:
         return head + payload
     return head + MASK + mask(payload)

@@ -1055,6 +1055,35 @@ def test_compressed_message_inflating_past_max_size_fails_1009(serve):
         assert c.read_until_close() == close_frame(1009)
 
 
+@rule("skirr-ws-max-size-1009")
+@pytest.mark.parametrize("mem_level", [1, 8])
+def test_compressed_message_within_max_size_passes_though_longer_on_the_wire(serve, mem_level):
+    """--ws-max-size bounds a compressed message's inflated size: 65,536 random bytes, which
+    deflate makes longer (65,557 bytes with zlib's default memLevel 8, 68,117 with memLevel 1),
+    pass --ws-max-size 65536 and are echoed whole. On the wire a compressed message may be at
+    most zlib's deflateBound for any settings (65536 + 8193 + 1025 + 5 = 74,759 bytes): a frame
+    header announcing one byte more is refused with 1009 before its payload is read; an
+    uncompressed message still gets nothing over 65,536."""
+    data = random.Random(mem_level).randbytes(65536)
+    z = zlib.compressobj(wbits=-15, memLevel=mem_level)
+    wire = z.compress(data) + z.flush(zlib.Z_SYNC_FLUSH)
+    assert wire.endswith(b"\x00\x00\xff\xff") and len(wire) - 4 > 65536
+    with serve(make_app(Recorder()), ws_max_size=65536) as srv:
+        c = srv.connect()
+        pmd_handshake(c, b"permessage-deflate")
+        c.send(frame(0xC2, wire[:-4]))
+        b0, payload = read_frame(c)
+        assert b0 == 0xC2
+        assert zlib.decompressobj(wbits=-15).decompress(payload + b"\x00\x00\xff\xff") == data
+        # 0xC2, masked 127-length form, 74,760: nothing of the payload follows
+        c.send(bytes([0xC2, 0xFF]) + (74760).to_bytes(8, "big") + b"\x00" * 4)
+        assert c.read_until_close() == close_frame(1009)
+        c = srv.connect()
+        pmd_handshake(c, b"permessage-deflate")
+        c.send(bytes([0x82, 0xFF]) + (65537).to_bytes(8, "big") + b"\x00" * 4)
+        assert c.read_until_close() == close_frame(1009)
+
+
 @rule("RFC7692-7.2-compressed-messages")
 def test_compressed_invalid_utf8_fails_1007(serve):
     """A compressed text message is UTF-8 checked after inflating: an encoded surrogate is 1007;

@@ -4,8 +4,9 @@
  * for replaying files (fuzz/replay.c).
  * Never: includes Python.h, performs I/O, or keeps state between inputs.
  *
- * Input layout: 4 leading bytes choose the limits (max_message, permessage-deflate's RSV1) and
- * how the rest is split across reads; the rest is the bytes a client sends after the handshake.
+ * Input layout: 4 leading bytes choose the limits (max_message, permessage-deflate's RSV1 and
+ * max_compressed) and how the rest is split across reads; the rest is the bytes a client sends
+ * after the handshake.
  * The same bytes are parsed twice: whole, and split as the leading bytes say (byte by byte, two
  * pieces, small or larger pseudo-random pieces). Every call's input is a fresh heap copy of
  * exactly the unconsumed bytes, so ASan reports any read outside them.
@@ -14,7 +15,7 @@
  *  - consumed bytes never exceed the input; SK_WS_EV_NONE consumes everything; bytes a call does
  *    not consume come back unchanged (unmasking touches consumed bytes only);
  *  - SK_WS_EV_DATA is non-empty, lies inside the bytes consumed by that call, only inside a
- *    message; a message never exceeds max_message; a complete uncompressed text message is UTF-8;
+ *    message; a message never exceeds max_message (a compressed one max_compressed); a complete uncompressed text message is UTF-8;
  *  - MESSAGE never inside a message, END only inside one; control payloads <= 125 bytes; a CLOSE
  *    has a valid code and a UTF-8 reason, or code 1005 and no reason; after it, input is ignored;
  *  - an error's code is 1002, 1007 or 1009, and a dead parser keeps returning it, consuming 0;
@@ -38,13 +39,14 @@
 
 typedef struct {
     sk_ws_limits_t lim;
-    sk_buf_t log;  /* the event log compared between runs */
-    sk_buf_t msg;  /* the current message's payload (for the UTF-8 and size checks) */
-    size_t logged; /* bytes of msg already in the log */
-    int in_msg;    /* MESSAGE seen, END not yet */
-    int msg_text;  /* the current message is uncompressed text */
-    int closed;    /* CLOSE seen */
-    int stopped;   /* ERROR seen */
+    sk_buf_t log;       /* the event log compared between runs */
+    sk_buf_t msg;       /* the current message's payload (for the UTF-8 and size checks) */
+    size_t logged;      /* bytes of msg already in the log */
+    int in_msg;         /* MESSAGE seen, END not yet */
+    int msg_text;       /* the current message is uncompressed text */
+    int msg_compressed; /* the current message is compressed (RSV1) */
+    int closed;         /* CLOSE seen */
+    int stopped;        /* ERROR seen */
 } run_t;
 
 static void
@@ -99,6 +101,7 @@ on_event(run_t *r, const sk_ws_event_t *ev, const char *d, size_t c)
         REQUIRE(!ev->compressed || r->lim.allow_rsv1);
         r->in_msg = 1;
         r->msg_text = ev->opcode == SK_WS_TEXT && !ev->compressed;
+        r->msg_compressed = ev->compressed != 0;
         put(&r->log, "M", 1);
         put(&r->log, (const char[]){(char)ev->opcode, (char)ev->compressed}, 2);
         return;
@@ -107,7 +110,9 @@ on_event(run_t *r, const sk_ws_event_t *ev, const char *d, size_t c)
         REQUIRE(ev->len > 0 && ev->data >= d && ev->data + ev->len <= d + c);
         put(&r->msg, ev->data, ev->len);
         if (r->lim.max_message != 0)
-            REQUIRE(sk_buf_len(&r->msg) <= r->lim.max_message);
+            REQUIRE(sk_buf_len(&r->msg) <= (r->msg_compressed && r->lim.max_compressed != 0
+                                                ? r->lim.max_compressed
+                                                : r->lim.max_message));
         return;
     case SK_WS_EV_MESSAGE_END:
         REQUIRE(r->in_msg);
@@ -235,7 +240,7 @@ int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     uint8_t cfg[CONFIG_BYTES] = {0};
-    sk_ws_limits_t lim = {0, 0};
+    sk_ws_limits_t lim = {.max_message = 0};
     sk_buf_t whole, split;
     uint64_t seed;
     const char *in;
@@ -246,6 +251,9 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     n = size > CONFIG_BYTES ? size - CONFIG_BYTES : 0;
     lim.max_message = max_message_choices[cfg[0] & 7];
     lim.allow_rsv1 = (cfg[0] & 0x08) != 0;
+    /* as the embedder sets it with permessage-deflate (sk_wsh.c); bit 0x10: left 0 */
+    if (lim.allow_rsv1 && lim.max_message != 0 && (cfg[0] & 0x10) == 0)
+        lim.max_compressed = sk_ws_deflate_bound(lim.max_message);
     seed = ((uint64_t)cfg[2] << 8 | cfg[3]) * 0x9E3779B97F4A7C15ULL + 1;
 
     run(&lim, in, n, -1, 0, &whole);

@@ -58,7 +58,11 @@ typedef struct {
     uint64_t max_message; /* bytes of payload per message, all its frames together; 0 = unlimited.
                            * A frame header that would pass it fails with 1009 (RFC 6455 §7.4.1)
                            * before any of that frame's payload is delivered. */
-    uint8_t allow_rsv1;   /* 1 once permessage-deflate is negotiated (RFC 7692 §6): RSV1 is then
+    uint64_t max_compressed; /* the same for a compressed message's (RSV1) payload on the wire,
+                              * bytes; 0 = max_message. The embedder bounds the inflated size
+                              * at max_message itself; deflate may make an incompressible
+                              * message a little longer than that (sk_ws_deflate_bound). */
+    uint8_t allow_rsv1;      /* 1 once permessage-deflate is negotiated (RFC 7692 §6): RSV1 is then
                            * allowed on a message's first frame and reported as ev.compressed;
                            * such a message's text is not UTF-8 checked here (the embedder checks
                            * it after inflating). 0: any RSV bit fails with 1002 (RFC 6455 §5.2). */
@@ -116,6 +120,17 @@ typedef struct {
     const char *err_reason;
     char ctl[SK_WS_MAX_CONTROL]; /* the control frame's payload, unmasked */
 } sk_ws_parser_t;
+
+/* The longest DEFLATE stream (RFC 1951) of n bytes, whatever the compressor's settings (zlib's
+ * deflateBound for parameters other than its defaults, less its 6-byte zlib wrapper): a
+ * permessage-deflate message (RFC 7692 §7.2.1, its 4-byte tail removed) of n bytes or fewer
+ * inflated is never longer on the wire. Saturates at UINT64_MAX. */
+static inline uint64_t
+sk_ws_deflate_bound(uint64_t n)
+{
+    uint64_t extra = ((n >> 3) + 1) + ((n >> 6) + 1) + 5;
+    return n > UINT64_MAX - extra ? UINT64_MAX : n + extra;
+}
 
 /* Initialises p for a new connection with the given limits (copied). */
 void sk_ws_parser_init(sk_ws_parser_t *p, const sk_ws_limits_t *limits);

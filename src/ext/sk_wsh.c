@@ -549,7 +549,12 @@ wire_accept(void *wire, const char *sp, size_t splen, sk_header_t *hdrs, size_t 
         }
         else {
             sk_pmd_init(&w->pmd->z, &w->hs->pmd_params);
-            sk_ws_limits_t limits = {.max_message = w->srv->ws.max_size, .allow_rsv1 = 1};
+            /* a compressed message's inflated size is bounded at --ws-max-size as it is
+             * inflated (handle_data); on the wire it may be a little longer */
+            uint64_t max = w->srv->ws.max_size;
+            sk_ws_limits_t limits = {.max_message = max,
+                                     .max_compressed = max ? sk_ws_deflate_bound(max) : 0,
+                                     .allow_rsv1 = 1};
             sk_ws_parser_init(&w->parser, &limits); /* no frame was parsed yet */
         }
     }

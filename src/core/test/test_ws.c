@@ -229,7 +229,7 @@ static void
 ws_case_n(T *t, const char *name, const sk_ws_limits_t *lim, const char *in, size_t n,
           const char *expect, const char *file, int line)
 {
-    sk_ws_limits_t def = {0, 0};
+    sk_ws_limits_t def = {.max_message = 0};
 
     run_case(t, "ws", name, run_ws, lim != NULL ? lim : &def, in, n, EVERY_SPLIT_MAX, expect, file,
              line);
@@ -436,7 +436,7 @@ static void
 test_frame_errors(T *t)
 {
     static const unsigned reserved[] = {3, 4, 5, 6, 7, 0xB, 0xC, 0xD, 0xE, 0xF};
-    sk_ws_limits_t deflate = {0, 1};
+    sk_ws_limits_t deflate = {.allow_rsv1 = 1};
     sk_buf_t b = {0};
 
     for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++) {
@@ -545,8 +545,8 @@ test_utf8(T *t)
 static void
 test_max_message(T *t)
 {
-    sk_ws_limits_t five = {5, 0};
-    sk_ws_limits_t one_k = {1000, 0};
+    sk_ws_limits_t five = {.max_message = 5};
+    sk_ws_limits_t one_k = {.max_message = 1000};
     sk_buf_t b = {0};
     char big[1001];
     char want[96];
@@ -574,6 +574,20 @@ test_max_message(T *t)
     snprintf(want, sizeof(want), "MSG binary\nDATA 1000 fnv=%016llx\nEND\nEOF idle=1\n",
              (unsigned long long)fnv1a(big, sizeof(big) - 1));
     WCASE(t, "64-bit length at the limit (non-minimal encoding)", &one_k, &b, want);
+    /* permessage-deflate: a compressed message's wire length is held to max_compressed (the
+     * embedder bounds its inflated size), an uncompressed one's still to max_message */
+    sk_ws_limits_t z = {.max_message = 5, .max_compressed = 8, .allow_rsv1 = 1};
+    CF(&b, 0xC2, "12345678");
+    WCASE(t, "compressed: exactly max_compressed", &z, &b,
+          "MSG binary z\nDATA 8 [12345678]\nEND\nEOF idle=1\n");
+    CF(&b, 0x42, "1234");
+    CF(&b, 0x80, "56789");
+    WCASE(t, "compressed fragments one byte over max_compressed", &z, &b,
+          "MSG binary z\nDATA 4 [1234]\n" E_BIG "EOF idle=0\n");
+    CF(&b, 0x82, "123456");
+    WCASE(t, "uncompressed: max_message still", &z, &b, E_BIG "EOF idle=0\n");
+    CHECK(t, sk_ws_deflate_bound(65536) == 65536 + 8193 + 1025 + 5);
+    CHECK(t, sk_ws_deflate_bound(UINT64_MAX - 3) == UINT64_MAX);
 }
 
 /* ---- serializer ------------------------------------------------------------------------------ */
@@ -692,7 +706,7 @@ test_round_trip(T *t)
         sk_buf_t in = {0};
         size_t hn;
         sk_ws_parser_t p;
-        sk_ws_limits_t lim = {0, 0};
+        sk_ws_limits_t lim = {.max_message = 0};
         sk_ws_event_t ev;
         size_t pos = 0, got = 0;
         int ends = 0;
@@ -730,7 +744,7 @@ static void
 test_api(T *t)
 {
     sk_ws_parser_t p;
-    sk_ws_limits_t lim = {0, 0};
+    sk_ws_limits_t lim = {.max_message = 0};
     sk_ws_event_t ev;
     char bad[] = "\x81\x05";
 
