@@ -92,7 +92,8 @@ def test_prior_knowledge_get(serve):
     assert sid == 1
     assert (a.status, a.body, a.ended, a.reset) == (200, b"hello", True, None)
     names = [n for n, _ in a.headers]
-    assert names == [b"content-type", b"date", b"server"]
+    assert names == [b"content-type", b"content-length", b"date", b"server"]
+    assert a.header(b"content-length") == b"5"  # the single final body's length, as HTTP/1.1
     assert a.header(b"content-type") == b"text/plain" and a.header(b"server") == b"skirr"
 
 
@@ -690,7 +691,7 @@ def test_100_continue_sent_when_the_app_first_receives(serve, expect):
             a = c.answer(sid)
     assert (a.status, a.body, a.ended, a.interim) == (200, b"got hello", True, [])
     assert isinstance(a.events[0], h2.events.ResponseReceived)  # the 100 did not end the stream
-    assert a.headers == [(b"server", b"skirr")]
+    assert a.headers == [(b"content-length", b"9"), (b"server", b"skirr")]
     assert b"".join(m["body"] for m in seen[1:]) == b"lo" and not seen[-1]["more_body"]
 
 
@@ -868,6 +869,44 @@ def test_file_bodies(serve, tmp_path, kind):
             a = c.answer(c.get("/"))
     want = data[1000:71_000] if kind == "zerocopysend-range" else data
     assert (a.status, len(a.body), a.body == want, a.ended) == (200, len(want), True, True)
+    assert a.header(b"content-length") == b"%d" % len(want)  # the file's (range's) size
+
+
+@pytest.mark.rule("h2-response", "h2-pathsend")
+@pytest.mark.parametrize("case, method, want", [
+    ("single", "GET", b"5"), ("single", "HEAD", None), ("file", "GET", b"7"),
+    ("file", "HEAD", None), ("app-length", "GET", b"5"), ("streamed", "GET", None),
+    ("trailers", "GET", None), ("empty", "GET", b"0"), ("status-404", "GET", b"5")])
+def test_content_length_says_a_known_size(serve, tmp_path, case, method, want):
+    """As HTTP/1.1 frames them (test_http_responses.py), a response whose whole content is
+    known when its head leaves says its size: a single final body, a pathsend file (its size),
+    an empty one ("0"), whatever the status; never twice when the app gave it. Not a HEAD
+    answer (RFC 9110 §9.3.2 lets it omit it; HTTP/1.1 does), nor a streamed body or one with
+    trailers (HTTP/1.1 sends those chunked)."""
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"content")
+
+    def steps(scope):
+        status = 404 if case == "status-404" else 200
+        head = [(b"content-length", b"5")] if case == "app-length" else []
+        start = {"type": "http.response.start", "status": status, "headers": head,
+                 "trailers": case == "trailers"}
+        if case == "file":
+            return [start, {"type": "http.response.pathsend", "path": str(path)}]
+        if case == "streamed":
+            return [start, {"type": "http.response.body", "body": b"hel", "more_body": True},
+                    {"type": "http.response.body", "body": b"lo"}]
+        body = [{"type": "http.response.body", "body": b"" if case == "empty" else b"hello"}]
+        if case == "trailers":
+            body.append({"type": "http.response.trailers", "headers": [(b"x-t", b"1")]})
+        return [start] + body
+
+    with serve(steps_app(steps), date_header=False) as srv:
+        with H2Client.open(srv.port) as c:
+            a = c.answer(c.get("/", method=method))
+    length = [(b"content-length", want)] if want is not None else []
+    assert a.headers == length + [(b"server", b"skirr")]
+    assert a.ended and a.reset is None
 
 
 @pytest.mark.rule("h2-pathsend")
@@ -1317,7 +1356,7 @@ def test_limit_concurrency_counts_a_burst_in_one_write(serve):
             release.set()
             until_ended(sids)
     assert {sid: tuple(seen[sid]) for sid in sids} == {
-        1: (200, None, b"ok", True), 3: (200, None, b"ok", True),
+        1: (200, b"2", b"ok", True), 3: (200, b"2", b"ok", True),
         **{sid: (503, b"19", b"Service Unavailable", True) for sid in sids[2:-1]},
         19: (503, b"19", b"", True)}
     assert sorted(calls) == ["/1", "/3"]
@@ -2066,7 +2105,7 @@ def test_every_server_field_is_sent_over_http2(serve):
         with H2Client.open(srv.port) as c:
             a = c.answer(c.get("/"))
     assert (a.status, a.body) == (200, b"ok")
-    assert a.headers == [(b"server", b"skirr"),
+    assert a.headers == [(b"content-length", b"2"), (b"server", b"skirr"),
                          *[(f"x-h{i}".encode(), str(i).encode()) for i in range(50)],
                          (long_a.encode(), b"1"), (long_b.encode(), b"2"), (b"x-after", b"3")]
 

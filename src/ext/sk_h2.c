@@ -143,6 +143,8 @@ typedef struct h2_stream {
     uint8_t own;          /* the response is skirr's own (refusal, error()) */
     uint8_t app_reset;    /* skirr reset the stream for the app (not the client's doing) */
     int64_t clen;         /* the app's content-length, or -1 */
+    size_t head_out_size; /* the response field section h2w_start() measured (SK_FIELD_SIZE's
+                           * measure, bytes) */
     uint64_t body_sent;   /* content bytes accepted */
     sk_buf_t body;        /* content waiting for the peer's window */
     PyObject *ref;        /* strong, or NULL: the final body given by reference (body_ref) while
@@ -857,6 +859,22 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
     return data_sent(c, s);
 }
 
+static inline int
+may_size(const h2_stream_t *s)
+{
+    /* 1 when submit_head() may add a content-length: the app gave none, the response has
+     * content (not HEAD, 204, 205 or 304: RFC 9110 §9.3.2 lets a HEAD answer omit it, as
+     * HTTP/1.1 does) and no trailers follow (HTTP/1.1 sends those chunked, unsized). */
+    return s->clen < 0 && !s->bodyless && !s->trailers;
+}
+
+static inline int
+sized(const h2_stream_t *s)
+{
+    /* 1 when submit_head() adds the content's length: may_size() and the final piece given. */
+    return may_size(s) && s->body_end;
+}
+
 static int
 submit_head(h2_stream_t *s)
 {
@@ -868,7 +886,7 @@ submit_head(h2_stream_t *s)
     /* :status, 205's content-length, date, the default server line, the app's fields, the
      * server's own lines; their names lowercased into `lower` (every line sent, however many:
      * sk_resp_opts_measure()) */
-    size_t room = 4 + s->nrf + o->lines;
+    size_t room = 5 + s->nrf + o->lines;
     nghttp2_nv stack[48];
     char lower_stack[512];
     nghttp2_nv *nv = room <= 48 ? stack : PyMem_Malloc(room * sizeof(nghttp2_nv));
@@ -891,6 +909,17 @@ submit_head(h2_stream_t *s)
     for (uint32_t i = 0; i < s->nrf; i++) {
         nv[n++] = NV(span_ptr(&s->rh, s->rf[i].name), s->rf[i].name.len,
                      span_ptr(&s->rh, s->rf[i].value), s->rf[i].value.len);
+    }
+    char clen[24];
+    if (sized(s)) {
+        /* the whole content is known (a single final body, a file, or all pieces given before
+         * the first left): its length said, as HTTP/1.1 says it (RFC 9110 §8.6), so a client
+         * knows a download's size; left out when the section would then pass the limit the
+         * app's fields were held to (h2w_start: the field is optional in HTTP/2) */
+        int k = snprintf(clen, sizeof(clen), "%llu", (unsigned long long)s->body_sent);
+        if (section_fits(c, s->head_out_size + SK_FIELD_SIZE(14, (size_t)k), !s->own) == 0) {
+            nv[n++] = NV("content-length", 14, clen, (size_t)k);
+        }
     }
     const char *date = sk_serve_date(c->srv);
     if (!s->app_date && date != NULL) {
@@ -1057,6 +1086,7 @@ h2w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int tr
         }
         size += o->extra_size;
         rc = section_fits(s->c, size, !s->own);
+        s->head_out_size = size;
     }
     if (rc < 0) {
         s->nrf = 0;
