@@ -255,6 +255,28 @@ def test_wrong_path_is_a_usage_error_before_anything_binds(tmp_path, loop, case)
 
 
 @pytest.mark.rule("skirr-cli-path-options")
+def test_reload_without_watchfiles_is_refused_before_anything_binds(tmp_path, loop):
+    """--reload where watchfiles cannot be imported: exit 2 with the one line saying so, before
+    the startup line (it used to say "Started supervisor ... on http://..." first, with the port
+    bound) and before the app is imported."""
+    blocked = tmp_path / "blocked" / "watchfiles"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('blocked for this case')\n")
+    marker = tmp_path / "imported"
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "marks.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                   "async def app(scope, receive, send): pass\n")
+    args = ["marks:app", "--loop", loop, "--reload", "--reload-dir", str(apps), "--app-dir",
+            str(apps), "--port", str(_proc.free_port())]
+    with _proc.Skirr(args, tmp_path, env={"PYTHONPATH": str(blocked.parent)}) as proc:
+        assert proc.proc.wait(_proc.STOP_TIMEOUT) == 2
+        assert proc.stderr == ("skirr: error: --reload needs watchfiles (pip install watchfiles, "
+                               "or 'skirr[reload]')\n")
+    assert not marker.exists()
+
+
+@pytest.mark.rule("skirr-cli-path-options")
 @pytest.mark.parametrize("var, dest, message", [
     ("SKIRR_APP_DIR", "missing", "SKIRR_APP_DIR: --app-dir {m}: No such directory"),
     ("SKIRR_RELOAD_DIR", "missing", "SKIRR_RELOAD_DIR: --reload-dir {m}: No such directory"),

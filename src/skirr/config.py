@@ -134,6 +134,10 @@ H2_SECTION_MAX: int = _native.H2_SECTION_MAX
 H2_OWN_RESPONSE_SIZE: int = _native.H2_OWN_RESPONSE_SIZE
 
 
+#: The error of ``reload=True`` (``--reload``) where watchfiles cannot be imported.
+RELOAD_NEEDS_WATCHFILES = "--reload needs watchfiles (pip install watchfiles, or 'skirr[reload]')"
+
+
 class ConfigError(ValueError):
     """A setting or the application cannot be used; ``str()`` is one line meant for the user.
     A ``ValueError``, so a bad value given to :class:`Config` raises what Python code expects."""
@@ -731,6 +735,12 @@ class Config:
                 "process imports it)"
             )
         self._check_paths()
+        if self.reload:
+            # before anything binds: the supervisor's watcher imports it (reload.py)
+            try:
+                import watchfiles  # noqa: F401
+            except ImportError:
+                raise ConfigError(RELOAD_NEEDS_WATCHFILES) from None
 
     def _check_paths(self) -> None:
         """Every path-valued setting names what it must, so a mistake is a usage error found

@@ -15,16 +15,14 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from .config import Config, ConfigError
+from .config import RELOAD_NEEDS_WATCHFILES, Config, ConfigError
 
 
 def _watchfiles():  # type: ignore[no-untyped-def]
     try:
         import watchfiles
     except ImportError:
-        raise ConfigError(
-            "--reload needs watchfiles (pip install watchfiles, or 'skirr[reload]')"
-        ) from None
+        raise ConfigError(RELOAD_NEEDS_WATCHFILES) from None
     return watchfiles
 
 
