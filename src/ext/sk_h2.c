@@ -860,19 +860,13 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
 }
 
 static inline int
-may_size(const h2_stream_t *s)
-{
-    /* 1 when submit_head() may add a content-length: the app gave none, the response has
-     * content (not HEAD, 204, 205 or 304: RFC 9110 §9.3.2 lets a HEAD answer omit it, as
-     * HTTP/1.1 does) and no trailers follow (HTTP/1.1 sends those chunked, unsized). */
-    return s->clen < 0 && !s->bodyless && !s->trailers;
-}
-
-static inline int
 sized(const h2_stream_t *s)
 {
-    /* 1 when submit_head() adds the content's length: may_size() and the final piece given. */
-    return may_size(s) && s->body_end;
+    /* 1 when submit_head() says the content's length: the app gave none, the final piece came
+     * with the head (a single final body or file: the head leaves with the first piece), the
+     * response has content (not HEAD, 204, 205 or 304: RFC 9110 §9.3.2 lets a HEAD answer omit
+     * it, as HTTP/1.1 does) and no trailers follow (HTTP/1.1 sends those chunked, unsized). */
+    return s->clen < 0 && s->body_end && !s->bodyless && !s->trailers;
 }
 
 static int
@@ -912,10 +906,9 @@ submit_head(h2_stream_t *s)
     }
     char clen[24];
     if (sized(s)) {
-        /* the whole content is known (a single final body, a file, or all pieces given before
-         * the first left): its length said, as HTTP/1.1 says it (RFC 9110 §8.6), so a client
-         * knows a download's size; left out when the section would then pass the limit the
-         * app's fields were held to (h2w_start: the field is optional in HTTP/2) */
+        /* the whole content is known: its length said, as HTTP/1.1 says it (RFC 9110 §8.6),
+         * so a client knows a download's size; left out when the section would then pass the
+         * limit the app's fields were held to (h2w_start: the field is optional in HTTP/2) */
         int k = snprintf(clen, sizeof(clen), "%llu", (unsigned long long)s->body_sent);
         if (section_fits(c, s->head_out_size + SK_FIELD_SIZE(14, (size_t)k), !s->own) == 0) {
             nv[n++] = NV("content-length", 14, clen, (size_t)k);
