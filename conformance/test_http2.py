@@ -1879,6 +1879,56 @@ def test_an_app_that_does_not_read_holds_back_only_its_own_upload(serve, holds):
 
 
 @pytest.mark.rule("h2-connection-window")
+@pytest.mark.parametrize("end_stream", [False, True], ids=["partial", "whole"])
+def test_a_reset_streams_unread_content_is_dropped_with_its_credit(serve, end_stream):
+    """Three streams send a stream window each (65,536 bytes; with END_STREAM or not) to apps
+    that do not read yet, then reset (RST_STREAM CANCEL): their content goes back to the
+    connection's window (a WINDOW_UPDATE on stream 0 for half the window, 131,072 bytes, at
+    once) and is dropped, so each app's first receive() gives http.disconnect, never the
+    content. Kept and credited
+    back, the content of reset streams was bounded only by streams x stream window (a client
+    made skirr hold 90 MiB on one connection of a 4 MiB window: stop 58's attack)."""
+    release = threading.Event()
+    first: dict = {}
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+        m = await receive()
+        first[scope["path"]] = (m["type"], len(m.get("body", b"")))
+
+    window = 65536
+    with serve(app, http2_initial_stream_window_size=window) as srv:
+        with H2Client.open(srv.port) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.WindowUpdated) and e.stream_id == 0)
+            sids = []
+            for k in range(3):
+                sid = c.request(POST + [(":path", f"/cancel{k}")], end=False)
+                for i in range(window // c.conn.max_outbound_frame_size):
+                    c.conn.send_data(sid, b"c" * c.conn.max_outbound_frame_size,
+                                     end_stream=end_stream and (i + 1) * 16384 == window)
+                sids.append(sid)
+            c.flush()
+            assert c.conn.outbound_flow_control_window == window  # 4 windows less 3
+            for sid in sids:
+                c.conn.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+            c.flush()
+            updates = [e.delta for e in c.events_until(
+                lambda e: isinstance(e, h2.events.WindowUpdated) and e.stream_id == 0)
+                if isinstance(e, h2.events.WindowUpdated)]
+            # nghttp2 acknowledges in halves of the connection's window: two streams' worth at
+            # once, the third's with the next half
+            assert updates == [2 * window]
+            release.set()
+            deadline = time.monotonic() + IO
+            while len(first) < 3 and time.monotonic() < deadline:
+                time.sleep(0.02)
+    assert first == {f"/cancel{k}": ("http.disconnect", 0) for k in range(3)}
+
+
+@pytest.mark.rule("h2-connection-window")
 @pytest.mark.parametrize("holds", [0, 3])
 def test_a_reading_stream_uploads_many_windows_beside_held_streams(serve, holds):
     """`holds` streams whose apps do not read yet take three quarters of the connection's window

@@ -55,6 +55,7 @@
  *   - flow control: DATA within what the client granted (its largest initial window plus its
  *     WINDOW_UPDATEs, per stream and for the connection) and the server's WINDOW_UPDATEs
  *     never more than the content the client sent (plus the connection window skirr raises);
+ *     the content the apps hold unread, over all streams, within the connection's window;
  *   - GOAWAY: last stream id never increases and no stream above it answered after it;
  *     nothing after a GOAWAY with an error code; a connection the handler ends after writing
  *     ended with a GOAWAY (its own or the client's);
@@ -855,6 +856,14 @@ size_t
 sk_exchange_buffered(const sk_exchange_t *x)
 {
     return x->buffered;
+}
+
+void
+sk_exchange_drop_body(sk_exchange_t *x)
+{
+    /* the wire drops the unread content as it detaches (it gave its credit back) */
+    REQUIRE(!x->gone && x->w != NULL);
+    x->buffered = 0;
 }
 
 int
@@ -1698,6 +1707,13 @@ tick(double dt)
 static void
 apps_step(void)
 {
+    /* the request content the apps hold unread, over every exchange, attached or detached,
+     * stays within the connection's window: what the wire gave back it no longer buffers */
+    uint64_t held = 0;
+    for (size_t i = 0; i < H.napps; i++) {
+        held += H.apps[i]->buffered;
+    }
+    REQUIRE(held <= (uint64_t)H.srv.h2.connection_window);
     for (size_t i = 0; i < H.napps; i++) {
         app_run(H.apps[i], 1 + (int)(rnd(&H.seed) % 3));
     }

@@ -24,7 +24,9 @@
 
 #define FAIRNESS_QUOTA 128 /* ready receive/send operations per request before one yield */
 
-enum rx_state { RX_BODY = 0, RX_COMPLETE, RX_DELIVERED };
+/* the request content: still coming, all arrived, all given to the app; or dropped unread
+ * (sk_exchange_drop_body: receive() then says http.disconnect) */
+enum rx_state { RX_BODY = 0, RX_COMPLETE, RX_DELIVERED, RX_DROPPED };
 enum tx_state { TX_OPEN = 0, TX_COMPLETE, TX_FAILED, TX_GONE };
 enum app_state { APP_NEW = 0, APP_STARTED, APP_RUNNING, APP_DONE };
 
@@ -1967,7 +1969,7 @@ int
 sk_exchange_body(sk_exchange_t *r, const char *data, size_t len)
 {
     /* Queues a piece of request content (copied: the wire's input buffer is reused). 0 or -1. */
-    if (len == 0) {
+    if (len == 0 || r->rx == RX_DROPPED) {
         return 0;
     }
     if (r->body == NULL) {
@@ -1993,6 +1995,9 @@ sk_exchange_body(sk_exchange_t *r, const char *data, size_t len)
 void
 sk_exchange_body_end(sk_exchange_t *r)
 {
+    if (r->rx == RX_DROPPED) {
+        return;
+    }
     set_rx(r, RX_COMPLETE);
     wake_receivers(r);
 }
@@ -2021,6 +2026,20 @@ sk_exchange_drained(sk_exchange_t *r)
     if (r->drain_waiters != NULL) {
         sk_asgi_resolve_all(r->st, &r->drain_waiters, Py_None, NULL);
     }
+}
+
+void
+sk_exchange_drop_body(sk_exchange_t *r)
+{
+    /* The content queued and not yet received goes: the wire gave back its flow-control credit
+     * (HTTP/2: a reset stream's content must not stay buffered beyond the connection's window,
+     * RFC 9113 §5.2), and the request is over for the client. */
+    if (r->rx == RX_DELIVERED || r->rx == RX_DROPPED) {
+        return;
+    }
+    Py_CLEAR(r->body); /* bytes objects only: no finalizer runs */
+    r->body_buffered = 0;
+    set_rx(r, RX_DROPPED);
 }
 
 void

@@ -176,6 +176,10 @@ int sk_exchange_running(const sk_exchange_t *x);
 /* The wire's output went under its high-water mark with no file range pending: send() calls
  * waiting for drain go on. */
 void sk_exchange_drained(sk_exchange_t *x);
+/* The request content queued and not yet given to the app is dropped, and none comes after
+ * it: receive() gives http.disconnect once the wire is gone (HTTP/2 calls it before
+ * sk_exchange_gone(), as it gives the content's flow-control credit back then). */
+void sk_exchange_drop_body(sk_exchange_t *x);
 /* The peer is gone or the wire is closing (or refusing): detaches the wire; a response not
  * complete is lost (GONE); receive() gets http.disconnect, a send() waiting for drain raises
  * ClientDisconnected. The wire drops its reference after the call. */
