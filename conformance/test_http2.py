@@ -875,14 +875,15 @@ def test_file_bodies(serve, tmp_path, kind):
 @pytest.mark.rule("h2-response", "h2-pathsend")
 @pytest.mark.parametrize("case, method, want", [
     ("single", "GET", b"5"), ("single", "HEAD", None), ("file", "GET", b"7"),
-    ("file", "HEAD", None), ("app-length", "GET", b"5"), ("streamed", "GET", None),
+    ("file", "HEAD", b"7"), ("app-length", "GET", b"5"), ("streamed", "GET", None),
     ("trailers", "GET", None), ("empty", "GET", b"0"), ("status-404", "GET", b"5")])
 def test_content_length_says_a_known_size(serve, tmp_path, case, method, want):
     """As HTTP/1.1 frames them (test_http_responses.py), a response whose whole content is
-    known when its head leaves says its size: a single final body, a pathsend file (its size),
-    an empty one ("0"), whatever the status; never twice when the app gave it. Not a HEAD
-    answer (RFC 9110 §9.3.2 lets it omit it; HTTP/1.1 does), nor a streamed body or one with
-    trailers (HTTP/1.1 sends those chunked)."""
+    known when its head leaves says its size: a single final body, a pathsend file (its size,
+    for HEAD too, as README's file section says), an empty one ("0"), whatever the status;
+    never twice when the app gave it. Not a HEAD answer's body (RFC 9110 §9.3.2 lets it omit
+    it; HTTP/1.1 does), nor a streamed body or one with trailers (HTTP/1.1 sends those
+    chunked)."""
     path = tmp_path / "f.txt"
     path.write_bytes(b"content")
 

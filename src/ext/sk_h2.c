@@ -136,6 +136,8 @@ typedef struct h2_stream {
     uint8_t bodyless;             /* HEAD, 204, 304: no DATA */
     uint8_t body_end;             /* the final body piece was given */
     uint8_t trailers;             /* trailers announced */
+    uint8_t file_whole;           /* the content is one file range given whole (pathsend, or a
+                                   * zerocopysend alone): HEAD says its length too */
     uint8_t trailers_end;         /* the last trailers piece was given */
     uint8_t deferred;     /* the data source said NGHTTP2_ERR_DEFERRED: resume_data wakes it */
     uint8_t progress;     /* DATA of its left since sync_deadline() last looked */
@@ -865,11 +867,14 @@ send_data(nghttp2_session *ng, nghttp2_frame *frame, const uint8_t *framehd, siz
 static inline int
 sized(const h2_stream_t *s)
 {
-    /* 1 when submit_head() says the content's length: the app gave none, the final piece came
-     * with the head (a single final body or file: the head leaves with the first piece), the
-     * response has content (not HEAD, 204, 205 or 304: RFC 9110 §9.3.2 lets a HEAD answer omit
-     * it, as HTTP/1.1 does) and no trailers follow (HTTP/1.1 sends those chunked, unsized). */
-    return s->clen < 0 && s->body_end && !s->bodyless && !s->trailers;
+    /* 1 when submit_head() says the content's length, as HTTP/1.1 frames it: the app gave none,
+     * the final piece came with the head (a single final body or file: the head leaves with
+     * the first piece), no trailers follow (HTTP/1.1 sends those chunked, unsized), and the
+     * status has content (not 204, 205 or 304). HEAD: only a file's (RFC 9110 §9.3.2 lets a
+     * HEAD answer omit it; HTTP/1.1 says a file's length, not a body's it would have sent). */
+    int no_content = s->status == 204 || s->status == 205 || s->status == 304;
+    return s->clen < 0 && s->body_end && !s->trailers && !no_content &&
+           (!s->is_head || s->file_whole);
 }
 
 static int
@@ -1250,6 +1255,7 @@ h2w_file(void *w, int fd, uint64_t off, uint64_t count, int more)
         close(fd);
         return rc;
     }
+    s->file_whole = !more && s->body_sent == 0 && !s->submitted;
     if (s->bodyless || count == 0) {
         close(fd);
     }
