@@ -1060,10 +1060,10 @@ def test_compressed_message_inflating_past_max_size_fails_1009(serve):
 def test_compressed_message_within_max_size_passes_though_longer_on_the_wire(serve, mem_level):
     """--ws-max-size bounds a compressed message's inflated size: 65,536 random bytes, which
     deflate makes longer (65,557 bytes with zlib's default memLevel 8, 68,117 with memLevel 1),
-    pass --ws-max-size 65536 and are echoed whole. On the wire a compressed message may be at
-    most zlib's deflateBound for any settings (65536 + 8193 + 1025 + 5 = 74,759 bytes): a frame
-    header announcing one byte more is refused with 1009 before its payload is read; an
-    uncompressed message still gets nothing over 65,536."""
+    pass --ws-max-size 65536 and are echoed whole. On the wire each frame of a compressed message
+    may be at most zlib's deflateBound for any settings (65536 + 8193 + 1025 + 5 = 74,759
+    bytes): a frame header announcing one byte more is refused with 1009 before its payload is
+    read; an uncompressed message still gets nothing over 65,536."""
     data = random.Random(mem_level).randbytes(65536)
     z = zlib.compressobj(wbits=-15, memLevel=mem_level)
     wire = z.compress(data) + z.flush(zlib.Z_SYNC_FLUSH)
@@ -1082,6 +1082,31 @@ def test_compressed_message_within_max_size_passes_though_longer_on_the_wire(ser
         pmd_handshake(c, b"permessage-deflate")
         c.send(bytes([0x82, 0xFF]) + (65537).to_bytes(8, "big") + b"\x00" * 4)
         assert c.read_until_close() == close_frame(1009)
+
+
+@rule("skirr-ws-max-size-1009")
+@pytest.mark.parametrize("size, piece", [(12_000, 1), (65_536, 64)], ids=["zeros-1", "random-64"])
+def test_compressed_message_flushed_every_fragment_passes(serve, size, piece):
+    """A sender may flush its compressor at every fragment (RFC 7692 §7.2.1): each fragment then
+    carries a sync flush's 4 or more bytes, so 12,000 zero bytes in 1-byte fragments or 65,536
+    random bytes in 64-byte ones are far longer on the wire than inflated. They are within
+    --ws-max-size 65536 inflated, so they pass and are echoed whole (the wire bound applies to
+    each frame; before, to the message's total, and they were refused 1009: stop 58's attack)."""
+    data = (b"\0" * size) if size == 12_000 else random.Random(7).randbytes(size)
+    z = zlib.compressobj(wbits=-15)
+    pieces = [z.compress(data[i:i + piece]) + z.flush(zlib.Z_SYNC_FLUSH)
+              for i in range(0, size, piece)]
+    pieces[-1] = pieces[-1][:-4]  # RFC 7692 §7.2.1: the message's tail removed
+    assert sum(map(len, pieces)) > 65536 + 8193 + 1025 + 5
+    with serve(make_app(Recorder()), ws_max_size=65536) as srv:
+        c = srv.connect()
+        pmd_handshake(c, b"permessage-deflate")
+        last = len(pieces) - 1  # the first frame: binary, RSV1; FIN on the last
+        c.send(b"".join(frame((0x42 if k == 0 else 0x00) | (0x80 if k == last else 0), p)
+                        for k, p in enumerate(pieces)))
+        b0, payload = read_frame(c)
+        assert b0 == 0xC2
+        assert zlib.decompressobj(wbits=-15).decompress(payload + b"\x00\x00\xff\xff") == data
 
 
 @rule("RFC7692-7.2-compressed-messages")

@@ -219,14 +219,18 @@ frame_begins(sk_ws_parser_t *p, sk_ws_event_t *ev)
     return 1;
 }
 
-/* 1 if the current data frame's payload length, now known, takes its message past max_message
- * (max_compressed for a compressed message, when set). */
+/* 1 if the current data frame's payload length, now known, takes its message past max_message,
+ * or, in a compressed message when max_compressed is set, is itself over max_compressed. */
 static int
 too_big(const sk_ws_parser_t *p)
 {
-    uint64_t max = p->msg_compressed && p->limits.max_compressed != 0 ? p->limits.max_compressed
-                                                                      : p->limits.max_message;
-    return !is_control(p->opcode) && p->limits.max_message != 0 && p->frame_len > max - p->msg_len;
+    if (is_control(p->opcode) || p->limits.max_message == 0) {
+        return 0;
+    }
+    if (p->msg_compressed && p->limits.max_compressed != 0) {
+        return p->frame_len > p->limits.max_compressed;
+    }
+    return p->frame_len > p->limits.max_message - p->msg_len;
 }
 
 size_t

@@ -58,10 +58,14 @@ typedef struct {
     uint64_t max_message; /* bytes of payload per message, all its frames together; 0 = unlimited.
                            * A frame header that would pass it fails with 1009 (RFC 6455 §7.4.1)
                            * before any of that frame's payload is delivered. */
-    uint64_t max_compressed; /* the same for a compressed message's (RSV1) payload on the wire,
-                              * bytes; 0 = max_message. The embedder bounds the inflated size
-                              * at max_message itself; deflate may make an incompressible
-                              * message a little longer than that (sk_ws_deflate_bound). */
+    uint64_t max_compressed; /* bytes of payload per frame of a compressed message (RSV1),
+                              * checked at each frame header instead of max_message; 0 =
+                              * max_message as for any message. The embedder bounds the
+                              * inflated size at max_message itself: on the wire deflate may
+                              * make a message a little longer (sk_ws_deflate_bound), and a
+                              * sender that flushes every fragment longer still (RFC 7692
+                              * §7.2.1 allows it), so its frames are bounded one by one, as the
+                              * websockets library bounds them. */
     uint8_t allow_rsv1;      /* 1 once permessage-deflate is negotiated (RFC 7692 §6): RSV1 is then
                            * allowed on a message's first frame and reported as ev.compressed;
                            * such a message's text is not UTF-8 checked here (the embedder checks

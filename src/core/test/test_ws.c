@@ -574,15 +574,20 @@ test_max_message(T *t)
     snprintf(want, sizeof(want), "MSG binary\nDATA 1000 fnv=%016llx\nEND\nEOF idle=1\n",
              (unsigned long long)fnv1a(big, sizeof(big) - 1));
     WCASE(t, "64-bit length at the limit (non-minimal encoding)", &one_k, &b, want);
-    /* permessage-deflate: a compressed message's wire length is held to max_compressed (the
-     * embedder bounds its inflated size), an uncompressed one's still to max_message */
+    /* permessage-deflate: each frame of a compressed message is held to max_compressed (the
+     * embedder bounds its inflated size), an uncompressed message still to max_message */
     sk_ws_limits_t z = {.max_message = 5, .max_compressed = 8, .allow_rsv1 = 1};
     CF(&b, 0xC2, "12345678");
-    WCASE(t, "compressed: exactly max_compressed", &z, &b,
+    WCASE(t, "compressed: a frame of exactly max_compressed", &z, &b,
           "MSG binary z\nDATA 8 [12345678]\nEND\nEOF idle=1\n");
+    CF(&b, 0x42, "12345678");
+    CF(&b, 0x00, "12345678");
+    CF(&b, 0x80, "1234");
+    WCASE(t, "compressed fragments, each within max_compressed, together over it", &z, &b,
+          "MSG binary z\nDATA 20 [12345678123456781234]\nEND\nEOF idle=1\n");
     CF(&b, 0x42, "1234");
-    CF(&b, 0x80, "56789");
-    WCASE(t, "compressed fragments one byte over max_compressed", &z, &b,
+    CF(&b, 0x80, "123456789");
+    WCASE(t, "a compressed fragment one byte over max_compressed", &z, &b,
           "MSG binary z\nDATA 4 [1234]\n" E_BIG "EOF idle=0\n");
     CF(&b, 0x82, "123456");
     WCASE(t, "uncompressed: max_message still", &z, &b, E_BIG "EOF idle=0\n");
