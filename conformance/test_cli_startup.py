@@ -255,13 +255,19 @@ def test_wrong_path_is_a_usage_error_before_anything_binds(tmp_path, loop, case)
 
 
 @pytest.mark.rule("skirr-cli-path-options")
-def test_reload_without_watchfiles_is_refused_before_anything_binds(tmp_path, loop):
-    """--reload where watchfiles cannot be imported: exit 2 with the one line saying so, before
-    the startup line (it used to say "Started supervisor ... on http://..." first, with the port
-    bound) and before the app is imported."""
+@pytest.mark.parametrize("raises, message", [
+    ("ImportError", "--reload needs watchfiles (pip install watchfiles, or 'skirr[reload]')"),
+    ("RuntimeError", "--reload: watchfiles fails to import: RuntimeError('broken for this case')"),
+], ids=["missing", "broken"])
+def test_reload_without_watchfiles_is_refused_before_anything_binds(tmp_path, loop, raises,
+                                                                    message):
+    """--reload where watchfiles cannot be imported (missing, or an install that raises): exit
+    2 with one line saying so, before the startup line (it used to say "Started supervisor ...
+    on http://..." first, with the port bound; a broken install gave a traceback) and before the
+    app is imported."""
     blocked = tmp_path / "blocked" / "watchfiles"
     blocked.mkdir(parents=True)
-    (blocked / "__init__.py").write_text("raise ImportError('blocked for this case')\n")
+    (blocked / "__init__.py").write_text(f"raise {raises}('broken for this case')\n")
     marker = tmp_path / "imported"
     apps = tmp_path / "apps"
     apps.mkdir()
@@ -271,8 +277,7 @@ def test_reload_without_watchfiles_is_refused_before_anything_binds(tmp_path, lo
             str(apps), "--port", str(_proc.free_port())]
     with _proc.Skirr(args, tmp_path, env={"PYTHONPATH": str(blocked.parent)}) as proc:
         assert proc.proc.wait(_proc.STOP_TIMEOUT) == 2
-        assert proc.stderr == ("skirr: error: --reload needs watchfiles (pip install watchfiles, "
-                               "or 'skirr[reload]')\n")
+        assert proc.stderr == f"skirr: error: {message}\n"
     assert not marker.exists()
 
 

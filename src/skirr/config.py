@@ -741,6 +741,8 @@ class Config:
                 import watchfiles  # noqa: F401
             except ImportError:
                 raise ConfigError(RELOAD_NEEDS_WATCHFILES) from None
+            except Exception as exc:  # an install that fails to import, as one line too
+                raise ConfigError(f"--reload: watchfiles fails to import: {exc!r}") from None
 
     def _check_paths(self) -> None:
         """Every path-valued setting names what it must, so a mistake is a usage error found
