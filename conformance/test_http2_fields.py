@@ -570,18 +570,20 @@ def test_empty_first_cookie_crumb_joined(serve, seen):
 
 @rule("RFC9113-8.1.1-content-length")
 @pytest.mark.parametrize("declared, pieces, seen_body", [
-    (b"5", [b"abc"], []), (b"3", [b"abcde"], []), (b"0", [b"a"], []),
+    (b"5", [b"abc"], [b"abc"]), (b"3", [b"abcde"], []), (b"0", [b"a"], []),
     (b"3", [b"ab", b"cde"], [b"ab"]),
 ], ids=["less-data", "more-data", "zero-declared", "more-in-a-second-frame"])
 def test_content_length_mismatch_is_stream_error(serve, seen, declared, pieces, seen_body):
     """The app was called at HEADERS (the body streams); what it read is the DATA before the
     one that broke the count (never a byte past content-length), each with more_body True, then
-    http.disconnect: never more_body False. The DATA that breaks it (one past the length, or the
-    END_STREAM short of it: "less-data") is not given: the reset stream's unread content is
-    dropped (h2-connection-window)."""
+    http.disconnect: never more_body False. The app waits in receive() before the DATA comes
+    (the stream's unread content is dropped when it is reset: h2-connection-window), so DATA
+    that ends the stream short of the length ("less-data") reaches it as it arrives, the
+    shortfall showing only at that frame's END_STREAM."""
     with serve(seen) as srv:
         c = h2c(srv)
         c.headers(1, req((b"content-length", declared), method=b"POST"), end_stream=False)
+        seen.calls.wait(1)  # the app was called: it awaits receive() before the loop reads more
         for i, piece in enumerate(pieces):
             if i:
                 seen.got.wait(i)  # the app has read the piece before this one
