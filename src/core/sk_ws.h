@@ -128,7 +128,8 @@ typedef struct {
 /* The longest DEFLATE stream (RFC 1951) of n bytes, whatever the compressor's settings (zlib's
  * deflateBound for parameters other than its defaults, less its 6-byte zlib wrapper): a
  * permessage-deflate message (RFC 7692 §7.2.1, its 4-byte tail removed) of n bytes or fewer
- * inflated is never longer on the wire. Saturates at UINT64_MAX. */
+ * inflated, compressed without a flush before its end, is never longer on the wire; one flushed
+ * at every fragment may be (hence max_compressed bounds each frame). Saturates at UINT64_MAX. */
 static inline uint64_t
 sk_ws_deflate_bound(uint64_t n)
 {
