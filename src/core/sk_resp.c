@@ -33,8 +33,7 @@ const char SK_CONTINUE_RESPONSE[] = SK_CONTINUE_RESPONSE_LITERAL;
 
 /* Byte counts come from the literals themselves, never from counting by hand. */
 #define LIT_LEN(lit) (sizeof("" lit) - 1)
-/* The longest decimal and lower-case hex forms of a uint64_t. */
-#define DEC_MAX_LEN LIT_LEN("18446744073709551615")
+/* The longest lower-case hex form of a uint64_t (the decimal one: SK_DEC_MAX_LEN). */
 #define HEX_MAX_LEN LIT_LEN("ffffffffffffffff")
 
 /* The lines the serializer writes itself (RFC 9112 §4 status-line, RFC 9110 field lines). */
@@ -48,7 +47,7 @@ const char SK_CONTINUE_RESPONSE[] = SK_CONTINUE_RESPONSE_LITERAL;
 #define FIELD_TEXT_PLAIN "content-type: text/plain; charset=utf-8\r\n"
 /* Bytes of a field line "name: value\r\n" around the name and value. */
 #define FIELD_LINE_EXTRA (LIT_LEN(FIELD_SEP) + LIT_LEN(CRLF))
-#define CONTENT_LENGTH_FIELD_MAX (LIT_LEN("content-length") + FIELD_LINE_EXTRA + DEC_MAX_LEN)
+#define CONTENT_LENGTH_FIELD_MAX (LIT_LEN("content-length") + FIELD_LINE_EXTRA + SK_DEC_MAX_LEN)
 #define DATE_FIELD_LEN (LIT_LEN("date") + FIELD_LINE_EXTRA + SK_DATE_LEN)
 /* The most bytes sk_resp_body() adds after the recorded head: one framing field (content-length is
  * the longer one), one connection field (keep-alive is the longer one), server, and the blank line;
@@ -126,11 +125,10 @@ sk_resp_reason_phrase(int status, const char **reason)
     }
 }
 
-/* Writes v in decimal; returns the number of bytes (at most DEC_MAX_LEN). */
-static size_t
-fmt_dec(char *out, uint64_t v)
+size_t
+sk_fmt_dec(char *out, uint64_t v)
 {
-    char tmp[DEC_MAX_LEN];
+    char tmp[SK_DEC_MAX_LEN];
     size_t n = 0;
 
     do {
@@ -215,8 +213,8 @@ append_field(sk_buf_t *b, const char *name, size_t name_len, const char *value, 
 static int
 append_content_length(sk_buf_t *b, uint64_t n)
 {
-    char num[DEC_MAX_LEN];
-    size_t len = fmt_dec(num, n);
+    char num[SK_DEC_MAX_LEN];
+    size_t len = sk_fmt_dec(num, n);
 
     return APPEND_FIELD(b, "content-length", num, len);
 }

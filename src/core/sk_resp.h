@@ -54,6 +54,12 @@ typedef struct {
  * no whole line is left. */
 int sk_resp_next_line(const char **s, const char *end, sk_header_t *f);
 
+/* The longest decimal form of a uint64_t (18446744073709551615), bytes. */
+#define SK_DEC_MAX_LEN 20
+/* Writes v in decimal into out (at least SK_DEC_MAX_LEN bytes, not terminated); returns the
+ * number of bytes written. A content-length value (RFC 9110 §8.6) on either version. */
+size_t sk_fmt_dec(char *out, uint64_t v);
+
 /* Fills o's lines, names_len, server_size and extra_size from its server and extra lines. */
 void sk_resp_opts_measure(sk_resp_opts_t *o);
 

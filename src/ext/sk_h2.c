@@ -912,14 +912,14 @@ submit_head(h2_stream_t *s)
         nv[n++] = NV(span_ptr(&s->rh, s->rf[i].name), s->rf[i].name.len,
                      span_ptr(&s->rh, s->rf[i].value), s->rf[i].value.len);
     }
-    char clen[24];
+    char clen[SK_DEC_MAX_LEN];
     if (sized(s)) {
         /* the whole content is known: its length said, as HTTP/1.1 says it (RFC 9110 §8.6),
          * so a client knows a download's size; left out when the section would then pass the
          * limit the app's fields were held to (h2w_start: the field is optional in HTTP/2) */
-        int k = snprintf(clen, sizeof(clen), "%llu", (unsigned long long)s->body_sent);
-        if (section_fits(c, s->head_out_size + SK_FIELD_SIZE(14, (size_t)k), !s->own) == 0) {
-            nv[n++] = NV("content-length", 14, clen, (size_t)k);
+        size_t k = sk_fmt_dec(clen, s->body_sent);
+        if (section_fits(c, s->head_out_size + SK_FIELD_SIZE(14, k), !s->own) == 0) {
+            nv[n++] = NV("content-length", 14, clen, k);
         }
     }
     const char *date = sk_serve_date(c->srv);
