@@ -618,29 +618,35 @@ tls_read(sk_stream_t *s, char *buf, size_t cap, int *cut) // NOLINT(readability-
         }
     }
     while (total < cap) {
-        size_t n = 0;
-        int ok = SSL_read_ex(c->ssl, buf + total, cap - total, &n);
-        if (c->reneg) {
-            return fail_tls(c, s->fd, "renegotiation refused");
+        /* With no ciphertext in the read BIO and none inside libssl (SSL_has_pending: a record
+         * begun, or decrypted bytes not yet returned), SSL_read_ex could only answer WANT_READ:
+         * it is not called (two calls a request saved, each with libssl's record-layer set-up
+         * and SSL_get_error; bench/LEVERS.md "TLS reads that could only want more") */
+        if (BIO_ctrl_pending(c->rbio) > 0 || SSL_has_pending(c->ssl)) {
+            size_t n = 0;
+            int ok = SSL_read_ex(c->ssl, buf + total, cap - total, &n);
+            if (c->reneg) {
+                return fail_tls(c, s->fd, "renegotiation refused");
+            }
+            if (ok) {
+                total += n;
+                continue;
+            }
+            int e = SSL_get_error(c->ssl, 0);
+            note_control(c);
+            if (e == SSL_ERROR_ZERO_RETURN) {
+                /* close_notify (RFC 8446 §6.1): the orderly end; answered 0 once the data
+                 * before it is returned */
+                ERR_clear_error();
+                c->eof = 1;
+                break;
+            }
+            if (e != SSL_ERROR_WANT_READ) {
+                return fail_tls(c, s->fd, "bad record");
+            }
+            /* WANT_READ: SSL_get_error found the error queue empty (it answers SSL_ERROR_SSL
+             * or _SYSCALL otherwise), so there is nothing to clear */
         }
-        if (ok) {
-            total += n;
-            continue;
-        }
-        int e = SSL_get_error(c->ssl, 0);
-        note_control(c);
-        if (e == SSL_ERROR_ZERO_RETURN) {
-            /* close_notify (RFC 8446 §6.1): the orderly end; answered 0 once the data before it
-             * is returned */
-            ERR_clear_error();
-            c->eof = 1;
-            break;
-        }
-        if (e != SSL_ERROR_WANT_READ) {
-            return fail_tls(c, s->fd, "bad record");
-        }
-        /* WANT_READ: SSL_get_error found the error queue empty (it answers SSL_ERROR_SSL or
-         * _SYSCALL otherwise), so there is nothing to clear */
         if (c->peer_fin) {
             if (total > 0) {
                 break; /* the data first; the truncation next call */
