@@ -90,6 +90,8 @@ typedef struct {
                         * libssl writes after it (KeyUpdate replies to a reading drain) is
                         * dropped, never sent (RFC 8446 §6.1: nothing follows close_notify) */
     uint8_t ob_nomem;  /* the output buffer could not grow: libssl's write failed for it */
+    uint8_t rbio_seen_empty; /* the read BIO was found empty and pull() has not written to it
+                              * since (libssl only takes from it): no BIO_ctrl_pending needed */
 } tls_conn;
 
 /* The flags tls_close leaves in s->failure_flags (sk_stream.h). */
@@ -438,6 +440,7 @@ pull(tls_conn *c, int fd)
         if (BIO_write(c->rbio, buf, (int)n) != (int)n) {
             return (int)fail(c, ENOMEM, NULL);
         }
+        c->rbio_seen_empty = 0;
         return (size_t)n < sizeof(buf) ? 3 : 1;
     }
     if (n == 0) {
@@ -448,6 +451,18 @@ pull(tls_conn *c, int fd)
         return 0;
     }
     return (int)fail(c, errno, NULL);
+}
+
+/* 1 when SSL_read_ex has something to work on: ciphertext in the read BIO, or inside libssl
+ * (SSL_has_pending: a record begun, or decrypted bytes not yet returned). With neither it could
+ * only answer WANT_READ. */
+static int
+input_waits(tls_conn *c)
+{
+    if (!c->rbio_seen_empty) {
+        c->rbio_seen_empty = BIO_ctrl_pending(c->rbio) == 0;
+    }
+    return !c->rbio_seen_empty || SSL_has_pending(c->ssl);
 }
 
 /* Replaces the read BIO by a new one when it is empty and its buffer grew past TLS_BIO_KEEP (the
@@ -617,12 +632,13 @@ tls_read(sk_stream_t *s, char *buf, size_t cap, int *cut) // NOLINT(readability-
             return rc;
         }
     }
+    int fed = 0; /* the last pull() put ciphertext in the read BIO */
     while (total < cap) {
-        /* With no ciphertext in the read BIO and none inside libssl (SSL_has_pending: a record
-         * begun, or decrypted bytes not yet returned), SSL_read_ex could only answer WANT_READ:
-         * it is not called (two calls a request saved, each with libssl's record-layer set-up
-         * and SSL_get_error; bench/LEVERS.md "TLS reads that could only want more") */
-        if (BIO_ctrl_pending(c->rbio) > 0 || SSL_has_pending(c->ssl)) {
+        /* SSL_read_ex only when it has input (input_waits): otherwise it could only answer
+         * WANT_READ (two calls a request saved, each with libssl's record-layer set-up and
+         * SSL_get_error; bench/LEVERS.md "TLS reads that could only want more") */
+        if (fed || input_waits(c)) {
+            fed = 0;
             size_t n = 0;
             int ok = SSL_read_ex(c->ssl, buf + total, cap - total, &n);
             if (c->reneg) {
@@ -668,6 +684,7 @@ tls_read(sk_stream_t *s, char *buf, size_t cap, int *cut) // NOLINT(readability-
             break; /* the socket is empty */
         }
         drained = p == 3;
+        fed = p != 2; /* 1 and 3: bytes came; 2: the peer's FIN */
     }
     if (control_waits(c) && ct_flush(c, s->fd) < 0) {
         /* the peer is gone: the data read is still returned; the next entry fails */
