@@ -415,13 +415,44 @@ def test_fin_without_close_notify_mid_body(serve, tls):
         time.sleep(0.1)  # the head reaches the app first
         c.send_raw(data[:20])
         c.sock.shutdown(socket.SHUT_WR)
-        # the server's session tickets, then its close without close_notify (the peer is gone)
-        assert c.read_to_end() == (b"", "eof")
+        # the server's session tickets, then its close_notify (RFC 8446 §6.1: sent before its
+        # FIN though the client sent none)
+        assert c.read_to_end() == (b"", "close_notify")
         c.close()
         deadline = time.monotonic() + 5
         while not calls.items and time.monotonic() < deadline:
             time.sleep(0.01)
         assert calls.items == [("POST", "/cut", b"", "disconnect")]
+        assert fds_back(baseline) == baseline
+        assert srv.errors() == []
+
+
+@rule("skirr-tls-truncation", "RFC8446-6.1-close-notify")
+@pytest.mark.parametrize("version", ["TLSv1_3", "TLSv1_2"])
+def test_fin_without_close_notify_after_a_response(serve, tls, version):
+    """A keep-alive request answered, then the client's FIN without close_notify (it half-closes
+    and goes on reading): the server ends its side with close_notify before its FIN (RFC 8446
+    §6.1: each party, unless it sent an error alert), as on its own close."""
+    calls = Calls()
+    with serve(echo_app(calls), **tls.server_config()) as srv:
+        baseline = open_fds()
+        ctx = tls.client_context()
+        ctx.maximum_version = getattr(ssl.TLSVersion, version)
+        c = MemClient(srv.port, ctx)
+        c.handshake()
+        c.write(request(b"GET", b"/kept", close=False))
+        got = b""
+        while b"\r\n\r\n" not in got:  # the head; the echoed body is empty
+            try:
+                got += c.tls.read(65536)
+            except ssl.SSLWantReadError:
+                c.inc.write(c.sock.recv(65536))
+        c.sock.shutdown(socket.SHUT_WR)
+        rest, end = c.read_to_end()
+        c.close()
+        assert response_body(got) == (b"HTTP/1.1 200 OK", b"") and rest == b""
+        assert end == "close_notify"
+        assert calls.items == [("GET", "/kept", b"")]
         assert fds_back(baseline) == baseline
         assert srv.errors() == []
 

@@ -64,10 +64,13 @@
  *    freed by close) and whatever hangs off it (a TLS layer: the SSL object, its ciphertext
  *    buffers). Layer ops tables are static storage.
  *
- * 5. The peer's end. read returns 0 only at the orderly end of the peer's stream (the plain
- *    layer: a FIN; a TLS layer: close_notify, then the FIN). A FIN without close_notify, a bad
- *    record or a failed handshake is -1 with errno (ECONNRESET, EPROTO, ...): the transport
- *    closes as the peer gone (SK_CLOSED_PEER), as for a reset.
+ * 5. The peer's end. read returns 0 at the end of the peer's stream (the plain layer: a FIN; a
+ *    TLS layer: close_notify, or a FIN without it, which the layer keeps as its reason, "unexpected
+ *    eof": HTTP's own framing tells a cut request from a whole one, so no handler takes a
+ *    truncated stream for a complete message). The transport treats it as the peer's FIN: the
+ *    handler hears the peer gone, what it wrote is still sent, then the layer's close (a TLS
+ *    layer's close_notify). A bad record or a failed handshake is -1 with errno (EPROTO, ...): the
+ *    transport closes as the peer gone (SK_CLOSED_PEER), as for a reset.
  *
  * ---- Where a TLS layer goes ------------------------------------------------------------------
  *

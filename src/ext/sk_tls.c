@@ -82,7 +82,8 @@ typedef struct {
     uint8_t first_seen; /* a byte came: the plain-HTTP check is done */
     uint8_t plain_http;
     uint8_t peer_fin;  /* recv returned 0 */
-    uint8_t eof;       /* close_notify received: read answers 0 */
+    uint8_t eof;       /* close_notify received, or the peer's FIN without it (why: "unexpected
+                        * eof"): read answers 0 */
     uint8_t more;      /* read stopped with input maybe held (rule 2b) */
     uint8_t reneg;     /* a renegotiation was attempted (TLS 1.2 ClientHello after the handshake) */
     uint8_t shut_sent; /* our close_notify is in the output buffer */
@@ -665,9 +666,18 @@ tls_read(sk_stream_t *s, char *buf, size_t cap, int *cut) // NOLINT(readability-
         }
         if (c->peer_fin) {
             if (total > 0) {
-                break; /* the data first; the truncation next call */
+                break; /* the data first; the end next call */
             }
-            return fail(c, ECONNRESET, "unexpected eof");
+            /* The peer's FIN without close_notify (a truncation, RFC 8446 §6.1): the end of
+             * its input, as a plain FIN is (sk_stream.h rule 5). Not a failure of ours: what
+             * the handler already wrote is still sent, then our close_notify (§6.1: each party
+             * sends one before closing its write side, unless it sent an error alert). The
+             * reason is kept for the handler (sk_tls_last_error). */
+            if (c->why == NULL) {
+                c->why = "unexpected eof";
+            }
+            c->eof = 1;
+            break;
         }
         if (drained && total > 0) {
             /* The last recv was short: the socket is empty (no recv only to learn EAGAIN). A

@@ -60,8 +60,10 @@
  * alert); a context must not set an info callback it relies on for these connections.
  *
  * Errors: read/writev/shutdown return SK_STREAM_ERROR with errno EPROTO for a TLS failure (a bad
- * record, a failed handshake, an alert, a renegotiation attempt: the peer is gone, rule 5),
- * ECONNRESET for a FIN without close_notify mid-stream, or the socket's own errno. The reason is
+ * record, a failed handshake, an alert, a renegotiation attempt: the peer is gone, rule 5), or
+ * the socket's own errno (ECONNRESET for a FIN during the handshake). A FIN without close_notify
+ * once established is the end of the peer's input (read answers 0, rule 5, the reason "unexpected
+ * eof" kept), not a failure: writes go on and close still sends close_notify. The reason is
  * kept for the handler (sk_tls_last_error) so a debug log can say which; it, sk_tls_established
  * and sk_tls_plain_http keep answering after the layer's close (from the stream's failure
  * fields, sk_stream.h), so the handler's closed() entry, which runs after it, can say why.
