@@ -486,3 +486,58 @@ def test_half_close_after_pipelined_requests_keeps_the_completed_response(serve)
         for i, r in enumerate(responses):
             head, _, rest = r.partition(b"\r\n\r\n")
             assert rest == b"/%d" % (i + 1), data
+
+
+def streaming_app(started: threading.Event):
+    """A response without content-length, 1,000 bytes now and 1,000 every 10 ms (2 s at most),
+    then b"END"; it stops when send() says the client is gone."""
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"x" * 1000, "more_body": True})
+        started.set()
+        try:
+            for _ in range(200):
+                await asyncio.sleep(0.01)
+                await send({"type": "http.response.body", "body": b"y" * 1000, "more_body": True})
+            await send({"type": "http.response.body", "body": b"END"})
+        except OSError:
+            return
+
+    return app
+
+
+def read_until_end(sock: socket.socket) -> tuple[bytes, str]:
+    got = b""
+    try:
+        while True:
+            d = sock.recv(65536)
+            if not d:
+                return got, "fin"
+            got += d
+    except ConnectionResetError:
+        return got, "reset"
+
+
+@pytest.mark.rule("skirr-disconnect-close-delimited-cut")
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_half_close_cuts_a_streamed_response(serve, version):
+    """The client half-closes while its streamed response goes out. HTTP/1.0's body ends only
+    at the close (RFC 9112 §6.3): skirr resets, so the part sent never reads as the whole body.
+    HTTP/1.1's is chunked: a FIN, and the missing last-chunk shows the cut."""
+    started = threading.Event()
+    with serve(streaming_app(started)) as srv:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        s.sendall(b"GET / HTTP/%s\r\nhost: localhost\r\n\r\n" % version.encode())
+        assert started.wait(5)
+        s.shutdown(socket.SHUT_WR)
+        got, end = read_until_end(s)
+        s.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert not body.endswith(b"END") and not body.endswith(b"0\r\n\r\n")
+    if version == "1.0":
+        assert b"transfer-encoding" not in head.lower()
+        assert end == "reset"
+    else:
+        assert head.startswith(b"HTTP/1.1 200 OK") and b"transfer-encoding: chunked" in head
+        assert end == "fin"

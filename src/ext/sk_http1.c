@@ -393,6 +393,17 @@ before_body(http1_conn_t *c)
 }
 
 static int
+after_body(http1_conn_t *c, int rc)
+{
+    /* A close-delimited body (RFC 9112 §6.3: an HTTP/1.0 request's streamed response) is ended
+     * by the close alone: until its final piece is out, a close must say it was cut (a reset),
+     * whoever closes (sk_transport_set_close_cuts). Returns rc. */
+    const sk_resp_t *r = &c->w->resp;
+    sk_transport_set_close_cuts(c->t, r->head_written && !r->done && r->framing == SK_FRAME_CLOSE);
+    return rc;
+}
+
+static int
 h1w_start(void *w, int status, const sk_header_t *fields, size_t nfields, int trailers)
 {
     http1_conn_t *c = w;
@@ -423,8 +434,8 @@ h1w_body(void *w, const char *data, size_t len, int more)
 {
     http1_conn_t *c = w;
     before_body(c);
-    return sk_resp_body(&c->w->resp, sk_transport_out(c->t), data, len, more,
-                        sk_serve_date(c->srv));
+    return after_body(c, sk_resp_body(&c->w->resp, sk_transport_out(c->t), data, len, more,
+                                      sk_serve_date(c->srv)));
 }
 
 static int
@@ -456,7 +467,7 @@ h1w_body_ref(void *w, PyObject *body, int more)
     if (rc == 0 && alen > 0) {
         rc = sk_buf_append(sk_transport_out(c->t), after, alen);
     }
-    return rc < 0 ? SK_WIRE_BROKEN : 0; /* the framing is out */
+    return after_body(c, rc < 0 ? SK_WIRE_BROKEN : 0); /* the framing is out */
 }
 
 static int
@@ -486,7 +497,7 @@ h1w_file(void *w, int fd, uint64_t off, uint64_t count, int more)
     if (alen > 0 && sk_buf_append(sk_transport_out(c->t), after, alen) < 0) {
         return SK_WIRE_BROKEN;
     }
-    return 0;
+    return after_body(c, 0);
 }
 
 static int

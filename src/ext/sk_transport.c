@@ -132,6 +132,8 @@ struct sk_transport {
     uint8_t read_soon;     /* on the pending list to read the layer's held input (rule 2b) */
     uint8_t no_sendfile;   /* the layer answered SK_STREAM_NO_SENDFILE: file ranges go by pread */
     uint8_t reset;         /* SO_LINGER 0 is set: the close resets (the layer sends nothing) */
+    uint8_t close_cuts;    /* sk_transport_set_close_cuts: a close now cuts a message that only
+                            * the close would end: it must be a reset */
     uint8_t deadline_kind; /* the handler's deadline, 0 = none (kinds are below 256) */
     uint8_t after_last;    /* SK_CLOSE_AFTER_LAST: no linger when safe (nothing_waits) */
     double deadline;       /* monotonic seconds */
@@ -423,6 +425,9 @@ tp_closed(sk_transport_t *t, int reason)
     }
     set_state(t, TP_CLOSED);
     t->held = 0;
+    if (t->close_cuts && !t->reset) {
+        tp_reset(t); /* the part sent must not look whole (sk_transport_set_close_cuts) */
+    }
     unlink_pending(t); /* a reaped transport must not stay on the pending list */
     flush_unlink(t);   /* nor on the flush list */
     (void)epoll_ctl(r->epfd, EPOLL_CTL_DEL, t->s.fd, NULL);
@@ -878,6 +883,9 @@ tp_flush(sk_transport_t *t)
         t->tp_deadline = 0;
         if (t->peer_eof) {
             tp_closed(t, SK_CLOSED_PEER); /* the peer sends nothing more: no linger */
+        }
+        else if (t->close_cuts) {
+            tp_closed(t, SK_CLOSED_BY_HANDLER); /* a reset: no half-close would say cut */
         }
         else if (t->after_last && nothing_waits(t)) {
             tp_closed(t, SK_CLOSED_LINGER_DONE); /* the close's FIN goes after the output */
@@ -1436,6 +1444,12 @@ sk_transport_abort(sk_transport_t *t, int reset)
     }
     range_drop(t); /* dropped in tp_closed too; here before anything could follow it */
     tp_closed(t, SK_CLOSED_BY_HANDLER);
+}
+
+void
+sk_transport_set_close_cuts(sk_transport_t *t, int on)
+{
+    t->close_cuts = on != 0;
 }
 
 void

@@ -286,6 +286,12 @@ void sk_transport_close(sk_transport_t *t, int how);
  * reset the connection (RST), for a message whose end would otherwise look complete (a
  * close-delimited body); 0: send what is produced, best effort, and close. */
 void sk_transport_abort(sk_transport_t *t, int reset);
+/* on = 1: the message being written ends only at the connection's close (HTTP/1.x's
+ * close-delimited body, RFC 9112 §6.3) and is not complete yet; 0: it is complete (or none is
+ * being written). While it is 1, any close is a reset (as sk_transport_abort(t, 1): no FIN, no
+ * TLS close_notify, that would make the part sent look whole), whatever closes: the peer's end,
+ * a timeout, the server stopping. */
+void sk_transport_set_close_cuts(sk_transport_t *t, int on);
 /* Hands the connection to another protocol: from now on `ops`/`h` get its events, and the input
  * the current handler has not consumed (what follows the bytes it consumed in the data_received
  * call it is in, or the buffered input) goes to the new handler's data_received. The old handler
