@@ -26,6 +26,7 @@ Pieces:
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import copy
@@ -87,6 +88,26 @@ class Recorder:
     def __len__(self) -> int:
         with self._cond:
             return len(self._items)
+
+
+def streaming_app(started: threading.Event):
+    """An app answering without content-length: 1,000 bytes at once, 1,000 more every 10 ms (2 s
+    at most), then b"END"; `started` is set after the first piece, and it stops when send()
+    says the client is gone (a streamed body a client can cut)."""
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"x" * 1000, "more_body": True})
+        started.set()
+        try:
+            for _ in range(200):
+                await asyncio.sleep(0.01)
+                await send({"type": "http.response.body", "body": b"y" * 1000, "more_body": True})
+            await send({"type": "http.response.body", "body": b"END"})
+        except OSError:
+            return
+
+    return app
 
 
 def snapshot(scope: dict) -> dict:

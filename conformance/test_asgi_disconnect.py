@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import Recorder, http_request, record_text
+from conftest import Recorder, http_request, record_text, streaming_app
 
 
 @pytest.mark.rule("skirr-disconnect-while-awaiting-receive")
@@ -486,25 +486,6 @@ def test_half_close_after_pipelined_requests_keeps_the_completed_response(serve)
         for i, r in enumerate(responses):
             head, _, rest = r.partition(b"\r\n\r\n")
             assert rest == b"/%d" % (i + 1), data
-
-
-def streaming_app(started: threading.Event):
-    """A response without content-length, 1,000 bytes now and 1,000 every 10 ms (2 s at most),
-    then b"END"; it stops when send() says the client is gone."""
-
-    async def app(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"x" * 1000, "more_body": True})
-        started.set()
-        try:
-            for _ in range(200):
-                await asyncio.sleep(0.01)
-                await send({"type": "http.response.body", "body": b"y" * 1000, "more_body": True})
-            await send({"type": "http.response.body", "body": b"END"})
-        except OSError:
-            return
-
-    return app
 
 
 def read_until_end(sock: socket.socket) -> tuple[bytes, str]:

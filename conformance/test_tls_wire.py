@@ -10,7 +10,6 @@ may be left open.
 """
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import ssl
@@ -25,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _oracle import examples, oracle_settings
+from conftest import streaming_app
 from tls_util import TLSFiles
 
 rule = pytest.mark.rule
@@ -464,18 +464,7 @@ def test_half_close_cuts_a_close_delimited_response_over_tls(serve, tls):
     the body ends only at the close, so skirr resets without close_notify, and the part sent
     never reads as the whole body (a close_notify there would say complete)."""
     started = threading.Event()
-
-    async def app(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"x" * 1000, "more_body": True})
-        started.set()
-        try:
-            for _ in range(200):
-                await asyncio.sleep(0.01)
-                await send({"type": "http.response.body", "body": b"y" * 1000, "more_body": True})
-            await send({"type": "http.response.body", "body": b"END"})
-        except OSError:
-            return
+    app = streaming_app(started)
 
     with serve(app, **tls.server_config()) as srv:
         c = MemClient(srv.port, tls.client_context())
