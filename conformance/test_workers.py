@@ -1285,12 +1285,20 @@ def test_supervisor_killed_while_a_worker_loop_is_blocked(tmp_path):
 @pytest.mark.rule("skirr-workers-orphan-starting")
 def test_supervisor_killed_before_its_worker_ran(tmp_path):
     """The supervisor dies before its second worker's interpreter reached skirr's code (a
-    sitecustomize sleeps 1.5 s there), so the worker's parent is already the reaper when it
-    starts: it still knows its supervisor is gone, exits 1 before serving; the first drains."""
+    sitecustomize holds every worker but the first there while its parent is the supervisor
+    named in its ``$SKIRR_WORKER``: a ppid read there may already be the reaper's), so the
+    worker's parent is already the reaper when it starts: it still knows its supervisor is
+    gone, exits 1 before serving; the first drains. Held, not slept: no machine is too slow."""
     (tmp_path / "sitecustomize.py").write_text(
-        "import os, time\n"
+        "import json, os, time\n"
         "if 'SKIRR_WORKER' in os.environ:\n"
-        "    time.sleep(1.5)\n")
+        "    try:\n"
+        f"        os.close(os.open({str(tmp_path / 'first')!r}, os.O_CREAT | os.O_EXCL))\n"
+        "    except FileExistsError:\n"
+        "        parent = json.loads(os.environ['SKIRR_WORKER'])['supervisor']\n"
+        "        deadline = time.monotonic() + 30\n"
+        "        while os.getppid() == parent and time.monotonic() < deadline:\n"
+        "            time.sleep(0.01)\n")
     port = _proc.free_port()
     env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
                                                        os.environ.get("PYTHONPATH")]))}
@@ -1299,7 +1307,7 @@ def test_supervisor_killed_before_its_worker_ran(tmp_path):
         _wait_for(lambda: len(_started_pids(run)) == 2, 10, "the second worker", run.skirr)
         first, second = _started_pids(run)
         supervisor = run.supervisor()
-        run.kill_supervisor()  # the second is in its sitecustomize
+        run.kill_supervisor()  # the second is held in its sitecustomize
         assert run.wait_reaped([first, second], 10, "the workers' exits") == {first: 0,
                                                                                second: 1}
         assert run.skirr.wait(5) == 0
