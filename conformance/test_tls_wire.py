@@ -458,6 +458,45 @@ def test_fin_without_close_notify_after_a_response(serve, tls, version):
         assert srv.errors() == []
 
 
+@rule("skirr-tls-truncation", "RFC8446-6.1-close-notify")
+def test_fin_without_close_notify_on_http2(serve, tls):
+    """The same over HTTP/2 (ALPN h2): a stream answered, then the client's FIN without
+    close_notify: nothing more to send, so skirr's close_notify, then its FIN."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    calls = Calls()
+    with serve(echo_app(calls), **tls.server_config()) as srv:
+        baseline = open_fds()
+        ctx = tls.client_context()
+        ctx.set_alpn_protocols(["h2"])
+        c = MemClient(srv.port, ctx)
+        c.handshake()
+        assert c.tls.selected_alpn_protocol() == "h2"
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        conn.send_headers(1, [(":method", "GET"), (":path", "/kept"), (":scheme", "https"),
+                              (":authority", "localhost")], end_stream=True)
+        c.write(conn.data_to_send())
+        events = []
+        while not any(isinstance(e, h2.events.StreamEnded) for e in events):
+            try:
+                events += conn.receive_data(c.tls.read(65536))
+            except ssl.SSLWantReadError:
+                c.inc.write(c.sock.recv(65536))
+        c.write(conn.data_to_send())  # the SETTINGS acknowledgement
+        c.sock.shutdown(socket.SHUT_WR)
+        rest, end = c.read_to_end()
+        c.close()
+        answered = [e for e in events if isinstance(e, h2.events.ResponseReceived)]
+        assert [(e.stream_id, dict(e.headers)[b":status"]) for e in answered] == [(1, b"200")]
+        assert (rest, end) == (b"", "close_notify")
+        assert calls.items == [("GET", "/kept", b"")]
+        assert fds_back(baseline) == baseline
+        assert srv.errors() == []
+
+
 @rule("skirr-disconnect-close-delimited-cut", "skirr-tls-truncation")
 def test_half_close_cuts_a_close_delimited_response_over_tls(serve, tls):
     """The client's FIN (no close_notify) while the response to its HTTP/1.0 request streams:
