@@ -663,17 +663,21 @@ def _slow_until(port: int, path: str, most: int, enough) -> tuple[list, list]:
 
 
 def _slow_worker_interpreter(tmp_path, seconds):
-    """Environment whose sitecustomize holds each worker's interpreter for ``seconds`` (logging
-    "interpreter PID" first) before skirr._worker runs: a window for the signals that reach a
-    worker just spawned. The supervisor's interpreter is not held."""
+    """Environment whose sitecustomize holds each worker's interpreter (logging "interpreter
+    PID" first) before skirr._worker runs, until a signal is pending for it (it is spawned with
+    them blocked) or ``seconds`` pass: the window for the signals that reach a worker just
+    spawned, held open until one came however slow the machine. The supervisor's interpreter is
+    not held."""
     where = tmp_path / "slow-interpreter"
     where.mkdir()
     (where / "sitecustomize.py").write_text(
-        "import os, time\n"
+        "import os, signal, time\n"
         "if os.environ.get('SKIRR_WORKER'):\n"
         "    with open(os.environ['SKIRR_TEST_LOG'], 'a') as f:\n"
         "        f.write(f'interpreter {os.getpid()}\\n')\n"
-        f"    time.sleep({seconds})\n")
+        f"    deadline = time.monotonic() + {seconds}\n"
+        "    while not signal.sigpending() and time.monotonic() < deadline:\n"
+        "        time.sleep(0.005)\n")
     return {"PYTHONPATH": str(where)}
 
 
@@ -686,7 +690,7 @@ def test_signal_while_a_worker_interpreter_starts(tmp_path, how):
     it stops with exit status 0 and no traceback, and the supervisor exits 0. The worker used to
     die of the signal (a KeyboardInterrupt traceback; "killed by SIGINT" made the supervisor
     exit 1; "killed by SIGTERM")."""
-    proc, port = _serve(tmp_path, "--workers", "2", env=_slow_worker_interpreter(tmp_path, 1.0),
+    proc, port = _serve(tmp_path, "--workers", "2", env=_slow_worker_interpreter(tmp_path, 10.0),
                         preexec_fn=os.setpgrp)
     with proc:
         _wait_for(lambda: any(e.startswith("interpreter ") for e in proc.events), 20,
