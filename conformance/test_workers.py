@@ -1016,16 +1016,28 @@ def test_supervisor_lines_use_colors(tmp_path):
                           stderr)) == 2
 
 
-def _slow_import_app(tmp_path, seconds: float):
-    """Writes tmp_path/slowimport.py: an app module whose import creates the returned marker
-    file, sleeps `seconds`, then serves conformance/apps/basic.py's app."""
-    marker = tmp_path / "importing"
+def _slow_import_app(tmp_path):
+    """Writes tmp_path/slowimport.py: an app module whose import creates the marker file
+    (returned first), then waits until the release file (returned second) exists (at most 30 s),
+    then serves conformance/apps/basic.py's app. A case releases it once its signal is on its
+    way (``_release``): held, not slept, so no machine is too slow for the window."""
+    marker, release = tmp_path / "importing", tmp_path / "release-import"
     (tmp_path / "slowimport.py").write_text(
         "import pathlib, time\n"
         f"pathlib.Path({str(marker)!r}).write_text('yes')\n"
-        f"time.sleep({seconds})\n"
+        "deadline = time.monotonic() + 30\n"
+        f"while not pathlib.Path({str(release)!r}).exists() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.005)\n"
         "from basic import app\n")
-    return marker
+    return marker, release
+
+
+def _release(proc, release, after=None):
+    """Lets the held import go on, once ``after`` is in ``proc``'s stderr (the supervisor's
+    line that it is stopping its workers, logged just before it signals them) when given."""
+    if after is not None:
+        _wait_for(lambda: after in proc.stderr, 20, repr(after), proc)
+    release.write_text("go")
 
 
 @pytest.mark.rule("skirr-signals-during-startup")
@@ -1034,14 +1046,17 @@ def _slow_import_app(tmp_path, seconds: float):
     ("2", signal.SIGTERM, "uvloop"), ("2", signal.SIGINT, "asyncio"),
 ])
 def test_stop_during_startup_is_graceful(tmp_path, workers, signum, loop):
-    """The signal arrives while the app's module imports (it sleeps 2 s there): the import
-    finishes, lifespan startup and shutdown run, nothing is served, exit 0 with a line saying so."""
-    marker = _slow_import_app(tmp_path, 2)
+    """The signal arrives while the app's module imports (held there until the signal is sent,
+    or relayed to the worker): the import finishes, lifespan startup and shutdown run, nothing
+    is served, exit 0 with a line saying so."""
+    marker, release = _slow_import_app(tmp_path)
     port = _proc.free_port()
     with _proc.Skirr(["slowimport:app", "--app-dir", str(tmp_path), "--port", str(port),
                       "--loop", loop, "--workers", workers], tmp_path) as proc:
         _wait_for(marker.exists, _proc.START_TIMEOUT, "the import", proc)
         proc.proc.send_signal(signum)
+        _release(proc, release, None if workers == "1" else
+                 f"{signal.Signals(signum).name}: stopping 1 worker(s)")
         assert proc.wait() == 0, proc.stderr
         stderr = proc.stderr
         events = proc.events
@@ -1724,13 +1739,14 @@ def test_thread_worker_of_a_killed_supervisor_drains_every_loop(tmp_path, loop):
 def test_thread_worker_stop_during_the_import_is_graceful(tmp_path, loop):
     """SIGTERM while a thread worker imports the app (once, in its main thread): the import
     finishes, the first loop's lifespan starts and shuts down, no loop serves, exit 0."""
-    marker = _slow_import_app(tmp_path, 1.5)
+    marker, release = _slow_import_app(tmp_path)
     port = _proc.free_port()
     with _proc.Skirr(["slowimport:app", "--app-dir", str(tmp_path), "--port", str(port),
                       "--loop", loop, "--workers", "2", "--worker-kind", "thread"], tmp_path,
                      env=_threads_env()) as proc:
         _wait_for(marker.exists, _proc.START_TIMEOUT, "the import", proc)
         proc.proc.send_signal(signal.SIGTERM)
+        _release(proc, release, "SIGTERM: stopping 1 worker(s)")
         assert proc.wait() == 0, proc.stderr
         stderr = proc.stderr
         events = proc.events
