@@ -501,6 +501,43 @@ def read_until_end(sock: socket.socket) -> tuple[bytes, str]:
 
 
 @pytest.mark.rule("skirr-disconnect-close-delimited-cut")
+@pytest.mark.parametrize("ends", ["write timeout", "server stopping"])
+def test_close_before_a_whole_close_delimited_body_left_is_a_reset(serve, ends):
+    """The app streams its HTTP/1.0 response (no content-length: the close alone ends it, RFC
+    9112 §6.3) and hands over its final piece, 8 MB, while the client reads nothing; the write
+    timeout, or the server stopping past its graceful timeout, closes the connection with most
+    of it still in skirr. That close is a reset: a FIN would make the part that arrived read as
+    the whole body. (It was a FIN: the body counted as complete once the app's final piece was
+    written, not once it had left.)"""
+    size = 8_000_000
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        try:
+            await send({"type": "http.response.body", "body": b"x" * 1000, "more_body": True})
+            await send({"type": "http.response.body", "body": b"y" * size})
+        except OSError:
+            pass
+
+    config = {"timeout_write": 1.0} if ends == "write timeout" else {
+        "timeout_write": 30.0, "timeout_graceful_shutdown": 0.5}
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    s.settimeout(10)
+    with serve(app, **config) as srv:
+        s.connect(("127.0.0.1", srv.port))
+        s.sendall(b"GET / HTTP/1.0\r\nhost: localhost\r\n\r\n")
+        if ends == "write timeout":
+            time.sleep(2.5)  # the client reads nothing until skirr gave up on it
+    got, end = read_until_end(s)  # once the server stopped, for "server stopping"
+    s.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"content-length" not in head.lower()
+    assert b"transfer-encoding" not in head.lower() and len(body) < 1000 + size
+    assert end == "reset"
+
+
+@pytest.mark.rule("skirr-disconnect-close-delimited-cut")
 @pytest.mark.parametrize("version", ["1.0", "1.1"])
 def test_half_close_cuts_a_streamed_response(serve, version):
     """The client half-closes while its streamed response goes out. HTTP/1.0's body ends only

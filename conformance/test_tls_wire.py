@@ -519,6 +519,34 @@ def test_half_close_cuts_a_close_delimited_response_over_tls(serve, tls):
     assert end in ("reset", "eof")  # never close_notify after part of the body
 
 
+@rule("skirr-disconnect-close-delimited-cut", "skirr-tls-truncation")
+def test_write_timeout_before_a_whole_close_delimited_body_left_over_tls(serve, tls):
+    """The final 8 MB piece of an HTTP/1.0 response's streamed body handed over while the client
+    reads nothing, then the write timeout: the close is a reset, never close_notify, which would
+    make the part that arrived read as the whole body."""
+    size = 8_000_000
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        try:
+            await send({"type": "http.response.body", "body": b"x" * 1000, "more_body": True})
+            await send({"type": "http.response.body", "body": b"y" * size})
+        except OSError:
+            pass
+
+    with serve(app, timeout_write=1.0, **tls.server_config()) as srv:
+        c = MemClient(srv.port, tls.client_context(), rcvbuf=65536)
+        c.handshake()
+        c.write(b"GET / HTTP/1.0\r\nhost: localhost\r\n\r\n")
+        time.sleep(2.5)  # the client reads nothing until skirr gave up on it
+        try:
+            got, end = c.read_to_end()
+        except ConnectionResetError:
+            got, end = b"", "reset"
+        c.close()
+    assert end == "reset" and len(got) < 1000 + size
+
+
 # ---- large responses ----------------------------------------------------------------------------
 
 

@@ -396,10 +396,15 @@ static int
 after_body(http1_conn_t *c, int rc)
 {
     /* A close-delimited body (RFC 9112 §6.3: an HTTP/1.0 request's streamed response) is ended
-     * by the close alone: until its final piece is out, a close must say it was cut (a reset),
-     * whoever closes (sk_transport_set_close_cuts). Returns rc. */
+     * by the close alone: until its final piece is written and then until its bytes have all
+     * left, a close must say it was cut (a reset), whoever closes (sk_transport_set_close_cuts).
+     * Returns rc. */
     const sk_resp_t *r = &c->w->resp;
-    sk_transport_set_close_cuts(c->t, r->head_written && !r->done && r->framing == SK_FRAME_CLOSE);
+    enum sk_close_cuts cuts = SK_CLOSE_WHOLE;
+    if (r->head_written && r->framing == SK_FRAME_CLOSE) {
+        cuts = r->done ? SK_CLOSE_CUTS_UNTIL_SENT : SK_CLOSE_CUTS;
+    }
+    sk_transport_set_close_cuts(c->t, cuts);
     return rc;
 }
 

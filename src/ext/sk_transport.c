@@ -132,8 +132,8 @@ struct sk_transport {
     uint8_t read_soon;     /* on the pending list to read the layer's held input (rule 2b) */
     uint8_t no_sendfile;   /* the layer answered SK_STREAM_NO_SENDFILE: file ranges go by pread */
     uint8_t reset;         /* SO_LINGER 0 is set: the close resets (the layer sends nothing) */
-    uint8_t close_cuts;    /* sk_transport_set_close_cuts: a close now cuts a message that only
-                            * the close would end: it must be a reset */
+    uint8_t close_cuts;    /* enum sk_close_cuts: while not SK_CLOSE_WHOLE, a close cuts a
+                            * message that only the close would end: it must be a reset */
     uint8_t deadline_kind; /* the handler's deadline, 0 = none (kinds are below 256) */
     uint8_t after_last;    /* SK_CLOSE_AFTER_LAST: no linger when safe (nothing_waits) */
     double deadline;       /* monotonic seconds */
@@ -879,6 +879,9 @@ tp_flush(sk_transport_t *t)
         return -1;
     }
     size_t left = pending_out(t);
+    if (left == 0 && t->close_cuts == SK_CLOSE_CUTS_UNTIL_SENT) {
+        t->close_cuts = SK_CLOSE_WHOLE; /* every byte of the close-delimited message is out */
+    }
     if (left == 0 && t->state == TP_CLOSING) {
         t->tp_deadline = 0;
         if (t->peer_eof) {
@@ -1447,9 +1450,12 @@ sk_transport_abort(sk_transport_t *t, int reset)
 }
 
 void
-sk_transport_set_close_cuts(sk_transport_t *t, int on)
+sk_transport_set_close_cuts(sk_transport_t *t, enum sk_close_cuts cuts)
 {
-    t->close_cuts = on != 0;
+    if (cuts == SK_CLOSE_CUTS_UNTIL_SENT && pending_out(t) == 0) {
+        cuts = SK_CLOSE_WHOLE; /* nothing of it is left to send */
+    }
+    t->close_cuts = (uint8_t)cuts;
 }
 
 void

@@ -286,12 +286,18 @@ void sk_transport_close(sk_transport_t *t, int how);
  * reset the connection (RST), for a message whose end would otherwise look complete (a
  * close-delimited body); 0: send what is produced, best effort, and close. */
 void sk_transport_abort(sk_transport_t *t, int reset);
-/* on = 1: the message being written ends only at the connection's close (HTTP/1.x's
- * close-delimited body, RFC 9112 §6.3) and is not complete yet; 0: it is complete (or none is
- * being written). While it is 1, any close is a reset (as sk_transport_abort(t, 1): no FIN, no
- * TLS close_notify, that would make the part sent look whole), whatever closes: the peer's end,
- * a timeout, the server stopping. */
-void sk_transport_set_close_cuts(sk_transport_t *t, int on);
+/* What a close would do to the message being written (HTTP/1.x's close-delimited body, RFC 9112
+ * §6.3, ends only at the connection's close): */
+enum sk_close_cuts {
+    SK_CLOSE_WHOLE = 0,      /* nothing: no such message, or it is complete and all sent */
+    SK_CLOSE_CUTS = 1,       /* it is not complete yet */
+    SK_CLOSE_CUTS_UNTIL_SENT /* complete, but a close before its bytes have all left would cut it
+                              * (the transport makes it SK_CLOSE_WHOLE once nothing is pending) */
+};
+/* While a close cuts, any close is a reset (as sk_transport_abort(t, 1): no FIN, no TLS
+ * close_notify, that would make the part sent look whole), whatever closes: the peer's end, a
+ * write timeout, the server stopping. */
+void sk_transport_set_close_cuts(sk_transport_t *t, enum sk_close_cuts cuts);
 /* Hands the connection to another protocol: from now on `ops`/`h` get its events, and the input
  * the current handler has not consumed (what follows the bytes it consumed in the data_received
  * call it is in, or the buffered input) goes to the new handler's data_received. The old handler
