@@ -196,11 +196,16 @@ def test_no_compression(serve, tmp_path, maximum):
 
 
 @pytest.mark.rule("RFC7301-alpn-http11")
-@pytest.mark.parametrize("offer, selected, http", [(["h2", "http/1.1"], "http/1.1", "1"),
-                                                   (["http/1.1"], "http/1.1", "auto"),
-                                                   (None, None, "auto")],
-                         ids=["h2-and-http11-http1-mode", "http11", "none"])
+@pytest.mark.parametrize("offer, selected, http", [
+    (["h2", "http/1.1"], "http/1.1", "1"), (["http/1.1"], "http/1.1", "auto"),
+    (None, None, "auto"), (["http/1.0"], "http/1.0", "auto"), (["http/1.0"], "http/1.0", "1"),
+    (["http/1.0", "http/1.1"], "http/1.1", "auto")],
+    ids=["h2-and-http11-http1-mode", "http11", "none", "http10", "http10-http1-mode",
+         "http10-and-http11"])
 def test_alpn_selects_http11(serve, tmp_path, offer, selected, http):
+    """The first of skirr's protocols (h2, http/1.1, http/1.0) the client offers; http/1.0 (what
+    `curl --http1.0` offers alone) is served by the HTTP/1.x handler. It got
+    no_application_protocol (an attack found it; nginx selects http/1.0)."""
     files = TLSFiles(tmp_path)
     with serve(CountingApp(), **files.server_config(http=http)) as srv:
         ctx = files.client_context()

@@ -38,14 +38,16 @@
 #define TLS13_TICKETS 1
 
 /* ALPN (RFC 7301 §3.1 wire format: length-prefixed names), the server's order of preference,
- * per --http mode (enum sk_http_mode: auto, 1, 2): h2 first (RFC 9113 §3.2), then http/1.1. */
+ * per --http mode (enum sk_http_mode: auto, 1, 2): h2 first (RFC 9113 §3.2), then http/1.1, then
+ * http/1.0 (served by the HTTP/1.x handler, as a 1.0 request without ALPN is; nginx selects it
+ * too, and `curl --http1.0` offers it alone). */
 typedef struct {
     const unsigned char *list;
     unsigned int len;
 } alpn_list_t;
 static const alpn_list_t ALPN_PROTOCOLS[3] = {
-    {(const unsigned char *)"\x02h2\x08http/1.1", 12},
-    {(const unsigned char *)"\x08http/1.1", 9},
+    {(const unsigned char *)"\x02h2\x08http/1.1\x08http/1.0", 21},
+    {(const unsigned char *)"\x08http/1.1\x08http/1.0", 18},
     {(const unsigned char *)"\x02h2", 3},
 };
 
