@@ -110,6 +110,22 @@ def streaming_app(started: threading.Event):
     return app
 
 
+def final_piece_app(size: int):
+    """An app answering without content-length: 1,000 bytes, then a final piece of `size` bytes
+    handed over whole (a close-delimited body whose end waits on that piece leaving skirr); it
+    stops when send() says the client is gone."""
+
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        try:
+            await send({"type": "http.response.body", "body": b"x" * 1000, "more_body": True})
+            await send({"type": "http.response.body", "body": b"y" * size})
+        except OSError:
+            pass
+
+    return app
+
+
 def snapshot(scope: dict) -> dict:
     """A deep copy of a scope, taken by the app before anything can mutate it."""
     return copy.deepcopy(scope)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import Recorder, http_request, record_text, streaming_app
+from conftest import Recorder, final_piece_app, http_request, record_text, streaming_app
 
 
 @pytest.mark.rule("skirr-disconnect-while-awaiting-receive")
@@ -511,20 +511,12 @@ def test_close_before_a_whole_close_delimited_body_left_is_a_reset(serve, ends):
     written, not once it had left.)"""
     size = 8_000_000
 
-    async def app(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        try:
-            await send({"type": "http.response.body", "body": b"x" * 1000, "more_body": True})
-            await send({"type": "http.response.body", "body": b"y" * size})
-        except OSError:
-            pass
-
     config = {"timeout_write": 1.0} if ends == "write timeout" else {
         "timeout_write": 30.0, "timeout_graceful_shutdown": 0.5}
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
     s.settimeout(10)
-    with serve(app, **config) as srv:
+    with serve(final_piece_app(size), **config) as srv:
         s.connect(("127.0.0.1", srv.port))
         s.sendall(b"GET / HTTP/1.0\r\nhost: localhost\r\n\r\n")
         if ends == "write timeout":

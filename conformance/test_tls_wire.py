@@ -24,7 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _oracle import examples, oracle_settings
-from conftest import streaming_app
+from conftest import final_piece_app, streaming_app
 from tls_util import TLSFiles
 
 rule = pytest.mark.rule
@@ -526,15 +526,7 @@ def test_write_timeout_before_a_whole_close_delimited_body_left_over_tls(serve, 
     make the part that arrived read as the whole body."""
     size = 8_000_000
 
-    async def app(scope, receive, send):
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        try:
-            await send({"type": "http.response.body", "body": b"x" * 1000, "more_body": True})
-            await send({"type": "http.response.body", "body": b"y" * size})
-        except OSError:
-            pass
-
-    with serve(app, timeout_write=1.0, **tls.server_config()) as srv:
+    with serve(final_piece_app(size), timeout_write=1.0, **tls.server_config()) as srv:
         c = MemClient(srv.port, tls.client_context(), rcvbuf=65536)
         c.handshake()
         c.write(b"GET / HTTP/1.0\r\nhost: localhost\r\n\r\n")
