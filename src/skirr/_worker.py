@@ -29,7 +29,10 @@ thread watches the pipe (its read end is the supervisor's alone: the write end r
 once it is closed, i.e. at the supervisor's death, even one before the worker ran) and its parent
 (against the supervisor pid in ``$SKIRR_WORKER``, not a ppid read later, which may already be
 the reaper's). A thread, not the event loop, so an import or a lifespan startup that never ends
-cannot hide the death. Once the supervisor is gone the thread does the supervisor's part:
+cannot hide the death. A thread may be scheduled late (a whole startup can run first), so the
+main thread looks too, at two gates: before anything of the application's, and in each loop just
+before its listeners start; a worker whose supervisor died before it served never serves. Once
+the supervisor is gone the thread (or the gate that saw it first) does the supervisor's part:
 
 - still starting (importing, lifespan startup, before accepting): one line "Worker [PID]:
   supervisor [N] is gone: exiting before serving", then the worker exits 1: at once before the
@@ -149,6 +152,12 @@ class _Orphan(threading.Thread):
         # too) or runs the worker through a wrapper process; the pipe alone decides then.
         self._parent_check = os.getppid() == supervisor
         self.servers: list[Any] = []  # the worker's Server (one per thread with thread workers)
+        # The death is acted on once, by this thread or at a gate of the main thread's (the
+        # thread alone could be late: a startup may run before it is scheduled at all); the
+        # Servers past their last gate (serving) are known under the same lock.
+        self._lock = threading.Lock()
+        self._seen = False
+        self._serving: list[Any] = []
         self.pipe: _Pipe | None = None
         self.config: Config | None = None
         self.finished_at: float | None = None  # main() is done serving, the process exits
@@ -161,13 +170,41 @@ class _Orphan(threading.Thread):
             return True
         return self._parent_check and os.getppid() != self.supervisor
 
+    def gate(self, server: Any = None) -> bool:
+        """In the worker's main thread, where it must not go on past a dead supervisor: before
+        anything of the application's (``server`` None), and in ``server``'s loop just before
+        its listeners start (``Server._before_serving``). True: go on (``server`` counts as
+        serving from now on). False: the supervisor is gone: the line "exiting before serving"
+        is logged once (here or by the thread) and ``server``'s forced stop is asked for, so
+        nothing is served and the worker exits 1."""
+        with self._lock:
+            if not self._seen and not self.gone(0):
+                if server is not None:
+                    self._serving.append(server)
+                return True
+            acted, self._seen = self._seen, True
+        if not acted:
+            self._log_starting()
+        if server is not None:
+            server._on_shutdown_request()
+            server._on_shutdown_request()  # forced: exit status 1
+        return False
+
+    def _log_starting(self) -> None:
+        logger.warning("Worker [%d]: supervisor [%d] is gone: exiting before serving",
+                       os.getpid(), self.supervisor)
+
     def run(self) -> None:
         while not self.gone(_ORPHAN_CHECK):
             pass
         since = time.monotonic()
-        servers = list(self.servers)
-        serving = bool(servers) and all(server.started.is_set() for server in servers)
-        if serving:
+        with self._lock:
+            acted, self._seen = self._seen, True
+            servers = list(self.servers)
+            serving = bool(servers) and all(server in self._serving for server in servers)
+        if acted:  # a gate saw it first: the main thread stops the worker before serving
+            serving = False
+        elif serving:
             logger.warning("Worker [%d]: supervisor [%d] is gone: shutting down gracefully",
                            os.getpid(), self.supervisor)
             for server in servers:
@@ -176,8 +213,7 @@ class _Orphan(threading.Thread):
                 except RuntimeError:  # its loop closed: serving is over
                     pass
         else:
-            logger.warning("Worker [%d]: supervisor [%d] is gone: exiting before serving",
-                           os.getpid(), self.supervisor)
+            self._log_starting()
             if all(server._loop is None for server in servers):
                 os._exit(1)  # no application code has run yet: nothing to cancel
             for server in servers:
@@ -377,6 +413,8 @@ class _Threads:
         if self.orphan is not None:
             self.orphan.config, self.orphan.pipe = config, pipe
             self.orphan.servers = self.servers
+            for server in self.servers:
+                server._before_serving = functools.partial(self.orphan.gate, server)
         try:
             configure_logging(config.log_level_number, config.log_config, config.use_colors,
                               config.log_level is not None)
@@ -465,6 +503,8 @@ def main() -> int:
     if "supervisor" in spec:
         orphan = _Orphan(spec["supervisor"], spec["pipe"])
         orphan.start()
+        if not orphan.gate():  # dead already (e.g. before this interpreter ran): not a line of
+            return 1  # the application's runs
     from .server import Server
 
     config = Config(**spec["config"])
@@ -478,6 +518,7 @@ def main() -> int:
     pipe.server = server
     if orphan is not None:
         orphan.config, orphan.pipe, orphan.servers = config, pipe, [server]
+        server._before_serving = functools.partial(orphan.gate, server)
     server._signals = (signal.SIGTERM,)
     server._on_loop = pipe.start
     server._on_started = lambda: pipe.send(READY)

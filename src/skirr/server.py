@@ -112,6 +112,10 @@ class Server:
         self._late_exit = False
         self._on_loop: Callable[[asyncio.AbstractEventLoop], None] | None = None
         self._on_started: Callable[[], None] | None = None
+        # Called in the loop once lifespan startup is done, just before the listeners start: it
+        # may ask for the forced stop (a worker whose supervisor died: skirr._worker, _Orphan),
+        # so nothing is served.
+        self._before_serving: Callable[[], None] | None = None
         self._on_max_requests: Callable[[], None] | None = None
         # False under skirr's supervisor: it serves --metrics-port with the sum of its workers
         # (each sends metrics() over its heartbeat pipe).
@@ -335,6 +339,8 @@ class Server:
                     lifespan.cancel()
                 self.exit_code = 1
                 return
+            if self._before_serving is not None and not self._stop.is_set():
+                self._before_serving()
             if self._stop.is_set() and not self._force.is_set():
                 logger.info("Shutdown requested during startup: not serving")
             if not self._stop.is_set():
