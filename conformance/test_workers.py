@@ -1301,6 +1301,49 @@ def test_supervisor_killed_while_a_worker_loop_is_blocked(tmp_path):
         "answer the heartbeat for 3 s: exiting\n" in stderr
 
 
+_STARTUP_THAT_HOLDS_THE_GIL = (
+    "import os, sys\n"
+    "from basic import log\n"
+    "async def app(scope, receive, send):\n"
+    "    if scope['type'] != 'lifespan':\n"
+    "        return\n"
+    "    await receive()\n"
+    "    supervisor = os.getppid()\n"
+    "    sys.setswitchinterval(1000)  # no other thread of the process runs before a block\n"
+    "    log('startup')\n"
+    "    while os.getppid() == supervisor:  # os.getppid() keeps the GIL\n"
+    "        pass\n"
+    "    await send({'type': 'lifespan.startup.complete'})\n"
+    "    await receive()\n"
+    "    log('shutdown')\n"
+    "    await send({'type': 'lifespan.shutdown.complete'})\n")
+
+
+@pytest.mark.rule("skirr-workers-orphan-starting")
+def test_supervisor_killed_while_the_startup_holds_the_watch_thread_off(tmp_path):
+    """The supervisor dies during a lifespan startup that then completes without ever letting
+    another thread of the worker run (it holds the GIL): the watch thread cannot see the death
+    before serving would begin, the check just before the listeners start does. Nothing is
+    served, no lifespan shutdown runs (the startup's forced stop), the worker exits 1.
+    Fails without that check: the worker served, then drained and exited 0."""
+    (tmp_path / "holdsgil.py").write_text(_STARTUP_THAT_HOLDS_THE_GIL)
+    port = _proc.free_port()
+    with _Orphans(tmp_path, ["holdsgil:app", "--app-dir", str(tmp_path), "--port", str(port),
+                             "--workers", "2"]) as run:
+        _wait_for(lambda: "startup" in run.events, _proc.START_TIMEOUT, "the startup", run.skirr)
+        (worker,) = _started_pids(run)
+        supervisor = run.supervisor()
+        run.kill_supervisor()
+        reaped = run.wait_reaped([worker], 10, "the worker's exit")
+        assert reaped == {worker: 1}, run.stderr
+        assert run.skirr.wait(5) == 0  # the reaper: no process left
+        stderr, events = run.stderr, run.events
+    assert f"Worker [{worker}]: supervisor [{supervisor}] is gone: exiting before serving\n" \
+        in stderr
+    assert "skirr running on" not in stderr
+    assert events == ["startup"]
+
+
 @pytest.mark.rule("skirr-workers-orphan-starting")
 def test_supervisor_killed_before_its_worker_ran(tmp_path):
     """The supervisor dies before its second worker's interpreter reached skirr's code (a
@@ -1327,8 +1370,8 @@ def test_supervisor_killed_before_its_worker_ran(tmp_path):
         first, second = _started_pids(run)
         supervisor = run.supervisor()
         run.kill_supervisor()  # the second is held in its sitecustomize
-        assert run.wait_reaped([first, second], 10, "the workers' exits") == {first: 0,
-                                                                               second: 1}
+        reaped = run.wait_reaped([first, second], 10, "the workers' exits")
+        assert reaped == {first: 0, second: 1}, run.stderr
         assert run.skirr.wait(5) == 0
         stderr = run.stderr
     assert f"Worker [{second}]: supervisor [{supervisor}] is gone: exiting before serving\n" \
