@@ -1173,25 +1173,35 @@ _HANG_STARTUP = {
 }
 
 
+def _killed_in_startup(tmp_path, source):
+    """``source`` as the app of ``--workers 2``; once it logged "startup" (its first worker
+    starting; the second waits for it to be ready) the supervisor is SIGKILLed. Returns
+    (worker pid, supervisor pid, seconds from the kill to the worker's exit, stderr, the app's
+    events) once the worker exited 1 and the reaper is done (fails otherwise, with stderr)."""
+    (tmp_path / "startapp.py").write_text(source)
+    port = _proc.free_port()
+    with _Orphans(tmp_path, ["startapp:app", "--app-dir", str(tmp_path), "--port", str(port),
+                             "--workers", "2"]) as run:
+        _wait_for(lambda: "startup" in run.events, _proc.START_TIMEOUT, "the startup", run.skirr)
+        (worker,) = _started_pids(run)
+        supervisor = run.supervisor()
+        killed = run.kill_supervisor()
+        reaped = run.wait_reaped([worker], 10, "the worker's exit")
+        took = time.monotonic() - killed
+        assert reaped == {worker: 1}, run.stderr
+        assert run.skirr.wait(5) == 0  # the reaper: no process left
+        return worker, supervisor, took, run.stderr, run.events
+
+
 @pytest.mark.rule("skirr-workers-orphan-starting")
 @pytest.mark.parametrize("hang", ["lifespan", "import"])
 def test_supervisor_killed_during_a_startup_that_never_ends(tmp_path, hang):
     """The worker is in a lifespan startup that never completes (its loop runs), or in an import
     that never returns (its loop is blocked): once the supervisor is SIGKILLed the worker exits 1
     within a few seconds, with one line naming it and its supervisor."""
-    (tmp_path / "hangstart.py").write_text(_HANG_STARTUP[hang])
-    port = _proc.free_port()
-    with _Orphans(tmp_path, ["hangstart:app", "--app-dir", str(tmp_path), "--port", str(port),
-                             "--workers", "2"]) as run:
-        _wait_for(lambda: "startup" in run.events, _proc.START_TIMEOUT, "the startup", run.skirr)
-        (worker,) = _started_pids(run)
-        supervisor = run.supervisor()
-        killed = run.kill_supervisor()
-        assert run.wait_reaped([worker], 10, "the worker's exit") == {worker: 1}
-        # at once for a startup that can be cancelled; within 3 s (os._exit) for one that cannot
-        assert time.monotonic() - killed < (3 if hang == "lifespan" else 6)
-        assert run.skirr.wait(5) == 0  # the reaper: no process left
-        stderr = run.stderr
+    worker, supervisor, took, stderr, _ = _killed_in_startup(tmp_path, _HANG_STARTUP[hang])
+    # at once for a startup that can be cancelled; within 3 s (os._exit) for one that cannot
+    assert took < (3 if hang == "lifespan" else 6)
     assert f"Worker [{worker}]: supervisor [{supervisor}] is gone: exiting before serving\n" \
         in stderr
     if hang == "import":
@@ -1326,18 +1336,8 @@ def test_supervisor_killed_while_the_startup_holds_the_watch_thread_off(tmp_path
     before serving would begin, the check just before the listeners start does. Nothing is
     served, no lifespan shutdown runs (the startup's forced stop), the worker exits 1.
     Fails without that check: the worker served, then drained and exited 0."""
-    (tmp_path / "holdsgil.py").write_text(_STARTUP_THAT_HOLDS_THE_GIL)
-    port = _proc.free_port()
-    with _Orphans(tmp_path, ["holdsgil:app", "--app-dir", str(tmp_path), "--port", str(port),
-                             "--workers", "2"]) as run:
-        _wait_for(lambda: "startup" in run.events, _proc.START_TIMEOUT, "the startup", run.skirr)
-        (worker,) = _started_pids(run)
-        supervisor = run.supervisor()
-        run.kill_supervisor()
-        reaped = run.wait_reaped([worker], 10, "the worker's exit")
-        assert reaped == {worker: 1}, run.stderr
-        assert run.skirr.wait(5) == 0  # the reaper: no process left
-        stderr, events = run.stderr, run.events
+    worker, supervisor, _, stderr, events = _killed_in_startup(tmp_path,
+                                                              _STARTUP_THAT_HOLDS_THE_GIL)
     assert f"Worker [{worker}]: supervisor [{supervisor}] is gone: exiting before serving\n" \
         in stderr
     assert "skirr running on" not in stderr
