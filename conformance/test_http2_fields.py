@@ -9,6 +9,7 @@ fields); it reads every frame skirr sends and decodes HEADERS with hpack (the or
 """
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import ssl
@@ -22,6 +23,7 @@ from hyperframe.frame import (DataFrame, Frame, GoAwayFrame, HeadersFrame, PingF
 
 import _proc
 from conftest import IO_TIMEOUT, Recorder, snapshot
+from skirr._logformat import TRACE
 from tls_util import TLSFiles
 
 rule = pytest.mark.rule
@@ -542,6 +544,57 @@ def test_valid_odd_fields_served_as_received(serve, seen):
     with serve(seen) as srv:
         scope = one_scope(srv, seen, req(*fields))
     assert headers_of(scope) == [*fields, (b"host", b"x")]
+
+
+class TraceLines(logging.Handler):
+    """The skirr.error logger's TRACE records (--log-level trace), as formatted messages."""
+
+    def __init__(self) -> None:
+        super().__init__(TRACE)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno == TRACE:
+            self.lines.append(record.getMessage())
+
+
+@rule("skirr-h2-malformed-trace")
+def test_malformed_requests_traced_with_why(serve, seen):
+    """Each malformed request is one TRACE line naming why, whether nghttp2's checks refused it
+    (a field: HTTP_HEADER; the section as a whole: HTTP_MESSAGING) or skirr's own; the request
+    served after them gets none."""
+    refused = [
+        req((b"X-Foo", b"1")),                                     # uppercase name
+        req((b"te", b"gzip")),                                     # te other than trailers
+        [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"x")],  # no :path
+        req(authority=b"user@x"),                                  # skirr's check
+    ]
+    cap = TraceLines()
+    logger = logging.getLogger("skirr.error")
+    level = logger.level
+    logger.setLevel(TRACE)
+    logger.addHandler(cap)
+    try:
+        with serve(seen) as srv:
+            c = h2c(srv)
+            for i, fields in enumerate(refused):
+                c.headers(1 + 2 * i, fields)
+                assert c.outcome(1 + 2 * i) == ("reset", PROTOCOL_ERROR)
+            c.headers(9, req(path=b"/after"))
+            assert c.outcome(9)[:2] == ("response", 200)
+            port = c.sock.getsockname()[1]
+    finally:
+        logger.removeHandler(cap)
+        logger.setLevel(level)
+    me = f"127.0.0.1:{port} - "
+    why = "HTTP/2 request malformed: RST_STREAM PROTOCOL_ERROR"
+    assert [line for line in cap.lines if line.startswith(me) and "request" in line] == [
+        f"{me}{why} (nghttp2: Invalid HTTP header field was received)",
+        f"{me}{why} (nghttp2: Invalid HTTP header field was received)",
+        f"{me}{why} (nghttp2: Violation in HTTP messaging rule)",
+        f"{me}{why} (userinfo in :authority)",
+    ], cap.lines
+    assert len(seen.calls) == 1
 
 
 @rule("RFC9113-8.2.3-cookie-crumbs")

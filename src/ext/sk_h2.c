@@ -2245,6 +2245,43 @@ on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame, void *user)
 }
 
 static int
+on_invalid_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, int lib_error_code,
+                      void *user)
+{
+    /* nghttp2 refused a frame and answers it itself (RST_STREAM for a stream error, GOAWAY for
+     * a connection error); skirr is told only here, and --log-level trace says why. A request
+     * whose fields break RFC 9113 §8 (nghttp2's checks: pseudo-header fields missing, repeated,
+     * unknown or after a regular field, an uppercase or invalid name or value, a
+     * connection-specific field, te other than trailers, a content-length that is not one
+     * number or disagrees with END_STREAM) is a stream error PROTOCOL_ERROR: the same event as
+     * skirr's own checks give (malformed_stream), the reason nghttp2's words. */
+    (void)ng;
+    h2_conn_t *c = user;
+    if (c->srv->trace == NULL) {
+        return 0;
+    }
+    static const char *const types[] = {"DATA",          "HEADERS",      "PRIORITY", "RST_STREAM",
+                                        "SETTINGS",      "PUSH_PROMISE", "PING",     "GOAWAY",
+                                        "WINDOW_UPDATE", "CONTINUATION"};
+    char event[200];
+    if (frame->hd.type == NGHTTP2_HEADERS && (lib_error_code == NGHTTP2_ERR_HTTP_HEADER ||
+                                              lib_error_code == NGHTTP2_ERR_HTTP_MESSAGING)) {
+        snprintf(event, sizeof(event),
+                 "HTTP/2 request malformed: RST_STREAM PROTOCOL_ERROR (nghttp2: %s)",
+                 nghttp2_strerror(lib_error_code));
+    }
+    else {
+        const char *type =
+            frame->hd.type < sizeof(types) / sizeof(types[0]) ? types[frame->hd.type] : "frame";
+        snprintf(event, sizeof(event), "HTTP/2 %s on stream %d refused (nghttp2: %s)", type,
+                 (int)frame->hd.stream_id, nghttp2_strerror(lib_error_code));
+    }
+    socklen_t plen;
+    sk_access_trace(&c->srv->access, c->client, sk_transport_peer(c->t, &plen), event);
+    return 0;
+}
+
+static int
 on_frame_not_send(nghttp2_session *ng, const nghttp2_frame *frame, int lib_error_code, void *user)
 {
     /* nghttp2 could not send a frame it had queued: for a response's HEADERS (the head, or the
@@ -2679,6 +2716,7 @@ sk_h2_start(sk_transport_t *t, sk_serve_t *srv)
     nghttp2_session_callbacks_set_on_frame_send_callback(cbs, on_frame_send);
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_not_send_callback(cbs, on_frame_not_send);
+    nghttp2_session_callbacks_set_on_invalid_frame_recv_callback(cbs, on_invalid_frame_recv);
     nghttp2_session_callbacks_set_send_data_callback(cbs, send_data);
     nghttp2_option_set_no_auto_window_update(opt, 1);
     nghttp2_option_set_stream_reset_rate_limit(opt, RESET_BURST, RESET_RATE);
