@@ -448,13 +448,35 @@ def test_response_fields_lowercased_and_connection_specific_dropped(serve):
         return [{"type": "http.response.start", "status": 201, "headers": [
                     (b"X-Mixed-Case", b"v"), (b"Connection", b"close"), (b"keep-alive", b"5"),
                     (b"transfer-encoding", b"chunked"), (b"upgrade", b"x"),
-                    (b"proxy-connection", b"y"), (b"content-length", b"2")]},
+                    (b"proxy-connection", b"y"), (b"TE", b"gzip"), (b"te", b"trailers"),
+                    (b"content-length", b"2")]},
                 {"type": "http.response.body", "body": b"ok"}]
 
     with serve(steps_app(steps), date_header=False) as srv:
         a = h2_get(srv.port)
     assert (a.status, a.body, a.ended) == (201, b"ok", True)
     assert a.headers == [(b"x-mixed-case", b"v"), (b"content-length", b"2"), (b"server", b"skirr")]
+
+
+@pytest.mark.rule("h2-response")
+def test_curl_takes_a_response_whose_app_gave_te(serve):
+    """nghttp2's client (curl's) resets a response carrying te (RFC 9113 §8.2.2): the app's te
+    never goes out, and the early hint before it and the response reach curl (its -i output,
+    read as text: each CRLF a newline)."""
+    def steps(scope):
+        return [{"type": "http.response.early_hint", "links": [b"</a.css>; rel=preload"]},
+                {"type": "http.response.start", "status": 200,
+                 "headers": [(b"te", b"gzip"), (b"content-type", b"text/plain")]},
+                {"type": "http.response.body", "body": b"hello"}]
+
+    with serve(steps_app(steps), date_header=False) as srv:
+        got = subprocess.run(["curl", "-sS", "--max-time", "20", "--http2-prior-knowledge", "-i",
+                              f"http://127.0.0.1:{srv.port}/"],
+                             capture_output=True, text=True, timeout=30)
+    assert (got.returncode, got.stderr) == (0, ""), got
+    assert got.stdout == ("HTTP/2 103 \nlink: </a.css>; rel=preload\n\n"
+                          "HTTP/2 200 \ncontent-type: text/plain\ncontent-length: 5\n"
+                          "server: skirr\n\nhello")
 
 
 @pytest.mark.rule("h2-response")

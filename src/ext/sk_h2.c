@@ -557,10 +557,13 @@ sync_deadline(h2_conn_t *c)
 static int
 connection_specific(const char *name, size_t n)
 {
-    /* RFC 9113 §8.2.2: fields HTTP/2 does not carry; the app's are dropped, not sent. */
+    /* RFC 9113 §8.2.2: fields HTTP/2 does not carry; the app's are dropped, not sent. te is
+     * one too: only a request may carry it (as "trailers"), so a response with it, whatever its
+     * value, is malformed and a client (nghttp2's) resets the stream. */
     return SK_TOKEN_IEQ(name, n, "connection") || SK_TOKEN_IEQ(name, n, "keep-alive") ||
            SK_TOKEN_IEQ(name, n, "proxy-connection") ||
-           SK_TOKEN_IEQ(name, n, "transfer-encoding") || SK_TOKEN_IEQ(name, n, "upgrade");
+           SK_TOKEN_IEQ(name, n, "transfer-encoding") || SK_TOKEN_IEQ(name, n, "upgrade") ||
+           SK_TOKEN_IEQ(name, n, "te");
 }
 
 static int
