@@ -1343,6 +1343,39 @@ def test_streams_over_the_limit_refused_reset_ones_still_count(serve):
     assert calls == ["/1", "/2", "/4"]
 
 
+@pytest.mark.rule("h2-concurrent-streams")
+def test_work_after_a_complete_response_holds_no_stream(serve):
+    """An app call that runs on after its whole response was sent (Starlette's BackgroundTasks)
+    stops counting once its stream has closed: a client that never has more than the limit
+    open is never refused (RFC 9113 §5.1.2), however long that work lasts."""
+    release = threading.Event()
+    calls: list = []
+    after: list = []
+
+    async def app(scope, receive, send):
+        calls.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+        while not release.is_set():  # the work after the response
+            await asyncio.sleep(0.01)
+        after.append(scope["path"])
+
+    with serve(app, http2_max_concurrent_streams=2) as srv:
+        with H2Client.open(srv.port) as c:
+            c.events_until(lambda e: isinstance(e, h2.events.SettingsAcknowledged))
+            answers = []
+            for batch in range(3):  # six requests, two at a time, every app call still running
+                sids = [c.get(f"/{2 * batch + k}") for k in (1, 2)]
+                answers += [c.answer(sid) for sid in sids]
+            release.set()
+            deadline = time.monotonic() + IO
+            while len(after) < 6 and time.monotonic() < deadline:
+                time.sleep(0.01)
+    assert [(a.status, a.body, a.reset) for a in answers] == [(200, b"ok", None)] * 6
+    assert calls == [f"/{n}" for n in range(1, 7)]
+    assert sorted(after) == sorted(calls)
+
+
 @pytest.mark.rule("h2-limit-concurrency")
 def test_limit_concurrency_counts_a_burst_in_one_write(serve):
     release = threading.Event()

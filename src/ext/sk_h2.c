@@ -303,7 +303,8 @@ static uint32_t
 active_streams(h2_conn_t *c)
 {
     /* The streams that count against --http2-max-concurrent-streams: those open, and those
-     * whose app call still runs after the stream ended (the list is pruned here). */
+     * whose app call still runs after the stream ended before the app's response did (a reset:
+     * detach; the list is pruned here). */
     size_t k = 0;
     for (size_t i = 0; i < c->nrunning; i++) {
         PyObject *x = c->running[i];
@@ -1312,17 +1313,17 @@ h2w_push(void *w)
 static int
 h2w_end(void *w)
 {
-    /* The exchange is already detached: the stream keeps its reference only to count the app
-     * call (keep_running) and sends the rest as the peer's window allows. */
+    /* The app sent its whole response: the exchange is let go and the stream sends the rest as
+     * the peer's window allows. An app call that runs on after its response (Starlette's
+     * BackgroundTasks) counts against --http2-max-concurrent-streams no longer than its stream
+     * is open (RFC 9113 §5.1.2: closed streams do not count), as on HTTP/1.1 it holds no
+     * connection; only an exchange that lost its stream first (detach: a reset, Rapid Reset)
+     * goes on counting while its app runs (keep_running). */
     h2_stream_t *s = w;
     h2_conn_t *c = s->c;
-    sk_exchange_t *x = s->x;
-    s->x = NULL;
+    Py_CLEAR(s->x);
     give_back(s, s->given);
     s->waiting = 0;
-    if (x != NULL) {
-        (void)keep_running(c, x);
-    }
     if (!s->submitted && submit_head(s) < 0) {
         (void)nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_INTERNAL_ERROR);
         s->app_reset = 1;

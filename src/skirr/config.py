@@ -400,7 +400,8 @@ class Config:
             preface (prior knowledge, RFC 9113 §3.3) and a TLS one that selects ALPN ``h2``
             (offered before ``http/1.1``); ``"1"`` HTTP/1.1 only; ``"2"`` HTTP/2 only.
         http2_max_concurrent_streams: streams per HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS);
-            a stream counts until its app call has ended, reset or not. Default 100.
+            a stream counts while open, and one the client reset before its response was
+            complete until its app call has ended (RFC 9113 §5.1.2; Rapid Reset). Default 100.
         http2_max_headers_size: bytes of a request's header list (SETTINGS_MAX_HEADER_LIST_SIZE,
             RFC 9113 §6.5.2: names + values + 32 per field); larger: 431 on the stream.
             ``None`` (the default): 65536, HTTP/1.1's head limit.
