@@ -691,6 +691,31 @@ def test_startup_log_says_tls_and_the_file_path(tmp_path, loop, flags, versions)
         assert proc.stop() == 0
 
 
+@pytest.mark.rule("skirr-tls-startup-log")
+@pytest.mark.parametrize("loop", _proc.LOOPS)
+@pytest.mark.parametrize("kind", ["process", "thread"])
+def test_supervisor_startup_line_says_https(tmp_path, loop, kind):
+    """With --workers the first line an operator reads is the supervisor's: it names the URL the
+    workers serve, https as each worker's own line (it said http://, which gets a 400)."""
+    files = TLSFiles(tmp_path / "certs")
+    port = _proc.free_port()
+    app, env = ("basic:app", None) if kind == "process" else (
+        "threads_app:app", {"SKIRR_THREAD_WORKERS_WITH_GIL": "1"})
+    args = [app, "--loop", loop, "--port", str(port), "--workers", "2", "--worker-kind", kind,
+            *files.server_args()]
+    with _proc.Skirr(args, tmp_path, env=env) as proc:
+        proc.wait_accepting(port)
+        proc._wait_until(lambda: proc.stderr.count("skirr running on") == 2, "two workers serve",
+                         _proc.START_TIMEOUT, lambda: proc.stderr)
+        stderr = proc.stderr
+        assert proc.stop() == 0
+    started = [line for line in stderr.splitlines() if "Started supervisor" in line]
+    what = "2 worker(s)" if kind == "process" else "1 worker process of 2 threads"
+    assert started == [f"INFO:     Started supervisor [{proc.proc.pid}] for {what} on "
+                       f"https://127.0.0.1:{port}"], stderr
+    assert stderr.count(f"skirr running on https://127.0.0.1:{port} (Press CTRL+C") == 2, stderr
+
+
 @pytest.mark.rule("skirr-tls-startup-log", "skirr-tls-scheme")
 @pytest.mark.parametrize("loop", _proc.LOOPS)
 def test_the_example_over_https_and_wss(tmp_path, loop):

@@ -841,11 +841,14 @@ class Supervisor:
         self.slots.append(_Slot(index, sock, own=True))
 
     def _describe(self, sock: socket.socket) -> str:
+        """Where the supervisor's startup line says the workers serve: the URL a worker's own
+        "skirr running on" line gives (https with --ssl-certfile), or the Unix socket."""
         if sock.family == socket.AF_UNIX:
             return f"unix socket {sock.getsockname() or self.config.uds}"
         host, port = sock.getsockname()[:2]
-        return f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else \
-            f"http://{host}:{port}"
+        scheme = "http" if self.config.ssl_certfile is None else "https"
+        return f"{scheme}://[{host}]:{port}" if sock.family == socket.AF_INET6 else \
+            f"{scheme}://{host}:{port}"
 
     def _close_sockets(self) -> None:
         for slot in self.slots + self._retiring:
