@@ -469,12 +469,15 @@ def test_max_requests_starts_the_replacement_first(tmp_path):
             # requests are a fraction of a second) may both stop while it still drains.
             _wait_for(lambda: f"Worker [{old}] stopped (exit status 0)" in proc.stderr, 15,
                       "the first recycled worker stopped", proc)
+            # A replacement answers the load too (the old ones stopping need not wait for a
+            # connection to reach it: on a loaded machine none had when they had stopped).
+            _wait_for(lambda: len({pid for _, pid, _ in load.answers}) >= 3, 15,
+                      "a replacement answered the load", proc)
         assert load.failures == []
         stderr = proc.stderr
         # The replacement serves before the old one is stopped.
         assert re.search(rf"Worker \[\d+\] serves slot \d+: stopping worker \[{old}\]", stderr)
         assert stderr.index(f"stopping worker [{old}]") < stderr.index(f"Worker [{old}] stopped")
-        assert len({pid for _, pid, _ in load.answers}) >= 3
         assert proc.stop() == 0
 
 
