@@ -54,6 +54,20 @@ def bind_tcp(host: str, port: int, *, reuse_port: bool = False) -> socket.socket
     return sock
 
 
+def listen_url(sock: socket.socket, https: bool, host: str | None = None,
+               uds: str | None = None) -> str:
+    """Where a startup line says ``sock`` serves: "unix socket PATH" (``uds`` when the socket
+    has no name), else "http://HOST:PORT" or "https://HOST:PORT" (``https``: TLS), HOST the
+    socket's own address unless ``host`` is given, in brackets for IPv6."""
+    if sock.family == socket.AF_UNIX:
+        return f"unix socket {sock.getsockname() or uds}"
+    bound, port = sock.getsockname()[:2]
+    name = bound if host is None else host
+    if sock.family == socket.AF_INET6:
+        name = f"[{name}]"
+    return f"{'https' if https else 'http'}://{name}:{port}"
+
+
 def socket_from_fd(fd: int) -> socket.socket:
     """The socket object of an inherited descriptor (``--fd``, systemd's ``LISTEN_FDS``).
 

@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from . import _native
-from ._listen import bind_socket
+from ._listen import bind_socket, listen_url
 from .access import AccessLog
 from .config import HTTP_MODE_NUMBER, SHUTDOWN_MARGIN, TRACE, Config, configure_logging
 from .lifespan import Lifespan
@@ -660,14 +660,8 @@ class Server:
             self._stop.set()
 
     def _url(self, sock: socket.socket) -> str:
-        if sock.family == socket.AF_UNIX:
-            return f"unix socket {sock.getsockname() or self.config.uds}"
-        host, port = sock.getsockname()[:2]
-        if self._given is None and self.config.fd is None:
-            host = self.config.host
-        if sock.family == socket.AF_INET6:
-            host = f"[{host}]"
-        return f"{'https' if self._tls is not None else 'http'}://{host}:{port}"
+        host = self.config.host if self._given is None and self.config.fd is None else None
+        return listen_url(sock, self._tls is not None, host, self.config.uds)
 
 
 def _task_kinds(tasks: list[asyncio.Task[Any]]) -> str:

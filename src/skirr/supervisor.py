@@ -103,7 +103,7 @@ import time
 from typing import Any
 
 from . import _pipe
-from ._listen import bind_socket, bind_tcp
+from ._listen import bind_socket, bind_tcp, listen_url
 from .config import SHUTDOWN_MARGIN, Config, ConfigError, configure_logging
 
 logger = logging.getLogger("skirr.error")
@@ -843,12 +843,7 @@ class Supervisor:
     def _describe(self, sock: socket.socket) -> str:
         """Where the supervisor's startup line says the workers serve: the URL a worker's own
         "skirr running on" line gives (https with --ssl-certfile), or the Unix socket."""
-        if sock.family == socket.AF_UNIX:
-            return f"unix socket {sock.getsockname() or self.config.uds}"
-        host, port = sock.getsockname()[:2]
-        scheme = "http" if self.config.ssl_certfile is None else "https"
-        return f"{scheme}://[{host}]:{port}" if sock.family == socket.AF_INET6 else \
-            f"{scheme}://{host}:{port}"
+        return listen_url(sock, self.config.ssl_certfile is not None, uds=self.config.uds)
 
     def _close_sockets(self) -> None:
         for slot in self.slots + self._retiring:
