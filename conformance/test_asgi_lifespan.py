@@ -365,3 +365,60 @@ def test_one_sigterm_as_the_loop_starts_counts_once(loop_name, tmp_path):
     assert "Shutdown requested during startup: not serving" in done.stderr, done.stderr
     assert "Forced exit" not in done.stderr, done.stderr
     assert done.returncode == 0, done.stderr
+
+
+_SIGTERM_BEFORE_THE_LOOP_RUNS = """
+import asyncio, logging, os, signal, sys
+import skirr
+
+async def app(scope, receive, send):
+    while True:
+        message = await receive()
+        print(message["type"], flush=True)
+        await send({"type": message["type"] + ".complete"})
+        if message["type"] == "lifespan.shutdown":
+            return
+
+logging.basicConfig(level=logging.INFO, format="%(message)s")
+server = skirr.Server(skirr.Config(app, host="127.0.0.1", port=0, loop=sys.argv[1],
+                                   lifespan="on"))
+module = __import__("uvloop") if sys.argv[1] == "uvloop" else asyncio
+base = module.Loop if sys.argv[1] == "uvloop" else asyncio.SelectorEventLoop
+
+class SignalledBeforeRunning(base):
+    signalled = False
+
+    def run_until_complete(self, future):
+        if not SignalledBeforeRunning.signalled:  # run()'s handlers are in, the loop not running
+            SignalledBeforeRunning.signalled = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().run_until_complete(future)
+
+module.new_event_loop = SignalledBeforeRunning
+sys.exit(server.run())
+"""
+
+
+@rule("skirr-server-signal-before-the-loop-runs")
+def test_sigterm_after_the_handlers_before_the_loop_runs_stops(loop_name, tmp_path):
+    """SIGTERM after run() installed the loop's handlers and before the loop runs: one shutdown
+    request, so lifespan startup, not serving, lifespan shutdown, exit 0. Under uvloop, which
+    reads signals only while running, it used to wait unseen for a second signal: the process
+    served on (a worker stopped during its startup held its supervisor's shutdown forever)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "sigterm_before_running.py"
+    script.write_text(_SIGTERM_BEFORE_THE_LOOP_RUNS)
+    proc = subprocess.Popen([sys.executable, str(script), loop_name], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the SIGTERM was not acted on within 15 s: {out!r} {err!r}")
+    assert out.split() == ["lifespan.startup", "lifespan.shutdown"], (out, err)
+    assert "Shutdown requested during startup: not serving" in err, err
+    assert "Forced exit" not in err, err
+    assert proc.returncode == 0, err

@@ -158,14 +158,23 @@ class Server:
             # loop's wakeup fd once the loop's handler is in place; uvloop sets that fd when it
             # starts running, so one SIGTERM in between counted twice and forced the exit
             # (rule skirr-server-one-signal-counted-once).
+            # Held (blocked in this thread) while the loop is not running: uvloop reads a signal
+            # only while it runs (its wakeup fd exists then), so one that came between the
+            # install and the run, or between the runs that close the loop, waited unseen for
+            # another (a worker stopped during its startup served on). Held, it is delivered when
+            # the next run begins (_running). Threads started before run() would take it
+            # instead: skirr's worker starts its own with these signals blocked (skirr._worker).
+            held = self._hold_signals()
             try:
                 self._install_signal_handlers(loop)
-                loop.run_until_complete(self.serve())
+                loop.run_until_complete(self._running(self.serve(), held))
             finally:
                 try:
-                    self._close_loop(loop)
+                    self._close_loop(loop, held)
                 finally:
                     loop.close()
+                    if held is not None:
+                        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         except BaseException:
             if self.exit_code is None:
                 self.exit_code = 1
@@ -173,19 +182,41 @@ class Server:
         assert self.exit_code is not None
         return self.exit_code
 
-    def _close_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _hold_signals(self) -> set[signal.Signals] | None:
+        """Blocks the shutdown signals (``_signals``) in the main thread; returns the mask to
+        restore, or None elsewhere (no handlers there)."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+        return signal.pthread_sigmask(signal.SIG_BLOCK, self._signals)
+
+    async def _running(self, aw: Awaitable[_T], held: set[signal.Signals] | None) -> _T:
+        """Awaits ``aw`` with the signals ``held`` by :meth:`_hold_signals` let through while
+        the loop runs (a pending one is delivered at once, through the loop's handler), and
+        held again before the loop stops."""
+        if held is None:
+            return await aw
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        try:
+            return await aw
+        finally:
+            signal.pthread_sigmask(signal.SIG_BLOCK, self._signals)
+
+    def _close_loop(self, loop: asyncio.AbstractEventLoop,
+                    held: set[signal.Signals] | None = None) -> None:
         """What ``asyncio.Runner`` does on its way out (cancel what is left, finish async
         generators, shut the default executor down), except that the tasks left get CANCEL_GRACE
         seconds to end (rule skirr-stop-bounded-cancel-ignored): an application task that ignores
-        its cancellation is logged and abandoned (exit status 1) instead of waited for forever."""
+        its cancellation is logged and abandoned (exit status 1) instead of waited for forever.
+        Signals ``held`` (see :meth:`run`) come through only while each step runs."""
         try:
             tasks = asyncio.all_tasks(loop)
             if tasks:
-                loop.run_until_complete(self._reap(tasks))
+                loop.run_until_complete(self._running(self._reap(tasks), held))
             # An async generator whose clean-up never ends is bounded the same way (asyncio's
             # shutdown_asyncgens gathers their aclose() without a bound).
-            loop.run_until_complete(self._reap(set(), loop.shutdown_asyncgens()))
-            loop.run_until_complete(loop.shutdown_default_executor())
+            loop.run_until_complete(self._running(self._reap(set(), loop.shutdown_asyncgens()),
+                                                  held))
+            loop.run_until_complete(self._running(loop.shutdown_default_executor(), held))
         finally:
             if threading.current_thread() is threading.main_thread():
                 for signum in self._signals:  # serve() left them installed (no default death)
