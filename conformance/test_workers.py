@@ -1196,6 +1196,39 @@ def _killed_in_startup(tmp_path, source):
         return worker, supervisor, took, run.stderr, run.events
 
 
+_THREAD_MASKS_APP = r"""
+import re, signal, threading
+
+async def app(scope, receive, send):
+    lines = []
+    for thread in sorted(threading.enumerate(), key=lambda t: t.name):
+        if thread is threading.main_thread():
+            continue
+        with open(f"/proc/self/task/{thread.native_id}/status") as f:
+            blocked = int(re.search(r"^SigBlk:\s*([0-9a-f]+)$", f.read(), re.M).group(1), 16)
+        held = blocked >> (signal.SIGTERM - 1) & 1
+        lines.append(f"{thread.name} {'blocks' if held else 'takes'} SIGTERM")
+    body = "\n".join(lines).encode()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+"""
+
+
+@pytest.mark.rule("skirr-workers-signals-to-the-main-thread")
+def test_worker_threads_leave_sigterm_to_the_main_thread(tmp_path):
+    """The thread a worker starts before its event loop (the supervisor watch) blocks SIGTERM:
+    taken by that thread while the main thread held it (before uvloop runs), the signal waited
+    unseen for a second one, and a worker stopped during its startup served on."""
+    (tmp_path / "masks.py").write_text(_THREAD_MASKS_APP)
+    port = _proc.free_port()
+    with _proc.Skirr(["masks:app", "--app-dir", str(tmp_path), "--port", str(port),
+                      "--loop", "uvloop", "--workers", "2"], tmp_path) as proc:
+        _wait_for(lambda: "skirr running on" in proc.stderr, _proc.START_TIMEOUT, "serving", proc)
+        assert _get(port) == "skirr-orphan-watch blocks SIGTERM"
+        assert proc.stop() == 0, proc.stderr
+
+
 @pytest.mark.rule("skirr-workers-orphan-starting")
 @pytest.mark.parametrize("hang", ["lifespan", "import"])
 def test_supervisor_killed_during_a_startup_that_never_ends(tmp_path, hang):

@@ -194,6 +194,16 @@ class _Orphan(threading.Thread):
         logger.warning("Worker [%d]: supervisor [%d] is gone: exiting before serving",
                        os.getpid(), self.supervisor)
 
+    def start(self) -> None:
+        """Starts the thread with the shutdown signals blocked in it, for good: one sent to the
+        worker is then taken by the main thread, which holds it while its event loop is not
+        running (``Server.run``); taken here, uvloop would not see it until a second came."""
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STARTUP_SIGNALS)
+        try:
+            super().start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
     def run(self) -> None:
         while not self.gone(_ORPHAN_CHECK):
             pass
