@@ -1645,16 +1645,25 @@ malformed(const h2_stream_t *s)
 }
 
 static void
+trace_malformed(h2_conn_t *c, const char *by, const char *why)
+{
+    /* --log-level trace (c->srv->trace set): one malformed request refused with RST_STREAM
+     * PROTOCOL_ERROR, RFC 9113 §8.1.1; `by` names the check that found it ("" for skirr's own,
+     * "nghttp2: " for the library's), `why` says what it found. */
+    char event[200];
+    socklen_t plen;
+    snprintf(event, sizeof(event), "HTTP/2 request malformed: RST_STREAM PROTOCOL_ERROR (%s%s)", by,
+             why);
+    sk_access_trace(&c->srv->access, c->client, sk_transport_peer(c->t, &plen), event);
+}
+
+static void
 malformed_stream(h2_conn_t *c, h2_stream_t *s, const char *why)
 {
     /* RFC 9113 §8.1.1: a malformed request is a stream error PROTOCOL_ERROR; the app is never
      * called. Counted as a reset the client caused (on_frame_send: MadeYouReset). */
     if (c->srv->trace != NULL) {
-        char event[160];
-        socklen_t plen;
-        snprintf(event, sizeof(event), "HTTP/2 request malformed: RST_STREAM PROTOCOL_ERROR (%s)",
-                 why);
-        sk_access_trace(&c->srv->access, c->client, sk_transport_peer(c->t, &plen), event);
+        trace_malformed(c, "", why);
     }
     (void)nghttp2_submit_rst_stream(c->ng, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_PROTOCOL_ERROR);
 }
@@ -2267,19 +2276,16 @@ on_invalid_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, int lib_e
     static const char *const types[] = {"DATA",          "HEADERS",      "PRIORITY", "RST_STREAM",
                                         "SETTINGS",      "PUSH_PROMISE", "PING",     "GOAWAY",
                                         "WINDOW_UPDATE", "CONTINUATION"};
-    char event[200];
     if (frame->hd.type == NGHTTP2_HEADERS && (lib_error_code == NGHTTP2_ERR_HTTP_HEADER ||
                                               lib_error_code == NGHTTP2_ERR_HTTP_MESSAGING)) {
-        snprintf(event, sizeof(event),
-                 "HTTP/2 request malformed: RST_STREAM PROTOCOL_ERROR (nghttp2: %s)",
-                 nghttp2_strerror(lib_error_code));
+        trace_malformed(c, "nghttp2: ", nghttp2_strerror(lib_error_code));
+        return 0;
     }
-    else {
-        const char *type =
-            frame->hd.type < sizeof(types) / sizeof(types[0]) ? types[frame->hd.type] : "frame";
-        snprintf(event, sizeof(event), "HTTP/2 %s on stream %d refused (nghttp2: %s)", type,
-                 (int)frame->hd.stream_id, nghttp2_strerror(lib_error_code));
-    }
+    char event[200];
+    const char *type =
+        frame->hd.type < sizeof(types) / sizeof(types[0]) ? types[frame->hd.type] : "frame";
+    snprintf(event, sizeof(event), "HTTP/2 %s on stream %d refused (nghttp2: %s)", type,
+             (int)frame->hd.stream_id, nghttp2_strerror(lib_error_code));
     socklen_t plen;
     sk_access_trace(&c->srv->access, c->client, sk_transport_peer(c->t, &plen), event);
     return 0;
