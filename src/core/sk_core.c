@@ -91,9 +91,20 @@ sk_buf_append_grow(sk_buf_t *b, const void *p, size_t n)
     assert(p != NULL || n == 0);
     if (n == 0)
         return 0;
+    /* p may point into b's own live bytes (a part of b appended to b): the reserve may move them
+     * (compact) or free them (a new block), so such a source is found again by its offset from
+     * b's head (seen: an HTTP/2 request's method read back from freed memory). */
+    uintptr_t src = (uintptr_t)p;
+    uintptr_t head = b->data != NULL ? (uintptr_t)(b->data + b->start) : 0;
+    int own = b->data != NULL && src >= head && src < head + sk_buf_len(b);
+    size_t off = own ? (size_t)(src - head) : 0;
     rc = sk_buf_reserve(b, n);
     if (rc < 0)
         return rc;
+    if (own) {
+        assert(off + n <= sk_buf_len(b));
+        p = b->data + b->start + off;
+    }
     memcpy(b->data + b->end, p, n);
     b->end += n;
     sk_buf_check(b);

@@ -96,6 +96,7 @@ sk_buf_head(const sk_buf_t *b)
 /* Makes room for `extra` more bytes after end (compacting or growing). 0 or SK_ENOMEM. */
 int sk_buf_reserve(sk_buf_t *b, size_t extra);
 /* sk_buf_append() when the n bytes do not fit after end (or n is 0): reserves, then copies.
+ * p may point into b's own live bytes (they are found again after the reserve moved them).
  * 0 or SK_ENOMEM (b unchanged). */
 int sk_buf_append_grow(sk_buf_t *b, const void *p, size_t n);
 /* Appends n bytes. 0 or SK_ENOMEM (b unchanged). Inline when they fit the spare room after end:

@@ -2083,6 +2083,24 @@ test_core(T *t)
     CHECK(t, APPEND_LIT(&b, "z") == 0 && b.cap > cap && sk_buf_len(&b) == cap + 1 &&
                  sk_buf_head(&b)[room] == 'y' && sk_buf_head(&b)[cap] == 'z');
     sk_buf_free(&b);
+
+    /* A part of the buffer appended to itself across a growth (the old block is freed, and
+     * glibc's free writes its list pointers over the block's first bytes) and across a
+     * compaction (the live bytes move to the front): the copy is of the bytes as they were. */
+    CHECK(t, APPEND_LIT(&b, "POST") == 0);
+    CHECK(t, sk_buf_append(&b, big, b.cap - b.end) == 0);
+    data = b.data;
+    CHECK(t, sk_buf_append(&b, sk_buf_head(&b), 4) == 0 && b.data != data &&
+                 memcmp(sk_buf_head(&b) + sk_buf_len(&b) - 4, "POST", 4) == 0);
+    sk_buf_free(&b);
+    CHECK(t, APPEND_LIT(&b, "....GET") == 0);
+    CHECK(t, sk_buf_append(&b, big, b.cap - b.end) == 0);
+    sk_buf_consume(&b, 4);
+    data = b.data;
+    CHECK(t, sk_buf_append(&b, sk_buf_head(&b), 3) == 0 && b.data == data && b.start == 0 &&
+                 memcmp(sk_buf_head(&b), "GET", 3) == 0 &&
+                 memcmp(sk_buf_head(&b) + sk_buf_len(&b) - 3, "GET", 3) == 0);
+    sk_buf_free(&b);
 }
 
 /* RFC 6455 §4.2: the handshake's checks, and Sec-WebSocket-Accept for the RFC's own example. */
