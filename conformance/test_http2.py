@@ -1271,6 +1271,53 @@ def test_connection_loss_disconnects_every_stream(serve):
                                                ("/b", {"type": "http.disconnect"})]
 
 
+@pytest.mark.rule("h2-disconnect")
+@pytest.mark.parametrize("trailers", [True, False])
+def test_connection_error_in_the_read_that_opened_the_stream(serve, trailers):
+    """One read holds a request's HEADERS (its body still open) and a connection error (a field
+    block HPACK cannot decode): GOAWAY COMPRESSION_ERROR naming the stream, and the app, started
+    for it, finds the wire gone as it sends more content than the window takes (found by an
+    attack: with trailers announced, its send() waited for good, a request in flight until the
+    graceful-shutdown timeout; with --limit-concurrency 1, every later request got 503)."""
+    import hpack
+
+    outcome: list = []
+    done = threading.Event()
+
+    async def app(scope, receive, send):
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": [],
+                        "trailers": trailers})
+            await send({"type": "http.response.body", "body": b"x" * 100_000,
+                        "more_body": False})
+            if trailers:
+                await send({"type": "http.response.trailers", "headers": [(b"x-t", b"1")]})
+            outcome.append("sent")
+        except Exception as exc:
+            outcome.append(type(exc).__name__)
+        finally:
+            done.set()
+
+    head = hyperframe.frame.HeadersFrame(1, data=hpack.Encoder().encode(
+        [(":method", "POST"), (":scheme", "http"), (":path", "/"), (":authority", "t")]),
+        flags=["END_HEADERS"])
+    garbage = hyperframe.frame.HeadersFrame(3, data=b"\xff\xff\xff\xff\xff",
+                                            flags=["END_HEADERS", "END_STREAM"])
+    with serve(app) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=IO) as sock:
+            sock.sendall(PREFACE + hyperframe.frame.SettingsFrame(0).serialize() +
+                         head.serialize() + garbage.serialize())
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        assert done.wait(IO), "the app's send() never returned nor raised"
+        goaways = [f for f in raw_frames(data) if isinstance(f, hyperframe.frame.GoAwayFrame)]
+        assert [(g.last_stream_id, g.error_code) for g in goaways] == [
+            (3, h2.errors.ErrorCodes.COMPRESSION_ERROR)]
+    # the final body of a response without trailers is accepted as queued (the wire went after)
+    assert outcome == (["ClientDisconnected"] if trailers else ["sent"])
+
+
 @pytest.mark.rule("h2-app-error")
 def test_app_error_before_and_after_the_head(serve):
     async def app(scope, receive, send):

@@ -662,6 +662,11 @@ sent_or_wait(RequestObject *r, int rc)
      * wire's sk_exchange_drained() resolves it), else a completed awaitable; NULL with an
      * exception. Rule skirr-flow-every-send-waits: a client that reads nothing cannot make the
      * app queue without bound. */
+    if (r->wire == NULL) {
+        /* the wire let the exchange go during the call that answered rc (sk_exchange_gone ran:
+         * the stream or the connection was lost meanwhile): a waiter would wait for good */
+        return raise_disconnected(r);
+    }
     if (rc == SK_WIRE_WAIT) {
         return add_waiter(r, &r->drain_waiters); /* each sender waits: one slot for all */
     }
@@ -1009,6 +1014,11 @@ response_queued(RequestObject *r, int more)
      * (more = 0: they complete the response); NULL with ClientDisconnected. Hands them to the
      * wire (push, or end for the last), finishes the exchange when complete, and applies
      * backpressure otherwise. */
+    if (r->wire == NULL) {
+        /* the wire let the exchange go while it queued them (sk_exchange_gone ran): the response
+         * cannot complete */
+        return raise_disconnected(r);
+    }
     if (!more) {
         set_tx(r, TX_COMPLETE);
         void *w = r->wire;
@@ -1019,7 +1029,7 @@ response_queued(RequestObject *r, int more)
         release_waiters(r); /* receive() sees http.disconnect; senders waiting for drain go on */
         return ready(r, NULL);
     }
-    int rc = r->ops->push(r->wire);
+    int rc = r->ops->push(r->wire); /* may write, and the write may lose the wire */
     if (rc < 0) {
         return raise_disconnected(r);
     }

@@ -1304,8 +1304,8 @@ h2w_push(void *w)
     h2_stream_t *s = w;
     h2_conn_t *c = s->c;
     int32_t id = s->id;
-    if (flush(c) < 0 || !alive(c, id)) {
-        return SK_WIRE_GONE;
+    if (flush(c) < 0 || !alive(c, id) || s->x == NULL) {
+        return SK_WIRE_GONE; /* s->x NULL: the flush detached the stream's exchange */
     }
     return congested(s);
 }
@@ -2295,12 +2295,13 @@ static int
 on_frame_not_send(nghttp2_session *ng, const nghttp2_frame *frame, int lib_error_code, void *user)
 {
     /* nghttp2 could not send a frame it had queued: for a response's HEADERS (the head, or the
-     * trailers) that is a header block over its send limit (NGHTTP2_ERR_FRAME_SIZE_ERROR), and
-     * the stream would wait for good for a head or trailers that never come. section_fits()
-     * refuses such a section to the app before it is queued; should one still get here, the
-     * stream is reset INTERNAL_ERROR (RFC 9113 §8.1: never taken for complete), and its app, if
-     * still there, loses the stream (ClientDisconnected). */
-    (void)lib_error_code;
+     * trailers) that is a header block over its send limit (NGHTTP2_ERR_FRAME_SIZE_ERROR), or
+     * a session nghttp2 is ending (a connection error it answered with GOAWAY in the read that
+     * also opened the stream: NGHTTP2_ERR_SESSION_CLOSING), and the stream would wait for good
+     * for a head or trailers that never come. section_fits() refuses an oversized section to
+     * the app before it is queued; should one still get here, the stream is reset
+     * INTERNAL_ERROR (RFC 9113 §8.1: never taken for complete), and its app, if still there,
+     * loses the stream (ClientDisconnected). */
     h2_conn_t *c = user;
     if (frame->hd.type != NGHTTP2_HEADERS) {
         return 0;
@@ -2314,10 +2315,20 @@ on_frame_not_send(nghttp2_session *ng, const nghttp2_frame *frame, int lib_error
     (void)nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
                                     NGHTTP2_INTERNAL_ERROR);
     if (c->srv->trace != NULL) {
+        char event[160];
         socklen_t plen;
-        sk_access_trace(&c->srv->access, c->client, sk_transport_peer(c->t, &plen),
-                        "HTTP/2 stream reset: a response header block nghttp2 cannot send "
-                        "(over 64 KiB)");
+        if (lib_error_code == NGHTTP2_ERR_FRAME_SIZE_ERROR) {
+            snprintf(event, sizeof(event),
+                     "HTTP/2 stream reset: a response header block "
+                     "nghttp2 cannot send (over 64 KiB)");
+        }
+        else {
+            snprintf(event, sizeof(event),
+                     "HTTP/2 stream reset: a response header block not sent "
+                     "(nghttp2: %s)",
+                     nghttp2_strerror(lib_error_code));
+        }
+        sk_access_trace(&c->srv->access, c->client, sk_transport_peer(c->t, &plen), event);
     }
     detach(s);
     return 0;
