@@ -1391,6 +1391,58 @@ def test_streams_over_the_limit_refused_reset_ones_still_count(serve):
 
 
 @pytest.mark.rule("h2-concurrent-streams")
+def test_streams_over_the_acknowledged_limit_end_the_connection(serve):
+    """A client that has acknowledged the limit (2) and still opens a third stream while two are
+    open breaks RFC 9113 §5.1.2's MUST NOT: nghttp2 treats it as a connection error (which
+    §5.4.1 allows in place of the stream error), GOAWAY PROTOCOL_ERROR naming the last stream
+    it took, and the connection closes; the two apps started lose their streams
+    (http.disconnect), and the third never reaches an app."""
+    import hpack
+
+    got: list = []
+    ended = threading.Semaphore(0)
+
+    async def app(scope, receive, send):
+        if scope["path"] == "/":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        got.append((scope["path"], (await receive())["type"]))
+        if got[-1][1] == "http.request":
+            got.append((scope["path"], (await receive())["type"]))
+        ended.release()
+
+    enc = hpack.Encoder()
+
+    def head(sid: int) -> bytes:
+        fields = [(":method", "POST"), (":scheme", "http"), (":path", f"/{sid}"),
+                  (":authority", "t")]
+        return hyperframe.frame.HeadersFrame(sid, data=enc.encode(fields),
+                                             flags=["END_HEADERS"]).serialize()
+
+    with serve(app, http2_max_concurrent_streams=2) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=IO) as sock:
+            sock.sendall(PREFACE + hyperframe.frame.SettingsFrame(0).serialize())
+            data = b""
+            while not any(isinstance(f, hyperframe.frame.SettingsFrame) and "ACK" not in f.flags
+                          for f in raw_frames(data)):
+                data += sock.recv(65536)
+            ack = hyperframe.frame.SettingsFrame(0, flags=["ACK"]).serialize()
+            sock.sendall(ack + head(1) + head(3) + head(5))
+            while chunk := sock.recv(65536):
+                data += chunk
+        assert ended.acquire(timeout=IO) and ended.acquire(timeout=IO)
+        frames = raw_frames(data)
+        goaways = [(f.last_stream_id, f.error_code) for f in frames
+                   if isinstance(f, hyperframe.frame.GoAwayFrame)]
+        assert goaways == [(3, h2.errors.ErrorCodes.PROTOCOL_ERROR)], frames
+        assert [f for f in frames if f.stream_id != 0] == [], frames
+        assert h2_get(srv.port).body == b"ok"  # another connection is served
+    assert sorted(got) == [("/1", "http.disconnect"),
+                                                     ("/3", "http.disconnect")]
+
+
+@pytest.mark.rule("h2-concurrent-streams")
 def test_work_after_a_complete_response_holds_no_stream(serve):
     """An app call that runs on after its whole response was sent (Starlette's BackgroundTasks)
     stops counting once its stream has closed: a client that never has more than the limit
