@@ -317,7 +317,9 @@ def test_request_shutdown_before_run_counts_as_when_serving(loop_name, calls):
         assert "Forced exit: cancelling application startup" in texts, texts
 
 
-_ONE_SIGTERM_AS_THE_LOOP_STARTS = """
+# A lifespan app on a Server of the loop named by argv[1], logging to stderr; `module` is the
+# loop's module (uvloop or asyncio), for a script to change how its loops are made.
+_LIFESPAN_SERVER_SCRIPT = """
 import asyncio, logging, os, signal, sys
 import skirr
 
@@ -332,9 +334,12 @@ async def app(scope, receive, send):
 logging.basicConfig(level=logging.INFO, format="%(message)s")
 server = skirr.Server(skirr.Config(app, host="127.0.0.1", port=0, loop=sys.argv[1],
                                    lifespan="on"))
+module = __import__("uvloop") if sys.argv[1] == "uvloop" else asyncio
+"""
+
+_ONE_SIGTERM_AS_THE_LOOP_STARTS = _LIFESPAN_SERVER_SCRIPT + """
 # skirr's worker: SIGTERM is a graceful stop before the loop's own handler exists
 signal.signal(signal.SIGTERM, lambda signum, frame: server.request_shutdown())
-module = __import__("uvloop") if sys.argv[1] == "uvloop" else asyncio
 new_event_loop = module.new_event_loop
 
 def new_loop():
@@ -367,22 +372,7 @@ def test_one_sigterm_as_the_loop_starts_counts_once(loop_name, tmp_path):
     assert done.returncode == 0, done.stderr
 
 
-_SIGTERM_BEFORE_THE_LOOP_RUNS = """
-import asyncio, logging, os, signal, sys
-import skirr
-
-async def app(scope, receive, send):
-    while True:
-        message = await receive()
-        print(message["type"], flush=True)
-        await send({"type": message["type"] + ".complete"})
-        if message["type"] == "lifespan.shutdown":
-            return
-
-logging.basicConfig(level=logging.INFO, format="%(message)s")
-server = skirr.Server(skirr.Config(app, host="127.0.0.1", port=0, loop=sys.argv[1],
-                                   lifespan="on"))
-module = __import__("uvloop") if sys.argv[1] == "uvloop" else asyncio
+_SIGTERM_BEFORE_THE_LOOP_RUNS = _LIFESPAN_SERVER_SCRIPT + """
 base = module.Loop if sys.argv[1] == "uvloop" else asyncio.SelectorEventLoop
 
 class SignalledBeforeRunning(base):
