@@ -1483,7 +1483,7 @@ send_early_hint(RequestObject *r, PyObject *msg)
         goto done;
     }
     rc = r->ops->interim(r->wire, 103, hdrs, (size_t)n);
-    if (rc == SK_WIRE_GONE || (rc >= 0 && r->wire == NULL)) {
+    if (rc == SK_WIRE_GONE) {
         raise_disconnected(r);
         goto error;
     }

@@ -1304,8 +1304,8 @@ h2w_push(void *w)
     h2_stream_t *s = w;
     h2_conn_t *c = s->c;
     int32_t id = s->id;
-    if (flush(c) < 0 || !alive(c, id) || s->x == NULL) {
-        return SK_WIRE_GONE; /* s->x NULL: the flush detached the stream's exchange */
+    if (flush(c) < 0 || !alive(c, id)) {
+        return SK_WIRE_GONE;
     }
     return congested(s);
 }
@@ -2317,17 +2317,10 @@ on_frame_not_send(nghttp2_session *ng, const nghttp2_frame *frame, int lib_error
     if (c->srv->trace != NULL) {
         char event[160];
         socklen_t plen;
-        if (lib_error_code == NGHTTP2_ERR_FRAME_SIZE_ERROR) {
-            snprintf(event, sizeof(event),
-                     "HTTP/2 stream reset: a response header block "
-                     "nghttp2 cannot send (over 64 KiB)");
-        }
-        else {
-            snprintf(event, sizeof(event),
-                     "HTTP/2 stream reset: a response header block not sent "
-                     "(nghttp2: %s)",
-                     nghttp2_strerror(lib_error_code));
-        }
+        snprintf(event, sizeof(event),
+                 "HTTP/2 stream reset: a response header block nghttp2 cannot send (%s)",
+                 lib_error_code == NGHTTP2_ERR_FRAME_SIZE_ERROR ? "over 64 KiB"
+                                                                : nghttp2_strerror(lib_error_code));
         sk_access_trace(&c->srv->access, c->client, sk_transport_peer(c->t, &plen), event);
     }
     detach(s);
